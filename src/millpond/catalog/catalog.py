@@ -1,0 +1,165 @@
+"""Definitions of tables and views, persisted under the root as numbered JSON versions.
+
+Each DDL statement writes the whole next version with put-if-absent, so reopening the root
+restores exactly the last written catalog, and two writers cannot both change it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field, replace
+
+import pyarrow as pa
+
+from millpond import paths
+from millpond.catalog.types import arrow_type
+from millpond.errors import CatalogError, FencedError
+from millpond.store.objects import AlreadyExists, ObjectStore
+
+__all__ = ["Column", "TableDef", "ViewDef", "Catalog", "CatalogStore", "ROW_ID", "WEIGHT"]
+
+ROW_ID = "_row_id"  # hidden identity of a row of a table without a primary key
+WEIGHT = "_w"  # changelog weight: +1 insert, -1 delete
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str  # normalized SQL type, see catalog.types
+
+
+@dataclass(frozen=True)
+class TableDef:
+    id: int
+    name: str
+    columns: tuple[Column, ...]
+    primary_key: tuple[str, ...] = ()
+
+    @property
+    def channel(self) -> str:
+        return f"{self.name}@{self.id}"
+
+    @property
+    def schema(self) -> pa.Schema:
+        """User-visible columns."""
+        return pa.schema([pa.field(c.name, arrow_type(c.type)) for c in self.columns])
+
+    @property
+    def log_schema(self) -> pa.Schema:
+        """Changelog records in the table's channel."""
+        return pa.schema([*self.schema, pa.field(ROW_ID, pa.int64()), pa.field(WEIGHT, pa.int64())])
+
+
+@dataclass(frozen=True)
+class ViewDef:
+    id: int
+    name: str
+    sql: str
+    schema_b64: str  # Arrow schema of the view's rows
+    depends_on: tuple[str, ...]
+
+    @property
+    def schema(self) -> pa.Schema:
+        return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(self.schema_b64)))
+
+    @staticmethod
+    def encode_schema(schema: pa.Schema) -> str:
+        return base64.b64encode(schema.serialize().to_pybytes()).decode()
+
+
+@dataclass(frozen=True)
+class Catalog:
+    version: int = 0
+    next_id: int = 1
+    tables: dict[str, TableDef] = field(default_factory=dict)
+    views: dict[str, ViewDef] = field(default_factory=dict)
+
+    def relation(self, name: str) -> TableDef | ViewDef:
+        found = self.tables.get(name) or self.views.get(name)
+        if found is None:
+            known = sorted([*self.tables, *self.views])
+            raise CatalogError(f"no table or view named {name!r} (known: {', '.join(known) or 'none'})")
+        return found
+
+    def table(self, name: str) -> TableDef:
+        if name not in self.tables:
+            kind = "a view" if name in self.views else "not a table"
+            raise CatalogError(f"{name!r} is {kind}; only tables accept INSERT, UPDATE and DELETE")
+        return self.tables[name]
+
+    def _check_free(self, name: str) -> None:
+        if name in self.tables or name in self.views:
+            raise CatalogError(f"a table or view named {name!r} already exists")
+
+    def with_table(self, name: str, columns: tuple[Column, ...], primary_key: tuple[str, ...]) -> "Catalog":
+        self._check_free(name)
+        t = TableDef(self.next_id, name, columns, primary_key)
+        return replace(self, next_id=self.next_id + 1, tables={**self.tables, name: t})
+
+    def with_view(self, name: str, sql: str, schema: pa.Schema, depends_on: tuple[str, ...]) -> "Catalog":
+        self._check_free(name)
+        v = ViewDef(self.next_id, name, sql, ViewDef.encode_schema(schema), depends_on)
+        return replace(self, next_id=self.next_id + 1, views={**self.views, name: v})
+
+    def without(self, name: str) -> "Catalog":
+        self.relation(name)
+        users = sorted(v.name for v in self.views.values() if name in v.depends_on)
+        if users:
+            raise CatalogError(f"cannot drop {name!r}: views {', '.join(users)} depend on it; drop them first")
+        return replace(
+            self,
+            tables={k: v for k, v in self.tables.items() if k != name},
+            views={k: v for k, v in self.views.items() if k != name},
+        )
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {
+                "version": self.version,
+                "next_id": self.next_id,
+                "tables": [
+                    {"id": t.id, "name": t.name, "columns": [[c.name, c.type] for c in t.columns],
+                     "primary_key": list(t.primary_key)}
+                    for t in self.tables.values()
+                ],
+                "views": [
+                    {"id": v.id, "name": v.name, "sql": v.sql, "schema": v.schema_b64,
+                     "depends_on": list(v.depends_on)}
+                    for v in self.views.values()
+                ],
+            },
+            indent=1,
+        ).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> "Catalog":
+        body = json.loads(data)
+        tables = {
+            t["name"]: TableDef(t["id"], t["name"], tuple(Column(*c) for c in t["columns"]), tuple(t["primary_key"]))
+            for t in body["tables"]
+        }
+        views = {
+            v["name"]: ViewDef(v["id"], v["name"], v["sql"], v["schema"], tuple(v["depends_on"]))
+            for v in body["views"]
+        }
+        return cls(version=body["version"], next_id=body["next_id"], tables=tables, views=views)
+
+
+class CatalogStore:
+    def __init__(self, store: ObjectStore):
+        self.store = store
+
+    def load(self) -> Catalog:
+        keys = self.store.list(paths.CATALOG_PREFIX)
+        return Catalog.from_json(self.store.get(keys[-1])) if keys else Catalog()
+
+    def commit(self, catalog: Catalog) -> Catalog:
+        """Write ``catalog`` as the next version; return it with its new version number."""
+        new = replace(catalog, version=catalog.version + 1)
+        try:
+            self.store.put_if_absent(paths.catalog_key(new.version), new.to_json())
+        except AlreadyExists:
+            raise FencedError(f"catalog version {new.version} under {self.store.root!r} was written "
+                              "by another writer; reopen the root") from None
+        return new

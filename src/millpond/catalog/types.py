@@ -1,0 +1,71 @@
+"""SQL column types and their Arrow and Spark equivalents."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import sqlglot
+from sqlglot import exp
+
+from millpond.errors import SchemaError
+
+__all__ = ["arrow_type", "normalize_type", "spark_ddl_type"]
+
+_T = exp.DataType.Type
+_SIMPLE: dict[exp.DataType.Type, tuple[str, pa.DataType, str]] = {
+    _T.BOOLEAN: ("BOOLEAN", pa.bool_(), "BOOLEAN"),
+    _T.SMALLINT: ("SMALLINT", pa.int16(), "SMALLINT"),
+    _T.INT: ("INT", pa.int32(), "INT"),
+    _T.BIGINT: ("BIGINT", pa.int64(), "BIGINT"),
+    _T.FLOAT: ("REAL", pa.float32(), "FLOAT"),
+    _T.DOUBLE: ("DOUBLE", pa.float64(), "DOUBLE"),
+    _T.VARCHAR: ("VARCHAR", pa.string(), "STRING"),
+    _T.TEXT: ("VARCHAR", pa.string(), "STRING"),
+    _T.CHAR: ("VARCHAR", pa.string(), "STRING"),
+    _T.DATE: ("DATE", pa.date32(), "DATE"),
+    _T.TIMESTAMP: ("TIMESTAMP", pa.timestamp("us"), "TIMESTAMP_NTZ"),
+    _T.TIMESTAMPTZ: ("TIMESTAMPTZ", pa.timestamp("us", tz="UTC"), "TIMESTAMP"),
+}
+
+
+def _parse(sql_type: str | exp.DataType) -> exp.DataType:
+    if isinstance(sql_type, exp.DataType):
+        return sql_type
+    try:
+        return exp.DataType.build(sql_type, dialect="postgres")
+    except Exception as exc:
+        raise SchemaError(f"unknown column type {sql_type!r}") from exc
+
+
+def normalize_type(sql_type: str | exp.DataType) -> str:
+    dt = _parse(sql_type)
+    if dt.this == _T.DECIMAL:
+        p, s = _decimal_args(dt)
+        return f"DECIMAL({p},{s})"
+    if dt.this not in _SIMPLE:
+        raise SchemaError(f"column type {dt.sql('postgres')} is not supported; use one of "
+                          "BOOLEAN, SMALLINT, INT, BIGINT, REAL, DOUBLE, VARCHAR, DATE, TIMESTAMP, DECIMAL(p,s)")
+    return _SIMPLE[dt.this][0]
+
+
+def _decimal_args(dt: exp.DataType) -> tuple[int, int]:
+    args = [int(e.name) for e in dt.expressions]
+    precision = args[0] if args else 38
+    scale = args[1] if len(args) > 1 else 0
+    return precision, scale
+
+
+def arrow_type(sql_type: str) -> pa.DataType:
+    dt = _parse(sql_type)
+    if dt.this == _T.DECIMAL:
+        return pa.decimal128(*_decimal_args(dt))
+    return _SIMPLE[dt.this][1]
+
+
+def spark_ddl_type(sql_type: str) -> str:
+    dt = _parse(sql_type)
+    if dt.this == _T.DECIMAL:
+        return "DECIMAL({},{})".format(*_decimal_args(dt))
+    return _SIMPLE[dt.this][2]
+
+
+assert sqlglot  # imported for its dialect registry

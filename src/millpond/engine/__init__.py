@@ -1,0 +1,1 @@
+"""The incremental engine: plans, operators, and the epoch coordinator."""

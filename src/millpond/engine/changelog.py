@@ -1,0 +1,34 @@
+"""Changelogs are Z-sets: rows plus an integer weight ``_w``; consolidation is sort-and-sum."""
+
+from __future__ import annotations
+
+import polars as pl
+
+__all__ = ["W", "KH", "COUNT", "DEL", "consolidate", "state_rows"]
+
+W = "_w"
+KH = "_kh"
+COUNT = "_count"
+DEL = "_del"
+
+
+def consolidate(df: pl.DataFrame, weight: str = W) -> pl.DataFrame:
+    """Sum the weights of equal rows and drop rows whose weight is zero."""
+    keys = [c for c in df.columns if c != weight]
+    if df.height == 0:
+        return df
+    return (
+        df.group_by(keys, maintain_order=True)
+        .agg(pl.col(weight).sum())
+        .filter(pl.col(weight) != 0)
+        .select(df.columns)
+    )
+
+
+def state_rows(rows: pl.DataFrame, *, live: pl.Expr) -> pl.DataFrame:
+    """State writes: every row of ``rows`` is a put where ``live`` holds, else a tombstone."""
+    return rows.with_columns(live.not_().alias(DEL))
+
+
+def empty(schema: pl.Schema | dict) -> pl.DataFrame:
+    return pl.DataFrame(schema=schema)

@@ -1,0 +1,103 @@
+"""The coordinator: runs epochs on the Spark driver, commits them, recovers after a crash.
+
+One epoch, in order:
+
+1. Fix the input: for every consumer (a table's materialization or a view), the range of each
+   channel it reads is ``[offset in the last manifest, channel end now)``.
+2. Run one Spark job over those ranges (``spark.execute.run_epoch_job``). Tasks read state at
+   the last committed epoch and write their state delta as SSTs under this epoch's attempt prefix.
+3. List the attempt's SSTs (only this attempt's: files of crashed attempts are never referenced).
+4. Commit: write manifest ``e`` = {SSTs, every consumer's new end offsets} with put-if-absent.
+   This single write makes the epoch visible, exactly once; a crash before it leaves epoch
+   ``e-1`` as the truth, and the same ranges are replayed from the same offsets.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from millpond import faults, paths
+from millpond.catalog import Catalog
+from millpond.engine.plan import sources as _sources
+from millpond.log import Log
+from millpond.spark.execute import Consumer, EpochJob, run_epoch_job
+from millpond.store.manifest import Manifest, ManifestStore
+from millpond.store.objects import ObjectStore
+from millpond.store.sst import SstRef
+from millpond.store.state_table import StateTable
+
+__all__ = ["Coordinator", "EpochReport"]
+
+
+@dataclass(frozen=True)
+class EpochReport:
+    """What one committed epoch changed: each consumer's changelog (``_w`` = +1/-1 weights)."""
+
+    epoch: int
+    changes: dict[str, pa.Table]  # consumer name -> changelog
+
+
+class Coordinator:
+    def __init__(self, spark, store: ObjectStore, log: Log, *, parallelism: int):  # noqa: ANN001
+        self.spark, self.store, self.log = spark, store, log
+        self.parallelism = parallelism
+        self.manifests = ManifestStore(store)
+        self.manifest = self.manifests.latest()  # recovery: resume from the last committed epoch
+
+    def run_epoch(self, catalog: Catalog, consumers: list[Consumer]) -> EpochReport | None:
+        # 1. fix the input ranges
+        ends = {t.channel: self.log.channel(t.channel, t.log_schema).end for t in catalog.tables.values()}
+        work = []
+        for c in consumers:
+            done = self.manifest.offsets.get(c.key, {})
+            channels = {catalog.tables[s.table].channel for s in _sources(c.plan)}
+            ranges = {ch: (done.get(ch, 0), ends[ch]) for ch in channels}
+            if any(a < b for a, b in ranges.values()):
+                work.append((c, ranges))
+        if not work:
+            return None
+        epoch, attempt = self.manifest.epoch + 1, uuid.uuid4().hex[:12]
+        job = EpochJob(self.store.root, epoch, attempt, self.parallelism, self.manifest)
+        faults.point("epoch.before_job")
+        # 2. one Spark job
+        changes = run_epoch_job(self.spark, job, work, catalog.tables, self._segments(catalog))
+        faults.point("epoch.after_job")
+        # 3. this attempt's SSTs
+        new_ssts: dict[str, list[SstRef]] = defaultdict(list)
+        for key in self.store.list(paths.sst_attempt_prefix(epoch, attempt)):
+            e, state, vnodes = paths.parse_sst_key(key)
+            new_ssts[state].append(SstRef(key, e, vnodes))
+        live = {c.key for c in consumers}
+        ssts = {s: refs for s, refs in self.manifest.ssts.items() if s.split(".", 1)[0] in live}
+        for state, refs in new_ssts.items():
+            ssts[state] = (*tuple(refs), *ssts.get(state, ()))  # newest first
+        offsets = {k: v for k, v in self.manifest.offsets.items() if k in live}
+        for c, ranges in work:
+            offsets[c.key] = {**offsets.get(c.key, {}), **{ch: b for ch, (_, b) in ranges.items()}}
+        # 4. commit: the one atomic write
+        manifest = Manifest(epoch=epoch, ssts=ssts, offsets=offsets)
+        self.manifests.commit(manifest)
+        self.manifest = manifest
+        faults.point("epoch.after_commit")
+        names = {c.key: c.name for c in consumers}
+        return EpochReport(epoch, {names[k]: v for k, v in changes.items() if v is not None})
+
+    def rows(self, consumer: Consumer) -> StateTable:
+        """The committed rows of a consumer (its final materialize state)."""
+        sid = f"{consumer.key}.n{consumer.plan.node_id}.rows"
+        return StateTable(self.store, self.manifest.state(sid), consumer.columns)
+
+    def _segments(self, catalog: Catalog):  # noqa: ANN202
+        schemas = {t.channel: t.log_schema for t in catalog.tables.values()}
+
+        def segments(channel: str, start: int, stop: int):  # noqa: ANN202
+            return self.log.channel(channel, schemas[channel]).segments(start, stop)
+        return segments
+
+    def with_parallelism(self, n: int) -> None:
+        self.parallelism = n
+

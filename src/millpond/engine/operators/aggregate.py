@@ -1,0 +1,163 @@
+"""Hash aggregation with retraction: COUNT(*), COUNT(x), SUM(x), MIN(x), MAX(x).
+
+The delta arrives pre-aggregated by Spark (see ``spark/execute.py``): one row per
+(group, min/max arguments) with ``_w`` = sum of weights, ``_s<i>`` = sum of ``x * _w`` for
+SUM calls and ``_n<i>`` = sum of weights of non-NULL ``x`` for SUM/COUNT(x) calls. So the work
+here is proportional to the number of changed groups.
+
+State:
+- ``groups``: one row per group: ``_cnt`` (rows in the group), the running sums and non-NULL
+  counts, and ``_o<i>``, the output last emitted (so retracting it needs no recomputation).
+- ``values`` (only with MIN/MAX): the multiset (group, min/max arguments) -> ``_count``; a
+  retracted maximum falls back to the next value still in the multiset (full state, as in
+  Flink's MAX with retraction).
+
+Output per changed group: ``-old`` (if the group existed) and ``+new`` (if it still has rows),
+consolidated so an unchanged result emits nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from millpond.engine.changelog import COUNT, KH, W, consolidate, state_rows
+from millpond.engine.plan import AggCall
+from millpond.errors import InvariantError
+from millpond.store.state_table import StateTable
+
+__all__ = ["AggSpec", "apply_aggregate", "sum_col", "nonnull_col", "value_col"]
+
+CNT = "_cnt"
+
+
+def sum_col(i: int) -> str:
+    return f"_s{i}"
+
+
+def nonnull_col(i: int) -> str:
+    return f"_n{i}"
+
+
+def value_col(i: int) -> str:
+    return f"_m{i}"
+
+
+def out_col(i: int) -> str:
+    return f"_o{i}"
+
+
+@dataclass(frozen=True)
+class AggSpec:
+    group: tuple[str, ...]
+    calls: tuple[AggCall, ...]
+    name: str
+
+    @property
+    def minmax(self) -> list[int]:
+        return [i for i, c in enumerate(self.calls) if c.func in ("min", "max")]
+
+    @property
+    def running(self) -> list[str]:
+        cols = []
+        for i, c in enumerate(self.calls):
+            if c.func == "sum":
+                cols.append(sum_col(i))
+            if c.func in ("sum", "count"):
+                cols.append(nonnull_col(i))
+        return cols
+
+
+def apply_aggregate(spec: AggSpec, delta: pl.DataFrame, groups: StateTable, values: StateTable | None
+                    ) -> tuple[pl.DataFrame, dict[str, pl.DataFrame]]:
+    gkeys = [KH, *spec.group]
+    running = spec.running
+    gd = delta.group_by(gkeys).agg(pl.col(W).sum().alias("_dc"), *[pl.col(c).sum() for c in running])
+    kh = gd[KH].unique().to_numpy()
+
+    out_schema = {c: delta.schema[c] for c in gkeys}
+    out_types = _output_types(spec, delta)
+    state_schema = {**out_schema, CNT: pl.Int64, **{c: delta.schema[c] for c in running},
+                    **{out_col(i): t for i, t in enumerate(out_types)}}
+    old = _lookup(groups, kh, state_schema)
+    cur = gd.join(old, on=gkeys, how="left", nulls_equal=True, suffix="_old")
+    cur = cur.with_columns(
+        (pl.col(CNT).fill_null(0) + pl.col("_dc")).alias("_new_cnt"),
+        *[(pl.col(f"{c}_old").fill_null(0) + pl.col(c).fill_null(0)).alias(f"_new{c}") for c in running],
+    )
+    if cur.filter(pl.col("_new_cnt") < 0).height:
+        raise InvariantError(f"aggregate {spec.name}: a group's row count went negative")
+
+    writes: dict[str, pl.DataFrame] = {}
+    if spec.minmax:
+        cur, writes["values"] = _apply_minmax(spec, delta, cur, values, kh)
+
+    new_outputs = []
+    for i, c in enumerate(spec.calls):
+        if c.func == "count_star":
+            e = pl.col("_new_cnt")
+        elif c.func == "count":
+            e = pl.col(f"_new{nonnull_col(i)}")
+        elif c.func == "sum":
+            e = pl.when(pl.col(f"_new{nonnull_col(i)}") > 0).then(pl.col(f"_new{sum_col(i)}"))
+        else:
+            e = pl.col(f"_mm{i}")
+        new_outputs.append(e.cast(out_types[i]).alias(f"_new_o{i}"))
+    cur = cur.with_columns(new_outputs)
+
+    names = [c.name for c in spec.calls]
+    retract = cur.filter(pl.col(CNT).fill_null(0) > 0).select(
+        *spec.group, *[pl.col(out_col(i)).alias(n) for i, n in enumerate(names)], pl.lit(-1, pl.Int64).alias(W))
+    insert = cur.filter(pl.col("_new_cnt") > 0).select(
+        *spec.group, *[pl.col(f"_new_o{i}").alias(n) for i, n in enumerate(names)], pl.lit(1, pl.Int64).alias(W))
+    out = consolidate(pl.concat([retract, insert]))
+
+    new_state = cur.select(
+        *gkeys, pl.col("_new_cnt").alias(CNT),
+        *[pl.col(f"_new{c}").alias(c) for c in running],
+        *[pl.col(f"_new_o{i}").alias(out_col(i)) for i in range(len(spec.calls))],
+    )
+    writes["groups"] = state_rows(new_state, live=pl.col(CNT) > 0)
+    return out, writes
+
+
+def _apply_minmax(spec: AggSpec, delta: pl.DataFrame, cur: pl.DataFrame, values: StateTable | None, kh
+                  ) -> tuple[pl.DataFrame, pl.DataFrame]:  # noqa: ANN001
+    gkeys = [KH, *spec.group]
+    vcols = [value_col(i) for i in spec.minmax]
+    vkeys = [*gkeys, *vcols]
+    dv = consolidate(delta.select(*vkeys, W))
+    old = _lookup(values, kh, {**{c: delta.schema[c] for c in vkeys}, COUNT: pl.Int64})
+    old = old.join(cur.select(gkeys), on=gkeys, how="semi", nulls_equal=True)  # drop hash-colliding groups
+    merged = old.join(dv, on=vkeys, how="full", coalesce=True, nulls_equal=True).with_columns(
+        (pl.col(COUNT).fill_null(0) + pl.col(W).fill_null(0)).alias(COUNT))
+    if merged.filter(pl.col(COUNT) < 0).height:
+        raise InvariantError(f"aggregate {spec.name}: retracted a value that was never added")
+    writes = state_rows(merged.filter(pl.col(W).is_not_null()).drop(W), live=pl.col(COUNT) > 0)
+    live = merged.filter(pl.col(COUNT) > 0)
+    extremes = []
+    for i in spec.minmax:
+        col = pl.col(value_col(i))
+        extremes.append((col.max() if spec.calls[i].func == "max" else col.min()).alias(f"_mm{i}"))
+    mm = live.group_by(gkeys).agg(extremes)
+    return cur.join(mm, on=gkeys, how="left", nulls_equal=True), writes
+
+
+def _output_types(spec: AggSpec, delta: pl.DataFrame) -> list[pl.DataType]:
+    types = []
+    for i, c in enumerate(spec.calls):
+        if c.func in ("count_star", "count"):
+            types.append(pl.Int64)
+        elif c.func == "sum":
+            types.append(delta.schema[sum_col(i)])
+        else:
+            types.append(delta.schema[value_col(i)])
+    return types
+
+
+def _lookup(table: StateTable | None, kh, schema: dict) -> pl.DataFrame:  # noqa: ANN001
+    found = table.lookup(kh) if table is not None else None
+    if found is None:
+        return pl.DataFrame(schema=schema)
+    return found.select(list(schema)).cast(schema)

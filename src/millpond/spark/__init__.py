@@ -1,0 +1,1 @@
+"""Everything that imports pyspark lives in this package."""

@@ -1,0 +1,265 @@
+"""One epoch as one Spark job.
+
+Each consumer (a table's own materialization, or a view) gets a DataFrame built from its plan
+over the epoch's log ranges: stateless nodes are Spark expressions, each stateful node is an
+exchange ``repartition(n, _vn)`` on its key's vnode followed by a ``mapInArrow`` task that reads
+its state at the last committed epoch, writes its state delta as SSTs named by
+(epoch, attempt, state, partition), and emits its output changelog. The final materialize of
+every consumer emits its changelog as Arrow IPC blobs; all consumers are unioned into one
+DataFrame and collected with one action.
+
+Tasks are deterministic for a given input, so a retried or speculative task rewrites the same
+files with the same bytes; files of a failed attempt are never referenced because the
+coordinator lists only its own attempt's prefix.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass
+from functools import reduce
+from typing import Any, Callable, Iterator
+
+import polars as pl
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from millpond import paths
+from millpond.catalog import ROW_ID, WEIGHT, TableDef
+from millpond.catalog.types import spark_ddl_type
+from millpond.engine import plan as P
+from millpond.engine.changelog import KH, W
+from millpond.engine.operators.aggregate import AggSpec, apply_aggregate, nonnull_col, sum_col, value_col
+from millpond.engine.operators.join import SIDE, JoinSpec, apply_join
+from millpond.engine.operators.materialize import MaterializeSpec, apply_materialize
+from millpond.log.channel import Segment
+from millpond.store.manifest import Manifest
+from millpond.store.objects import open_store
+from millpond.store.sst import VNODES, SstRef
+from millpond.store.state_table import StateTable, write_state
+
+__all__ = ["Consumer", "EpochJob", "run_epoch_job", "CONSUMER", "IPC"]
+
+VN = "_vn"
+CONSUMER = "_consumer"
+IPC = "_ipc"
+assert WEIGHT == W
+
+
+@dataclass(frozen=True)
+class Consumer:
+    """Something that reads table channels and keeps state: a table or a view."""
+
+    key: str  # "o<object id>", the manifest's offsets key and state id prefix
+    object_id: int
+    name: str
+    plan: P.Materialize
+    columns: tuple[str, ...]  # output columns (the rows state's key)
+
+
+@dataclass(frozen=True)
+class EpochJob:
+    root: str
+    epoch: int
+    attempt: str
+    parallelism: int
+    manifest: Manifest  # last committed: tasks read state at this epoch
+
+
+def run_epoch_job(spark: SparkSession, job: EpochJob, work: list[tuple[Consumer, dict[str, tuple[int, int]]]],
+                  tables: dict[str, TableDef], segments: Callable[[str, int, int], list[Segment]]
+                  ) -> dict[str, pa.Table]:
+    """Run the epoch's single Spark job; return each consumer's output changelog."""
+    frames = [_Builder(spark, job, c, ranges, tables, segments).final() for c, ranges in work]
+    result = reduce(DataFrame.unionByName, frames).toArrow()
+    out: dict[str, list[pa.Table]] = {c.key: [] for c, _ in work}
+    for consumer, blob in zip(result.column(CONSUMER).to_pylist(), result.column(IPC).to_pylist()):
+        out[consumer].append(pa.ipc.open_stream(blob).read_all())
+    return {k: pa.concat_tables(v, promote_options="permissive") if v else None for k, v in out.items()}
+
+
+class _Builder:
+    def __init__(self, spark, job, consumer, ranges, tables, segments):  # noqa: ANN001
+        self.spark, self.job, self.consumer = spark, job, consumer
+        self.ranges, self.tables, self.segments = ranges, tables, segments
+
+    def final(self) -> DataFrame:
+        return self.build(self.consumer.plan)
+
+    def build(self, node: P.Node) -> DataFrame:
+        method = getattr(self, f"_{type(node).__name__.lower()}")
+        return method(node)
+
+    # -- stateless ----------------------------------------------------------------------------
+    def _source(self, node: P.Source) -> DataFrame:
+        t = self.tables[node.table]
+        start, stop = self.ranges[t.channel]
+        segs = [[s.key, s.first, s.count] for s in self.segments(t.channel, start, stop)]
+        ddl = ", ".join([f"`{c.name}` {spark_ddl_type(c.type)}" for c in t.columns]
+                        + [f"`{ROW_ID}` BIGINT", f"`{W}` BIGINT"])
+        df = (self.spark.read.format("millpond").option("root", self.job.root).option("channel", t.channel)
+              .option("from", start).option("to", stop).option("segments", json.dumps(segs))
+              .option("schema", ddl).load())
+        return df.select(*[F.col(f"`{src}`").alias(out) for out, src in node.columns], W)
+
+    def _filter(self, node: P.Filter) -> DataFrame:
+        return self.build(node.input).filter(F.expr(node.predicate))
+
+    def _project(self, node: P.Project) -> DataFrame:
+        return self.build(node.input).select(*[F.expr(e).alias(n) for e, n in node.exprs], W)
+
+    # -- stateful -----------------------------------------------------------------------------
+    def _exchange(self, df: DataFrame, keys: list) -> DataFrame:  # noqa: ANN001
+        kh = F.xxhash64(*keys) if keys else F.lit(0).cast("long")
+        df = df.withColumn(KH, kh).withColumn(VN, F.pmod(F.col(KH), F.lit(VNODES)).cast("int"))
+        return df.repartition(self.job.parallelism, VN)
+
+    def _task(self, node_id: int, kind: str, spec: Any, keys: dict[str, tuple[str, ...]], schema: T.StructType,
+              *, final: bool = False) -> "_Task":
+        ssts = {part: self.job.manifest.state(P.state_id(self.consumer.object_id, node_id, part)) for part in keys}
+        return _Task(kind=kind, spec=spec, root=self.job.root, epoch=self.job.epoch, attempt=self.job.attempt,
+                     object_id=self.consumer.object_id, node_id=node_id, ssts=ssts, keys=keys,
+                     out_schema=_arrow_schema(schema), consumer=self.consumer.key if final else None)
+
+    def _join(self, node: P.Join) -> DataFrame:
+        left, right = self.build(node.left), self.build(node.right)
+        lcols = [c for c in left.columns if c != W]
+        rcols = [c for c in right.columns if c != W]
+        lk = [F.expr(k) for k in node.left_keys]
+        rk = [F.expr(k) for k in node.right_keys]
+        ltypes, rtypes = left.select(*lk).schema, right.select(*rk).schema
+        kcols = [f"_k{i}" for i in range(len(lk))]
+        casts = [_common_type(a.dataType, b.dataType) for a, b in zip(ltypes, rtypes)]
+        lsel = left.select(F.lit(0).cast("byte").alias(SIDE),
+                           *[k.cast(t).alias(n) for k, t, n in zip(lk, casts, kcols)], *lcols, W)
+        rsel = right.select(F.lit(1).cast("byte").alias(SIDE),
+                            *[k.cast(t).alias(n) for k, t, n in zip(rk, casts, kcols)], *rcols, W)
+        both = self._exchange(lsel.unionByName(rsel, allowMissingColumns=True), [F.col(k) for k in kcols])
+        schema = T.StructType([*[left.schema[c] for c in lcols], *[right.schema[c] for c in rcols],
+                               T.StructField(W, T.LongType())])
+        spec = JoinSpec(tuple(kcols), tuple(lcols), tuple(rcols), name=f"{self.consumer.name}#{node.node_id}")
+        key_cols = {"left": (*kcols, *lcols), "right": (*kcols, *rcols)}
+        task = self._task(node.node_id, "join", spec, key_cols, schema)
+        return both.mapInArrow(task, schema)
+
+    def _aggregate(self, node: P.Aggregate) -> DataFrame:
+        df = self.build(node.input)
+        group = list(node.group)
+        pre, sums, values = [], [], []
+        for i, call in enumerate(node.calls):
+            arg = F.col(call.arg) if call.arg else None
+            if call.func in ("min", "max"):
+                pre.append(arg.alias(value_col(i)))
+                values.append(value_col(i))
+            if call.func == "sum":
+                pre.append((arg * F.col(W)).alias(sum_col(i)))
+                sums.append(sum_col(i))
+            if call.func in ("sum", "count"):
+                pre.append(F.when(arg.isNotNull(), F.col(W)).otherwise(F.lit(0)).cast("long").alias(nonnull_col(i)))
+                sums.append(nonnull_col(i))
+        df = self._exchange(df.select(*group, *pre, W), [F.col(g) for g in group])
+        # Catalyst consolidates the delta per (group, min/max values) before Python sees it.
+        agged = df.groupBy(VN, KH, *group, *values).agg(F.sum(W).alias(W), *[F.sum(s).alias(s) for s in sums])
+        nonzero = reduce(lambda a, b: a | b, [F.col(c) != 0 for c in (W, *sums)])
+        agged = agged.filter(nonzero)
+        out_fields = [agged.schema[g] for g in group]
+        for i, call in enumerate(node.calls):
+            if call.func in ("count", "count_star"):
+                t = T.LongType()
+            else:
+                t = agged.schema[sum_col(i) if call.func == "sum" else value_col(i)].dataType
+            out_fields.append(T.StructField(call.name, t))
+        schema = T.StructType([*out_fields, T.StructField(W, T.LongType())])
+        spec = AggSpec(tuple(group), node.calls, name=f"{self.consumer.name}#{node.node_id}")
+        keys = {"groups": tuple(group)}
+        if values:
+            keys["values"] = (*group, *values)
+        return agged.mapInArrow(self._task(node.node_id, "aggregate", spec, keys, schema), schema)
+
+    def _materialize(self, node: P.Materialize) -> DataFrame:
+        df = self.build(node.input)
+        cols = [c for c in df.columns if c != W]
+        df = self._exchange(df, [F.col(f"`{c}`") for c in cols])
+        spec = MaterializeSpec(tuple(cols), name=self.consumer.name)
+        out = T.StructType([T.StructField(CONSUMER, T.StringType()), T.StructField(IPC, T.BinaryType())])
+        return df.mapInArrow(self._task(node.node_id, "materialize", spec, {"rows": tuple(cols)}, out, final=True), out)
+
+
+def _common_type(a: T.DataType, b: T.DataType) -> T.DataType:
+    if a == b:
+        return a
+    numeric = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
+    if isinstance(a, numeric) and isinstance(b, numeric):
+        return T.LongType()
+    if isinstance(a, T.NumericType) and isinstance(b, T.NumericType):
+        return T.DoubleType()
+    return T.StringType()
+
+
+def _arrow_schema(schema: T.StructType) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(schema, prefers_large_types=True)
+
+
+@dataclass(frozen=True)
+class _Task:
+    """The picklable body of one stateful ``mapInArrow`` stage."""
+
+    kind: str
+    spec: Any
+    root: str
+    epoch: int
+    attempt: str
+    object_id: int
+    node_id: int
+    ssts: dict[str, tuple[SstRef, ...]]
+    keys: dict[str, tuple[str, ...]]
+    out_schema: pa.Schema
+    consumer: str | None
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        batches = [b for b in batches if b.num_rows]
+        if not batches:
+            return
+        delta = pl.from_arrow(pa.Table.from_batches(batches))
+        if VN in delta.columns:
+            delta = delta.drop(VN)
+        store = open_store(self.root)
+        states = {part: StateTable(store, self.ssts[part], self.keys[part]) for part in self.keys}
+        if self.kind == "join":
+            out, writes = apply_join(self.spec, delta, states["left"], states["right"])
+        elif self.kind == "aggregate":
+            out, writes = apply_aggregate(self.spec, delta, states["groups"], states.get("values"))
+        else:
+            out, writes = apply_materialize(self.spec, delta, states["rows"])
+        partition = TaskContext.get().partitionId()
+        for part, rows in writes.items():
+            sid = P.state_id(self.object_id, self.node_id, part)
+            write_state(store, lambda bitmap, sid=sid: paths.sst_key(self.epoch, self.attempt, sid, partition, bitmap),
+                        rows)
+        if out.height == 0:
+            return
+        if self.consumer is None:
+            yield from out.to_arrow().cast(self.out_schema).to_batches()
+            return
+        sink = io.BytesIO()
+        table = out.to_arrow()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+        yield pa.RecordBatch.from_pydict({CONSUMER: [self.consumer], IPC: [sink.getvalue()]}, schema=self.out_schema)
+
+
+def output_schema(spark: SparkSession, plan: P.Materialize, tables: dict[str, TableDef]) -> pa.Schema:
+    """The Arrow schema of a plan's rows, from Spark's analysis of the plan (runs no job)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    ranges = {t.channel: (0, 0) for t in tables.values()}
+    job = EpochJob(root="", epoch=0, attempt="", parallelism=1, manifest=Manifest(epoch=0))
+    consumer = Consumer("o0", 0, "", plan, ())
+    df = _Builder(spark, job, consumer, ranges, tables, lambda *_: []).build(plan.input)
+    return to_arrow_schema(T.StructType([f for f in df.schema if f.name != W]))

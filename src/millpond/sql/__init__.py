@@ -1,0 +1,1 @@
+"""The SQL front end on sqlglot (PostgreSQL dialect)."""

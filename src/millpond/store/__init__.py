@@ -1,0 +1,1 @@
+"""The state store: immutable SSTs on object storage, one manifest version per committed epoch."""
