@@ -275,7 +275,7 @@ class Database:
                 snap = self._snapshot(t, hidden=hidden)
                 con.register(t, snap)
             try:
-                return con.execute(q.sql(dialect="duckdb")).to_arrow_table()
+                return con.sql(q.sql(dialect="duckdb")).to_arrow_table()
             except duckdb.Error as exc:
                 raise SqlError(f"query failed: {exc}") from None
         finally:
