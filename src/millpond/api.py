@@ -301,10 +301,11 @@ class Database:
         for rows, w in ((old, -1), (new, 1)):
             if rows is not None and rows.num_rows:
                 rows = rows.select([*(c.name for c in t.columns), ROW_ID])
-                parts.append(rows.append_column(WEIGHT, pa.array(np.full(rows.num_rows, w, dtype=np.int64))))
+                weights = pa.array(np.full(rows.num_rows, w, dtype=np.int64))
+                parts.append(rows.append_column(WEIGHT, weights).cast(t.log_schema))
         if not parts:
             return
-        batch = pa.concat_tables(parts).cast(t.log_schema)
+        batch = pa.concat_tables(parts)
         if t.primary_key and new is not None:
             keys = pl.from_arrow(self._snapshot(t.name, hidden=True)).select(t.primary_key)
             _check_unique(t, keys, pl.from_arrow(batch))

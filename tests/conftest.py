@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+import millpond
+from millpond.spark.session import local_session
+
+
+@pytest.fixture(scope="session")
+def spark():
+    session = local_session(cores="2", shuffle_partitions=2)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def root(tmp_path):
+    return str(tmp_path / "root")
+
+
+@pytest.fixture
+def open_db(spark, root):
+    """Open databases on this test's root (closed at teardown)."""
+    opened = []
+
+    def _open(*, parallelism: int = 2, path: str | None = None) -> millpond.Database:
+        db = millpond.connect(path or root, spark=spark, parallelism=parallelism, interval=None)
+        opened.append(db)
+        return db
+
+    yield _open
+    for db in opened:
+        db.close()
+
+
+def oracle(sql: str, tables: dict[str, pa.Table]) -> pa.Table:
+    """DuckDB computing ``sql`` over the given base tables: the independent check of every view."""
+    con = duckdb.connect()
+    for name, table in tables.items():
+        con.register(name, table)
+    return con.sql(sql).to_arrow_table()
+
+
+def rows(table: pa.Table) -> list[tuple]:
+    """A table's rows as a sorted multiset (NULLs sort first)."""
+    cols = table.to_pydict()
+    out = list(zip(*cols.values())) if cols else []
+    return sorted(out, key=lambda r: tuple((v is not None, v) for v in r))

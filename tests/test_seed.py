@@ -1,0 +1,80 @@
+"""The shopping example of seeds/002, step by step with its exact expected rows."""
+
+import pyarrow as pa
+
+from tests.conftest import rows
+
+SCHEMA = """
+CREATE TABLE info  (product VARCHAR PRIMARY KEY, category VARCHAR);
+CREATE TABLE visit (product VARCHAR, "user" VARCHAR, length INT);
+CREATE MATERIALIZED VIEW result AS
+  SELECT category, MAX(length) AS max_length
+  FROM info JOIN visit ON info.product = visit.product
+  GROUP BY category;
+"""
+
+
+def seed(db):
+    db.sql(SCHEMA)
+    db.sql("INSERT INTO info VALUES ('Apple','Fruit'),('Banana','Fruit'),('Carrot','Vegetable'),('Potato','Vegetable')")
+    db.insert("visit", pa.table({
+        "product": ["Apple", "Apple", "Carrot", "Banana", "Potato"],
+        "user": ["Alice", "Bob", "Bob", "Alice", "Eve"],
+        "length": [10, 20, 50, 40, 60],
+    }))
+
+
+def test_seed_example_step_by_step(open_db):
+    db = open_db()
+    seed(db)
+    reports = db.flush()
+    assert rows(db.sql("SELECT * FROM result")) == [("Fruit", 40), ("Vegetable", 60)]
+    assert rows(reports[-1].changes["result"]) == [("Fruit", 40, 1), ("Vegetable", 60, 1)]
+
+    db.sql("""DELETE FROM visit WHERE product = 'Banana' AND "user" = 'Alice'""")
+    report = db.flush()[-1]
+    assert rows(db.sql("SELECT * FROM result")) == [("Fruit", 20), ("Vegetable", 60)]
+    assert rows(report.changes["result"]) == [("Fruit", 20, 1), ("Fruit", 40, -1)]
+
+    db.sql("UPDATE info SET category = 'Vegetable' WHERE product = 'Apple'")
+    report = db.flush()[-1]
+    assert rows(db.sql("SELECT * FROM result")) == [("Vegetable", 60)]
+    assert rows(report.changes["result"]) == [("Fruit", 20, -1)]
+
+    db.sql("UPDATE info SET category = 'Fruit' WHERE product = 'Carrot'")
+    db.flush()
+    assert rows(db.sql("SELECT * FROM result")) == [("Fruit", 50), ("Vegetable", 60)]
+    assert rows(db.sql("SELECT * FROM info")) == [
+        ("Apple", "Vegetable"), ("Banana", "Fruit"), ("Carrot", "Fruit"), ("Potato", "Vegetable")]
+
+
+def test_views_survive_reopen_and_spark_dataframe(open_db, root):
+    db = open_db()
+    seed(db)
+    db.flush()
+    epoch = db.epoch
+    db.close()
+    again = open_db()
+    assert again.epoch == epoch
+    assert sorted(again.catalog.views) == ["result"]
+    df = again.table("result")
+    assert sorted(map(tuple, df.collect())) == [("Fruit", 40), ("Vegetable", 60)]
+
+
+def test_primary_key_insert_is_an_upsert(open_db):
+    db = open_db()
+    seed(db)
+    db.flush()
+    db.sql("INSERT INTO info VALUES ('Banana', 'Vegetable')")
+    db.flush()
+    assert rows(db.sql("SELECT * FROM info WHERE product = 'Banana'")) == [("Banana", "Vegetable")]
+    assert rows(db.sql("SELECT * FROM result")) == [("Fruit", 20), ("Vegetable", 60)]
+
+
+def test_flush_statement_and_nothing_to_do(open_db):
+    db = open_db()
+    seed(db)
+    assert db.sql("FLUSH") is None
+    epoch = db.epoch
+    assert db.flush() == []  # no new input: no epoch
+    assert db.epoch == epoch
