@@ -115,7 +115,7 @@ class _Builder:
     # -- stateful -----------------------------------------------------------------------------
     def _exchange(self, df: DataFrame, keys: list) -> DataFrame:  # noqa: ANN001
         kh = F.xxhash64(*keys) if keys else F.lit(0).cast("long")
-        df = df.withColumn(KH, kh).withColumn(VN, F.pmod(F.col(KH), F.lit(VNODES)).cast("int"))
+        df = df.select("*", kh.alias(KH), F.pmod(kh, F.lit(VNODES)).cast("int").alias(VN))
         return df.repartition(self.job.parallelism, VN)
 
     def _task(self, node_id: int, kind: str, spec: Any, keys: dict[str, tuple[str, ...]], schema: T.StructType,
@@ -131,9 +131,9 @@ class _Builder:
         rcols = [c for c in right.columns if c != W]
         lk = [F.expr(k) for k in node.left_keys]
         rk = [F.expr(k) for k in node.right_keys]
-        ltypes, rtypes = left.select(*lk).schema, right.select(*rk).schema
+        ltypes, rtypes = _types(left, node.left_keys), _types(right, node.right_keys)
         kcols = [f"_k{i}" for i in range(len(lk))]
-        casts = [_common_type(a.dataType, b.dataType) for a, b in zip(ltypes, rtypes)]
+        casts = [_common_type(a, b) for a, b in zip(ltypes, rtypes)]
         lsel = left.select(F.lit(0).cast("byte").alias(SIDE),
                            *[k.cast(t).alias(n) for k, t, n in zip(lk, casts, kcols)], *lcols, W)
         rsel = right.select(F.lit(1).cast("byte").alias(SIDE),
@@ -187,6 +187,14 @@ class _Builder:
         spec = MaterializeSpec(tuple(cols), name=self.consumer.name)
         out = T.StructType([T.StructField(CONSUMER, T.StringType()), T.StructField(IPC, T.BinaryType())])
         return df.mapInArrow(self._task(node.node_id, "materialize", spec, {"rows": tuple(cols)}, out, final=True), out)
+
+
+def _types(df: DataFrame, exprs: tuple[str, ...]) -> list[T.DataType]:
+    """Types of expressions over ``df``; plain column references need no Spark analysis."""
+    fields = {f"`{f.name}`": f.dataType for f in df.schema}
+    if all(e in fields for e in exprs):
+        return [fields[e] for e in exprs]
+    return [f.dataType for f in df.select(*[F.expr(e) for e in exprs]).schema]
 
 
 def _common_type(a: T.DataType, b: T.DataType) -> T.DataType:

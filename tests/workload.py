@@ -1,0 +1,122 @@
+"""A seeded random workload on the shopping tables, shared by the oracle and crash tests.
+
+The same statements run on millpond and on a DuckDB database that keeps its own copy of the
+base tables; DuckDB then recomputes every view's SQL as the oracle.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import duckdb
+import pyarrow as pa
+
+from tests.conftest import rows
+
+TABLES = """
+CREATE TABLE info  (product VARCHAR PRIMARY KEY, category VARCHAR);
+CREATE TABLE visit (product VARCHAR, "user" VARCHAR, length INT);
+"""
+
+VIEWS = {
+    "max_by_category": """SELECT category, MAX(length) AS max_length
+        FROM info JOIN visit ON info.product = visit.product GROUP BY category""",
+    "stats": """SELECT i.category, COUNT(*) AS n, SUM(v.length) AS total, MIN(v.length) AS lo,
+               COUNT(v."user") AS users, AVG(v.length) AS avg_len
+        FROM info i JOIN visit v ON i.product = v.product
+        WHERE v.length IS NULL OR v.length > 5
+        GROUP BY i.category HAVING COUNT(*) > 1""",
+    "thirds": """SELECT product, length * 2 AS doubled FROM visit WHERE length % 3 = 0""",
+    "per_user": """SELECT "user", COUNT(*) AS n, MAX(length) AS longest, SUM(length) AS total
+        FROM visit GROUP BY "user" """,
+    "self_join": """SELECT a.product, b."user" AS other, COUNT(*) AS pairs
+        FROM visit a JOIN visit b ON a.product = b.product AND a."user" <> b."user"
+        GROUP BY a.product, b."user" """,
+}
+
+PRODUCTS = [f"p{i}" for i in range(8)]
+USERS = [f"u{i}" for i in range(5)] + [None]
+CATEGORIES = ["c0", "c1", "c2", None]
+VISIT_SCHEMA = pa.schema([("product", pa.string()), ("user", pa.string()), ("length", pa.int32())])
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: str  # "insert" (bulk visits), "upsert" (INSERT on info) or "sql" (UPDATE/DELETE)
+    payload: object
+
+
+def steps(seed: int, count: int) -> list[Step]:
+    rng = random.Random(seed)
+    return [_step(rng) for _ in range(count)]
+
+
+def _step(rng: random.Random) -> Step:
+    kind = rng.choice(["visits", "visits", "info", "del_visit", "upd_visit", "upd_info", "del_info"])
+    p, u, c = rng.choice(PRODUCTS), rng.choice(USERS[:-1]), rng.choice(CATEGORIES)
+    if kind == "visits":
+        n = rng.randrange(1, 25)
+        return Step("insert", pa.table({
+            "product": [rng.choice(PRODUCTS) for _ in range(n)],
+            "user": [rng.choice(USERS) for _ in range(n)],
+            "length": [None if rng.random() < 0.08 else rng.randrange(100) for _ in range(n)],
+        }, schema=VISIT_SCHEMA))
+    if kind == "info":
+        pairs = {rng.choice(PRODUCTS): rng.choice(CATEGORIES) for _ in range(3)}
+        values = ", ".join(f"('{q}', {'NULL' if cat is None else repr(cat)})" for q, cat in pairs.items())
+        return Step("upsert", f"INSERT INTO info VALUES {values}")
+    if kind == "del_visit":
+        return Step("sql", f"""DELETE FROM visit WHERE "user" = '{u}' AND length < {rng.randrange(100)}""")
+    if kind == "upd_visit":
+        return Step("sql", f"UPDATE visit SET length = length + {rng.randrange(1, 9)} WHERE product = '{p}'")
+    if kind == "upd_info":
+        return Step("sql", f"UPDATE info SET category = {'NULL' if c is None else repr(c)} WHERE product = '{p}'")
+    return Step("sql", f"DELETE FROM info WHERE product = '{p}'")
+
+
+def setup(db) -> None:  # noqa: ANN001
+    db.sql(TABLES)
+    for name, sql in VIEWS.items():
+        db.sql(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
+
+
+def apply(db, step: Step) -> None:  # noqa: ANN001
+    if step.kind == "insert":
+        db.insert("visit", step.payload)
+    else:
+        db.sql(step.payload)
+
+
+class Reference:
+    """DuckDB's own copy of the base tables, changed by the same steps."""
+
+    def __init__(self) -> None:
+        self.con = duckdb.connect()
+        self.con.execute(TABLES)
+
+    def apply(self, step: Step) -> None:
+        if step.kind == "insert":
+            self.con.register("incoming", step.payload)
+            self.con.execute("INSERT INTO visit SELECT * FROM incoming")
+            self.con.unregister("incoming")
+        elif step.kind == "upsert":
+            self.con.execute(step.payload.replace("INSERT INTO", "INSERT OR REPLACE INTO"))
+        else:
+            self.con.execute(step.payload)
+
+    def query(self, sql: str) -> list[tuple]:
+        return norm(self.con.sql(sql).to_arrow_table())
+
+
+def norm(table: pa.Table) -> list[tuple]:
+    """Rows as a sorted multiset, floats rounded (AVG may differ in the last bits)."""
+    return rows(pa.table({n: [round(v, 6) if isinstance(v, float) else v for v in c.to_pylist()]
+                          for n, c in zip(table.column_names, table.columns)}))
+
+
+def mismatches(db, ref: Reference) -> list[str]:  # noqa: ANN001
+    """Names of base tables and views where millpond and the oracle disagree."""
+    bad = [t for t in ("info", "visit") if norm(db.sql(f"SELECT * FROM {t}")) != ref.query(f"SELECT * FROM {t}")]
+    bad += [v for v, sql in VIEWS.items() if norm(db.sql(f"SELECT * FROM {v}")) != ref.query(sql)]
+    return bad
