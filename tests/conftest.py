@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import socket
+
 import duckdb
 import pyarrow as pa
 import pytest
@@ -48,3 +50,31 @@ def rows(table: pa.Table) -> list[tuple]:
     cols = table.to_pydict()
     out = list(zip(*cols.values())) if cols else []
     return sorted(out, key=lambda r: tuple((v is not None, v) for v in r))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def s3_url():
+    """An S3-protocol server (moto) on loopback with bucket ``pond``; env points obstore at it."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    port = _free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="k",
+                 aws_secret_access_key="s").create_bucket(Bucket="pond")
+    env = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s",
+           "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
+    mp = pytest.MonkeyPatch()
+    for k, v in env.items():
+        mp.setenv(k, v)
+    yield "s3://pond/prefix"
+    mp.undo()
+    server.stop()

@@ -78,3 +78,36 @@ def test_flush_statement_and_nothing_to_do(open_db):
     epoch = db.epoch
     assert db.flush() == []  # no new input: no epoch
     assert db.epoch == epoch
+
+
+def test_seed_example_on_s3(spark, s3_url, tmp_path):
+    import millpond
+
+    db = millpond.connect(f"{s3_url}/{tmp_path.name}", spark=spark, parallelism=2, interval=None)
+    try:
+        seed(db)
+        db.flush()
+        assert rows(db.sql("SELECT * FROM result")) == [("Fruit", 40), ("Vegetable", 60)]
+    finally:
+        db.close()
+    again = millpond.connect(f"{s3_url}/{tmp_path.name}", spark=spark, parallelism=3, interval=None)
+    try:
+        assert rows(again.sql("SELECT * FROM result")) == [("Fruit", 40), ("Vegetable", 60)]
+    finally:
+        again.close()
+
+
+def test_background_interval_keeps_views_fresh_without_flush(spark, root):
+    import time
+
+    import millpond
+
+    db = millpond.connect(root, spark=spark, parallelism=2, interval="200ms")
+    try:
+        seed(db)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and rows(db.sql("SELECT * FROM result")) != [("Fruit", 40), ("Vegetable", 60)]:
+            time.sleep(0.2)
+        assert rows(db.sql("SELECT * FROM result")) == [("Fruit", 40), ("Vegetable", 60)]
+    finally:
+        db.close()

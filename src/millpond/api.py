@@ -230,6 +230,10 @@ class Database:
         names = cols or [c.name for c in t.columns]
         body = s.expression
         if isinstance(body, exp.Values):
+            for row in body.expressions:
+                if len(row.expressions) != len(names):
+                    raise SqlError(f"INSERT INTO {t.name}: {len(row.expressions)} values for {len(names)} columns "
+                                   f"in {row.sql('postgres')}")
             alias = exp.TableAlias(this=exp.to_identifier("_v"), columns=[exp.to_identifier(n) for n in names])
             query = exp.select(*[exp.column(n, "_v") for n in names]).from_(
                 exp.Values(expressions=body.expressions, alias=alias))

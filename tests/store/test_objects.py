@@ -1,0 +1,45 @@
+"""The object-store interface on a local folder and on an S3-protocol server (moto, loopback)."""
+
+import pytest
+
+from millpond.errors import StorageError
+from millpond.store.objects import AlreadyExists, ObjectStore
+
+
+@pytest.fixture(params=["local", "s3"])
+def store(request, tmp_path):
+    if request.param == "local":
+        return ObjectStore(str(tmp_path / "root"))
+    return ObjectStore(request.getfixturevalue("s3_url") + f"/{tmp_path.name}")
+
+
+def test_put_get_list(store):
+    store.put("a/1", b"one")
+    store.put("a/2", b"two")
+    store.put("b/1", b"other")
+    assert store.get("a/2") == b"two"
+    assert store.list("a/") == ["a/1", "a/2"]
+    assert store.list("missing/") == []
+
+
+def test_put_if_absent_fences_the_second_writer(store):
+    store.put_if_absent("manifest/1", b"first")
+    with pytest.raises(AlreadyExists):
+        store.put_if_absent("manifest/1", b"second")
+    assert store.get("manifest/1") == b"first"
+
+
+def test_missing_object_is_a_named_storage_error(store):
+    with pytest.raises(StorageError, match="'nope' is missing"):
+        store.get("nope")
+
+
+def test_unreachable_storage_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    monkeypatch.setenv("AWS_ALLOW_HTTP", "true")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    store = ObjectStore("s3://nowhere/x")
+    with pytest.raises(StorageError, match="cannot"):
+        store.list("manifest/")
