@@ -52,6 +52,9 @@ def rows(table: pa.Table) -> list[tuple]:
     return sorted(out, key=lambda r: tuple((v is not None, v) for v in r))
 
 
+S3_PORT = [0]
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -65,16 +68,19 @@ def s3_url():
     from moto.server import ThreadedMotoServer
 
     port = _free_port()
+    S3_PORT[0] = port
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
     server.start()
     endpoint = f"http://127.0.0.1:{port}"
     boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="k",
                  aws_secret_access_key="s").create_bucket(Bucket="pond")
-    env = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s",
-           "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
-    mp = pytest.MonkeyPatch()
-    for k, v in env.items():
-        mp.setenv(k, v)
     yield "s3://pond/prefix"
-    mp.undo()
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_options(s3_url):
+    """Explicit options for the loopback server: no credential lookups anywhere else."""
+    port = S3_PORT[0]
+    return {"endpoint": f"http://127.0.0.1:{port}", "access_key_id": "k", "secret_access_key": "s",
+            "region": "us-east-1", "allow_http": "true"}

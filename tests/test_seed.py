@@ -80,17 +80,19 @@ def test_flush_statement_and_nothing_to_do(open_db):
     assert db.epoch == epoch
 
 
-def test_seed_example_on_s3(spark, s3_url, tmp_path):
+def test_seed_example_on_s3(spark, s3_url, s3_options, tmp_path):
     import millpond
 
-    db = millpond.connect(f"{s3_url}/{tmp_path.name}", spark=spark, parallelism=2, interval=None)
+    db = millpond.connect(f"{s3_url}/{tmp_path.name}", spark=spark, parallelism=2, interval=None,
+                          storage_options=s3_options)
     try:
         seed(db)
         db.flush()
         assert rows(db.sql("SELECT * FROM result")) == [("Fruit", 40), ("Vegetable", 60)]
     finally:
         db.close()
-    again = millpond.connect(f"{s3_url}/{tmp_path.name}", spark=spark, parallelism=3, interval=None)
+    again = millpond.connect(f"{s3_url}/{tmp_path.name}", spark=spark, parallelism=3, interval=None,
+                             storage_options=s3_options)
     try:
         assert rows(again.sql("SELECT * FROM result")) == [("Fruit", 40), ("Vegetable", 60)]
     finally:

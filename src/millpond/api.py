@@ -35,14 +35,17 @@ log = logging.getLogger("millpond")
 
 
 def connect(root: str, *, spark: Any = None, parallelism: int | None = None,
-            interval: str | float | None = "1s") -> "Database":
+            interval: str | float | None = "1s", storage_options: dict[str, str] | None = None) -> "Database":
     """Open (or create) the database at ``root``: a folder, ``file://...`` or ``s3://bucket/prefix``.
 
     ``spark``: a SparkSession to run on (default: an embedded ``local[*]`` session).
     ``parallelism``: Spark partitions of stateful stages (default: the session's parallelism).
     ``interval``: run epochs in the background this often ("1s", "500ms", 2.0); None turns it off.
+    ``storage_options``: object-store settings for remote roots (``endpoint``, ``access_key_id``,
+    ``secret_access_key``, ``region``, ``allow_http``...); they are shipped to every Spark task.
     """
-    return Database(root, spark=spark, parallelism=parallelism, interval=interval)
+    return Database(root, spark=spark, parallelism=parallelism, interval=interval,
+                    storage_options=storage_options)
 
 
 def _seconds(interval: str | float | None) -> float | None:
@@ -56,7 +59,7 @@ def _seconds(interval: str | float | None) -> float | None:
 
 class Database:
     def __init__(self, root: str, *, spark: Any = None, parallelism: int | None = None,
-                 interval: str | float | None = "1s"):
+                 interval: str | float | None = "1s", storage_options: dict[str, str] | None = None):
         from millpond.spark.log_source import register
         from millpond.spark.session import local_session
 
@@ -64,7 +67,7 @@ class Database:
         self._own_spark = spark is None
         self.spark = spark or local_session()
         register(self.spark)
-        self.store = ObjectStore(root)
+        self.store = ObjectStore(root, storage_options)
         self.catalogs = CatalogStore(self.store)
         self.catalog = self.catalogs.load()
         self.log = Log(self.store)

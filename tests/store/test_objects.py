@@ -10,7 +10,7 @@ from millpond.store.objects import AlreadyExists, ObjectStore
 def store(request, tmp_path):
     if request.param == "local":
         return ObjectStore(str(tmp_path / "root"))
-    return ObjectStore(request.getfixturevalue("s3_url") + f"/{tmp_path.name}")
+    return ObjectStore(request.getfixturevalue("s3_url") + f"/{tmp_path.name}", request.getfixturevalue("s3_options"))
 
 
 def test_put_get_list(store):
@@ -34,12 +34,9 @@ def test_missing_object_is_a_named_storage_error(store):
         store.get("nope")
 
 
-def test_unreachable_storage_is_a_clear_error(monkeypatch):
-    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
-    monkeypatch.setenv("AWS_ALLOW_HTTP", "true")
-    monkeypatch.setenv("AWS_REGION", "us-east-1")
-    store = ObjectStore("s3://nowhere/x")
+def test_unreachable_storage_is_a_clear_error():
+    # port 9 on loopback: nothing listens, the connection is refused at once
+    store = ObjectStore("s3://nowhere/x", {"endpoint": "http://127.0.0.1:9", "access_key_id": "k",
+                                           "secret_access_key": "s", "region": "us-east-1", "allow_http": "true"})
     with pytest.raises(StorageError, match="cannot"):
         store.list("manifest/")

@@ -61,7 +61,7 @@ class Coordinator:
         if not work:
             return None
         epoch, attempt = self.manifest.epoch + 1, uuid.uuid4().hex[:12]
-        job = EpochJob(self.store.root, epoch, attempt, self.parallelism, self.manifest)
+        job = EpochJob(self.store.root, self.store.options, epoch, attempt, self.parallelism, self.manifest)
         faults.point("epoch.before_job")
         # 2. one Spark job
         changes = run_epoch_job(self.spark, job, work, catalog.tables, self._segments(catalog))

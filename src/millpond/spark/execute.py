@@ -64,6 +64,7 @@ class Consumer:
 @dataclass(frozen=True)
 class EpochJob:
     root: str
+    storage: dict[str, str]  # object-store options, shipped to every task
     epoch: int
     attempt: str
     parallelism: int
@@ -103,7 +104,7 @@ class _Builder:
                         + [f"`{ROW_ID}` BIGINT", f"`{W}` BIGINT"])
         df = (self.spark.read.format("millpond").option("root", self.job.root).option("channel", t.channel)
               .option("from", start).option("to", stop).option("segments", json.dumps(segs))
-              .option("schema", ddl).load())
+              .option("schema", ddl).option("storage", json.dumps(self.job.storage)).load())
         return df.select(*[F.col(f"`{src}`").alias(out) for out, src in node.columns], W)
 
     def _filter(self, node: P.Filter) -> DataFrame:
@@ -121,7 +122,7 @@ class _Builder:
     def _task(self, node_id: int, kind: str, spec: Any, keys: dict[str, tuple[str, ...]], schema: T.StructType,
               *, final: bool = False) -> "_Task":
         ssts = {part: self.job.manifest.state(P.state_id(self.consumer.object_id, node_id, part)) for part in keys}
-        return _Task(kind=kind, spec=spec, root=self.job.root, epoch=self.job.epoch, attempt=self.job.attempt,
+        return _Task(kind=kind, spec=spec, root=self.job.root, storage=self.job.storage, epoch=self.job.epoch, attempt=self.job.attempt,
                      object_id=self.consumer.object_id, node_id=node_id, ssts=ssts, keys=keys,
                      out_schema=_arrow_schema(schema), consumer=self.consumer.key if final else None)
 
@@ -221,6 +222,7 @@ class _Task:
     kind: str
     spec: Any
     root: str
+    storage: dict[str, str]
     epoch: int
     attempt: str
     object_id: int
@@ -237,7 +239,7 @@ class _Task:
         delta = pl.from_arrow(pa.Table.from_batches(batches))
         if VN in delta.columns:
             delta = delta.drop(VN)
-        store = open_store(self.root)
+        store = open_store(self.root, self.storage)
         states = {part: StateTable(store, self.ssts[part], self.keys[part]) for part in self.keys}
         if self.kind == "join":
             out, writes = apply_join(self.spec, delta, states["left"], states["right"])
@@ -267,7 +269,7 @@ def output_schema(spark: SparkSession, plan: P.Materialize, tables: dict[str, Ta
     from pyspark.sql.pandas.types import to_arrow_schema
 
     ranges = {t.channel: (0, 0) for t in tables.values()}
-    job = EpochJob(root="", epoch=0, attempt="", parallelism=1, manifest=Manifest(epoch=0))
+    job = EpochJob(root="", storage={}, epoch=0, attempt="", parallelism=1, manifest=Manifest(epoch=0))
     consumer = Consumer("o0", 0, "", plan, ())
     df = _Builder(spark, job, consumer, ranges, tables, lambda *_: []).build(plan.input)
     return to_arrow_schema(T.StructType([f for f in df.schema if f.name != W]))

@@ -50,13 +50,14 @@ class _LogReader(DataSourceReader):
             if required not in options:
                 raise ValueError(f"the millpond source needs the option {required!r}")
         self.root = options["root"]
+        self.storage = json.loads(options.get("storage", "{}"))
         self.start = int(options.get("from", 0))
         self.stop = int(options.get("to", 2**62))
         if "segments" in options:
             self.segments = [tuple(s) for s in json.loads(options["segments"])]
         else:
             from millpond import paths
-            store = open_store(self.root)
+            store = open_store(self.root, self.storage)
             keys = store.list(paths.log_prefix(options["channel"]))
             firsts = [paths.parse_log_segment(k) for k in keys] + [None]
             self.segments = []
@@ -74,7 +75,7 @@ class _LogReader(DataSourceReader):
         return [_SegmentPartition(p, self.start, self.stop) for p in parts]
 
     def read(self, partition: _SegmentPartition) -> Iterator[pa.RecordBatch]:
-        store = open_store(self.root)
+        store = open_store(self.root, self.storage)
         for key, first, count in partition.segments:
             table = read_segment(store, Segment(key, first, count), partition.start, partition.stop)
             yield from table.to_batches()

@@ -26,10 +26,16 @@ class AlreadyExists(Exception):
 
 
 class ObjectStore:
-    """Keys are relative to the root URL. Objects are immutable once written."""
+    """Keys are relative to the root URL. Objects are immutable once written.
 
-    def __init__(self, root: str):
+    ``options`` configure remote stores explicitly (e.g. ``endpoint``, ``access_key_id``,
+    ``secret_access_key``, ``region``, ``allow_http``); they travel with every Spark task, so
+    workers never depend on their own environment for credentials.
+    """
+
+    def __init__(self, root: str, options: dict[str, str] | None = None):
         self.root = root
+        self.options = dict(options or {})
         self._local_dir: Path | None = None
         if "://" not in root:
             self._local_dir = Path(root).expanduser().resolve()
@@ -42,7 +48,12 @@ class ObjectStore:
         else:
             url = root
         try:
-            self._store = from_url(url, mkdir=True) if self._local_dir else from_url(url)
+            if self._local_dir:
+                self._store = from_url(url, mkdir=True)
+            else:
+                client = {k: v for k, v in self.options.items() if k in _CLIENT_KEYS}
+                config = {k: v for k, v in self.options.items() if k not in _CLIENT_KEYS}
+                self._store = from_url(url, config=config or None, client_options=client or None)
         except Exception as exc:  # obstore raises several types for bad URLs/config
             raise StorageError(f"cannot open object storage at {root!r}: {exc}") from exc
 
@@ -110,14 +121,16 @@ class ObjectStore:
                 os.close(fd)
 
 
-_OPEN: dict[str, ObjectStore] = {}
+_CLIENT_KEYS = {"allow_http", "allow_invalid_certificates", "timeout", "connect_timeout"}
+_OPEN: dict[tuple, ObjectStore] = {}
 _LOCK = threading.Lock()
 
 
-def open_store(root: str) -> ObjectStore:
-    """A process-wide store per root (Spark workers reuse it across tasks)."""
+def open_store(root: str, options: dict[str, str] | None = None) -> ObjectStore:
+    """A process-wide store per (root, options) (Spark workers reuse it across tasks)."""
+    key = (root, tuple(sorted((options or {}).items())))
     with _LOCK:
-        store = _OPEN.get(root)
+        store = _OPEN.get(key)
         if store is None:
-            store = _OPEN[root] = ObjectStore(root)
+            store = _OPEN[key] = ObjectStore(root, options)
         return store
