@@ -36,14 +36,16 @@ def as_rows(df: pl.DataFrame) -> list[tuple]:
 
 
 class Harness:
-    def __init__(self, root: str, keys: dict[str, tuple[str, ...]]):
+    def __init__(self, root: str, keys: dict[str, tuple[str, ...]], *, additive: frozenset[str] = frozenset()):
         self.store = ObjectStore(root)
         self.keys = keys
+        self.additive = additive
         self.refs: dict[str, list[SstRef]] = {part: [] for part in keys}
         self.epoch = 0
 
     def states(self) -> dict[str, StateTable]:
-        return {p: StateTable(self.store, tuple(reversed(self.refs[p])), self.keys[p]) for p in self.keys}
+        return {p: StateTable(self.store, tuple(reversed(self.refs[p])), self.keys[p], additive=p in self.additive)
+                for p in self.keys}
 
     def commit(self, writes: dict[str, pl.DataFrame]) -> None:
         self.epoch += 1

@@ -59,7 +59,8 @@ def test_sum_and_count_follow_sql_null_rules(tmp_path):
 
 def test_inner_join_emits_and_retracts_matches_from_both_sides(tmp_path):
     spec = JoinSpec(("_k0",), ("l_product", "l_cat"), ("r_product", "r_len"), name="t")
-    h = Harness(str(tmp_path), {"left": ("_k0", "l_product", "l_cat"), "right": ("_k0", "r_product", "r_len")})
+    h = Harness(str(tmp_path), {"left": ("_k0", "l_product", "l_cat"), "right": ("_k0", "r_product", "r_len")},
+                additive=frozenset({"left", "right"}))
     cols = [SIDE, "_k0", "l_product", "l_cat", "r_product", "r_len"]
 
     def epoch(text):

@@ -55,3 +55,16 @@ def test_manifest_commit_is_put_if_absent(tmp_path):
     assert manifests.latest() == m
     with pytest.raises(FencedError, match="epoch 1"):
         manifests.commit(Manifest(epoch=1))
+
+
+def test_additive_table_sums_counts_across_files(tmp_path):
+    from millpond.errors import InvariantError
+
+    store = ObjectStore(str(tmp_path))
+    e1 = _write(store, 1, {"_kh": [1, 1, 2], "k": ["a", "b", "c"], "_count": [2, 1, 1], "_del": [False] * 3})
+    e2 = _write(store, 2, {"_kh": [1, 2], "k": ["a", "c"], "_count": [-1, -1], "_del": [False] * 2})
+    table = StateTable(store, (e2, e1), ("k",), additive=True)
+    assert sorted(table.lookup(np.array([1, 2])).rows()) == [(1, "a", 1), (1, "b", 1)]
+    e3 = _write(store, 3, {"_kh": [2], "k": ["c"], "_count": [-1], "_del": [False]})
+    with pytest.raises(InvariantError, match="negative"):
+        StateTable(store, (e3, e2, e1), ("k",), additive=True).lookup(np.array([2]))

@@ -120,11 +120,12 @@ class _Builder:
         return df.repartition(self.job.parallelism, VN)
 
     def _task(self, node_id: int, kind: str, spec: Any, keys: dict[str, tuple[str, ...]], schema: T.StructType,
-              *, final: bool = False) -> "_Task":
+              *, final: bool = False, additive: frozenset[str] = frozenset()) -> "_Task":
         ssts = {part: self.job.manifest.state(P.state_id(self.consumer.object_id, node_id, part)) for part in keys}
         return _Task(kind=kind, spec=spec, root=self.job.root, storage=self.job.storage, epoch=self.job.epoch, attempt=self.job.attempt,
                      object_id=self.consumer.object_id, node_id=node_id, ssts=ssts, keys=keys,
-                     out_schema=_arrow_schema(schema), consumer=self.consumer.key if final else None)
+                     out_schema=_arrow_schema(schema), consumer=self.consumer.key if final else None,
+                     additive=additive)
 
     def _join(self, node: P.Join) -> DataFrame:
         left, right = self.build(node.left), self.build(node.right)
@@ -144,7 +145,7 @@ class _Builder:
                                T.StructField(W, T.LongType())])
         spec = JoinSpec(tuple(kcols), tuple(lcols), tuple(rcols), name=f"{self.consumer.name}#{node.node_id}")
         key_cols = {"left": (*kcols, *lcols), "right": (*kcols, *rcols)}
-        task = self._task(node.node_id, "join", spec, key_cols, schema)
+        task = self._task(node.node_id, "join", spec, key_cols, schema, additive=frozenset(key_cols))
         return both.mapInArrow(task, schema)
 
     def _aggregate(self, node: P.Aggregate) -> DataFrame:
@@ -231,6 +232,7 @@ class _Task:
     keys: dict[str, tuple[str, ...]]
     out_schema: pa.Schema
     consumer: str | None
+    additive: frozenset[str]
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         batches = [b for b in batches if b.num_rows]
@@ -240,7 +242,8 @@ class _Task:
         if VN in delta.columns:
             delta = delta.drop(VN)
         store = open_store(self.root, self.storage)
-        states = {part: StateTable(store, self.ssts[part], self.keys[part]) for part in self.keys}
+        states = {part: StateTable(store, self.ssts[part], self.keys[part], additive=part in self.additive)
+                  for part in self.keys}
         if self.kind == "join":
             out, writes = apply_join(self.spec, delta, states["left"], states["right"])
         elif self.kind == "aggregate":

@@ -1,7 +1,9 @@
 """Reads of one state table at a committed epoch: merge its SSTs newest-first.
 
 A state table's rows are identified by ``_kh`` plus its key columns; the newest version of a
-key wins and a tombstone (``_del``) hides the key. Reads take the SST list of the manifest the
+key wins and a tombstone (``_del``) hides the key. An *additive* table (a multiset, e.g. join
+state) instead stores count deltas in ``_count`` and a read sums them across files, so a
+writer never has to read a row before changing its count. Reads take the SST list of the manifest the
 reader is pinned to, so a read at epoch ``e`` never sees files written after ``e``.
 """
 
@@ -14,11 +16,14 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from millpond.errors import InvariantError
 from millpond.store.objects import ObjectStore
 from millpond.store.sst import DEL, KH, SstRef, read_sst, take_ranges, vnode_bitmap, write_sst
 from millpond.store.sst import bitmap_hex  # noqa: F401  (re-exported for writers)
 
-__all__ = ["StateTable"]
+__all__ = ["StateTable", "write_state"]
+
+COUNT = "_count"
 
 _EPOCH = "__epoch"
 
@@ -30,6 +35,7 @@ class StateTable:
     store: ObjectStore
     ssts: Sequence[SstRef]
     key_columns: Sequence[str]
+    additive: bool = False
 
     def lookup(self, kh: np.ndarray) -> pl.DataFrame | None:
         """All live rows whose ``_kh`` is in ``kh`` (batched multi-get); None if no state."""
@@ -56,6 +62,12 @@ class StateTable:
         if not parts:
             return None
         merged = pl.concat(parts, how="vertical_relaxed")
+        if self.additive:
+            keys = [KH, *self.key_columns]
+            merged = merged.group_by(keys, maintain_order=True).agg(pl.col(COUNT).sum())
+            if merged.filter(pl.col(COUNT) < 0).height:
+                raise InvariantError(f"state {self.ssts[0].key.rsplit('/', 2)[-2]}: a row's count is negative")
+            return merged.filter(pl.col(COUNT) > 0)
         if len(parts) > 1:
             merged = merged.sort(_EPOCH, descending=True, maintain_order=True).unique(
                 subset=[KH, *self.key_columns], keep="first", maintain_order=True

@@ -3,7 +3,9 @@
 For a delta ``dL``/``dR`` and state ``L``/``R`` at the previous epoch, the output is
 ``dL ⋈ R + (L + dL) ⋈ dR`` (the bilinear rule of DBSP): correct for any mix of inserts and
 deletes on both sides in one epoch. Each side's state is a multiset of rows keyed by
-(join key, whole row) with a ``_count``; a row whose count reaches zero becomes a tombstone.
+(join key, whole row) kept as an *additive* state table: the epoch writes each side's delta as
+count changes, so the work is reading the matches the output needs and nothing more — a new
+visit reads the one ``info`` row it joins with, never the other visits of that product.
 
 Delta layout: ``_side`` (0 left, 1 right), ``_kh`` (hash of the join key), the key columns
 ``_k0..``, the left columns, the right columns (the other side's are null), ``_w``.
@@ -16,10 +18,9 @@ from dataclasses import dataclass
 import polars as pl
 
 from millpond.engine.changelog import COUNT, KH, W, consolidate, state_rows
-from millpond.errors import InvariantError
 from millpond.store.state_table import StateTable
 
-__all__ = ["JoinSpec", "apply_join"]
+__all__ = ["JoinSpec", "apply_join", "SIDE"]
 
 SIDE = "_side"
 
@@ -37,32 +38,31 @@ def apply_join(spec: JoinSpec, delta: pl.DataFrame, left: StateTable, right: Sta
     keys = [KH, *spec.key_columns]
     no_null_key = pl.all_horizontal(pl.col(k).is_not_null() for k in spec.key_columns)
     delta = delta.filter(no_null_key)  # NULL never equals anything: such rows cannot match
-    sides = {}
-    for side, cols in ((0, spec.left_columns), (1, spec.right_columns)):
-        part = delta.filter(pl.col(SIDE) == side).select(*keys, *cols, W)
-        sides[side] = consolidate(part)
-    kh = delta[KH].unique().to_numpy()
-    writes, old_state, new_state = {}, {}, {}
-    for side, table, cols, label in ((0, left, spec.left_columns, "left"), (1, right, spec.right_columns, "right")):
-        d = sides[side]
-        old = old_state[side] = _old_state(table, kh, d, keys, cols)
-        merged = old.join(d, on=[*keys, *cols], how="full", coalesce=True, nulls_equal=True)
-        merged = merged.with_columns((pl.col(COUNT).fill_null(0) + pl.col(W).fill_null(0)).alias(COUNT))
-        if merged.filter(pl.col(COUNT) < 0).height:
-            raise InvariantError(f"join {spec.name}: {label} side retracts a row it never saw")
-        touched = merged.filter(pl.col(W).is_not_null()).drop(W)
-        writes[label] = state_rows(touched, live=pl.col(COUNT) > 0)
-        new_state[side] = merged.filter(pl.col(COUNT) > 0).drop(W)
-    out_left = sides[0].join(old_state[1], on=keys, how="inner").with_columns((pl.col(W) * pl.col(COUNT)).alias(W))
-    out_right = new_state[0].join(sides[1], on=keys, how="inner").with_columns((pl.col(W) * pl.col(COUNT)).alias(W))
+    dl = consolidate(delta.filter(pl.col(SIDE) == 0).select(*keys, *spec.left_columns, W))
+    dr = consolidate(delta.filter(pl.col(SIDE) == 1).select(*keys, *spec.right_columns, W))
+
+    # dL ⋈ R: the right rows matching the left delta's keys, at the previous epoch
+    old_right = _lookup(right, dl, dr, keys, spec.right_columns)
+    out_left = dl.join(old_right, on=keys, how="inner").with_columns((pl.col(W) * pl.col(COUNT)).alias(W))
+    # (L + dL) ⋈ dR: the left rows matching the right delta's keys, with this epoch's changes
+    old_left = _lookup(left, dr, dl, keys, spec.left_columns)
+    new_left = consolidate(pl.concat([old_left.rename({COUNT: W}),
+                                      dl.join(dr.select(keys).unique(), on=keys, how="semi")]))
+    out_right = new_left.rename({W: COUNT}).join(dr, on=keys, how="inner").with_columns(
+        (pl.col(W) * pl.col(COUNT)).alias(W))
+
     cols = [*spec.left_columns, *spec.right_columns, W]
     out = consolidate(pl.concat([out_left.select(cols), out_right.select(cols)], how="vertical_relaxed"))
+    writes = {label: state_rows(d.rename({W: COUNT}), live=pl.lit(True)) for label, d in (("left", dl), ("right", dr))}
     return out, writes
 
 
-def _old_state(table: StateTable, kh, like: pl.DataFrame, keys: list[str], cols: tuple[str, ...]) -> pl.DataFrame:  # noqa: ANN001
-    found = table.lookup(kh)
-    schema = {**{c: like.schema[c] for c in (*keys, *cols)}, COUNT: pl.Int64}
+def _lookup(table: StateTable, probe: pl.DataFrame, other: pl.DataFrame, keys: list[str], cols: tuple[str, ...]
+            ) -> pl.DataFrame:
+    """State rows of ``table`` whose join key is in ``probe`` (typed like ``other``'s side)."""
+    schema = {**{c: other.schema[c] for c in (*keys, *cols)}, COUNT: pl.Int64}
+    found = table.lookup(probe[KH].unique().to_numpy()) if probe.height else None
     if found is None:
         return pl.DataFrame(schema=schema)
-    return found.select(list(schema)).cast(schema)
+    return found.select(list(schema)).cast(schema).join(probe.select(keys).unique(), on=keys, how="semi")
+
