@@ -268,7 +268,8 @@ class Database:
         where = s.args.get("where")
         cond = where.this if where else None
         old = self._query(exp.select("*").from_(t.name).where(cond), hidden=True)
-        projections = [(sets[c.name].copy() if c.name in sets else exp.column(c.name)).as_(c.name) for c in t.columns]
+        projections = [exp.alias_(sets[c.name].copy() if c.name in sets else exp.column(c.name, quoted=True),
+                                  c.name, quoted=True) for c in t.columns]
         new = self._query(exp.select(*projections, exp.column(ROW_ID)).from_(t.name).where(cond), hidden=True)
         new = _conform(t, new.select([c.name for c in t.columns])).append_column(ROW_ID, new.column(ROW_ID))
         self._append_changes(t, old, new)
