@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import socket
 
-import duckdb
 import pyarrow as pa
 import pytest
 
@@ -35,14 +34,6 @@ def open_db(spark, root):
     yield _open
     for db in opened:
         db.close()
-
-
-def oracle(sql: str, tables: dict[str, pa.Table]) -> pa.Table:
-    """DuckDB computing ``sql`` over the given base tables: the independent check of every view."""
-    con = duckdb.connect()
-    for name, table in tables.items():
-        con.register(name, table)
-    return con.sql(sql).to_arrow_table()
 
 
 def rows(table: pa.Table) -> list[tuple]:

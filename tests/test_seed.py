@@ -29,7 +29,10 @@ def test_seed_example_step_by_step(open_db):
     seed(db)
     reports = db.flush()
     assert rows(db.sql("SELECT * FROM result")) == [("Fruit", 40), ("Vegetable", 60)]
-    assert rows(reports[-1].changes["result"]) == [("Fruit", 40, 1), ("Vegetable", 60, 1)]
+    change = reports[-1].changes["result"]
+    assert change.schema.names == ["category", "max_length", "_w"]
+    assert change.schema.field("category").type == pa.string()
+    assert rows(change) == [("Fruit", 40, 1), ("Vegetable", 60, 1)]
 
     db.sql("""DELETE FROM visit WHERE product = 'Banana' AND "user" = 'Alice'""")
     report = db.flush()[-1]

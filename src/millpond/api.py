@@ -19,7 +19,7 @@ import polars as pl
 import pyarrow as pa
 from sqlglot import exp
 
-from millpond.catalog import ROW_ID, WEIGHT, Catalog, CatalogStore, Column, TableDef, ViewDef
+from millpond.catalog import ROW_ID, WEIGHT, Catalog, CatalogStore, Column, TableDef
 from millpond.catalog.types import arrow_type, normalize_type
 from millpond.engine.coordinator import Coordinator, EpochReport
 from millpond.errors import CatalogError, MillpondError, SchemaError, SqlError
@@ -115,7 +115,8 @@ class Database:
                 report = self.coordinator.run_epoch(self.catalog, self._consumers)
                 if report is None:
                     return reports
-                reports.append(report)
+                reports.append(EpochReport(report.epoch, {
+                    name: change.cast(self._changelog_schema(name)) for name, change in report.changes.items()}))
 
     def read(self, name: str) -> pa.Table:
         """The committed snapshot of a table or view as Arrow."""
@@ -336,6 +337,12 @@ class Database:
             table = table.drop_columns([ROW_ID])
         return table
 
+    def _changelog_schema(self, name: str) -> pa.Schema:
+        rel = self.catalog.relation(name)
+        if isinstance(rel, TableDef):
+            return rel.log_schema
+        return rel.schema.append(pa.field(WEIGHT, pa.int64()))
+
     # -- catalog ------------------------------------------------------------------------------
     def _commit_catalog(self, catalog: Catalog) -> None:
         consumers = self._plan_consumers(catalog)
@@ -442,5 +449,3 @@ def _check_unique(t: TableDef, current: pl.DataFrame, changes: pl.DataFrame) -> 
     if dup.height:
         raise SchemaError(f"table {t.name!r}: duplicate primary key {dup.select(key).row(0, named=True)}")
 
-
-assert ViewDef

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pyarrow as pa
-import sqlglot
 from sqlglot import exp
 
 from millpond.errors import SchemaError
@@ -67,5 +66,3 @@ def spark_ddl_type(sql_type: str) -> str:
         return "DECIMAL({},{})".format(*_decimal_args(dt))
     return _SIMPLE[dt.this][2]
 
-
-assert sqlglot  # imported for its dialect registry

@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from millpond import paths
-from millpond.catalog import ROW_ID, WEIGHT, TableDef
+from millpond.catalog import ROW_ID, TableDef
 from millpond.catalog.types import spark_ddl_type
 from millpond.engine import plan as P
 from millpond.engine.changelog import KH, W
@@ -47,7 +47,6 @@ __all__ = ["Consumer", "EpochJob", "run_epoch_job", "CONSUMER", "IPC"]
 VN = "_vn"
 CONSUMER = "_consumer"
 IPC = "_ipc"
-assert WEIGHT == W
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
-from typing import Iterator
 
 import obstore
 from obstore.exceptions import AlreadyExistsError

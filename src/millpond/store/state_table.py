@@ -10,7 +10,7 @@ reader is pinned to, so a read at epoch ``e`` never sees files written after ``e
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import polars as pl
@@ -18,8 +18,7 @@ import pyarrow as pa
 
 from millpond.errors import InvariantError
 from millpond.store.objects import ObjectStore
-from millpond.store.sst import DEL, KH, SstRef, read_sst, take_ranges, vnode_bitmap, write_sst
-from millpond.store.sst import bitmap_hex  # noqa: F401  (re-exported for writers)
+from millpond.store.sst import DEL, KH, SstRef, bitmap_hex, read_sst, take_ranges, vnode_bitmap, write_sst
 
 __all__ = ["StateTable", "write_state"]
 
@@ -79,8 +78,9 @@ def _tagged(table: pa.Table, epoch: int) -> pl.DataFrame:
     return pl.from_arrow(table).with_columns(pl.lit(epoch, dtype=pl.Int64).alias(_EPOCH))
 
 
-def write_state(store: ObjectStore, key_for_bitmap, rows: pl.DataFrame) -> str | None:  # noqa: ANN001
-    """Write a task's state delta (puts and tombstones) as one SST; return its key."""
+def write_state(store: ObjectStore, key_for_bitmap: Callable[[str], str], rows: pl.DataFrame) -> str | None:
+    """Write a task's state delta (puts and tombstones) as one SST named by ``key_for_bitmap``
+    of its vnode bitmap; return the key (None when there is nothing to write)."""
     if rows.height == 0:
         return None
     mask = vnode_bitmap(rows[KH].to_numpy())
