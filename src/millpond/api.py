@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import duckdb
 import numpy as np
@@ -22,7 +23,7 @@ from sqlglot import exp
 from millpond.catalog import ROW_ID, WEIGHT, Catalog, CatalogStore, Column, TableDef
 from millpond.catalog.types import arrow_type, normalize_type
 from millpond.engine.coordinator import Coordinator, EpochReport
-from millpond.errors import CatalogError, MillpondError, SchemaError, SqlError
+from millpond.errors import CatalogError, FencedError, MillpondError, SchemaError, SqlError
 from millpond.log import Log
 from millpond.spark.execute import Consumer
 from millpond.sql.planner import plan_view, table_plan
@@ -77,6 +78,7 @@ class Database:
         self._consumers = self._plan_consumers(self.catalog)
         self._closed = threading.Event()
         self._background_error: BaseException | None = None
+        self._fenced: FencedError | None = None
         self._thread = None
         period = _seconds(interval)
         if period:
@@ -375,12 +377,21 @@ class Database:
                 self._background_error = exc
                 return
 
-    def _guard(self):  # noqa: ANN202
+    @contextmanager
+    def _guard(self) -> Iterator[None]:
+        """Serialize API calls; refuse them once closed, fenced, or after a background failure."""
         if self._background_error is not None:
             raise MillpondError(f"a background epoch failed: {self._background_error}") from self._background_error
         if self._closed.is_set():
             raise MillpondError("the database is closed")
-        return self._lock
+        if self._fenced is not None:
+            raise FencedError(f"another writer took over {self.root!r} ({self._fenced}); reopen the root")
+        with self._lock:
+            try:
+                yield
+            except FencedError as exc:
+                self._fenced = exc
+                raise
 
 
 def _to_arrow(data: Any) -> pa.Table:

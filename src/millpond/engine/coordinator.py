@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from millpond import faults, paths
 from millpond.catalog import Catalog
+from millpond.errors import MillpondError
 from millpond.engine.plan import sources as _sources
 from millpond.log import Log
 from millpond.spark.execute import Consumer, EpochJob, run_epoch_job
@@ -64,7 +65,12 @@ class Coordinator:
         job = EpochJob(self.store.root, self.store.options, epoch, attempt, self.parallelism, self.manifest)
         faults.point("epoch.before_job")
         # 2. one Spark job
-        changes = run_epoch_job(self.spark, job, work, catalog.tables, self._segments(catalog))
+        try:
+            changes = run_epoch_job(self.spark, job, work, catalog.tables, self._segments(catalog))
+        except MillpondError:
+            raise
+        except Exception as exc:  # a task failed: the epoch is not committed, nothing is visible
+            raise MillpondError(f"epoch {epoch} failed and was not committed: {_cause(exc)}") from exc
         faults.point("epoch.after_job")
         # 3. this attempt's SSTs
         new_ssts: dict[str, list[SstRef]] = defaultdict(list)
@@ -101,3 +107,9 @@ class Coordinator:
     def with_parallelism(self, n: int) -> None:
         self.parallelism = n
 
+
+def _cause(exc: BaseException) -> str:
+    """The innermost error line of a (possibly Spark-wrapped) exception."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    errors = [ln for ln in lines if "Error:" in ln or "Exception:" in ln]
+    return (errors[-1] if errors else lines[-1] if lines else type(exc).__name__)[:500]
