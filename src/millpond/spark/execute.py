@@ -101,6 +101,9 @@ class _Builder:
         segs = [[s.key, s.first, s.count] for s in self.segments(t.channel, start, stop)]
         ddl = ", ".join([f"`{c.name}` {spark_ddl_type(c.type)}" for c in t.columns]
                         + [f"`{ROW_ID}` BIGINT", f"`{W}` BIGINT"])
+        if start >= stop:  # nothing new on this side: an empty local relation plans in no time
+            return self.spark.createDataFrame([], ddl).select(
+                *[F.col(f"`{src}`").alias(out) for out, src in node.columns], W)
         df = (self.spark.read.format("millpond").option("root", self.job.root).option("channel", t.channel)
               .option("from", start).option("to", stop).option("segments", json.dumps(segs))
               .option("schema", ddl).option("storage", json.dumps(self.job.storage)).load())
