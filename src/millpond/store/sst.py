@@ -9,6 +9,7 @@ holds is recorded with it (``SstRef.vnodes``) so reads skip files of other vnode
 from __future__ import annotations
 
 import io
+import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -102,7 +103,8 @@ class _Cache:
         return table, kh
 
 
-_CACHE = _Cache(budget_bytes=1 << 30)
+# Per Spark worker process; MILLPOND_SST_CACHE_BYTES overrides the default of 1 GiB.
+_CACHE = _Cache(budget_bytes=int(os.environ.get("MILLPOND_SST_CACHE_BYTES", 1 << 30)))
 
 
 def read_sst(store: ObjectStore, key: str) -> tuple[pa.Table, np.ndarray]:
