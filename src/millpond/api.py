@@ -205,9 +205,9 @@ class Database:
         raise SqlError(f"CREATE {kind} is not supported (tables and materialized views are)")
 
     def _drop(self, s: exp.Drop) -> None:
-        for t in s.expressions if hasattr(s, "expressions") and s.expressions else s.args.get("tables") or []:
+        kind = (s.args.get("kind") or "").upper()
+        for t in s.args.get("tables") or [s.this]:
             name = t.name
-            kind = (s.args.get("kind") or "").upper()
             exists = name in (self.catalog.tables if kind == "TABLE" else self.catalog.views)
             if not exists:
                 if s.args.get("exists"):
