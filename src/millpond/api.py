@@ -300,14 +300,19 @@ class Database:
             current = self._snapshot(t.name, hidden=True)
             key = list(t.primary_key)
             old = pl.from_arrow(current).join(pl.from_arrow(rows).select(key), on=key, how="semi").to_arrow()
-            self._append_changes(t, old, rows.append_column(ROW_ID, pa.nulls(rows.num_rows, pa.int64())))
+            self._append_changes(t, old, rows.append_column(ROW_ID, pa.nulls(rows.num_rows, pa.int64())),
+                                 current=current)
             return
         first = self.log.channel(t.channel, t.log_schema).end
         ids = pa.array(np.arange(first, first + rows.num_rows, dtype=np.int64))
         self._append_changes(t, None, rows.append_column(ROW_ID, ids))
 
-    def _append_changes(self, t: TableDef, old: pa.Table | None, new: pa.Table | None) -> None:
-        """Append retractions of ``old`` and insertions of ``new`` as one durable batch."""
+    def _append_changes(self, t: TableDef, old: pa.Table | None, new: pa.Table | None, *,
+                        current: pa.Table | None = None) -> None:
+        """Append retractions of ``old`` and insertions of ``new`` as one durable batch.
+
+        ``current`` is the committed table, if the caller already read it (for the key check).
+        """
         parts = []
         for rows, w in ((old, -1), (new, 1)):
             if rows is not None and rows.num_rows:
@@ -318,7 +323,8 @@ class Database:
             return
         batch = pa.concat_tables(parts)
         if t.primary_key and new is not None:
-            keys = pl.from_arrow(self._snapshot(t.name, hidden=True)).select(t.primary_key)
+            current = current if current is not None else self._snapshot(t.name, hidden=True)
+            keys = pl.from_arrow(current).select(t.primary_key)
             _check_unique(t, keys, pl.from_arrow(batch))
         self.log.channel(t.channel, t.log_schema).append(batch)
 

@@ -37,15 +37,7 @@ class Channel:
     def __init__(self, store: ObjectStore, name: str, schema: pa.Schema):
         self.store, self.name, self.schema = store, name, schema
         self._lock = threading.Lock()
-        self._segments: list[Segment] = []
-        keys = store.list(paths.log_prefix(name))
-        firsts = [paths.parse_log_segment(k) for k in keys]
-        for i, (key, first) in enumerate(zip(keys, firsts)):
-            if i + 1 < len(firsts):
-                count = firsts[i + 1] - first
-            else:
-                count = pa.ipc.open_file(pa.BufferReader(store.get(key))).read_all().num_rows
-            self._segments.append(Segment(key, first, count))
+        self._segments: list[Segment] = list_segments(store, name)
 
     @property
     def end(self) -> int:
@@ -81,6 +73,20 @@ class Channel:
         """Records ``[start, stop)`` as one table (deterministic replay)."""
         parts = [read_segment(self.store, s, start, stop) for s in self.segments(start, stop)]
         return pa.concat_tables(parts) if parts else self.schema.empty_table()
+
+
+def list_segments(store: ObjectStore, channel: str) -> list[Segment]:
+    """A channel's segments in order; each one's length is the gap to the next (the last is read)."""
+    keys = store.list(paths.log_prefix(channel))
+    firsts = [paths.parse_log_segment(k) for k in keys]
+    segments = []
+    for i, (key, first) in enumerate(zip(keys, firsts)):
+        if i + 1 < len(firsts):
+            count = firsts[i + 1] - first
+        else:
+            count = pa.ipc.open_file(pa.BufferReader(store.get(key))).read_all().num_rows
+        segments.append(Segment(key, first, count))
+    return segments
 
 
 def read_segment(store: ObjectStore, seg: Segment, start: int, stop: int) -> pa.Table:

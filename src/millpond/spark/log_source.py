@@ -17,7 +17,7 @@ from typing import Iterator
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from millpond.log.channel import Segment, read_segment
+from millpond.log.channel import Segment, list_segments, read_segment
 from millpond.store.objects import open_store
 
 __all__ = ["LogDataSource", "register"]
@@ -56,15 +56,8 @@ class _LogReader(DataSourceReader):
         if "segments" in options:
             self.segments = [tuple(s) for s in json.loads(options["segments"])]
         else:
-            from millpond import paths
             store = open_store(self.root, self.storage)
-            keys = store.list(paths.log_prefix(options["channel"]))
-            firsts = [paths.parse_log_segment(k) for k in keys] + [None]
-            self.segments = []
-            for key, first, nxt in zip(keys, firsts, firsts[1:]):
-                count = (nxt - first) if nxt is not None else pa.ipc.open_file(
-                    pa.BufferReader(store.get(key))).read_all().num_rows
-                self.segments.append((key, first, count))
+            self.segments = [(s.key, s.first, s.count) for s in list_segments(store, options["channel"])]
         self.segments = [s for s in self.segments if s[1] < self.stop and s[1] + s[2] > self.start]
 
     def partitions(self) -> list[InputPartition]:

@@ -13,6 +13,7 @@ import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import polars as pl
@@ -37,7 +38,7 @@ class SstRef:
     vnodes: str
 
     def mask(self) -> np.ndarray:
-        return np.unpackbits(np.frombuffer(bytes.fromhex(self.vnodes), dtype=np.uint8)).astype(bool)
+        return _mask(self.vnodes)
 
     def to_json(self) -> list:
         return [self.key, self.epoch, self.vnodes]
@@ -45,6 +46,13 @@ class SstRef:
     @classmethod
     def from_json(cls, raw: list) -> "SstRef":
         return cls(key=raw[0], epoch=int(raw[1]), vnodes=raw[2])
+
+
+@lru_cache(maxsize=65536)
+def _mask(vnodes_hex: str) -> np.ndarray:
+    mask = np.unpackbits(np.frombuffer(bytes.fromhex(vnodes_hex), dtype=np.uint8)).astype(bool)
+    mask.flags.writeable = False  # shared between callers
+    return mask
 
 
 def vnodes_of(kh: np.ndarray) -> np.ndarray:
