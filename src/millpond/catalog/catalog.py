@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
-from millpond import paths
+from millpond import faults, paths
 from millpond.catalog.types import arrow_type
 from millpond.errors import CatalogError, FencedError
 from millpond.store.objects import AlreadyExists, ObjectStore
@@ -162,4 +162,5 @@ class CatalogStore:
         except AlreadyExists:
             raise FencedError(f"catalog version {new.version} under {self.store.root!r} was written "
                               "by another writer; reopen the root") from None
+        faults.point("catalog.after_put")
         return new

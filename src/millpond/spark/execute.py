@@ -28,7 +28,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from millpond import paths
+from millpond import faults, paths
 from millpond.catalog import ROW_ID, TableDef
 from millpond.catalog.types import spark_ddl_type
 from millpond.engine import plan as P
@@ -253,10 +253,12 @@ class _Task:
         else:
             out, writes = apply_materialize(self.spec, delta, states["rows"])
         partition = TaskContext.get().partitionId()
+        faults.point("task.before_state")
         for part, rows in writes.items():
             sid = P.state_id(self.object_id, self.node_id, part)
             write_state(store, lambda bitmap, sid=sid: paths.sst_key(self.epoch, self.attempt, sid, partition, bitmap),
                         rows)
+        faults.point("task.after_state")
         if out.height == 0:
             return
         if self.consumer is None:
