@@ -31,6 +31,7 @@ chaos: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/state_size.py
+	$(PY) benchmarks/throughput.py
 
 clean:
 	rm -rf $(VENV) demo-data .pytest_cache

@@ -1,29 +1,94 @@
-"""Runs the seeded workload on a root, printing ``ACK <n>`` after each step is applied and
-flushed. Crash tests start it with MILLPOND_CRASH_AT set so that it SIGKILLs itself.
+"""One link of a crash chain: open a root, finish the schema, recover, then run the seeded
+workload from where the last link stopped until a crash point (``MILLPOND_CRASH_AT``) SIGKILLs
+the process, or ``STOP`` steps are done.
 
-    python -m tests.crash_worker ROOT SEED STEPS
+    python -m tests.crash_worker ROOT SEED LO HI STOP
+
+``LO``/``HI``: the root holds the first ``LO`` or ``HI`` (= ``LO`` or ``LO + 1``) workload steps,
+committed or not (the step in flight at the last kill is applied entirely or not at all). After
+the recovery flush the worker checks which one against the oracle and continues from there.
+
+Lines on stdout, for the harness:
+
+* ``READY``: every table and view of the workload exists.
+* ``RESUME <k>``: recovered; the state is exactly the first ``k`` steps.
+* ``ACK <i>``: step ``i`` (1-based, absolute) is applied and flushed.
+* ``MISMATCH <detail>`` (exit 3): the recovered state matches neither ``LO`` nor ``HI`` steps.
+* ``DONE``: ``STOP`` reached without a crash.
+
+Points inside Spark tasks run in Python worker processes; they kill this process by the pid in
+``MILLPOND_CRASH_PID``, which must be in the environment before Spark starts (the workers
+inherit it).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
-import millpond
-from millpond.spark.session import local_session
 from tests import workload
 
 
-def main(root: str, seed: int, count: int) -> None:
+def setup_statements() -> list[tuple[str, str, str]]:
+    """The workload's DDL as (kind, name, statement), in the order ``workload.setup`` runs it."""
+    from millpond.sql.statements import parse
+
+    out = []
+    for text in (s.strip() for s in workload.TABLES.split(";")):
+        if text:
+            out.append(("table", parse(text)[0].this.this.name, text))
+    out += [("view", name, f"CREATE MATERIALIZED VIEW {name} AS {sql}") for name, sql in workload.VIEWS.items()]
+    return out
+
+
+def created(db) -> list[str]:  # noqa: ANN001
+    """Names of the workload's tables and views that exist on the root, in setup order."""
+    return [name for kind, name, _ in setup_statements()
+            if name in (db.catalog.tables if kind == "table" else db.catalog.views)]
+
+
+def finish_setup(db) -> None:  # noqa: ANN001
+    """Create what a crash during setup left out (each statement commits one catalog version)."""
+    for kind, name, statement in setup_statements():
+        if name not in (db.catalog.tables if kind == "table" else db.catalog.views):
+            db.sql(statement)
+
+
+def reference(seed: int, count: int) -> workload.Reference:
+    ref = workload.Reference()
+    for step in workload.steps(seed, count):
+        ref.apply(step)
+    return ref
+
+
+def main(root: str, seed: int, lo: int, hi: int, stop: int) -> int:
+    os.environ["MILLPOND_CRASH_PID"] = str(os.getpid())  # before Spark starts: its workers inherit it
+    import millpond
+    from millpond.spark.session import local_session
+
     db = millpond.connect(root, spark=local_session(cores="2", shuffle_partitions=2), parallelism=2, interval=None)
-    if not db.catalog.tables:
-        workload.setup(db)
+    finish_setup(db)
     print("READY", flush=True)
-    for i, step in enumerate(workload.steps(seed, count)):
-        workload.apply(db, step)
+    db.flush()  # recovery: replays the range logged but not committed before the last kill
+    found, resume = {}, None
+    for k in range(lo, hi + 1):
+        found[k] = workload.mismatches(db, reference(seed, k))
+        if not found[k]:
+            resume = k
+            break
+    if resume is None:
+        print(f"MISMATCH after recovery, differing from the oracle: {found}", flush=True)
+        return 3
+    print(f"RESUME {resume}", flush=True)
+    plan = workload.steps(seed, stop)
+    for i in range(resume, stop):
+        workload.apply(db, plan[i])
         db.flush()
         print(f"ACK {i + 1}", flush=True)
     db.close()
+    print("DONE", flush=True)
+    return 0
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
+    sys.exit(main(sys.argv[1], *map(int, sys.argv[2:6])))

@@ -1,73 +1,196 @@
-"""SIGKILL a process at named points (during ingest, after SSTs are written but before the
-manifest commit, between epochs); after restart every base table and view is exact and no
-source row is applied twice (COUNT and SUM views would show a doubled row)."""
+"""SIGKILL the process at seeded crash points (during schema creation, during ingest, inside
+Spark tasks before and after they write state, after an epoch's SSTs are written but before the
+manifest commit, between epochs); after every kill the state is exact and no source row is
+applied twice (COUNT and SUM views would show a doubled row).
+
+A *chain* runs on one root: each cycle draws a crash point ``point:nth`` from the chain's seed,
+starts ``tests.crash_worker`` (which finishes the schema, recovers, checks the recovered state
+against the oracle and continues the seeded workload) and waits for the kill. The harness then
+checks, in this process, that the catalog holds a prefix of the schema and that the committed
+state is the oracle after exactly ``acked`` or ``acked + 1`` steps (the step in flight at the
+kill is applied entirely or not at all). Every few cycles the harness itself recovers (flushes)
+and checks the result; otherwise the next worker recovers. The chain ends with a flush and a
+final check. Only real kills count as crash points: a drawn point that the worker never reached
+is not counted.
+"""
 
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from tests import workload
+from tests import crash_worker, workload
 
 REPO = Path(__file__).resolve().parent.parent
-STEPS = 10
+
+# How often each point's n-th pass is drawn: small enough that a worker reaches it within BUDGET
+# steps (a step is one log append and one epoch; an epoch runs several stateful tasks per worker).
+NTH = {
+    "log.before_put": 3,
+    "log.after_put": 3,
+    "epoch.before_job": 3,
+    "task.before_state": 6,
+    "task.after_state": 6,
+    "epoch.after_job": 3,
+    "epoch.after_commit": 3,
+}
+CATALOG = "catalog.after_put"  # only passed while the schema is created: drawn while it is incomplete
+BUDGET = 4  # steps a worker runs past the recovered state before it stops uncrashed
+HARNESS_RECOVERS = 0.3  # share of cycles where this process (not the next worker) recovers
 
 
-def crash_and_recover(open_db, root: str, point: str, nth: int, seed: int) -> None:
-    env = {**os.environ, "MILLPOND_CRASH_AT": f"{point}:{nth}", "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-m", "tests.crash_worker", root, str(seed), str(STEPS)],
-                          env=env, cwd=REPO, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == -signal.SIGKILL, f"worker was not killed at {point}:{nth}: {proc.stderr[-2000:]}"
-    acked = sum(1 for line in proc.stdout.splitlines() if line.startswith("ACK"))
-    assert "READY" in proc.stdout or acked == 0
+@dataclass
+class Chain:
+    root: str
+    seed: int
+    open_db: object
+    rng: random.Random = field(init=False)
+    lo: int = 0  # the root holds the first lo or hi steps (hi - lo <= 1)
+    hi: int = 0
+    created: int = 0  # schema objects (tables, views) committed so far
+    schedule: list[tuple[str, int]] | None = None  # fixed crash points instead of seeded draws
+    kills: list[str] = field(default_factory=list)
+    cycle: int = 0
+    _bag: list[str] = field(default_factory=list)
 
-    db = open_db()
-    if not db.catalog.tables:  # killed while creating the schema: nothing was acknowledged
-        workload.setup(db)
-    db.flush()
-    plan = workload.steps(seed, STEPS)
-    # The step in flight when the process died is applied entirely or not at all.
-    matched = None
-    for done in (acked, acked + 1):
-        ref = workload.Reference()
-        for step in plan[:done]:
-            ref.apply(step)
-        if workload.mismatches(db, ref) == []:
-            matched = done
-            break
-    assert matched is not None, f"after SIGKILL at {point}:{nth} ({acked} steps acknowledged) the state " \
-                                f"matches neither {acked} nor {acked + 1} applied steps"
-    # Recovery resumes from the committed offsets: the rest of the workload still lands exactly once.
-    for step in plan[matched:]:
-        workload.apply(db, step)
-        ref.apply(step)
-    db.flush()
-    assert workload.mismatches(db, ref) == []
+    def __post_init__(self) -> None:
+        self.rng = random.Random(f"crash-chain-{self.seed}")
+        self.schema = [name for _, name, _ in crash_worker.setup_statements()]
+
+    # -- drawing crash points ------------------------------------------------------------------
+    def draw(self) -> tuple[str, int]:
+        if self.schedule is not None:
+            return self.schedule[self.cycle % len(self.schedule)]
+        left = len(self.schema) - self.created
+        if left and self.rng.random() < 0.5:
+            return CATALOG, self.rng.randint(1, min(3, left))  # always reached: the worker creates `left`
+        if not self._bag:  # every point once per round, in a seeded order
+            self._bag = sorted(NTH)
+            self.rng.shuffle(self._bag)
+        point = self._bag.pop()
+        return point, self.rng.randint(1, NTH[point])
+
+    # -- one cycle -----------------------------------------------------------------------------
+    def run_cycle(self) -> None:
+        point, nth = self.draw()
+        started = time.monotonic()
+        where = f"seed {self.seed}, cycle {self.cycle}, crash point {point}:{nth} (root {self.root})"
+        stop = self.hi + BUDGET
+        env = {**os.environ, "MILLPOND_CRASH_AT": f"{point}:{nth}", "PYTHONPATH": str(REPO)}
+        env.pop("MILLPOND_CRASH_PID", None)
+        cmd = [sys.executable, "-m", "tests.crash_worker", self.root, str(self.seed), str(self.lo), str(self.hi),
+               str(stop)]
+        proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        try:
+            out, err = proc.communicate(timeout=900)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            pytest.fail(f"{where}: the worker hung for 15 minutes\n{out[-2000:]}\n{err[-3000:]}")
+        lines = out.splitlines()
+        tail = f"\n--- worker stdout ---\n{out[-2000:]}\n--- worker stderr ---\n{err[-3000:]}"
+        killed = proc.returncode == -signal.SIGKILL
+        assert killed or proc.returncode == 0, f"{where}: the worker failed (exit {proc.returncode}){tail}"
+        resumed = [int(ln.split()[1]) for ln in lines if ln.startswith("RESUME")]
+        acks = [int(ln.split()[1]) for ln in lines if ln.startswith("ACK")]
+        ready = "READY" in lines
+        assert ready or not resumed, f"{where}: resumed before the schema was complete{tail}"
+        if resumed:
+            assert resumed[0] in (self.lo, self.hi), f"{where}: resumed at {resumed[0]}, not {self.lo}/{self.hi}{tail}"
+            assert acks == list(range(resumed[0] + 1, resumed[0] + 1 + len(acks))), f"{where}: ACKs out of order{tail}"
+            done = acks[-1] if acks else resumed[0]
+            self.lo, self.hi = (done, done + 1) if killed else (done, done)
+        assert killed or (resumed and self.lo == stop and "DONE" in lines), f"{where}: worker stopped early{tail}"
+
+        db = self.open_db()
+        try:
+            made = crash_worker.created(db)
+            assert made == self.schema[:len(made)], f"{where}: the catalog holds {made}, not a prefix of the schema"
+            if ready:
+                assert made == self.schema, f"{where}: the worker reported the schema ready, yet it holds {made}"
+            else:  # nothing but catalog writes happens before the schema is complete
+                assert killed and point == CATALOG, f"{where}: the worker stopped before the schema was ready{tail}"
+            if killed and point == CATALOG:
+                assert len(made) == self.created + nth, \
+                    f"{where}: killed after the {nth}-th catalog write, yet {len(made) - self.created} objects were added"
+            self.created = len(made)
+            if self.created == len(self.schema):
+                self.check(db, where, "committed state after the kill")
+                if self.rng.random() < HARNESS_RECOVERS:
+                    db.flush()
+                    self.lo = self.hi = self.check(db, where, "state recovered by the test process")
+        finally:
+            db.close()
+        if killed:
+            self.kills.append(f"{point}:{nth}")
+        print(f"seed {self.seed} cycle {self.cycle}: {point}:{nth} {'killed' if killed else 'NOT REACHED'}, "
+              f"steps {self.lo}/{self.hi}, schema {self.created}/{len(self.schema)}, "
+              f"{time.monotonic() - started:.1f}s", flush=True)
+        self.cycle += 1
+
+    def check(self, db, where: str, what: str) -> int:  # noqa: ANN001
+        """The number of steps (lo or hi) the state of ``db`` equals; fail if neither."""
+        found = {}
+        for k in range(self.lo, self.hi + 1):
+            ref = crash_worker.reference(self.seed, k)
+            found[k] = workload.mismatches(db, ref)
+            if not found[k]:
+                return k
+        pytest.fail(f"{where}: the {what} equals the oracle after neither {self.lo} nor {self.hi} steps; "
+                    f"differing tables/views: {found}")
+
+    def finish(self) -> None:
+        where = f"seed {self.seed}, after the last cycle ({self.cycle}: {self.kills[-1:]})"
+        db = self.open_db()
+        try:
+            assert crash_worker.created(db) == self.schema, f"{where}: the schema is incomplete"
+            db.flush()
+            self.check(db, where, "final recovered state")
+        finally:
+            db.close()
+
+
+def run_chain(open_db, root: str, seed: int, kills: int, schedule=None) -> Chain:  # noqa: ANN001
+    chain = Chain(root, seed, open_db, schedule=schedule)
+    limit = kills + kills // 2 + 3  # a drawn point may be missed (e.g. the steps changed nothing)
+    while len(chain.kills) < kills and chain.cycle < limit:
+        chain.run_cycle()
+    chain.finish()
+    assert len(chain.kills) == kills, f"seed {seed}: only {len(chain.kills)} of {kills} drawn crash points " \
+                                      f"were reached in {chain.cycle} cycles: {chain.kills}"
+    return chain
 
 
 QUICK = [
-    ("log.after_put", 4),       # during ingest: the batch is durable but unacknowledged
-    ("log.before_put", 3),      # during ingest: the batch never made it
-    ("epoch.after_job", 3),     # SSTs written, manifest not committed
-    ("epoch.after_commit", 2),  # between epochs
+    (CATALOG, 2),                 # schema half created: the next worker finishes it
+    ("log.after_put", 1),         # during ingest: the batch is durable but unacknowledged
+    ("task.before_state", 2),     # inside a stateful task, before it writes state
+    ("epoch.after_job", 1),       # SSTs written, manifest not committed
+    ("log.before_put", 2),        # during ingest: the batch never made it
+    ("task.after_state", 3),      # inside a stateful task, after it wrote state
+    ("epoch.before_job", 1),      # input ranges fixed, no job yet
+    ("epoch.after_commit", 2),    # between epochs
 ]
 
 
-@pytest.mark.parametrize("point,nth", QUICK)
-def test_sigkill_recovers_exactly_once(open_db, root, point, nth):
-    crash_and_recover(open_db, root, point, nth, seed=11)
+def test_sigkill_chain_recovers_exactly_once(open_db, root):
+    """Quick: one kill at every kind of point, and recovery after each."""
+    run_chain(open_db, root, seed=11, kills=len(QUICK), schedule=QUICK)
 
 
-CHAOS = [(p, n, s) for p in ("log.after_put", "log.before_put", "epoch.before_job", "epoch.after_job",
-                               "epoch.after_commit") for n in (1, 3, 7) for s in (3,)]
+CHAOS_SEEDS = [3, 5, 8, 13, 21, 34, 55, 89]  # 8 chains x 26 kills = 208 crash points
 
 
 @pytest.mark.chaos
-@pytest.mark.parametrize("point,nth,seed", CHAOS)
-def test_chaos_sigkill(open_db, root, point, nth, seed):
-    crash_and_recover(open_db, root, point, nth, seed)
+@pytest.mark.parametrize("seed", CHAOS_SEEDS)
+def test_chaos_sigkill_chain(open_db, root, seed):
+    run_chain(open_db, root, seed=seed, kills=26)

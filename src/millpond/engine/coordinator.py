@@ -57,7 +57,8 @@ class Coordinator:
             done = self.manifest.offsets.get(c.key, {})
             channels = {catalog.tables[s.table].channel for s in _sources(c.plan)}
             ranges = {ch: (done.get(ch, 0), ends[ch]) for ch in channels}
-            if any(a < b for a, b in ranges.values()):
+            new_view = c.name in catalog.views and c.key not in self.manifest.offsets
+            if new_view or any(a < b for a, b in ranges.values()):  # a new view's first epoch: e.g. COUNT(*) = 0
                 work.append((c, ranges))
         if not work:
             return None

@@ -33,9 +33,10 @@ from millpond.catalog import ROW_ID, TableDef
 from millpond.catalog.types import spark_ddl_type
 from millpond.engine import plan as P
 from millpond.engine.changelog import KH, W
-from millpond.engine.operators.aggregate import AggSpec, apply_aggregate, nonnull_col, sum_col, value_col
+from millpond.engine.operators.aggregate import VALUE_FUNCS, AggSpec, apply_aggregate, nonnull_col, sum_col, value_col
 from millpond.engine.operators.join import SIDE, JoinSpec, apply_join
 from millpond.engine.operators.materialize import MaterializeSpec, apply_materialize
+from millpond.engine.operators.topn import TopNSpec, apply_topn
 from millpond.log.channel import Segment
 from millpond.store.manifest import Manifest
 from millpond.store.objects import open_store
@@ -102,18 +103,30 @@ class _Builder:
         ddl = ", ".join([f"`{c.name}` {spark_ddl_type(c.type)}" for c in t.columns]
                         + [f"`{ROW_ID}` BIGINT", f"`{W}` BIGINT"])
         if start >= stop:  # nothing new on this side: an empty local relation plans in no time
-            return self.spark.createDataFrame([], ddl).select(
-                *[F.col(f"`{src}`").alias(out) for out, src in node.columns], W)
+            return self.spark.createDataFrame([], ddl).selectExpr(*_renames(node.columns), W)
         df = (self.spark.read.format("millpond").option("root", self.job.root).option("channel", t.channel)
               .option("from", start).option("to", stop).option("segments", json.dumps(segs))
               .option("schema", ddl).option("storage", json.dumps(self.job.storage)).load())
-        return df.select(*[F.col(f"`{src}`").alias(out) for out, src in node.columns], W)
+        return df.selectExpr(*_renames(node.columns), W)
 
     def _filter(self, node: P.Filter) -> DataFrame:
-        return self.build(node.input).filter(F.expr(node.predicate))
+        return self.build(node.input).filter(node.predicate)
 
     def _project(self, node: P.Project) -> DataFrame:
-        return self.build(node.input).select(*[F.expr(e).alias(n) for e, n in node.exprs], W)
+        return self.build(node.input).selectExpr(*[f"{e} AS {_quote(n)}" for e, n in node.exprs], W)
+
+    def _window(self, node: P.Window) -> DataFrame:
+        df = self.build(node.input)
+        ts = _c(node.time)
+        slide = f"{node.slide_us} microseconds"
+        win = F.window(ts, f"{node.size_us} microseconds", slide if node.slide_us != node.size_us else None)
+        return df.filter(ts.isNotNull()).select("*", win.alias("_win")).select(
+            *[_c(c) for c in df.columns], F.col("_win.start").alias(node.start), F.col("_win.end").alias(node.end))
+
+    def _union(self, node: P.Union) -> DataFrame:
+        frames = [self.build(i) for i in node.inputs]
+        cols = frames[0].columns
+        return reduce(DataFrame.unionByName, [f.select(*[_c(c) for c in cols]) for f in frames])
 
     # -- stateful -----------------------------------------------------------------------------
     def _exchange(self, df: DataFrame, keys: list) -> DataFrame:  # noqa: ANN001
@@ -145,7 +158,10 @@ class _Builder:
         both = self._exchange(lsel.unionByName(rsel, allowMissingColumns=True), [F.col(k) for k in kcols])
         schema = T.StructType([*[left.schema[c] for c in lcols], *[right.schema[c] for c in rcols],
                                T.StructField(W, T.LongType())])
-        spec = JoinSpec(tuple(kcols), tuple(lcols), tuple(rcols), name=f"{self.consumer.name}#{node.node_id}")
+        if node.kind != "inner":  # padded rows: every column may be NULL
+            schema = T.StructType([T.StructField(f.name, f.dataType, True) for f in schema])
+        spec = JoinSpec(tuple(kcols), tuple(lcols), tuple(rcols), name=f"{self.consumer.name}#{node.node_id}",
+                        kind=node.kind, residual=node.residual)
         key_cols = {"left": (*kcols, *lcols), "right": (*kcols, *rcols)}
         task = self._task(node.node_id, "join", spec, key_cols, schema, additive=frozenset(key_cols))
         return both.mapInArrow(task, schema)
@@ -156,7 +172,7 @@ class _Builder:
         pre, sums, values = [], [], []
         for i, call in enumerate(node.calls):
             arg = F.col(call.arg) if call.arg else None
-            if call.func in ("min", "max"):
+            if call.func in VALUE_FUNCS:
                 pre.append(arg.alias(value_col(i)))
                 values.append(value_col(i))
             if call.func == "sum":
@@ -165,32 +181,68 @@ class _Builder:
             if call.func in ("sum", "count"):
                 pre.append(F.when(arg.isNotNull(), F.col(W)).otherwise(F.lit(0)).cast("long").alias(nonnull_col(i)))
                 sums.append(nonnull_col(i))
-        df = self._exchange(df.select(*group, *pre, W), [F.col(g) for g in group])
-        # Catalyst consolidates the delta per (group, min/max values) before Python sees it.
-        agged = df.groupBy(VN, KH, *group, *values).agg(F.sum(W).alias(W), *[F.sum(s).alias(s) for s in sums])
-        nonzero = reduce(lambda a, b: a | b, [F.col(c) != 0 for c in (W, *sums)])
-        agged = agged.filter(nonzero)
+        df = df.select(*[_c(g) for g in group], *pre, W)
+        if node.whole:  # one zero-weight row per epoch: the single group exists from the first epoch
+            df = df.unionByName(self.spark.range(1).select(
+                *[F.lit(None).cast(f.dataType).alias(f.name) for f in df.schema if f.name != W],
+                F.lit(0).cast("long").alias(W)))
+        df = self._exchange(df, [_c(g) for g in group])
+        # Catalyst consolidates the delta per (group, min/max/distinct values) before Python sees it.
+        agged = df.groupBy(VN, KH, *[_c(g) for g in group], *values).agg(
+            F.sum(W).alias(W), *[F.sum(s).alias(s) for s in sums])
+        if not node.whole:
+            agged = agged.filter(reduce(lambda a, b: a | b, [F.col(c) != 0 for c in (W, *sums)]))
         out_fields = [agged.schema[g] for g in group]
         for i, call in enumerate(node.calls):
-            if call.func in ("count", "count_star"):
+            if call.func in ("count", "count_star", "count_distinct"):
                 t = T.LongType()
+            elif call.func == "sum_distinct":
+                t = agged.schema[value_col(i)].dataType
+                t = T.LongType() if isinstance(t, T.IntegralType) else T.DoubleType() \
+                    if isinstance(t, T.FractionalType) and not isinstance(t, T.DecimalType) else t
             else:
                 t = agged.schema[sum_col(i) if call.func == "sum" else value_col(i)].dataType
             out_fields.append(T.StructField(call.name, t))
         schema = T.StructType([*out_fields, T.StructField(W, T.LongType())])
-        spec = AggSpec(tuple(group), node.calls, name=f"{self.consumer.name}#{node.node_id}")
+        spec = AggSpec(tuple(group), node.calls, name=f"{self.consumer.name}#{node.node_id}", whole=node.whole)
         keys = {"groups": tuple(group)}
         if values:
             keys["values"] = (*group, *values)
         return agged.mapInArrow(self._task(node.node_id, "aggregate", spec, keys, schema), schema)
 
+    def _topn(self, node: P.TopN) -> DataFrame:
+        df = self.build(node.input)
+        cols = [c for c in df.columns if c != W]
+        df = self._exchange(df, [_c(p) for p in node.partition])
+        fields = [df.schema[c] for c in cols]
+        if node.row_number:
+            fields.append(T.StructField(node.row_number, T.LongType()))
+        schema = T.StructType([*fields, T.StructField(W, T.LongType())])
+        spec = TopNSpec(tuple(cols), node.partition, node.order, node.limit, node.offset, node.row_number,
+                        name=f"{self.consumer.name}#{node.node_id}")
+        keys = {"rows": tuple(cols), "top": tuple(cols)}
+        return df.mapInArrow(self._task(node.node_id, "topn", spec, keys, schema, additive=frozenset({"rows"})), schema)
+
     def _materialize(self, node: P.Materialize) -> DataFrame:
         df = self.build(node.input)
         cols = [c for c in df.columns if c != W]
-        df = self._exchange(df, [F.col(f"`{c}`") for c in cols])
+        df = self._exchange(df, [_c(c) for c in cols])
         spec = MaterializeSpec(tuple(cols), name=self.consumer.name)
         out = T.StructType([T.StructField(CONSUMER, T.StringType()), T.StructField(IPC, T.BinaryType())])
         return df.mapInArrow(self._task(node.node_id, "materialize", spec, {"rows": tuple(cols)}, out, final=True), out)
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _renames(columns: tuple[tuple[str, str], ...]) -> list[str]:
+    return [f"{_quote(src)} AS {_quote(out)}" for out, src in columns]
+
+
+def _c(name: str):  # noqa: ANN202
+    """A column by exact name (dots and spaces are not struct paths)."""
+    return F.col(_quote(name))
 
 
 def _types(df: DataFrame, exprs: tuple[str, ...]) -> list[T.DataType]:
@@ -250,6 +302,8 @@ class _Task:
             out, writes = apply_join(self.spec, delta, states["left"], states["right"])
         elif self.kind == "aggregate":
             out, writes = apply_aggregate(self.spec, delta, states["groups"], states.get("values"))
+        elif self.kind == "topn":
+            out, writes = apply_topn(self.spec, delta, states["rows"], states["top"])
         else:
             out, writes = apply_materialize(self.spec, delta, states["rows"])
         partition = TaskContext.get().partitionId()

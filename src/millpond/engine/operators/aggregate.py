@@ -1,4 +1,5 @@
-"""Hash aggregation with retraction: COUNT(*), COUNT(x), SUM(x), MIN(x), MAX(x).
+"""Hash aggregation with retraction: COUNT(*), COUNT(x), SUM(x), MIN(x), MAX(x),
+COUNT(DISTINCT x), SUM(DISTINCT x).
 
 The delta arrives pre-aggregated by Spark (see ``spark/execute.py``): one row per
 (group, min/max arguments) with ``_w`` = sum of weights, ``_s<i>`` = sum of ``x * _w`` for
@@ -8,12 +9,15 @@ here is proportional to the number of changed groups.
 State:
 - ``groups``: one row per group: ``_cnt`` (rows in the group), the running sums and non-NULL
   counts, and ``_o<i>``, the output last emitted (so retracting it needs no recomputation).
-- ``values`` (only with MIN/MAX): the multiset (group, min/max arguments) -> ``_count``; a
+- ``values`` (only with MIN/MAX/DISTINCT): the multiset (group, arguments) -> ``_count``; a
   retracted maximum falls back to the next value still in the multiset (full state, as in
-  Flink's MAX with retraction).
+  Flink's MAX with retraction), and a distinct count is the number of different non-NULL
+  arguments still in it.
 
 Output per changed group: ``-old`` (if the group existed) and ``+new`` (if it still has rows),
-consolidated so an unchanged result emits nothing.
+consolidated so an unchanged result emits nothing. Without GROUP BY (``whole``) the single
+group always exists, also with no rows (COUNT 0, other aggregates NULL); Spark adds a
+zero-weight row to every epoch's delta so that row is emitted by the first epoch.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from millpond.store.state_table import StateTable
 __all__ = ["AggSpec", "apply_aggregate", "sum_col", "nonnull_col", "value_col"]
 
 CNT = "_cnt"
+VALUE_FUNCS = ("min", "max", "count_distinct", "sum_distinct")
 
 
 def sum_col(i: int) -> str:
@@ -53,10 +58,12 @@ class AggSpec:
     group: tuple[str, ...]
     calls: tuple[AggCall, ...]
     name: str
+    whole: bool = False
 
     @property
     def minmax(self) -> list[int]:
-        return [i for i, c in enumerate(self.calls) if c.func in ("min", "max")]
+        """Calls that read the ``values`` multiset."""
+        return [i for i, c in enumerate(self.calls) if c.func in VALUE_FUNCS]
 
     @property
     def running(self) -> list[str]:
@@ -101,15 +108,19 @@ def apply_aggregate(spec: AggSpec, delta: pl.DataFrame, groups: StateTable, valu
             e = pl.col(f"_new{nonnull_col(i)}")
         elif c.func == "sum":
             e = pl.when(pl.col(f"_new{nonnull_col(i)}") > 0).then(pl.col(f"_new{sum_col(i)}"))
+        elif c.func == "count_distinct":
+            e = pl.col(f"_mm{i}").fill_null(0)
         else:
             e = pl.col(f"_mm{i}")
         new_outputs.append(e.cast(out_types[i]).alias(f"_new_o{i}"))
     cur = cur.with_columns(new_outputs)
 
     names = [c.name for c in spec.calls]
-    retract = cur.filter(pl.col(CNT).fill_null(0) > 0).select(
+    existed = pl.col(CNT).is_not_null() if spec.whole else pl.col(CNT).fill_null(0) > 0
+    exists = pl.lit(True) if spec.whole else pl.col("_new_cnt") > 0
+    retract = cur.filter(existed).select(
         *spec.group, *[pl.col(out_col(i)).alias(n) for i, n in enumerate(names)], pl.lit(-1, pl.Int64).alias(W))
-    insert = cur.filter(pl.col("_new_cnt") > 0).select(
+    insert = cur.filter(exists).select(
         *spec.group, *[pl.col(f"_new_o{i}").alias(n) for i, n in enumerate(names)], pl.lit(1, pl.Int64).alias(W))
     out = consolidate(pl.concat([retract, insert]))
 
@@ -118,7 +129,7 @@ def apply_aggregate(spec: AggSpec, delta: pl.DataFrame, groups: StateTable, valu
         *[pl.col(f"_new{c}").alias(c) for c in running],
         *[pl.col(f"_new_o{i}").alias(out_col(i)) for i in range(len(spec.calls))],
     )
-    writes["groups"] = state_rows(new_state, live=pl.col(CNT) > 0)
+    writes["groups"] = state_rows(new_state, live=pl.lit(True) if spec.whole else pl.col(CNT) > 0)
     return out, writes
 
 
@@ -138,8 +149,14 @@ def _apply_minmax(spec: AggSpec, delta: pl.DataFrame, cur: pl.DataFrame, values:
     live = merged.filter(pl.col(COUNT) > 0)
     extremes = []
     for i in spec.minmax:
-        col = pl.col(value_col(i))
-        extremes.append((col.max() if spec.calls[i].func == "max" else col.min()).alias(f"_mm{i}"))
+        col, func = pl.col(value_col(i)), spec.calls[i].func
+        if func == "count_distinct":
+            e = col.drop_nulls().n_unique()
+        elif func == "sum_distinct":
+            e = pl.when(col.drop_nulls().n_unique() > 0).then(col.drop_nulls().unique().sum())
+        else:
+            e = col.max() if func == "max" else col.min()
+        extremes.append(e.alias(f"_mm{i}"))
     mm = live.group_by(gkeys).agg(extremes)
     return cur.join(mm, on=gkeys, how="left", nulls_equal=True), writes
 
@@ -147,10 +164,13 @@ def _apply_minmax(spec: AggSpec, delta: pl.DataFrame, cur: pl.DataFrame, values:
 def _output_types(spec: AggSpec, delta: pl.DataFrame) -> list[pl.DataType]:
     types = []
     for i, c in enumerate(spec.calls):
-        if c.func in ("count_star", "count"):
+        if c.func in ("count_star", "count", "count_distinct"):
             types.append(pl.Int64)
         elif c.func == "sum":
             types.append(delta.schema[sum_col(i)])
+        elif c.func == "sum_distinct":
+            t = delta.schema[value_col(i)]
+            types.append(pl.Int64 if t.is_integer() else pl.Float64 if t.is_float() else t)
         else:
             types.append(delta.schema[value_col(i)])
     return types

@@ -1,4 +1,4 @@
-"""Inner hash join with full state on both sides.
+"""Hash joins (inner, left, right, full outer) with full state on both sides.
 
 For a delta ``dL``/``dR`` and state ``L``/``R`` at the previous epoch, the output is
 ``dL ⋈ R + (L + dL) ⋈ dR`` (the bilinear rule of DBSP): correct for any mix of inserts and
@@ -6,6 +6,15 @@ deletes on both sides in one epoch. Each side's state is a multiset of rows keye
 (join key, whole row) kept as an *additive* state table: the epoch writes each side's delta as
 count changes, so the work is reading the matches the output needs and nothing more — a new
 visit reads the one ``info`` row it joins with, never the other visits of that product.
+
+Outer joins add NULL-padded rows that appear and disappear as matches come and go. A left
+join is linear in its left input for a fixed right input, so a join key touched only by the
+left delta costs ``LEFT(dL, R_k)`` — the same reads as the inner join. A key whose right side
+changed (and every touched key of a full join) is recomputed: ``J(L_k + dL_k, R_k + dR_k) -
+J(L_k, R_k)``, reading both sides' rows for that key only (right joins mirror this). The join
+itself, with any extra ON condition (``residual``), runs in DuckDB over the key's rows with their
+multiplicities. Rows whose key is NULL never match: a preserved side emits them padded and they
+are not stored.
 
 Delta layout: ``_side`` (0 left, 1 right), ``_kh`` (hash of the join key), the key columns
 ``_k0..``, the left columns, the right columns (the other side's are null), ``_w``.
@@ -15,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import duckdb
 import polars as pl
 
 from millpond.engine.changelog import COUNT, KH, W, consolidate, state_rows
@@ -31,12 +41,17 @@ class JoinSpec:
     left_columns: tuple[str, ...]
     right_columns: tuple[str, ...]
     name: str  # for error messages
+    kind: str = "inner"  # inner | left | right | full
+    residual: str | None = None  # DuckDB SQL over the columns of both sides (outer joins only)
 
 
 def apply_join(spec: JoinSpec, delta: pl.DataFrame, left: StateTable, right: StateTable
                ) -> tuple[pl.DataFrame, dict[str, pl.DataFrame]]:
+    if spec.kind != "inner" or spec.residual:
+        return _apply_outer(spec, delta, left, right)
     keys = [KH, *spec.key_columns]
-    no_null_key = pl.all_horizontal(pl.col(k).is_not_null() for k in spec.key_columns)
+    no_null_key = pl.all_horizontal(pl.col(k).is_not_null() for k in spec.key_columns) if spec.key_columns \
+        else pl.lit(True)
     delta = delta.filter(no_null_key)  # NULL never equals anything: such rows cannot match
     dl = consolidate(delta.filter(pl.col(SIDE) == 0).select(*keys, *spec.left_columns, W))
     dr = consolidate(delta.filter(pl.col(SIDE) == 1).select(*keys, *spec.right_columns, W))
@@ -66,3 +81,75 @@ def _lookup(table: StateTable, probe: pl.DataFrame, other: pl.DataFrame, keys: l
         return pl.DataFrame(schema=schema)
     return found.select(list(schema)).cast(schema).join(probe.select(keys).unique(), on=keys, how="semi")
 
+
+def _apply_outer(spec: JoinSpec, delta: pl.DataFrame, left: StateTable, right: StateTable
+                 ) -> tuple[pl.DataFrame, dict[str, pl.DataFrame]]:
+    keys = [KH, *spec.key_columns]
+    null_key = pl.any_horizontal(pl.col(k).is_null() for k in spec.key_columns) if spec.key_columns else pl.lit(False)
+    lcols, rcols = list(spec.left_columns), list(spec.right_columns)
+    types = delta.schema
+    dl_all = consolidate(delta.filter(pl.col(SIDE) == 0).select(*keys, *lcols, W))
+    dr_all = consolidate(delta.filter(pl.col(SIDE) == 1).select(*keys, *rcols, W))
+    dl, dr = dl_all.filter(~null_key), dr_all.filter(~null_key)
+
+    parts = []
+    if spec.kind in ("left", "full"):
+        parts.append(dl_all.filter(null_key).select(*lcols, *[pl.lit(None, types[c]).alias(c) for c in rcols], W))
+    if spec.kind in ("right", "full"):
+        parts.append(dr_all.filter(null_key).select(*[pl.lit(None, types[c]).alias(c) for c in lcols], *rcols, W))
+
+    lk, rk = dl.select(keys).unique(), dr.select(keys).unique()
+    if spec.kind == "left":
+        cheap, recompute = lk.join(rk, on=keys, how="anti"), rk
+    elif spec.kind == "right":
+        cheap, recompute = rk.join(lk, on=keys, how="anti"), lk
+    else:
+        cheap, recompute = lk.head(0), pl.concat([lk, rk]).unique()
+    need_left = pl.concat([recompute, cheap]) if spec.kind == "right" else recompute
+    need_right = pl.concat([recompute, cheap]) if spec.kind == "left" else recompute
+    old_left = _lookup(left, need_left, dl, keys, spec.left_columns).rename({COUNT: W})
+    old_right = _lookup(right, need_right, dr, keys, spec.right_columns).rename({COUNT: W})
+
+    def only(df: pl.DataFrame, which: pl.DataFrame) -> pl.DataFrame:
+        return df.join(which, on=keys, how="semi")
+
+    if cheap.height:
+        if spec.kind == "left":
+            parts.append(_join_rows(spec, only(dl, cheap), only(old_right, cheap), types))
+        else:
+            parts.append(_join_rows(spec, only(old_left, cheap), only(dr, cheap), types))
+    if recompute.height:
+        l_old, r_old = only(old_left, recompute), only(old_right, recompute)
+        l_new = consolidate(pl.concat([l_old, only(dl, recompute)]))
+        r_new = consolidate(pl.concat([r_old, only(dr, recompute)]))
+        before = _join_rows(spec, l_old, r_old, types)
+        parts += [_join_rows(spec, l_new, r_new, types), before.with_columns(-pl.col(W))]
+    cols = [*lcols, *rcols, W]
+    out = consolidate(pl.concat([p.select(cols) for p in parts], how="vertical_relaxed")) if parts \
+        else pl.DataFrame(schema={c: types[c] for c in cols})
+    writes = {label: state_rows(d.rename({W: COUNT}), live=pl.lit(True)) for label, d in (("left", dl), ("right", dr))}
+    return out, writes
+
+
+def _join_rows(spec: JoinSpec, left: pl.DataFrame, right: pl.DataFrame, types: pl.Schema) -> pl.DataFrame:
+    """``left ⋈ right`` of the spec's kind over weighted rows (weight = product of the matched
+    rows' weights; a padded row keeps its own weight), evaluated by DuckDB."""
+    lcols, rcols = spec.left_columns, spec.right_columns
+    cond = " AND ".join(f"l.{_dq(k)} = r.{_dq(k)}" for k in spec.key_columns) or "TRUE"
+    if spec.residual:
+        cond = f"{cond} AND ({spec.residual})"
+    sql = (f"SELECT {', '.join([*(f'l.{_dq(c)}' for c in lcols), *(f'r.{_dq(c)}' for c in rcols)])}, "
+           f"coalesce(l.{W}, 1) * coalesce(r.{W}, 1) AS {W} "
+           f"FROM l {spec.kind.upper()} JOIN r ON {cond}")
+    con = duckdb.connect()
+    try:
+        con.register("l", left.select(*spec.key_columns, *lcols, W).to_arrow())
+        con.register("r", right.select(*spec.key_columns, *rcols, W).to_arrow())
+        result = pl.from_arrow(con.sql(sql).to_arrow_table())
+    finally:
+        con.close()
+    return result.cast({c: types[c] for c in (*lcols, *rcols)}).with_columns(pl.col(W).cast(pl.Int64))
+
+
+def _dq(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
