@@ -19,13 +19,17 @@ table first, which is not what is being compared. Note that millpond also mainta
 *table* (``SELECT * FROM visit``) in the same epoch; Spark does not — that work is part of
 millpond's epoch and is counted.
 
-Spark Structured Streaming: a file source per table (``readStream.parquet(dir)`` with
-``maxFilesPerTrigger=1``) started once and kept running; per batch the Parquet file is written
+Spark Structured Streaming: a Parquet file source (``readStream.parquet(dir)`` with
+``maxFilesPerTrigger=1``) started once and kept running; per batch one Parquet file is written
 (timed as "ingest") and renamed into the directory, then the batch is timed until
-``processAllAvailable()`` returns with the batch's rows counted in the query's progress (one
-micro-batch; a rare directory-listing race may split it into two, the time covers both). The
-query is built from the same SQL text over temp views of the streams. State store: Spark's
-default (HDFS-backed, in memory + checkpoint delta files on local disk).
+``processAllAvailable()`` returns with that file committed (one micro-batch). For the join the
+file holds both tables' rows of the batch (a ``kind`` column, one row group per table, so each
+filtered scan skips the other's row group) and ``visit``/``info`` are two filtered views of the
+one stream: with a directory per table, the two sources are listed one after the other and a
+trigger often saw one table's file without the other's, splitting a batch in two. The query is
+built from the same SQL text over temp views of the streams. State store: Spark's
+default (HDFS-backed: in memory, copied per version, plus checkpoint delta files on local
+disk); ``--spark-state-store rocksdb`` runs Spark on RocksDB instead.
 
 Sink (both queries): ``foreachBatch`` that collects the micro-batch's output to the driver as
 Arrow and applies it to a driver-side copy of the result — upsert by group for ``agg``
@@ -45,6 +49,7 @@ At the end both systems' results are compared with each other and with a polars 
 generated input; the script fails if any differs.
 
     .venv/bin/python benchmarks/throughput.py [--batches 8] [--rows 200000] [--queries agg,join]
+        [--systems millpond,spark] [--spark-state-store default|rocksdb]
 """
 
 from __future__ import annotations
@@ -195,51 +200,85 @@ class _DriverView:
         return self.view if self.view is not None else pl.DataFrame()
 
 
-def _processed_rows(query) -> int:  # noqa: ANN001
-    return sum(p["numInputRows"] for p in query.recentProgress)
+EVENT_SCHEMA = pa.schema([("kind", pa.int8()), ("product", pa.string()), ("visitor", pa.string()),
+                          ("user_bucket", pa.int32()), ("length", pa.int32()), ("category", pa.string())])
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+PROVIDER = "spark.sql.streaming.stateStore.providerClass"
 
 
-def run_spark(spark, w: Workload, workdir: str) -> Timings:  # noqa: ANN001
-    from pyspark.sql import types as T
+def _events(table: pa.Table, kind: int) -> pa.Table:
+    """``table``'s rows in the join's one-source layout (other table's columns NULL)."""
+    cols = {"kind": pa.array(np.full(table.num_rows, kind, dtype=np.int8))}
+    for f in EVENT_SCHEMA:
+        if f.name != "kind":
+            cols[f.name] = table.column(f.name) if f.name in table.column_names else pa.nulls(table.num_rows, f.type)
+    return pa.table(cols, schema=EVENT_SCHEMA)
 
-    t = Timings("spark")
-    spark_schema = {"visit": T.StructType.fromDDL("product STRING, visitor STRING, user_bucket INT, length INT"),
-                    "info": T.StructType.fromDDL("product STRING, category STRING")}
-    staging = os.path.join(workdir, "staging")
+
+def _write_batch(w: Workload, i: int, path: str) -> None:
+    if w.query == "agg":
+        pq.write_table(w.visit[i], path)
+        return
+    with pq.ParquetWriter(path, EVENT_SCHEMA) as writer:  # one row group per table: scans skip the other
+        writer.write_table(_events(w.info[i], 1))
+        writer.write_table(_events(w.visit[i], 0))
+
+
+def _files_done(query) -> int:  # noqa: ANN001
+    """The file source's committed offset: index of the last file processed (-1: none)."""
+    import json
+
+    done = -1
+    for p in query.recentProgress:
+        for src in p["sources"]:
+            end = src["endOffset"]
+            end = json.loads(end) if isinstance(end, str) else end
+            if end:
+                done = max(done, int(end["logOffset"]))
+    return done
+
+
+def run_spark(spark, w: Workload, workdir: str, state_store: str = "default") -> Timings:  # noqa: ANN001
+    from pyspark.sql import functions as F
+
+    t = Timings("spark" if state_store == "default" else f"spark-{state_store}")
+    staging, source = os.path.join(workdir, "staging"), os.path.join(workdir, "source")
     os.makedirs(staging)
-    dirs = {}
-    for name in w.tables:
-        dirs[name] = os.path.join(workdir, "source", name)
-        os.makedirs(dirs[name])
-        stream = (spark.readStream.schema(spark_schema[name]).option("maxFilesPerTrigger", 1)
-                  .parquet(dirs[name]))
-        stream.createOrReplaceTempView(name)
+    os.makedirs(source)
+    schema = ("product STRING, visitor STRING, user_bucket INT, length INT" if w.query == "agg" else
+              "kind TINYINT, product STRING, visitor STRING, user_bucket INT, length INT, category STRING")
+    stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(source)
+    if w.query == "agg":
+        views = {"visit": stream}
+    else:  # both tables in one file per batch, so a batch's rows of both arrive in one micro-batch
+        views = {"visit": stream.where(F.col("kind") == 0).select("product", "visitor", "user_bucket", "length"),
+                 "info": stream.where(F.col("kind") == 1).select("product", "category")}
+    for name, df in views.items():
+        df.createOrReplaceTempView(name)
     sink = _DriverView(w.query)
-    mode = "update" if w.query == "agg" else "append"
-    query = (spark.sql(AGG_SQL if w.query == "agg" else JOIN_SQL).writeStream.outputMode(mode)
-             .option("checkpointLocation", os.path.join(workdir, "checkpoint"))
-             .foreachBatch(sink).start())
+    if state_store == "rocksdb":
+        spark.conf.set(PROVIDER, ROCKSDB)  # read when the query starts; unset below
     try:
-        expected = 0
+        query = (spark.sql(AGG_SQL if w.query == "agg" else JOIN_SQL).writeStream
+                 .outputMode("update" if w.query == "agg" else "append")
+                 .option("checkpointLocation", os.path.join(workdir, "checkpoint"))
+                 .foreachBatch(sink).start())
+    finally:
+        if state_store != "default":
+            spark.conf.unset(PROVIDER)
+    try:
         for i in range(len(w.visit)):
             t0 = time.perf_counter()
-            files = []
-            for name, parts in w.tables.items():
-                path = os.path.join(staging, f"{name}-{i:05d}.parquet")
-                pq.write_table(parts[i], path)
-                files.append((path, os.path.join(dirs[name], f"{i:05d}.parquet")))
-                expected += parts[i].num_rows
+            path = os.path.join(staging, f"{i:05d}.parquet")
+            _write_batch(w, i, path)
             t1 = time.perf_counter()
             seen = len(query.recentProgress)
-            for src, dst in files:
-                os.rename(src, dst)
-            while True:  # processAllAvailable may return before a just-renamed file was listed
+            os.rename(path, os.path.join(source, f"{i:05d}.parquet"))  # atomic: the source sees all or nothing
+            while True:  # processAllAvailable may return before the just-renamed file was listed
                 query.processAllAvailable()
-                if _processed_rows(query) >= expected:
+                if _files_done(query) >= i:
                     break
             t2 = time.perf_counter()
-            if _processed_rows(query) != expected:
-                raise RuntimeError(f"Spark read {_processed_rows(query)} rows, expected {expected}")
             if i:
                 progress = [p for p in query.recentProgress[seen:] if p["numInputRows"]]
                 t.ingest.append(t1 - t0)
@@ -250,7 +289,7 @@ def run_spark(spark, w: Workload, workdir: str) -> Timings:  # noqa: ANN001
             raise RuntimeError(f"Spark query failed: {query.exception()}")
     finally:
         query.stop()
-        for name in w.tables:
+        for name in views:
             spark.catalog.dropTempView(name)
     t.result = sink.result()
     return t
@@ -262,7 +301,7 @@ def _line(query: str, t: Timings, rows: int) -> str:
     thr = rows * len(t.batch) / sum(t.batch)
     e2e = rows * len(t.batch) / (sum(t.batch) + sum(t.ingest))
     extra = f"  (Spark triggerExecution median {statistics.median(t.internal):.2f} s)" if t.internal else ""
-    return (f"{query:<5} {t.system:<9} {med:>8.2f} {min(t.batch):>6.2f} {max(t.batch):>6.2f} "
+    return (f"{query:<5} {t.system:<13} {med:>8.2f} {min(t.batch):>6.2f} {max(t.batch):>6.2f} "
             f"{rows / med:>12,.0f} {thr:>12,.0f} {statistics.median(t.ingest):>8.3f} {e2e:>12,.0f} "
             f"{t.micro_batches:>4}  " + " ".join(f"{x:.2f}" for x in t.batch) + extra)
 
@@ -275,7 +314,7 @@ def check(query: str, results: dict[str, pl.DataFrame]) -> str:
             diff = df.join(base, on=df.columns, how="anti").head(5)
             raise SystemExit(f"{query}: {name} ({df.height} rows) differs from {base_name} ({base.height} rows); "
                              f"e.g. rows only in {name}:\n{diff}")
-    return f"{query}: millpond view == Spark result == oracle ({base.height:,} rows)"
+    return f"{query}: " + " == ".join(canon) + f" ({base.height:,} rows each)"
 
 
 def main() -> None:
@@ -287,6 +326,8 @@ def main() -> None:
     ap.add_argument("--queries", default="agg,join")
     ap.add_argument("--systems", default="millpond,spark")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--spark-state-store", choices=["default", "rocksdb"], default="default",
+                    help="Spark's state store provider (default: HDFS-backed, Spark's own default)")
     args = ap.parse_args()
     spark = local_session(cores="2")
     print(f"Spark {spark.version}, master {spark.sparkContext.master}, "
@@ -298,7 +339,8 @@ def main() -> None:
         runs = {}
         for system in args.systems.split(","):
             with tempfile.TemporaryDirectory(prefix=f"throughput-{query}-{system}-") as workdir:
-                runs[system] = (run_millpond if system == "millpond" else run_spark)(spark, w, workdir)
+                runs[system] = (run_millpond(spark, w, workdir) if system == "millpond"
+                                else run_spark(spark, w, workdir, args.spark_state_store))
             print(f"  {query} on {system}: batches " + " ".join(f"{x:.2f}" for x in runs[system].batch)
                   + f" (load average {os.getloadavg()[0]:.1f})", flush=True)
         for t in runs.values():
@@ -306,11 +348,11 @@ def main() -> None:
         if {"millpond", "spark"} <= set(runs):
             m, s = (statistics.median(runs[x].batch) for x in ("millpond", "spark"))
             lines.append(f"{query:<5} ratio millpond/Spark: batch time {m / s:.2f}, throughput {s / m:.2f}")
-        checks.append(check(query, {**{n: t.result for n, t in runs.items()}, "oracle": oracle(w)}))
+        checks.append(check(query, {**{t.system: t.result for t in runs.values()}, "oracle": oracle(w)}))
     print(f"\n{args.batches} batches of {args.rows:,} visit rows after one warm-up batch; "
           f"agg over {args.groups:,} groups; join over {args.products:,} products (info arrives in "
           f"{args.batches + 1} slices)")
-    print(f"{'query':<5} {'system':<9} {'batch s':>8} {'min':>6} {'max':>6} {'rows/s(med)':>12} "
+    print(f"{'query':<5} {'system':<13} {'batch s':>8} {'min':>6} {'max':>6} {'rows/s(med)':>12} "
           f"{'rows/s(all)':>12} {'ingest s':>8} {'rows/s(e2e)':>12} {'mb':>4}  per-batch s")
     for line in lines:
         print(line)

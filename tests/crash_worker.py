@@ -16,6 +16,8 @@ Lines on stdout, for the harness:
 * ``MISMATCH <detail>`` (exit 3): the recovered state matches neither ``LO`` nor ``HI`` steps.
 * ``DONE``: ``STOP`` reached without a crash.
 
+Each line ends with the seconds since the worker started.
+
 Points inside Spark tasks run in Python worker processes; they kill this process by the pid in
 ``MILLPOND_CRASH_PID``, which must be in the environment before Spark starts (the workers
 inherit it).
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 from tests import workload
 
@@ -62,13 +65,20 @@ def reference(seed: int, count: int) -> workload.Reference:
 
 
 def main(root: str, seed: int, lo: int, hi: int, stop: int) -> int:
+    started = time.monotonic()
+
+    def say(line: str) -> None:  # seconds since start last, for the harness's timing log
+        print(f"{line} {time.monotonic() - started:.1f}s", flush=True)
+
     os.environ["MILLPOND_CRASH_PID"] = str(os.getpid())  # before Spark starts: its workers inherit it
     import millpond
     from millpond.spark.session import local_session
 
-    db = millpond.connect(root, spark=local_session(cores="2", shuffle_partitions=2), parallelism=2, interval=None)
+    spark = local_session(cores="2", shuffle_partitions=2)
+    say("SPARK")
+    db = millpond.connect(root, spark=spark, parallelism=2, interval=None)
     finish_setup(db)
-    print("READY", flush=True)
+    say("READY")
     db.flush()  # recovery: replays the range logged but not committed before the last kill
     found, resume = {}, None
     for k in range(lo, hi + 1):
@@ -79,14 +89,14 @@ def main(root: str, seed: int, lo: int, hi: int, stop: int) -> int:
     if resume is None:
         print(f"MISMATCH after recovery, differing from the oracle: {found}", flush=True)
         return 3
-    print(f"RESUME {resume}", flush=True)
+    say(f"RESUME {resume}")
     plan = workload.steps(seed, stop)
     for i in range(resume, stop):
         workload.apply(db, plan[i])
         db.flush()
-        print(f"ACK {i + 1}", flush=True)
+        say(f"ACK {i + 1}")
     db.close()
-    print("DONE", flush=True)
+    say("DONE")
     return 0
 
 

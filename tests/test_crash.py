@@ -102,14 +102,15 @@ class Chain:
         assert killed or proc.returncode == 0, f"{where}: the worker failed (exit {proc.returncode}){tail}"
         resumed = [int(ln.split()[1]) for ln in lines if ln.startswith("RESUME")]
         acks = [int(ln.split()[1]) for ln in lines if ln.startswith("ACK")]
-        ready = "READY" in lines
+        ready = any(ln.startswith("READY") for ln in lines)
         assert ready or not resumed, f"{where}: resumed before the schema was complete{tail}"
         if resumed:
             assert resumed[0] in (self.lo, self.hi), f"{where}: resumed at {resumed[0]}, not {self.lo}/{self.hi}{tail}"
             assert acks == list(range(resumed[0] + 1, resumed[0] + 1 + len(acks))), f"{where}: ACKs out of order{tail}"
             done = acks[-1] if acks else resumed[0]
             self.lo, self.hi = (done, done + 1) if killed else (done, done)
-        assert killed or (resumed and self.lo == stop and "DONE" in lines), f"{where}: worker stopped early{tail}"
+        assert killed or (resumed and self.lo == stop and lines[-1].startswith("DONE")), \
+            f"{where}: the worker stopped early{tail}"
 
         db = self.open_db()
         try:
@@ -134,7 +135,7 @@ class Chain:
             self.kills.append(f"{point}:{nth}")
         print(f"seed {self.seed} cycle {self.cycle}: {point}:{nth} {'killed' if killed else 'NOT REACHED'}, "
               f"steps {self.lo}/{self.hi}, schema {self.created}/{len(self.schema)}, "
-              f"{time.monotonic() - started:.1f}s", flush=True)
+              f"{time.monotonic() - started:.1f}s; worker: {' '.join(lines)}", flush=True)
         self.cycle += 1
 
     def check(self, db, where: str, what: str) -> int:  # noqa: ANN001

@@ -104,6 +104,11 @@ class _Planner:
         if len(args) != want or not isinstance(args[0], exp.Column) or not isinstance(args[1], exp.Column):
             usage = "TUMBLE(table, time_column, size)" if name == "TUMBLE" else "HOP(table, time_column, slide, size)"
             raise _err(f"{name} takes {usage}", fn)
+        table = self.catalog.tables.get(args[0].name)
+        types = {c.name: c.type for c in table.columns} if table is not None else {}
+        if args[1].name in types and types[args[1].name] not in ("TIMESTAMP", "TIMESTAMPTZ"):
+            raise _err(f"{name}: column {args[1].name!r} is {types[args[1].name]}; a time window needs a "
+                       "TIMESTAMP column", args[1])
         size = _interval_us(args[-1])
         slide = size if name == "TUMBLE" else _interval_us(args[2])
         if size % slide:
@@ -404,7 +409,8 @@ class _Planner:
         return min(bounds) if bounds else None
 
     def _row_number(self, q: exp.Select, node: P.Node, selects: list, limit: int | None):  # noqa: ANN202
-        if q.args.get("group") or any(s.find(exp.AggFunc) for s in selects):
+        if q.args.get("group") or any(a.find_ancestor(exp.Window) is None for s in selects
+                                      for a in s.find_all(exp.AggFunc)):
             raise _err("window functions together with aggregation are not supported", q)
         windows = [s for s in selects if s.find(exp.Window)]
         w = windows[0].find(exp.Window)
