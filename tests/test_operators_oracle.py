@@ -68,15 +68,16 @@ ON_VIEWS = {
 }
 
 
+@pytest.mark.parametrize("steps", [16, pytest.param(48, marks=pytest.mark.chaos)])
 @pytest.mark.parametrize("group", list(GROUPS))
-def test_operators_match_duckdb_after_every_epoch(open_db, group):
+def test_operators_match_duckdb_after_every_epoch(open_db, group, steps):
     views = GROUPS[group]
     on_views = {name: (sql, oracle.format(**views)) for name, (sql, oracle) in ON_VIEWS.get(group, {}).items()}
     rng = random.Random(group)
     db = open_db()
     db.sql(workload.TABLES)
     ref = workload.Reference()
-    plan = workload.steps(len(group), 24)
+    plan = workload.steps(len(group) + steps, steps)
     for step in plan[:6]:  # some views are created over tables that already hold data (backfill)
         workload.apply(db, step)
         ref.apply(step)
@@ -140,7 +141,7 @@ def test_time_windows_match_duckdb_after_every_epoch(open_db):
     ref.con.execute(CLICKS)
     for name, (sql, _) in WINDOW_VIEWS.items():
         db.sql(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
-    for epoch in range(6):
+    for epoch in range(4):
         batch = _clicks(rng, rng.randrange(5, 40))
         db.insert("clicks", batch)
         ref.con.register("incoming", batch)
