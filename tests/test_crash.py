@@ -22,6 +22,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,20 +33,20 @@ from tests import crash_worker, workload
 
 REPO = Path(__file__).resolve().parent.parent
 
-# How often each point's n-th pass is drawn: small enough that a worker reaches it within BUDGET
+# The largest n drawn for each point's n-th pass: small enough that a worker reaches it within BUDGET
 # steps (a step is one log append and one epoch; an epoch runs several stateful tasks per worker).
 NTH = {
     "log.before_put": 3,
     "log.after_put": 3,
     "epoch.before_job": 3,
-    "task.before_state": 6,
-    "task.after_state": 6,
+    "task.before_state": 8,
+    "task.after_state": 8,
     "epoch.after_job": 3,
     "epoch.after_commit": 3,
 }
 CATALOG = "catalog.after_put"  # only passed while the schema is created: drawn while it is incomplete
-BUDGET = 4  # steps a worker runs past the recovered state before it stops uncrashed
-HARNESS_RECOVERS = 0.3  # share of cycles where this process (not the next worker) recovers
+BUDGET = 6  # steps a worker runs past the recovered state before it stops uncrashed
+HARNESS_RECOVERS = 0.5  # share of cycles where this process (not the next worker) recovers
 
 
 @dataclass
@@ -57,6 +59,7 @@ class Chain:
     hi: int = 0
     created: int = 0  # schema objects (tables, views) committed so far
     schedule: list[tuple[str, int]] | None = None  # fixed crash points instead of seeded draws
+    env: dict[str, str] = field(default_factory=dict)  # for the workers
     kills: list[str] = field(default_factory=list)
     cycle: int = 0
     _bag: list[str] = field(default_factory=list)
@@ -76,7 +79,7 @@ class Chain:
             self._bag = sorted(NTH)
             self.rng.shuffle(self._bag)
         point = self._bag.pop()
-        return point, self.rng.randint(1, NTH[point])
+        return point, 1 + int(NTH[point] * self.rng.random() ** 2)  # mostly early passes: a cold epoch is dear
 
     # -- one cycle -----------------------------------------------------------------------------
     def run_cycle(self) -> None:
@@ -84,7 +87,7 @@ class Chain:
         started = time.monotonic()
         where = f"seed {self.seed}, cycle {self.cycle}, crash point {point}:{nth} (root {self.root})"
         stop = self.hi + BUDGET
-        env = {**os.environ, "MILLPOND_CRASH_AT": f"{point}:{nth}", "PYTHONPATH": str(REPO)}
+        env = {**os.environ, **self.env, "MILLPOND_CRASH_AT": f"{point}:{nth}", "PYTHONPATH": str(REPO)}
         env.pop("MILLPOND_CRASH_PID", None)
         cmd = [sys.executable, "-m", "tests.crash_worker", self.root, str(self.seed), str(self.lo), str(self.hi),
                str(stop)]
@@ -99,6 +102,8 @@ class Chain:
         lines = out.splitlines()
         tail = f"\n--- worker stdout ---\n{out[-2000:]}\n--- worker stderr ---\n{err[-3000:]}"
         killed = proc.returncode == -signal.SIGKILL
+        bad = [ln for ln in lines if ln.startswith("MISMATCH")]
+        assert not bad, f"{where}: the state recovered by the worker is wrong: {bad[0]}{tail}"
         assert killed or proc.returncode == 0, f"{where}: the worker failed (exit {proc.returncode}){tail}"
         resumed = [int(ln.split()[1]) for ln in lines if ln.startswith("RESUME")]
         acks = [int(ln.split()[1]) for ln in lines if ln.startswith("ACK")]
@@ -112,6 +117,18 @@ class Chain:
         assert killed or (resumed and self.lo == stop and lines[-1].startswith("DONE")), \
             f"{where}: the worker stopped early{tail}"
 
+        worker_time = time.monotonic() - started
+        with failures_named(where):
+            self.verify(point, nth, killed, ready, where)
+        if killed:
+            self.kills.append(f"{point}:{nth}")
+        print(f"seed {self.seed} cycle {self.cycle}: {point}:{nth} {'killed' if killed else 'NOT REACHED'}, "
+              f"steps {self.lo}/{self.hi}, schema {self.created}/{len(self.schema)}; worker {worker_time:.1f}s "
+              f"({' '.join(lines)}), check {time.monotonic() - started - worker_time:.1f}s", flush=True)
+        self.cycle += 1
+
+    def verify(self, point: str, nth: int, killed: bool, ready: bool, where: str) -> None:
+        """Check the root in this process: a prefix of the schema, a prefix of the steps."""
         db = self.open_db()
         try:
             made = crash_worker.created(db)
@@ -119,7 +136,7 @@ class Chain:
             if ready:
                 assert made == self.schema, f"{where}: the worker reported the schema ready, yet it holds {made}"
             else:  # nothing but catalog writes happens before the schema is complete
-                assert killed and point == CATALOG, f"{where}: the worker stopped before the schema was ready{tail}"
+                assert killed and point == CATALOG, f"{where}: the worker stopped before the schema was ready"
             if killed and point == CATALOG:
                 assert len(made) == self.created + nth, \
                     f"{where}: killed after the {nth}-th catalog write, yet {len(made) - self.created} objects were added"
@@ -131,12 +148,6 @@ class Chain:
                     self.lo = self.hi = self.check(db, where, "state recovered by the test process")
         finally:
             db.close()
-        if killed:
-            self.kills.append(f"{point}:{nth}")
-        print(f"seed {self.seed} cycle {self.cycle}: {point}:{nth} {'killed' if killed else 'NOT REACHED'}, "
-              f"steps {self.lo}/{self.hi}, schema {self.created}/{len(self.schema)}, "
-              f"{time.monotonic() - started:.1f}s; worker: {' '.join(lines)}", flush=True)
-        self.cycle += 1
 
     def check(self, db, where: str, what: str) -> int:  # noqa: ANN001
         """The number of steps (lo or hi) the state of ``db`` equals; fail if neither."""
@@ -151,17 +162,40 @@ class Chain:
 
     def finish(self) -> None:
         where = f"seed {self.seed}, after the last cycle ({self.cycle}: {self.kills[-1:]})"
-        db = self.open_db()
-        try:
-            assert crash_worker.created(db) == self.schema, f"{where}: the schema is incomplete"
-            db.flush()
-            self.check(db, where, "final recovered state")
-        finally:
-            db.close()
+        with failures_named(where):
+            db = self.open_db()
+            try:
+                assert crash_worker.created(db) == self.schema, f"{where}: the schema is incomplete"
+                db.flush()
+                self.check(db, where, "final recovered state")
+            finally:
+                db.close()
 
 
-def run_chain(open_db, root: str, seed: int, kills: int, schedule=None) -> Chain:  # noqa: ANN001
-    chain = Chain(root, seed, open_db, schedule=schedule)
+@contextmanager
+def failures_named(where: str) -> Iterator[None]:
+    """Errors (not failed checks, which name it already) say which chain, cycle and point."""
+    try:
+        yield
+    except AssertionError:
+        raise
+    except Exception as exc:
+        pytest.fail(f"{where}: {type(exc).__name__}: {exc}")
+
+
+@pytest.fixture(autouse=True)
+def interpreted_plans(spark):  # noqa: ANN001
+    """This process's epochs (recovery checks) skip whole-stage code generation, as the workers do:
+    each epoch plans anew, and compiling its code costs more than the tiny data it runs on."""
+    key = "spark.sql.codegen.wholeStage"
+    before = spark.conf.get(key)
+    spark.conf.set(key, "false")
+    yield
+    spark.conf.set(key, before)
+
+
+def run_chain(open_db, root: str, seed: int, kills: int, schedule=None, env=None) -> Chain:  # noqa: ANN001
+    chain = Chain(root, seed, open_db, schedule=schedule, env=env or {})
     limit = kills + kills // 2 + 3  # a drawn point may be missed (e.g. the steps changed nothing)
     while len(chain.kills) < kills and chain.cycle < limit:
         chain.run_cycle()
@@ -191,7 +225,22 @@ def test_sigkill_chain_recovers_exactly_once(open_db, root):
 CHAOS_SEEDS = [3, 5, 8, 13, 21, 34, 55, 89]  # 8 chains x 26 kills = 208 crash points
 
 
+@pytest.fixture(scope="session")
+def class_archive(tmp_path_factory) -> dict[str, str]:  # noqa: ANN001
+    """Workers' environment with a JVM class-data archive, written by one uncrashed worker's JVM on
+    exit: every later worker starts seconds sooner. Without an archive (the JVM wrote none), none."""
+    folder = tmp_path_factory.mktemp("jvm")
+    archive = folder / "worker.jsa"
+    env = {**os.environ, "MILLPOND_TEST_CDS_DUMP": str(archive), "PYTHONPATH": str(REPO)}
+    for name in ("MILLPOND_CRASH_AT", "MILLPOND_CRASH_PID", "PYSPARK_SUBMIT_ARGS"):
+        env.pop(name, None)
+    proc = subprocess.run([sys.executable, "-m", "tests.crash_worker", str(folder / "root"), "1", "0", "0", "1"],
+                          env=env, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, f"an uncrashed worker failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    return {"MILLPOND_TEST_CDS": str(archive)} if archive.exists() else {}
+
+
 @pytest.mark.chaos
 @pytest.mark.parametrize("seed", CHAOS_SEEDS)
-def test_chaos_sigkill_chain(open_db, root, seed):
-    run_chain(open_db, root, seed=seed, kills=26)
+def test_chaos_sigkill_chain(open_db, root, class_archive, seed):
+    run_chain(open_db, root, seed=seed, kills=26, env=class_archive)
