@@ -4,9 +4,10 @@ import polars as pl
 import pytest
 
 from millpond.engine.changelog import KH, W
+from millpond.engine.operators.aggregate import ADDITIVE as AGG_ADDITIVE
 from millpond.engine.operators.aggregate import AggSpec, apply_aggregate, nonnull_col, sum_col, value_col
 from millpond.engine.operators.join import SIDE, JoinSpec, apply_join
-from millpond.engine.operators.materialize import MaterializeSpec, apply_materialize
+from millpond.engine.operators.materialize import ADDITIVE, MaterializeSpec, apply_materialize
 from millpond.engine.plan import AggCall
 from millpond.errors import InvariantError
 from tests.engine.harness import Harness, as_rows, changelog
@@ -14,7 +15,7 @@ from tests.engine.harness import Harness, as_rows, changelog
 
 def test_max_with_retraction_falls_back_to_the_next_value(tmp_path):
     spec = AggSpec(("cat",), (AggCall("max", "len", "max_len"), AggCall("count_star", None, "n")), name="t")
-    h = Harness(str(tmp_path), {"groups": ("cat",), "values": ("cat", value_col(0))})
+    h = Harness(str(tmp_path), {"groups": ("cat",), "values": ("cat", value_col(0))}, additive=AGG_ADDITIVE)
 
     def epoch(text):
         d = changelog(["cat", value_col(0)], text, key=["cat"])
@@ -36,6 +37,45 @@ def test_max_with_retraction_falls_back_to_the_next_value(tmp_path):
     assert epoch("""
         + Fruit 99
         - Fruit 99""") == []
+
+
+def test_max_reads_its_value_multiset_only_when_a_retraction_removes_the_maximum(tmp_path):
+    spec = AggSpec(("cat",), (AggCall("max", "len", "max_len"),), name="t")
+    h = Harness(str(tmp_path), {"groups": ("cat",), "values": ("cat", value_col(0))}, additive=AGG_ADDITIVE)
+    reads = []
+
+    class Counted:  # the real state table, with its multi-gets counted
+        def __init__(self, table):
+            self.table = table
+
+        def lookup(self, kh):
+            reads.append(len(kh))
+            return self.table.lookup(kh)
+
+    def epoch(text):
+        d = changelog(["cat", value_col(0)], text, key=["cat"])
+        states = h.states()
+        out, writes = apply_aggregate(spec, d, states["groups"], Counted(states["values"]))
+        h.commit(writes)
+        return as_rows(out)
+
+    assert epoch("""
+        + A 10
+        + A 20
+        + B 5""") == [("A", 20, 1), ("B", 5, 1)]
+    assert epoch("""
+        - A 10
+        + B 7""") == [("B", 5, -1), ("B", 7, 1)]  # A's maximum stays 20: nothing read, nothing emitted
+    assert reads == []
+    assert epoch("""
+        + A 30
+        - A 20
+        + A 15""") == [("A", 20, -1), ("A", 30, 1)]  # 20 left, but 30 came in the same epoch
+    assert reads == []
+    assert epoch("- A 30") == [("A", 15, 1), ("A", 30, -1)]  # the maximum left: read A's values
+    assert reads == [1]
+    assert epoch("- A 15") == [("A", 15, -1)]  # A is empty now
+    assert epoch("+ A 1") == [("A", 1, 1)]
 
 
 def test_sum_and_count_follow_sql_null_rules(tmp_path):
@@ -95,7 +135,7 @@ def test_inner_join_emits_and_retracts_matches_from_both_sides(tmp_path):
 
 def test_materialize_keeps_a_multiset_and_refuses_phantom_retractions(tmp_path):
     spec = MaterializeSpec(("a", "b"), name="v")
-    h = Harness(str(tmp_path), {"rows": ("a", "b")})
+    h = Harness(str(tmp_path), {"rows": ("a", "b")}, additive=ADDITIVE)
 
     def epoch(text):
         d = changelog(["a", "b"], text, key=["a", "b"])

@@ -4,6 +4,7 @@ pairs out (each epoch commits its state writes to a real local store)."""
 import polars as pl
 
 from millpond.engine.changelog import KH, W
+from millpond.engine.operators.aggregate import ADDITIVE as AGG_ADDITIVE
 from millpond.engine.operators.aggregate import AggSpec, apply_aggregate, value_col
 from millpond.engine.operators.join import SIDE, JoinSpec, apply_join
 from millpond.engine.operators.topn import TopNSpec, apply_topn
@@ -89,7 +90,7 @@ def test_limit_offset_emits_the_slice_after_the_offset(tmp_path):
 def test_whole_input_aggregate_keeps_one_row_even_when_empty(tmp_path):
     spec = AggSpec((), (AggCall("count_star", None, "n"), AggCall("max", "x", "hi"),
                         AggCall("count_distinct", "y", "dy")), name="t", whole=True)
-    h = Harness(str(tmp_path), {"groups": (), "values": (value_col(1), value_col(2))})
+    h = Harness(str(tmp_path), {"groups": (), "values": (value_col(1), value_col(2))}, additive=AGG_ADDITIVE)
 
     def epoch(text):
         d = changelog([value_col(1), value_col(2)], text).with_columns(pl.lit(0, pl.Int64).alias(KH))

@@ -96,7 +96,7 @@ class Coordinator:
     def rows(self, consumer: Consumer) -> StateTable:
         """The committed rows of a consumer (its final materialize state)."""
         sid = f"{consumer.key}.n{consumer.plan.node_id}.rows"
-        return StateTable(self.store, self.manifest.state(sid), consumer.columns)
+        return StateTable(self.store, self.manifest.state(sid), consumer.columns, additive=True)
 
     def _segments(self, catalog: Catalog):  # noqa: ANN202
         schemas = {t.channel: t.log_schema for t in catalog.tables.values()}

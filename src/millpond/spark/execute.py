@@ -33,8 +33,10 @@ from millpond.catalog import ROW_ID, TableDef
 from millpond.catalog.types import spark_ddl_type
 from millpond.engine import plan as P
 from millpond.engine.changelog import KH, W
+from millpond.engine.operators.aggregate import ADDITIVE as AGG_ADDITIVE
 from millpond.engine.operators.aggregate import VALUE_FUNCS, AggSpec, apply_aggregate, nonnull_col, sum_col, value_col
 from millpond.engine.operators.join import SIDE, JoinSpec, apply_join
+from millpond.engine.operators.materialize import ADDITIVE as MATERIALIZE_ADDITIVE
 from millpond.engine.operators.materialize import MaterializeSpec, apply_materialize
 from millpond.engine.operators.topn import TopNSpec, apply_topn
 from millpond.log.channel import Segment
@@ -208,7 +210,7 @@ class _Builder:
         keys = {"groups": tuple(group)}
         if values:
             keys["values"] = (*group, *values)
-        return agged.mapInArrow(self._task(node.node_id, "aggregate", spec, keys, schema), schema)
+        return agged.mapInArrow(self._task(node.node_id, "aggregate", spec, keys, schema, additive=AGG_ADDITIVE), schema)
 
     def _topn(self, node: P.TopN) -> DataFrame:
         df = self.build(node.input)
@@ -229,7 +231,8 @@ class _Builder:
         df = self._exchange(df, [_c(c) for c in cols])
         spec = MaterializeSpec(tuple(cols), name=self.consumer.name)
         out = T.StructType([T.StructField(CONSUMER, T.StringType()), T.StructField(IPC, T.BinaryType())])
-        return df.mapInArrow(self._task(node.node_id, "materialize", spec, {"rows": tuple(cols)}, out, final=True), out)
+        return df.mapInArrow(self._task(node.node_id, "materialize", spec, {"rows": tuple(cols)}, out, final=True,
+                                                  additive=MATERIALIZE_ADDITIVE), out)
 
 
 def _quote(name: str) -> str:

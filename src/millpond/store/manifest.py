@@ -13,13 +13,15 @@ import json
 from dataclasses import dataclass, field
 
 from millpond import paths
-from millpond.errors import FencedError
+from millpond.errors import FencedError, StorageError
 from millpond.store.objects import AlreadyExists, ObjectStore
 from millpond.store.sst import SstRef
 
 __all__ = ["Manifest", "ManifestStore"]
 
-FORMAT_VERSION = 1
+# 2: materialized rows and MIN/MAX/DISTINCT value multisets are additive (count deltas summed on
+#    read); format 1 stored them as full counts, which a format-2 reader would sum wrongly.
+FORMAT_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -38,10 +40,12 @@ class Manifest:
         return json.dumps(body, sort_keys=True).encode()
 
     @classmethod
-    def from_json(cls, data: bytes) -> "Manifest":
+    def from_json(cls, data: bytes, where: str = "manifest") -> "Manifest":
         body = json.loads(data)
         if body.get("format") != FORMAT_VERSION:
-            raise ValueError(f"unsupported manifest format {body.get('format')!r}")
+            raise StorageError(
+                f"{where} has state format {body.get('format')!r}; this millpond reads format {FORMAT_VERSION} "
+                "only: open the root with the millpond version that wrote it, or start a new root")
         return cls(
             epoch=body["epoch"],
             ssts={state: tuple(SstRef.from_json(r) for r in refs) for state, refs in body["ssts"].items()},
@@ -60,7 +64,7 @@ class ManifestStore:
         keys = self.store.list(paths.MANIFEST_PREFIX)
         if not keys:
             return Manifest(epoch=0)
-        return Manifest.from_json(self.store.get(keys[-1]))
+        return Manifest.from_json(self.store.get(keys[-1]), f"manifest {keys[-1]!r} under {self.store.root!r}")
 
     def commit(self, manifest: Manifest) -> None:
         """Atomically publish ``manifest``; raise FencedError if its epoch is already taken."""

@@ -9,10 +9,13 @@ here is proportional to the number of changed groups.
 State:
 - ``groups``: one row per group: ``_cnt`` (rows in the group), the running sums and non-NULL
   counts, and ``_o<i>``, the output last emitted (so retracting it needs no recomputation).
-- ``values`` (only with MIN/MAX/DISTINCT): the multiset (group, arguments) -> ``_count``; a
-  retracted maximum falls back to the next value still in the multiset (full state, as in
-  Flink's MAX with retraction), and a distinct count is the number of different non-NULL
-  arguments still in it.
+- ``values`` (only with MIN/MAX/DISTINCT): the multiset (group, arguments) -> ``_count``, an
+  additive table (each epoch writes its delta's counts, reads sum them). MIN/MAX read it only
+  for a group where a retraction removes the current extreme and no inserted value reaches it:
+  the result then falls back to the next value still in the multiset (full state, as in Flink's
+  MAX with retraction); otherwise the new extreme is the old one (``_o<i>``) combined with the
+  values inserted. A distinct count
+  is the number of different non-NULL arguments in the multiset, read for every changed group.
 
 Output per changed group: ``-old`` (if the group existed) and ``+new`` (if it still has rows),
 consolidated so an unchanged result emits nothing. Without GROUP BY (``whole``) the single
@@ -31,10 +34,11 @@ from millpond.engine.plan import AggCall
 from millpond.errors import InvariantError
 from millpond.store.state_table import StateTable
 
-__all__ = ["AggSpec", "apply_aggregate", "sum_col", "nonnull_col", "value_col"]
+__all__ = ["AggSpec", "apply_aggregate", "sum_col", "nonnull_col", "value_col", "ADDITIVE"]
 
 CNT = "_cnt"
 VALUE_FUNCS = ("min", "max", "count_distinct", "sum_distinct")
+ADDITIVE = frozenset({"values"})
 
 
 def sum_col(i: int) -> str:
@@ -139,26 +143,59 @@ def _apply_minmax(spec: AggSpec, delta: pl.DataFrame, cur: pl.DataFrame, values:
     vcols = [value_col(i) for i in spec.minmax]
     vkeys = [*gkeys, *vcols]
     dv = consolidate(delta.select(*vkeys, W))
-    old = _lookup(values, kh, {**{c: delta.schema[c] for c in vkeys}, COUNT: pl.Int64})
-    old = old.join(cur.select(gkeys), on=gkeys, how="semi", nulls_equal=True)  # drop hash-colliding groups
-    merged = old.join(dv, on=vkeys, how="full", coalesce=True, nulls_equal=True).with_columns(
-        (pl.col(COUNT).fill_null(0) + pl.col(W).fill_null(0)).alias(COUNT))
-    if merged.filter(pl.col(COUNT) < 0).height:
-        raise InvariantError(f"aggregate {spec.name}: retracted a value that was never added")
-    writes = state_rows(merged.filter(pl.col(W).is_not_null()).drop(W), live=pl.col(COUNT) > 0)
-    live = merged.filter(pl.col(COUNT) > 0)
-    extremes = []
-    for i in spec.minmax:
-        col, func = pl.col(value_col(i)), spec.calls[i].func
-        if func == "count_distinct":
-            e = col.drop_nulls().n_unique()
-        elif func == "sum_distinct":
-            e = pl.when(col.drop_nulls().n_unique() > 0).then(col.drop_nulls().unique().sum())
-        else:
-            e = col.max() if func == "max" else col.min()
-        extremes.append(e.alias(f"_mm{i}"))
-    mm = live.group_by(gkeys).agg(extremes)
+    writes = state_rows(dv.rename({W: COUNT}), live=pl.lit(True))  # additive: no read to write
+
+    # Groups whose multiset must be read: all of them with a DISTINCT call (a value's count
+    # crossing zero changes the result), else those where a retraction removes the current MIN/MAX
+    # and no value inserted this epoch reaches it.
+    added = dv.filter(pl.col(W) > 0).group_by(gkeys).agg([_extreme(spec, i) for i in spec.minmax])
+    if any(spec.calls[i].func not in ("min", "max") for i in spec.minmax):
+        refill = cur.select(gkeys)
+    else:
+        old_out = cur.select(*gkeys, *[out_col(i) for i in spec.minmax]).join(
+            added, on=gkeys, how="left", nulls_equal=True)
+        hit = dv.filter(pl.col(W) < 0).join(old_out, on=gkeys, how="inner", nulls_equal=True)
+        lost = []
+        for i in spec.minmax:
+            old_i, new_i = pl.col(out_col(i)), pl.col(f"_mm{i}")
+            reached = (new_i >= old_i) if spec.calls[i].func == "max" else (new_i <= old_i)
+            lost.append(((pl.col(value_col(i)) == old_i) & ~reached.fill_null(False)).fill_null(False))
+        refill = hit.filter(pl.any_horizontal(lost)).select(gkeys).unique()
+
+    parts = []
+    if refill.height:
+        old = _lookup(values, refill[KH].unique().to_numpy(), {**{c: delta.schema[c] for c in vkeys}, COUNT: pl.Int64})
+        old = old.join(refill, on=gkeys, how="semi", nulls_equal=True)  # drop hash-colliding groups
+        mine = dv.join(refill, on=gkeys, how="semi", nulls_equal=True)
+        merged = pl.concat([old.rename({COUNT: W}), mine]).group_by(vkeys).agg(pl.col(W).sum())
+        if merged.filter(pl.col(W) < 0).height:
+            raise InvariantError(f"aggregate {spec.name}: retracted a value that was never added")
+        live = merged.filter(pl.col(W) > 0)
+        parts.append(live.group_by(gkeys).agg([_extreme(spec, i) for i in spec.minmax]))
+    # every other group: its extreme can only move towards values this epoch inserts
+    rest = cur.select(*gkeys, *[out_col(i) for i in spec.minmax]).join(refill, on=gkeys, how="anti", nulls_equal=True)
+    if rest.height:
+        rest = rest.join(added, on=gkeys, how="left", nulls_equal=True)
+        horizontal = {"min": pl.min_horizontal, "max": pl.max_horizontal}
+        parts.append(rest.select(*gkeys, *[
+            horizontal[spec.calls[i].func](pl.col(out_col(i)), pl.col(f"_mm{i}")).cast(delta.schema[value_col(i)])
+            .alias(f"_mm{i}") for i in spec.minmax]))
+    mm = pl.concat(parts, how="vertical_relaxed") if parts else None
+    if mm is None:
+        return cur, writes
     return cur.join(mm, on=gkeys, how="left", nulls_equal=True), writes
+
+
+def _extreme(spec: AggSpec, i: int) -> pl.Expr:
+    """The result of value call ``i`` over a group's live multiset rows."""
+    col, func = pl.col(value_col(i)), spec.calls[i].func
+    if func == "count_distinct":
+        e = col.drop_nulls().n_unique()
+    elif func == "sum_distinct":
+        e = pl.when(col.drop_nulls().n_unique() > 0).then(col.drop_nulls().unique().sum())
+    else:
+        e = col.max() if func == "max" else col.min()
+    return e.alias(f"_mm{i}")
 
 
 def _output_types(spec: AggSpec, delta: pl.DataFrame) -> list[pl.DataType]:
