@@ -29,6 +29,7 @@ def test_seed_example_step_by_step(open_db):
     seed(db)
     reports = db.flush()
     assert rows(db.sql("SELECT * FROM result")) == [("Fruit", 40), ("Vegetable", 60)]
+    assert set(reports[-1].changes) == {"result"}  # views only: a table's changes are its log
     change = reports[-1].changes["result"]
     assert change.schema.names == ["category", "max_length", "_w"]
     assert change.schema.field("category").type == pa.string()

@@ -36,10 +36,14 @@ __all__ = ["Coordinator", "EpochReport"]
 
 @dataclass(frozen=True)
 class EpochReport:
-    """What one committed epoch changed: each consumer's changelog (``_w`` = +1/-1 weights)."""
+    """What one committed epoch changed: each view's changelog (``_w`` = +1/-1 weights).
+
+    Tables are not included: their changes are the records appended to their log, which a
+    reader gets with ``spark.read.format("millpond")``; shipping them back to the driver every
+    epoch would cost as much as the ingest."""
 
     epoch: int
-    changes: dict[str, pa.Table]  # consumer name -> changelog
+    changes: dict[str, pa.Table]  # view name -> changelog (views that changed)
 
 
 class Coordinator:

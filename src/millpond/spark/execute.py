@@ -76,7 +76,8 @@ class EpochJob:
 def run_epoch_job(spark: SparkSession, job: EpochJob, work: list[tuple[Consumer, dict[str, tuple[int, int]]]],
                   tables: dict[str, TableDef], segments: Callable[[str, int, int], list[Segment]]
                   ) -> dict[str, pa.Table]:
-    """Run the epoch's single Spark job; return each consumer's output changelog."""
+    """Run the epoch's single Spark job; return each view's output changelog (None for tables:
+    a table's changes are its log records, not shipped back to the driver)."""
     frames = [_Builder(spark, job, c, ranges, tables, segments).final() for c, ranges in work]
     result = reduce(DataFrame.unionByName, frames).toArrow()
     out: dict[str, list[pa.Table]] = {c.key: [] for c, _ in work}
@@ -137,12 +138,12 @@ class _Builder:
         return df.repartition(self.job.parallelism, VN)
 
     def _task(self, node_id: int, kind: str, spec: Any, keys: dict[str, tuple[str, ...]], schema: T.StructType,
-              *, final: bool = False, additive: frozenset[str] = frozenset()) -> "_Task":
+              *, final: bool = False, emit: bool = True, additive: frozenset[str] = frozenset()) -> "_Task":
         ssts = {part: self.job.manifest.state(P.state_id(self.consumer.object_id, node_id, part)) for part in keys}
         return _Task(kind=kind, spec=spec, root=self.job.root, storage=self.job.storage, epoch=self.job.epoch, attempt=self.job.attempt,
                      object_id=self.consumer.object_id, node_id=node_id, ssts=ssts, keys=keys,
                      out_schema=_arrow_schema(schema), consumer=self.consumer.key if final else None,
-                     additive=additive)
+                     additive=additive, emit=emit)
 
     def _join(self, node: P.Join) -> DataFrame:
         left, right = self.build(node.left), self.build(node.right)
@@ -232,6 +233,7 @@ class _Builder:
         spec = MaterializeSpec(tuple(cols), name=self.consumer.name)
         out = T.StructType([T.StructField(CONSUMER, T.StringType()), T.StructField(IPC, T.BinaryType())])
         return df.mapInArrow(self._task(node.node_id, "materialize", spec, {"rows": tuple(cols)}, out, final=True,
+                                                  emit=self.consumer.name not in self.tables,
                                                   additive=MATERIALIZE_ADDITIVE), out)
 
 
@@ -290,6 +292,7 @@ class _Task:
     out_schema: pa.Schema
     consumer: str | None
     additive: frozenset[str]
+    emit: bool  # False: write state only (a table's materialize: its changelog is its log)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         batches = [b for b in batches if b.num_rows]
@@ -316,7 +319,7 @@ class _Task:
             write_state(store, lambda bitmap, sid=sid: paths.sst_key(self.epoch, self.attempt, sid, partition, bitmap),
                         rows)
         faults.point("task.after_state")
-        if out.height == 0:
+        if out.height == 0 or not self.emit:
             return
         if self.consumer is None:
             yield from out.to_arrow().cast(self.out_schema).to_batches()
