@@ -23,6 +23,7 @@ import pyarrow as pa
 from millpond import faults, paths
 from millpond.catalog import Catalog
 from millpond.errors import MillpondError
+from millpond.engine.operators.materialize import ADDITIVE as MATERIALIZE_ADDITIVE
 from millpond.engine.plan import sources as _sources
 from millpond.log import Log
 from millpond.spark.execute import Consumer, EpochJob, run_epoch_job
@@ -100,7 +101,7 @@ class Coordinator:
     def rows(self, consumer: Consumer) -> StateTable:
         """The committed rows of a consumer (its final materialize state)."""
         sid = f"{consumer.key}.n{consumer.plan.node_id}.rows"
-        return StateTable(self.store, self.manifest.state(sid), consumer.columns, additive=True)
+        return StateTable(self.store, self.manifest.state(sid), consumer.columns, additive="rows" in MATERIALIZE_ADDITIVE)
 
     def _segments(self, catalog: Catalog):  # noqa: ANN202
         schemas = {t.channel: t.log_schema for t in catalog.tables.values()}

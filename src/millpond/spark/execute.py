@@ -33,10 +33,9 @@ from millpond.catalog import ROW_ID, TableDef
 from millpond.catalog.types import spark_ddl_type
 from millpond.engine import plan as P
 from millpond.engine.changelog import KH, W
-from millpond.engine.operators.aggregate import ADDITIVE as AGG_ADDITIVE
 from millpond.engine.operators.aggregate import VALUE_FUNCS, AggSpec, apply_aggregate, nonnull_col, sum_col, value_col
+from millpond.engine import operators as O
 from millpond.engine.operators.join import SIDE, JoinSpec, apply_join
-from millpond.engine.operators.materialize import ADDITIVE as MATERIALIZE_ADDITIVE
 from millpond.engine.operators.materialize import MaterializeSpec, apply_materialize
 from millpond.engine.operators.topn import TopNSpec, apply_topn
 from millpond.log.channel import Segment
@@ -138,12 +137,12 @@ class _Builder:
         return df.repartition(self.job.parallelism, VN)
 
     def _task(self, node_id: int, kind: str, spec: Any, keys: dict[str, tuple[str, ...]], schema: T.StructType,
-              *, final: bool = False, emit: bool = True, additive: frozenset[str] = frozenset()) -> "_Task":
+              *, final: bool = False, emit: bool = True) -> "_Task":
         ssts = {part: self.job.manifest.state(P.state_id(self.consumer.object_id, node_id, part)) for part in keys}
         return _Task(kind=kind, spec=spec, root=self.job.root, storage=self.job.storage, epoch=self.job.epoch, attempt=self.job.attempt,
                      object_id=self.consumer.object_id, node_id=node_id, ssts=ssts, keys=keys,
                      out_schema=_arrow_schema(schema), consumer=self.consumer.key if final else None,
-                     additive=additive, emit=emit)
+                     additive=_ADDITIVE[kind], emit=emit)
 
     def _join(self, node: P.Join) -> DataFrame:
         left, right = self.build(node.left), self.build(node.right)
@@ -166,7 +165,7 @@ class _Builder:
         spec = JoinSpec(tuple(kcols), tuple(lcols), tuple(rcols), name=f"{self.consumer.name}#{node.node_id}",
                         kind=node.kind, residual=node.residual)
         key_cols = {"left": (*kcols, *lcols), "right": (*kcols, *rcols)}
-        task = self._task(node.node_id, "join", spec, key_cols, schema, additive=frozenset(key_cols))
+        task = self._task(node.node_id, "join", spec, key_cols, schema)
         return both.mapInArrow(task, schema)
 
     def _aggregate(self, node: P.Aggregate) -> DataFrame:
@@ -211,7 +210,7 @@ class _Builder:
         keys = {"groups": tuple(group)}
         if values:
             keys["values"] = (*group, *values)
-        return agged.mapInArrow(self._task(node.node_id, "aggregate", spec, keys, schema, additive=AGG_ADDITIVE), schema)
+        return agged.mapInArrow(self._task(node.node_id, "aggregate", spec, keys, schema), schema)
 
     def _topn(self, node: P.TopN) -> DataFrame:
         df = self.build(node.input)
@@ -224,7 +223,7 @@ class _Builder:
         spec = TopNSpec(tuple(cols), node.partition, node.order, node.limit, node.offset, node.row_number,
                         name=f"{self.consumer.name}#{node.node_id}")
         keys = {"rows": tuple(cols), "top": tuple(cols)}
-        return df.mapInArrow(self._task(node.node_id, "topn", spec, keys, schema, additive=frozenset({"rows"})), schema)
+        return df.mapInArrow(self._task(node.node_id, "topn", spec, keys, schema), schema)
 
     def _materialize(self, node: P.Materialize) -> DataFrame:
         df = self.build(node.input)
@@ -233,8 +232,11 @@ class _Builder:
         spec = MaterializeSpec(tuple(cols), name=self.consumer.name)
         out = T.StructType([T.StructField(CONSUMER, T.StringType()), T.StructField(IPC, T.BinaryType())])
         return df.mapInArrow(self._task(node.node_id, "materialize", spec, {"rows": tuple(cols)}, out, final=True,
-                                                  emit=self.consumer.name not in self.tables,
-                                                  additive=MATERIALIZE_ADDITIVE), out)
+                                                  emit=self.consumer.name not in self.tables), out)
+
+
+_ADDITIVE = {"join": O.join.ADDITIVE, "aggregate": O.aggregate.ADDITIVE, "topn": O.topn.ADDITIVE,
+             "materialize": O.materialize.ADDITIVE}  # per task kind: its state parts that sum counts
 
 
 def _quote(name: str) -> str:

@@ -14,8 +14,8 @@ State:
   for a group where a retraction removes the current extreme and no inserted value reaches it:
   the result then falls back to the next value still in the multiset (full state, as in Flink's
   MAX with retraction); otherwise the new extreme is the old one (``_o<i>``) combined with the
-  values inserted. A distinct count
-  is the number of different non-NULL arguments in the multiset, read for every changed group.
+  values inserted. A distinct count is the number of different non-NULL arguments in the
+  multiset, read for every changed group.
 
 Output per changed group: ``-old`` (if the group existed) and ``+new`` (if it still has rows),
 consolidated so an unchanged result emits nothing. Without GROUP BY (``whole``) the single
@@ -102,7 +102,7 @@ def apply_aggregate(spec: AggSpec, delta: pl.DataFrame, groups: StateTable, valu
 
     writes: dict[str, pl.DataFrame] = {}
     if spec.minmax:
-        cur, writes["values"] = _apply_minmax(spec, delta, cur, values, kh)
+        cur, writes["values"] = _apply_minmax(spec, delta, cur, values)
 
     new_outputs = []
     for i, c in enumerate(spec.calls):
@@ -137,8 +137,8 @@ def apply_aggregate(spec: AggSpec, delta: pl.DataFrame, groups: StateTable, valu
     return out, writes
 
 
-def _apply_minmax(spec: AggSpec, delta: pl.DataFrame, cur: pl.DataFrame, values: StateTable | None, kh
-                  ) -> tuple[pl.DataFrame, pl.DataFrame]:  # noqa: ANN001
+def _apply_minmax(spec: AggSpec, delta: pl.DataFrame, cur: pl.DataFrame, values: StateTable | None
+                  ) -> tuple[pl.DataFrame, pl.DataFrame]:
     gkeys = [KH, *spec.group]
     vcols = [value_col(i) for i in spec.minmax]
     vkeys = [*gkeys, *vcols]
@@ -148,10 +148,10 @@ def _apply_minmax(spec: AggSpec, delta: pl.DataFrame, cur: pl.DataFrame, values:
     # Groups whose multiset must be read: all of them with a DISTINCT call (a value's count
     # crossing zero changes the result), else those where a retraction removes the current MIN/MAX
     # and no value inserted this epoch reaches it.
-    added = dv.filter(pl.col(W) > 0).group_by(gkeys).agg([_extreme(spec, i) for i in spec.minmax])
     if any(spec.calls[i].func not in ("min", "max") for i in spec.minmax):
         refill = cur.select(gkeys)
     else:
+        added = dv.filter(pl.col(W) > 0).group_by(gkeys).agg([_extreme(spec, i) for i in spec.minmax])
         old_out = cur.select(*gkeys, *[out_col(i) for i in spec.minmax]).join(
             added, on=gkeys, how="left", nulls_equal=True)
         hit = dv.filter(pl.col(W) < 0).join(old_out, on=gkeys, how="inner", nulls_equal=True)
@@ -172,7 +172,7 @@ def _apply_minmax(spec: AggSpec, delta: pl.DataFrame, cur: pl.DataFrame, values:
             raise InvariantError(f"aggregate {spec.name}: retracted a value that was never added")
         live = merged.filter(pl.col(W) > 0)
         parts.append(live.group_by(gkeys).agg([_extreme(spec, i) for i in spec.minmax]))
-    # every other group: its extreme can only move towards values this epoch inserts
+    # every other group (MIN/MAX only): its extreme can only move towards values this epoch inserts
     rest = cur.select(*gkeys, *[out_col(i) for i in spec.minmax]).join(refill, on=gkeys, how="anti", nulls_equal=True)
     if rest.height:
         rest = rest.join(added, on=gkeys, how="left", nulls_equal=True)
@@ -180,9 +180,7 @@ def _apply_minmax(spec: AggSpec, delta: pl.DataFrame, cur: pl.DataFrame, values:
         parts.append(rest.select(*gkeys, *[
             horizontal[spec.calls[i].func](pl.col(out_col(i)), pl.col(f"_mm{i}")).cast(delta.schema[value_col(i)])
             .alias(f"_mm{i}") for i in spec.minmax]))
-    mm = pl.concat(parts, how="vertical_relaxed") if parts else None
-    if mm is None:
-        return cur, writes
+    mm = pl.concat(parts, how="vertical_relaxed")  # cur is never empty, so one part at least
     return cur.join(mm, on=gkeys, how="left", nulls_equal=True), writes
 
 

@@ -30,9 +30,10 @@ import polars as pl
 from millpond.engine.changelog import COUNT, KH, W, consolidate, state_rows
 from millpond.store.state_table import StateTable
 
-__all__ = ["JoinSpec", "apply_join", "SIDE"]
+__all__ = ["ADDITIVE", "JoinSpec", "apply_join", "SIDE"]
 
 SIDE = "_side"
+ADDITIVE = frozenset({"left", "right"})  # state parts whose reads sum counts across files
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,9 @@ import polars as pl
 from millpond.engine.changelog import COUNT, KH, W, consolidate, state_rows
 from millpond.store.state_table import StateTable
 
-__all__ = ["TopNSpec", "apply_topn"]
+__all__ = ["ADDITIVE", "TopNSpec", "apply_topn"]
+
+ADDITIVE = frozenset({"rows"})  # state parts whose reads sum counts across files
 
 _BEFORE = "_before"
 
