@@ -16,7 +16,7 @@ def test_second_coordinator_is_fenced(open_db):
     seed(first)
     second = open_db()  # opened before the first commits anything
     first.flush()
-    with pytest.raises(FencedError, match=r"epoch \d+ .* another writer"):
+    with pytest.raises(FencedError, match=r"version \d+ \(epoch \d+\) .* another writer"):
         second.flush()
     with pytest.raises(FencedError):
         second.insert("visit", pa.table({"product": ["x"], "user": ["y"], "length": [1]}))
@@ -34,7 +34,7 @@ def test_failed_epoch_is_a_clear_error_and_commits_nothing(open_db, root):
     db.insert("visit", pa.table({"product": ["Apple"], "user": ["Zed"], "length": [45]}))
     # Lose the view's committed state files: the next epoch's tasks must fail, not guess.
     view = db.catalog.views["result"]
-    lost = [p for p in Path(root, "sst").rglob("*.arrow") if f"/o{view.id}." in str(p)]
+    lost = [p for p in Path(root, "sst").rglob("*.sst") if f"/o{view.id}." in str(p)]
     assert lost
     for p in lost:
         p.unlink()

@@ -133,6 +133,7 @@ class Database:
         self._closed.set()
         if self._thread is not None:
             self._thread.join()
+        self.coordinator.close()
         if self._own_spark:
             self.spark.stop()
 

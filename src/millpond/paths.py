@@ -3,14 +3,14 @@
 Layout::
 
     catalog/<version:010d>.json                    catalog versions (put-if-absent)
-    manifest/<epoch:020d>.json                     one committed epoch (put-if-absent)
+    manifest/<version:020d>.json                   one state version: an epoch commit or a compaction
     log/<channel>/<first_seq:020d>.arrow           one durable append (put-if-absent)
-    sst/<epoch:020d>-<attempt>/<state>/<part>.arrow  state written by one task in one epoch attempt
+    sst/<version:020d>-e<epoch:020d>.<attempt>/<state>/p<part>.sst   state of one task in one epoch attempt
+    sst/<version:020d>-c.<task>/<state>/<n>.sst    outputs of one compaction
+    pin/<id>.json                                  a reader's pin (epoch, version): GC keeps its files
 """
 
 from __future__ import annotations
-
-import re
 
 __all__ = [
     "catalog_key",
@@ -20,9 +20,14 @@ __all__ = [
     "log_prefix",
     "log_segment_key",
     "parse_log_segment",
+    "SST_PREFIX",
+    "PIN_PREFIX",
     "sst_attempt_prefix",
+    "sst_compaction_prefix",
     "sst_key",
-    "parse_sst_key",
+    "parse_sst_version",
+    "parse_sst_state",
+    "pin_key",
 ]
 
 CATALOG_PREFIX = "catalog/"
@@ -53,20 +58,32 @@ def parse_log_segment(key: str) -> int:
     return parse_numbered(key)
 
 
-def sst_attempt_prefix(epoch: int, attempt: str) -> str:
-    return f"sst/{epoch:020d}-{attempt}/"
+SST_PREFIX = "sst/"
+PIN_PREFIX = "pin/"
 
 
-def sst_key(epoch: int, attempt: str, state: str, partition: int, vnodes_hex: str) -> str:
-    return f"{sst_attempt_prefix(epoch, attempt)}{state}/p{partition:05d}-{vnodes_hex}.arrow"
+def sst_attempt_prefix(base_version: int, epoch: int, attempt: str) -> str:
+    """Files written for ``epoch`` by one attempt of a writer holding version ``base_version``."""
+    return f"{SST_PREFIX}{base_version:020d}-e{epoch:020d}.{attempt}/"
 
 
-_SST = re.compile(r"^sst/(\d{20})-[0-9a-f]+/(.+)/p\d{5}-([0-9a-f]+)\.arrow$")
+def sst_compaction_prefix(base_version: int, task_id: str) -> str:
+    return f"{SST_PREFIX}{base_version:020d}-c.{task_id}/"
 
 
-def parse_sst_key(key: str) -> tuple[int, str, str]:
-    """Return (epoch, state id, vnode bitmap hex) of an SST key."""
-    m = _SST.match(key)
-    if m is None:
-        raise ValueError(f"not an SST key: {key!r}")
-    return int(m.group(1)), m.group(2), m.group(3)
+def sst_key(base_version: int, epoch: int, attempt: str, state: str, partition: int) -> str:
+    return f"{sst_attempt_prefix(base_version, epoch, attempt)}{state}/p{partition:05d}.sst"
+
+
+def parse_sst_version(key: str) -> int:
+    """The version a file's writer held when it wrote the file (GC spares newer ones)."""
+    return int(key[len(SST_PREFIX):len(SST_PREFIX) + 20])
+
+
+def parse_sst_state(key: str) -> str:
+    """The state id of an SST key."""
+    return key.split("/")[2]
+
+
+def pin_key(pin_id: str) -> str:
+    return f"{PIN_PREFIX}{pin_id}.json"

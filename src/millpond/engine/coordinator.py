@@ -27,10 +27,11 @@ from millpond.engine.operators.materialize import ADDITIVE as MATERIALIZE_ADDITI
 from millpond.engine.plan import sources as _sources
 from millpond.log import Log
 from millpond.spark.execute import Consumer, EpochJob, run_epoch_job
-from millpond.store.manifest import Manifest, ManifestStore
+from millpond.store.manifest import Manifest
 from millpond.store.objects import ObjectStore
-from millpond.store.sst import SstRef
+from millpond.store.sst import SstRef, describe_sst
 from millpond.store.state_table import StateTable
+from millpond.store.store import StateStore
 
 __all__ = ["Coordinator", "EpochReport"]
 
@@ -51,8 +52,11 @@ class Coordinator:
     def __init__(self, spark, store: ObjectStore, log: Log, *, parallelism: int):  # noqa: ANN001
         self.spark, self.store, self.log = spark, store, log
         self.parallelism = parallelism
-        self.manifests = ManifestStore(store)
-        self.manifest = self.manifests.latest()  # recovery: resume from the last committed epoch
+        self.state = StateStore(store)  # recovery: resume from the last committed version
+
+    @property
+    def manifest(self) -> Manifest:
+        return self.state.manifest
 
     def run_epoch(self, catalog: Catalog, consumers: list[Consumer]) -> EpochReport | None:
         # 1. fix the input ranges
@@ -67,6 +71,7 @@ class Coordinator:
                 work.append((c, ranges))
         if not work:
             return None
+        self.state.maintain()  # apply finished compactions before pinning this epoch's input version
         epoch, attempt = self.manifest.epoch + 1, uuid.uuid4().hex[:12]
         job = EpochJob(self.store.root, self.store.options, epoch, attempt, self.parallelism, self.manifest)
         faults.point("epoch.before_job")
@@ -78,22 +83,16 @@ class Coordinator:
         except Exception as exc:  # a task failed: the epoch is not committed, nothing is visible
             raise MillpondError(f"epoch {epoch} failed and was not committed: {_cause(exc)}") from exc
         faults.point("epoch.after_job")
-        # 3. this attempt's SSTs
+        # 3. this attempt's SSTs (their footers say what they hold)
         new_ssts: dict[str, list[SstRef]] = defaultdict(list)
-        for key in self.store.list(paths.sst_attempt_prefix(epoch, attempt)):
-            e, state, vnodes = paths.parse_sst_key(key)
-            new_ssts[state].append(SstRef(key, e, vnodes))
+        for key in self.store.list(paths.sst_attempt_prefix(job.manifest.version, epoch, attempt)):
+            new_ssts[paths.parse_sst_state(key)].append(describe_sst(self.store, key))
         live = {c.key for c in consumers}
-        ssts = {s: refs for s, refs in self.manifest.ssts.items() if s.split(".", 1)[0] in live}
-        for state, refs in new_ssts.items():
-            ssts[state] = (*tuple(refs), *ssts.get(state, ()))  # newest first
         offsets = {k: v for k, v in self.manifest.offsets.items() if k in live}
         for c, ranges in work:
             offsets[c.key] = {**offsets.get(c.key, {}), **{ch: b for ch, (_, b) in ranges.items()}}
-        # 4. commit: the one atomic write
-        manifest = Manifest(epoch=epoch, ssts=ssts, offsets=offsets)
-        self.manifests.commit(manifest)
-        self.manifest = manifest
+        # 4. commit: the one atomic write (then compaction and GC, in the background)
+        self.state.commit(epoch, new_ssts, offsets, keep=lambda sid: sid.split(".", 1)[0] in live)
         faults.point("epoch.after_commit")
         names = {c.key: c.name for c in consumers}
         return EpochReport(epoch, {names[k]: v for k, v in changes.items() if v is not None})
@@ -101,7 +100,8 @@ class Coordinator:
     def rows(self, consumer: Consumer) -> StateTable:
         """The committed rows of a consumer (its final materialize state)."""
         sid = f"{consumer.key}.n{consumer.plan.node_id}.rows"
-        return StateTable(self.store, self.manifest.state(sid), consumer.columns, additive="rows" in MATERIALIZE_ADDITIVE)
+        return StateTable(self.store, self.manifest.state(sid), consumer.columns, additive="rows" in MATERIALIZE_ADDITIVE,
+                          name=sid)
 
     def _segments(self, catalog: Catalog):  # noqa: ANN202
         schemas = {t.channel: t.log_schema for t in catalog.tables.values()}
@@ -112,6 +112,9 @@ class Coordinator:
 
     def with_parallelism(self, n: int) -> None:
         self.parallelism = n
+
+    def close(self) -> None:
+        self.state.close()
 
 
 def _cause(exc: BaseException) -> str:

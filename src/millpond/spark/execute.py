@@ -39,9 +39,9 @@ from millpond.engine.operators.join import SIDE, JoinSpec, apply_join
 from millpond.engine.operators.materialize import MaterializeSpec, apply_materialize
 from millpond.engine.operators.topn import TopNSpec, apply_topn
 from millpond.log.channel import Segment
-from millpond.store.manifest import Manifest
+from millpond.store.manifest import Levels, Manifest
 from millpond.store.objects import open_store
-from millpond.store.sst import VNODES, SstRef
+from millpond.store.sst import VNODES
 from millpond.store.state_table import StateTable, write_state
 
 __all__ = ["Consumer", "EpochJob", "run_epoch_job", "CONSUMER", "IPC"]
@@ -138,9 +138,10 @@ class _Builder:
 
     def _task(self, node_id: int, kind: str, spec: Any, keys: dict[str, tuple[str, ...]], schema: T.StructType,
               *, final: bool = False, emit: bool = True) -> "_Task":
-        ssts = {part: self.job.manifest.state(P.state_id(self.consumer.object_id, node_id, part)) for part in keys}
-        return _Task(kind=kind, spec=spec, root=self.job.root, storage=self.job.storage, epoch=self.job.epoch, attempt=self.job.attempt,
-                     object_id=self.consumer.object_id, node_id=node_id, ssts=ssts, keys=keys,
+        levels = {part: self.job.manifest.state(P.state_id(self.consumer.object_id, node_id, part)) for part in keys}
+        return _Task(kind=kind, spec=spec, root=self.job.root, storage=self.job.storage, epoch=self.job.epoch,
+                     attempt=self.job.attempt, base_version=self.job.manifest.version,
+                     object_id=self.consumer.object_id, node_id=node_id, levels=levels, keys=keys,
                      out_schema=_arrow_schema(schema), consumer=self.consumer.key if final else None,
                      additive=_ADDITIVE[kind], emit=emit)
 
@@ -287,9 +288,10 @@ class _Task:
     storage: dict[str, str]
     epoch: int
     attempt: str
+    base_version: int
     object_id: int
     node_id: int
-    ssts: dict[str, tuple[SstRef, ...]]
+    levels: dict[str, Levels]
     keys: dict[str, tuple[str, ...]]
     out_schema: pa.Schema
     consumer: str | None
@@ -304,7 +306,8 @@ class _Task:
         if VN in delta.columns:
             delta = delta.drop(VN)
         store = open_store(self.root, self.storage)
-        states = {part: StateTable(store, self.ssts[part], self.keys[part], additive=part in self.additive)
+        states = {part: StateTable(store, self.levels[part], self.keys[part], additive=part in self.additive,
+                                   name=P.state_id(self.object_id, self.node_id, part))
                   for part in self.keys}
         if self.kind == "join":
             out, writes = apply_join(self.spec, delta, states["left"], states["right"])
@@ -318,8 +321,8 @@ class _Task:
         faults.point("task.before_state")
         for part, rows in writes.items():
             sid = P.state_id(self.object_id, self.node_id, part)
-            write_state(store, lambda bitmap, sid=sid: paths.sst_key(self.epoch, self.attempt, sid, partition, bitmap),
-                        rows)
+            write_state(store, paths.sst_key(self.base_version, self.epoch, self.attempt, sid, partition), rows,
+                        self.epoch, keys=self.keys[part], additive=part in self.additive)
         faults.point("task.after_state")
         if out.height == 0 or not self.emit:
             return
@@ -338,7 +341,7 @@ def output_schema(spark: SparkSession, plan: P.Materialize, tables: dict[str, Ta
     from pyspark.sql.pandas.types import to_arrow_schema
 
     ranges = {t.channel: (0, 0) for t in tables.values()}
-    job = EpochJob(root="", storage={}, epoch=0, attempt="", parallelism=1, manifest=Manifest(epoch=0))
+    job = EpochJob(root="", storage={}, epoch=0, attempt="", parallelism=1, manifest=Manifest())
     consumer = Consumer("o0", 0, "", plan, ())
     df = _Builder(spark, job, consumer, ranges, tables, lambda *_: []).build(plan.input)
     return to_arrow_schema(T.StructType([f for f in df.schema if f.name != W]))

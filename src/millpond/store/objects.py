@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 
 import obstore
-from obstore.exceptions import AlreadyExistsError
+from obstore.exceptions import (AlreadyExistsError, InvalidPathError, NotFoundError, NotSupportedError,
+                                PermissionDeniedError, PreconditionError, UnauthenticatedError,
+                                UnknownConfigurationKeyError)
 from obstore.store import from_url
 
 from millpond.errors import StorageError
@@ -35,6 +38,8 @@ class ObjectStore:
     def __init__(self, root: str, options: dict[str, str] | None = None):
         self.root = root
         self.options = dict(options or {})
+        self.retries = 0  # transient failures retried so far (a metric)
+        self.sleep = time.sleep
         self._local_dir: Path | None = None
         if "://" not in root:
             self._local_dir = Path(root).expanduser().resolve()
@@ -58,55 +63,107 @@ class ObjectStore:
 
     # -- writes -----------------------------------------------------------------------------
     def put(self, key: str, data: bytes) -> None:
-        self._call("put", key, lambda: obstore.put(self._store, key, data))
+        self._retry("write", key, lambda: self._put(key, data, None))
         self._fsync(key)
 
     def put_if_absent(self, key: str, data: bytes) -> None:
-        """Create ``key``; raise :class:`AlreadyExists` if it is there (atomic, conditional)."""
-        try:
-            obstore.put(self._store, key, data, mode="create")
-        except AlreadyExistsError as exc:
-            raise AlreadyExists(key) from exc
-        except Exception as exc:
-            if "PreconditionFailed" in type(exc).__name__ or "412" in str(exc):
+        """Create ``key``; raise :class:`AlreadyExists` if it is there (atomic, conditional).
+
+        A retried create that finds the key holding exactly ``data`` succeeded the first time
+        (its reply was lost), so it returns normally."""
+        first = [True]
+
+        def attempt() -> None:
+            try:
+                self._put(key, data, "create")
+            except Exception as exc:
+                taken = isinstance(exc, (AlreadyExistsError, PreconditionError)) or (
+                    "PreconditionFailed" in str(exc) or " 412 " in f" {exc} ")
+                if not taken:
+                    raise
+                if not first[0] and self._get(key) == data:
+                    return
                 raise AlreadyExists(key) from exc
-            raise StorageError(f"cannot write {key!r} under {self.root!r}: {exc}") from exc
+            finally:
+                first[0] = False
+        self._retry("write", key, attempt)
         self._fsync(key)
 
     def delete(self, key: str) -> None:
-        self._call("delete", key, lambda: obstore.delete(self._store, key))
+        self._retry("delete", key, lambda: self._delete(key))
 
     # -- reads ------------------------------------------------------------------------------
     def get(self, key: str) -> bytes:
-        try:
-            return bytes(obstore.get(self._store, key).bytes())
-        except FileNotFoundError as exc:
-            raise StorageError(f"object {key!r} is missing under {self.root!r}") from exc
-        except Exception as exc:
-            raise StorageError(f"cannot read {key!r} under {self.root!r}: {exc}") from exc
+        return self._retry("read", key, lambda: self._get(key))
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        return self._retry("read", key, lambda: self._get_ranges(key, [start], [end])[0])
+
+    def get_ranges(self, key: str, starts: list[int], ends: list[int]) -> list[bytes]:
+        return self._retry("read", key, lambda: self._get_ranges(key, starts, ends))
+
+    def get_suffix(self, key: str, length: int) -> tuple[bytes, int]:
+        """The last ``length`` bytes of ``key`` (fewer if it is shorter) and its size."""
+        return self._retry("read", key, lambda: self._get_suffix(key, length))
 
     def list(self, prefix: str) -> list[str]:
         """Keys under ``prefix``, sorted."""
-        def run() -> list[str]:
-            out: list[str] = []
-            for chunk in obstore.list(self._store, prefix):
-                out.extend(meta["path"] for meta in chunk)
-            return sorted(out)
-        return self._call("list", prefix, run)
+        return sorted(self._retry("list", prefix, lambda: self._list(prefix)))
 
     def local_path(self, key: str) -> Path | None:
         return self._local_dir / key if self._local_dir else None
 
+    # -- the raw operations (a test wrapper overrides these to inject faults) ---------------
+    def _put(self, key: str, data: bytes, mode: str | None) -> None:
+        if mode:
+            obstore.put(self._store, key, data, mode=mode)
+        else:
+            obstore.put(self._store, key, data)
+
+    def _get(self, key: str) -> bytes:
+        return bytes(obstore.get(self._store, key).bytes())
+
+    def _get_ranges(self, key: str, starts: list[int], ends: list[int]) -> list[bytes]:
+        return [bytes(b) for b in obstore.get_ranges(self._store, key, starts=starts, ends=ends)]
+
+    def _get_suffix(self, key: str, length: int) -> tuple[bytes, int]:
+        result = obstore.get(self._store, key, options={"range": {"suffix": length}})
+        return bytes(result.bytes()), int(result.meta["size"])
+
+    def _delete(self, key: str) -> None:
+        obstore.delete(self._store, key)
+
+    def _list(self, prefix: str) -> list[str]:
+        out: list[str] = []
+        for chunk in obstore.list(self._store, prefix):
+            out.extend(meta["path"] for meta in chunk)
+        return out
+
     # -- helpers ----------------------------------------------------------------------------
-    def _call(self, what: str, key: str, fn):  # noqa: ANN001
-        try:
-            return fn()
-        except FileNotFoundError:
-            if what == "list":
-                return []
-            raise StorageError(f"object {key!r} is missing under {self.root!r}")
-        except Exception as exc:
-            raise StorageError(f"cannot {what} {key!r} under {self.root!r}: {exc}") from exc
+    def _retry(self, what: str, key: str, fn):  # noqa: ANN001
+        """Run ``fn``, retrying transient failures with backoff; errors name the key and root."""
+        delay = RETRY_BASE_SECONDS
+        for attempt in range(RETRY_ATTEMPTS):
+            try:
+                return fn()
+            except AlreadyExists:
+                raise
+            except (FileNotFoundError, NotFoundError):
+                if what == "list":
+                    return []
+                if what == "delete":
+                    return None
+                raise StorageError(f"object {key!r} is missing under {self.root!r}") from None
+            except _PERMANENT as exc:
+                raise StorageError(f"cannot {what} {key!r} under {self.root!r}: {exc}") from exc
+            except Exception as exc:  # network, throttling, 5xx, injected faults: retried
+                if attempt + 1 == RETRY_ATTEMPTS:
+                    raise StorageError(f"cannot {what} {key!r} under {self.root!r} after {RETRY_ATTEMPTS} "
+                                       f"attempts: {exc}") from exc
+                self.retries += 1
+                self.sleep(delay)
+                delay *= 2
+        raise AssertionError("unreachable")
 
     def _fsync(self, key: str) -> None:
         if self._local_dir is None:
@@ -120,6 +177,10 @@ class ObjectStore:
                 os.close(fd)
 
 
+RETRY_ATTEMPTS = 6
+RETRY_BASE_SECONDS = 0.05
+_PERMANENT = (PermissionDeniedError, UnauthenticatedError, InvalidPathError, NotSupportedError,
+              UnknownConfigurationKeyError, PermissionError, IsADirectoryError, ValueError, TypeError)
 _CLIENT_KEYS = {"allow_http", "allow_invalid_certificates", "timeout", "connect_timeout"}
 _OPEN: dict[tuple, ObjectStore] = {}
 _LOCK = threading.Lock()

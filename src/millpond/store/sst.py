@@ -1,17 +1,31 @@
-"""SSTs: immutable sorted runs of state rows, one Arrow IPC file each.
+"""SSTs: immutable sorted runs of state rows with a block index, a bloom filter and checksums.
 
-Every row carries ``_kh`` (the 64-bit hash of the row's distribution key, computed by Spark's
-``xxhash64``) and ``_del`` (tombstone); a file is sorted by ``_kh``, so a batched multi-get
-is one ``searchsorted`` per file. A row's vnode is ``_kh mod VNODES``; the set of vnodes a file
-holds is recorded with it (``SstRef.vnodes``) so reads skip files of other vnodes.
+Every row carries ``_kh`` (the 64-bit key hash: Spark's ``xxhash64`` of the distribution key, or
+the key itself for the plain key-value API), ``_ep`` (the epoch that wrote the row) and ``_del``
+(tombstone). A file is sorted by ``_kh``. Layout::
+
+    [block 0] ... [block n-1] [bloom] [index] [meta json] [u64 bloom, u64 index, u32 meta lengths] [u32 crc] [magic]
+
+- a *block* is an LZ4-compressed Arrow IPC stream of ~``BLOCK_BYTES`` of rows;
+- the *index* is ``n × 5`` little-endian int64: offset, length, first ``_kh``, last ``_kh``, crc32
+  of the block's bytes;
+- the *bloom filter* holds the file's distinct ``_kh`` (10 bits per key, 7 probes: ~1% false
+  positives), so a multi-get skips files that cannot hold a key without reading a block;
+- *meta* holds the format version, row count, key and epoch ranges and the vnode bitmap; the crc
+  covers bloom + index + meta.
+
+A read fetches the footer once (cached) and then only the blocks whose key range can hold a
+wanted key, with ranged GETs: nothing is downloaded in bulk, which is what makes restore after a
+restart lazy. Every fetched byte is checked against its crc; a mismatch, a bad magic or an unknown
+format is a :class:`StorageError` naming the file — never wrong data.
 """
 
 from __future__ import annotations
 
 import io
-import os
-import threading
-from collections import OrderedDict
+import json
+import struct
+import zlib
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -20,32 +34,49 @@ import polars as pl
 import pyarrow as pa
 
 from millpond.errors import StorageError
+from millpond.store.cache import block_cache, disk_cache
 from millpond.store.objects import ObjectStore
 
-__all__ = ["VNODES", "SstRef", "vnodes_of", "vnode_bitmap", "write_sst", "read_sst"]
+__all__ = ["VNODES", "KH", "DEL", "EP", "SstRef", "SstMeta", "write_sst", "open_sst", "read_blocks",
+           "read_all", "describe_sst", "lookup_sst", "scan_sst", "vnodes_of", "vnode_bitmap", "bitmap_hex", "take_ranges"]
 
 VNODES = 256
 KH = "_kh"
 DEL = "_del"
+EP = "_ep"
+
+FORMAT = 3  # SST format version (1 and 2 were single Arrow IPC files without blocks)
+MAGIC = b"MPOND-S3"
+_TAIL = struct.Struct("<QQII8s")  # bloom length, index length, meta length, crc32(bloom + index + meta), magic
+BLOCK_BYTES = 64 << 10
+BLOOM_BITS_PER_KEY = 10
+BLOOM_PROBES = 7
+_FOOTER_GUESS = 64 << 10
 
 
 @dataclass(frozen=True)
 class SstRef:
-    """A committed SST: object key, the epoch that wrote it, the vnodes it holds (bitmap hex)."""
+    """A committed SST as a manifest lists it: enough to prune it without opening it."""
 
     key: str
-    epoch: int
-    vnodes: str
+    min_kh: int
+    max_kh: int
+    min_ep: int
+    max_ep: int
+    rows: int
+    size: int
+    vnodes: str  # bitmap hex of the vnodes the file holds
 
     def mask(self) -> np.ndarray:
         return _mask(self.vnodes)
 
     def to_json(self) -> list:
-        return [self.key, self.epoch, self.vnodes]
+        return [self.key, self.min_kh, self.max_kh, self.min_ep, self.max_ep, self.rows, self.size, self.vnodes]
 
     @classmethod
     def from_json(cls, raw: list) -> "SstRef":
-        return cls(key=raw[0], epoch=int(raw[1]), vnodes=raw[2])
+        key, min_kh, max_kh, min_ep, max_ep, rows, size, vnodes = raw
+        return cls(key, int(min_kh), int(max_kh), int(min_ep), int(max_ep), int(rows), int(size), vnodes)
 
 
 @lru_cache(maxsize=65536)
@@ -70,64 +101,261 @@ def bitmap_hex(mask: np.ndarray) -> str:
     return np.packbits(mask).tobytes().hex()
 
 
-def write_sst(store: ObjectStore, key: str, rows: pl.DataFrame) -> None:
-    """Write ``rows`` (with ``_kh`` and ``_del``) sorted by ``_kh``; deterministic bytes."""
-    rows = rows.sort(rows.columns, nulls_last=True)  # total order: same input, same file
-    table = rows.to_arrow()
-    sink = io.BytesIO()
-    with pa.ipc.new_file(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="lz4")) as writer:
-        writer.write_table(table)
-    store.put(key, sink.getvalue())
+# -- bloom filter -----------------------------------------------------------------------------
+
+def _probes(kh: np.ndarray, bits: int) -> np.ndarray:
+    """``len(kh) × BLOOM_PROBES`` bit positions (double hashing over a splitmix64 of the key)."""
+    z = kh.astype(np.uint64, copy=True)
+    with np.errstate(over="ignore"):
+        z += np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z ^= z >> np.uint64(31)
+        h1 = z & np.uint64(0xFFFFFFFF)
+        h2 = (z >> np.uint64(32)) | np.uint64(1)
+        i = np.arange(BLOOM_PROBES, dtype=np.uint64)
+        return (h1[:, None] + i[None, :] * h2[:, None]) % np.uint64(bits)
 
 
-class _Cache:
-    """Per-process cache of decoded SSTs (files are immutable, so entries never go stale)."""
-
-    def __init__(self, budget_bytes: int):
-        self.budget = budget_bytes
-        self.used = 0
-        self.entries: OrderedDict[str, tuple[pa.Table, np.ndarray]] = OrderedDict()
-        self.lock = threading.Lock()
-
-    def get(self, store: ObjectStore, key: str) -> tuple[pa.Table, np.ndarray]:
-        cache_key = f"{store.root}|{key}"
-        with self.lock:
-            hit = self.entries.get(cache_key)
-            if hit is not None:
-                self.entries.move_to_end(cache_key)
-                return hit
-        data = store.get(key)
-        try:
-            table = pa.ipc.open_file(pa.BufferReader(data)).read_all()
-        except pa.ArrowInvalid as exc:
-            raise StorageError(f"SST {key!r} under {store.root!r} is corrupt: {exc}") from exc
-        kh = table.column(KH).to_numpy()
-        with self.lock:
-            self.entries[cache_key] = (table, kh)
-            self.used += table.nbytes
-            while self.used > self.budget and len(self.entries) > 1:
-                _, (old, _) = self.entries.popitem(last=False)
-                self.used -= old.nbytes
-        return table, kh
+def _bloom_build(kh: np.ndarray) -> tuple[bytes, int]:
+    bits = max(64, -(-kh.size * BLOOM_BITS_PER_KEY // 64) * 64)
+    filt = np.zeros(bits, dtype=bool)
+    filt[_probes(kh, bits).ravel()] = True
+    return np.packbits(filt, bitorder="little").tobytes(), bits
 
 
-# Per Spark worker process; MILLPOND_SST_CACHE_BYTES overrides the default of 1 GiB.
-_CACHE = _Cache(budget_bytes=int(os.environ.get("MILLPOND_SST_CACHE_BYTES", 1 << 30)))
+def _bloom_may_contain(words: np.ndarray, bits: int, kh: np.ndarray) -> np.ndarray:
+    pos = _probes(kh, bits)
+    hit = (words[(pos >> np.uint64(3)).astype(np.int64)] >> (pos & np.uint64(7)).astype(np.uint8)) & 1
+    return hit.all(axis=1)
 
 
-def read_sst(store: ObjectStore, key: str) -> tuple[pa.Table, np.ndarray]:
-    """The decoded table of an SST and its ``_kh`` column as numpy (cached)."""
-    return _CACHE.get(store, key)
+# -- writing ----------------------------------------------------------------------------------
+
+def write_sst(store: ObjectStore, key: str, rows: pl.DataFrame, *, keys: tuple[str, ...] = (),
+              additive: bool = False) -> SstRef:
+    """Write ``rows`` (with ``_kh``, ``_ep``, ``_del``) as one SST sorted by ``_kh``. ``keys`` (the
+    columns that identify a row besides ``_kh``) and ``additive`` are recorded in the footer, so
+    compaction can merge a file without knowing the operator that wrote it.
+
+    Deterministic: the same rows give the same bytes (the rows are put in a total order first),
+    so a retried task rewrites an identical file."""
+    if rows.height == 0:
+        raise ValueError("an SST holds at least one row")
+    order = [KH, *[c for c in rows.columns if c != KH]]
+    table = rows.sort(order, nulls_last=True).to_arrow()
+    kh = table.column(KH).to_numpy()
+    eps = table.column(EP).to_numpy()
+    per_row = max(1, table.nbytes // table.num_rows)
+    step = max(64, BLOCK_BYTES // per_row)
+    out = io.BytesIO()
+    index = []
+    options = pa.ipc.IpcWriteOptions(compression="lz4")
+    for start in range(0, table.num_rows, step):  # a loop per block, not per row
+        chunk = table.slice(start, step)
+        sink = io.BytesIO()
+        with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
+            writer.write_table(chunk)
+        data = sink.getvalue()
+        index.append((out.tell(), len(data), int(kh[start]), int(kh[min(start + step, table.num_rows) - 1]),
+                      zlib.crc32(data)))
+        out.write(data)
+    distinct = kh[np.concatenate(([True], kh[1:] != kh[:-1]))]
+    bloom, bloom_bits = _bloom_build(distinct)
+    index_bytes = np.asarray(index, dtype="<i8").tobytes()
+    vnodes = bitmap_hex(vnode_bitmap(distinct))
+    meta = json.dumps({
+        "format": FORMAT, "rows": table.num_rows, "blocks": len(index), "bloom_bits": bloom_bits,
+        "bloom_bytes": len(bloom), "index_bytes": len(index_bytes), "min_kh": int(kh[0]), "max_kh": int(kh[-1]),
+        "min_ep": int(eps.min()), "max_ep": int(eps.max()), "vnodes": vnodes, "keys": list(keys),
+        "additive": additive,
+    }, sort_keys=True).encode()
+    footer = bloom + index_bytes + meta
+    out.write(footer)
+    out.write(_TAIL.pack(len(bloom), len(index_bytes), len(meta), zlib.crc32(footer), MAGIC))
+    data = out.getvalue()
+    store.put(key, data)
+    return SstRef(key=key, min_kh=int(kh[0]), max_kh=int(kh[-1]), min_ep=int(eps.min()), max_ep=int(eps.max()),
+                  rows=table.num_rows, size=len(data), vnodes=vnodes)
+
+
+# -- reading ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SstMeta:
+    """A file's decoded footer: block index and bloom filter."""
+
+    ref: SstRef
+    offsets: np.ndarray
+    lengths: np.ndarray
+    first_kh: np.ndarray
+    last_kh: np.ndarray
+    crcs: np.ndarray
+    bloom: np.ndarray
+    bloom_bits: int
+    keys: tuple[str, ...]
+    additive: bool
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.bloom.nbytes + 5 * 8 * self.offsets.size + 256)
+
+    def may_contain(self, kh: np.ndarray) -> np.ndarray:
+        return _bloom_may_contain(self.bloom, self.bloom_bits, kh)
+
+    def blocks_for(self, kh: np.ndarray) -> np.ndarray:
+        """Indices of the blocks whose key range holds any of the sorted, distinct ``kh``."""
+        lo = np.searchsorted(self.last_kh, kh, side="left")
+        hi = np.searchsorted(self.first_kh, kh, side="right")
+        keep = lo < hi
+        if not keep.any():
+            return np.empty(0, dtype=np.int64)
+        return np.unique(take_ranges_bounds(lo[keep], hi[keep]))
+
+
+def _corrupt(store: ObjectStore, key: str, what: str) -> StorageError:
+    return StorageError(f"SST {key!r} under {store.root!r} is corrupt: {what}")
+
+
+def describe_sst(store: ObjectStore, key: str) -> SstRef:
+    """The manifest entry of a written file, from its footer (the coordinator lists new files)."""
+    tail, size = store.get_suffix(key, _FOOTER_GUESS)
+    meta = _footer(store, key, size, max(0, size - len(tail)), tail)
+    return meta.ref
+
+
+def open_sst(store: ObjectStore, ref: SstRef) -> SstMeta:
+    """The footer of ``ref`` (cached in the memory block cache)."""
+    cache_key = (store.root, ref.key, -1)
+    hit = block_cache().get(cache_key)
+    if hit is not None:
+        return hit
+    start = max(0, ref.size - _FOOTER_GUESS)
+    out = _footer(store, ref.key, ref.size, start, store.get_range(ref.key, start, ref.size) if ref.size else b"")
+    block_cache().put(cache_key, out, out.nbytes)
+    return out
+
+
+def _footer(store: ObjectStore, key: str, size: int, start: int, tail: bytes) -> SstMeta:
+    if size < _TAIL.size:
+        raise _corrupt(store, key, f"{size} bytes is shorter than an SST footer")
+    if len(tail) != size - start:
+        raise _corrupt(store, key, f"expected {size} bytes, found {start + len(tail)}")
+    bloom_len, index_len, meta_len, crc, magic = _TAIL.unpack(tail[-_TAIL.size:])
+    if magic != MAGIC:
+        raise _corrupt(store, key, "bad magic (not a millpond SST, or an older SST format)")
+    footer_len = bloom_len + index_len + meta_len
+    if footer_len + _TAIL.size > size:
+        raise _corrupt(store, key, "footer longer than the file")
+    if footer_len + _TAIL.size > len(tail):
+        tail = store.get_range(key, size - footer_len - _TAIL.size, size)
+    footer = tail[len(tail) - _TAIL.size - footer_len:len(tail) - _TAIL.size]
+    if zlib.crc32(footer) != crc:
+        raise _corrupt(store, key, "footer checksum mismatch")
+    meta = json.loads(footer[bloom_len + index_len:])
+    if meta.get("format") != FORMAT:
+        raise _corrupt(store, key, f"SST format {meta.get('format')!r}; this millpond reads format {FORMAT}")
+    bloom = np.frombuffer(footer[:meta["bloom_bytes"]], dtype=np.uint8)
+    index = np.frombuffer(footer[meta["bloom_bytes"]:meta["bloom_bytes"] + meta["index_bytes"]],
+                          dtype="<i8").reshape(-1, 5)
+    ref = SstRef(key, meta["min_kh"], meta["max_kh"], meta["min_ep"], meta["max_ep"], meta["rows"], size,
+                 meta["vnodes"])
+    return SstMeta(ref, index[:, 0], index[:, 1], index[:, 2], index[:, 3], index[:, 4], bloom, meta["bloom_bits"],
+                   tuple(meta.get("keys", ())), bool(meta.get("additive")))
+
+
+def read_blocks(store: ObjectStore, meta: SstMeta, blocks: np.ndarray) -> list[pa.Table]:
+    """Decoded blocks ``blocks`` of a file: memory cache, then disk cache, then ranged GETs."""
+    cache, disk = block_cache(), disk_cache(store)
+    out: dict[int, pa.Table] = {}
+    missing = []
+    for b in blocks.tolist():  # per block
+        hit = cache.get((store.root, meta.ref.key, b))
+        if hit is not None:
+            out[b] = hit
+            continue
+        raw = disk.get(meta.ref.key, b) if disk is not None else None
+        if raw is not None and zlib.crc32(raw) == meta.crcs[b]:
+            out[b] = _decode(store, meta, b, raw)
+        else:
+            missing.append(b)
+    if missing:
+        starts = [int(meta.offsets[b]) for b in missing]
+        ends = [int(meta.offsets[b] + meta.lengths[b]) for b in missing]
+        for b, raw in zip(missing, store.get_ranges(meta.ref.key, starts, ends)):
+            raw = bytes(raw)
+            if len(raw) != meta.lengths[b] or zlib.crc32(raw) != meta.crcs[b]:
+                raise _corrupt(store, meta.ref.key, f"block {b} checksum mismatch")
+            if disk is not None:
+                disk.put(meta.ref.key, b, raw)
+            out[b] = _decode(store, meta, b, raw)
+    return [out[b] for b in blocks.tolist()]
+
+
+def _decode(store: ObjectStore, meta: SstMeta, b: int, raw: bytes) -> pa.Table:
+    try:
+        table = pa.ipc.open_stream(pa.BufferReader(raw)).read_all()
+    except pa.ArrowInvalid as exc:
+        raise _corrupt(store, meta.ref.key, f"block {b}: {exc}") from None
+    block_cache().put((store.root, meta.ref.key, b), table, table.nbytes)
+    return table
+
+
+def read_all(store: ObjectStore, ref: SstRef) -> pa.Table:
+    """Every row of a file (compaction and full scans)."""
+    meta = open_sst(store, ref)
+    return pa.concat_tables(read_blocks(store, meta, np.arange(meta.offsets.size)))
+
+
+def lookup_sst(store: ObjectStore, ref: SstRef, wanted: np.ndarray) -> pa.Table | None:
+    """The rows of ``ref`` whose ``_kh`` is in the sorted, distinct ``wanted`` (None if none)."""
+    inside = wanted[(wanted >= ref.min_kh) & (wanted <= ref.max_kh)]
+    if inside.size == 0:
+        return None
+    meta = open_sst(store, ref)
+    inside = inside[meta.may_contain(inside)]
+    if inside.size == 0:
+        return None
+    blocks = meta.blocks_for(inside)
+    if blocks.size == 0:
+        return None
+    table = pa.concat_tables(read_blocks(store, meta, blocks))
+    idx = take_ranges(table.column(KH).to_numpy(), inside)
+    return table.take(pa.array(idx)) if idx.size else None
+
+
+def scan_sst(store: ObjectStore, ref: SstRef, lo: int | None, hi: int | None) -> pa.Table | None:
+    """The rows of ``ref`` with ``lo <= _kh < hi`` (either bound optional)."""
+    if (lo is not None and ref.max_kh < lo) or (hi is not None and ref.min_kh >= hi):
+        return None
+    meta = open_sst(store, ref)
+    keep = np.ones(meta.offsets.size, dtype=bool)
+    if lo is not None:
+        keep &= meta.last_kh >= lo
+    if hi is not None:
+        keep &= meta.first_kh < hi
+    blocks = np.flatnonzero(keep)
+    if blocks.size == 0:
+        return None
+    table = pa.concat_tables(read_blocks(store, meta, blocks))
+    kh = table.column(KH).to_numpy()
+    a = 0 if lo is None else int(np.searchsorted(kh, lo, side="left"))
+    b = kh.size if hi is None else int(np.searchsorted(kh, hi, side="left"))
+    return table.slice(a, b - a) if b > a else None
+
+
+def take_ranges_bounds(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The concatenation of ``arange(lo[i], hi[i])`` for every i (vectorized)."""
+    lengths = hi - lo
+    if lengths.sum() == 0:
+        return np.empty(0, dtype=np.int64)
+    starts = np.repeat(lo - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
+    return starts + np.arange(lengths.sum())
 
 
 def take_ranges(sorted_kh: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     """Row indices of ``sorted_kh`` equal to any of ``wanted`` (vectorized)."""
     lo = np.searchsorted(sorted_kh, wanted, side="left")
     hi = np.searchsorted(sorted_kh, wanted, side="right")
-    lengths = hi - lo
-    keep = lengths > 0
-    lo, lengths = lo[keep], lengths[keep]
-    if lengths.size == 0:
-        return np.empty(0, dtype=np.int64)
-    starts = np.repeat(lo - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
-    return starts + np.arange(lengths.sum())
+    keep = hi > lo
+    return take_ranges_bounds(lo[keep], hi[keep])

@@ -1,89 +1,110 @@
-"""Reads of one state table at a committed epoch: merge its SSTs newest-first.
+"""Reads of one state table at an epoch: merge its levels of SSTs.
 
-A state table's rows are identified by ``_kh`` plus its key columns; the newest version of a
-key wins and a tombstone (``_del``) hides the key. An *additive* table (a multiset, e.g. join
-state) instead stores count deltas in ``_count`` and a read sums them across files, so a
-writer never has to read a row before changing its count. Reads take the SST list of the manifest the
-reader is pinned to, so a read at epoch ``e`` never sees files written after ``e``.
+A state table's rows are identified by ``_kh`` plus its key columns, and every row carries the
+epoch that wrote it (``_ep``). Two kinds of table:
+
+- *newest wins*: the version with the largest ``_ep`` (at or below the read epoch) is the row;
+  a tombstone (``_del``) hides the key;
+- *additive* (a multiset, e.g. join state): rows hold count deltas in ``_count`` and a read sums
+  them, so a writer never reads a row before changing its count.
+
+A read at epoch ``e`` ignores rows written after ``e`` (time travel within the retained epochs:
+the manifest's ``safe_epoch`` is the oldest readable one). Within L0 every file is probed; in
+each deeper level one binary search over the files' first keys maps every wanted key to the one
+file that can hold it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from millpond.errors import InvariantError
+from millpond.errors import InvariantError, MillpondError
+from millpond.store.manifest import Levels
 from millpond.store.objects import ObjectStore
-from millpond.store.sst import DEL, KH, SstRef, bitmap_hex, read_sst, take_ranges, vnode_bitmap, write_sst
+from millpond.store.sst import DEL, EP, KH, SstRef, lookup_sst, scan_sst, vnode_bitmap, write_sst
 
-__all__ = ["StateTable", "write_state"]
+__all__ = ["StateTable", "write_state", "COUNT"]
 
 COUNT = "_count"
-
-_EPOCH = "__epoch"
 
 
 @dataclass(frozen=True)
 class StateTable:
-    """A view of one state table: its SSTs at some committed epoch and its key columns."""
+    """A view of one state table: its levels at some committed version, its key columns."""
 
     store: ObjectStore
-    ssts: Sequence[SstRef]
+    levels: Levels
     key_columns: Sequence[str]
     additive: bool = False
+    epoch: int | None = None  # read as of this epoch (None: everything in the version)
+    name: str = "state"
+    buffered: tuple[pa.Table, ...] = ()  # a writer's uncommitted rows (shared buffer), with ``_ep``
 
     def lookup(self, kh: np.ndarray) -> pl.DataFrame | None:
         """All live rows whose ``_kh`` is in ``kh`` (batched multi-get); None if no state."""
-        if kh.size == 0 or not self.ssts:
+        if kh.size == 0 or not (self.levels or self.buffered):
             return None
         wanted = np.unique(kh)
         mask = vnode_bitmap(wanted)
-        parts = []
-        for ref in self.ssts:
-            if not (ref.mask() & mask).any():
+        keys = pa.array(wanted)
+        parts = [t.filter(pc.is_in(t.column(KH), keys)) for t in self.buffered]
+        for ref in self.levels.l0:
+            if self._visible(ref) and (ref.mask() & mask).any():
+                parts.append(lookup_sst(self.store, ref, wanted))
+        for level, starts in zip(self.levels.levels, self.levels.starts):
+            if not level:
                 continue
-            table, file_kh = read_sst(self.store, ref.key)
-            idx = take_ranges(file_kh, wanted)
-            if idx.size:
-                parts.append(_tagged(table.take(pa.array(idx)), ref.epoch))
+            which = np.searchsorted(starts, wanted, side="right") - 1
+            for i in np.unique(which[which >= 0]).tolist():  # per file, not per key
+                if self._visible(level[i]):
+                    parts.append(lookup_sst(self.store, level[i], wanted[which == i]))
         return self._merge(parts)
 
-    def scan(self) -> pl.DataFrame | None:
-        """Every live row (a full snapshot; used by SELECT, never by operators)."""
-        parts = [_tagged(read_sst(self.store, ref.key)[0], ref.epoch) for ref in self.ssts]
+    def scan(self, lo: int | None = None, hi: int | None = None) -> pl.DataFrame | None:
+        """Every live row with ``lo <= _kh < hi`` (bounds optional): a snapshot or range read."""
+        parts = [scan_sst(self.store, ref, lo, hi) for ref in self.levels.files() if self._visible(ref)]
+        for t in self.buffered:
+            kh = t.column(KH)
+            keep = pc.and_(pc.greater_equal(kh, lo if lo is not None else -(1 << 63)),
+                           pc.less(kh, hi) if hi is not None else pc.is_valid(kh))
+            parts.append(t.filter(keep))
         return self._merge(parts)
 
-    def _merge(self, parts: list[pl.DataFrame]) -> pl.DataFrame | None:
+    def _visible(self, ref: SstRef) -> bool:
+        return self.epoch is None or ref.min_ep <= self.epoch
+
+    def _merge(self, parts: list[pa.Table | None]) -> pl.DataFrame | None:
+        parts = [p for p in parts if p is not None and p.num_rows]
         if not parts:
             return None
-        merged = pl.concat(parts, how="vertical_relaxed")
+        merged = pl.from_arrow(pa.concat_tables(parts, promote_options="permissive"))
+        if self.epoch is not None:
+            merged = merged.filter(pl.col(EP) <= self.epoch)
+        keys = [KH, *self.key_columns]
         if self.additive:
-            keys = [KH, *self.key_columns]
             merged = merged.group_by(keys, maintain_order=True).agg(pl.col(COUNT).sum())
             if merged.filter(pl.col(COUNT) < 0).height:
-                raise InvariantError(f"state {self.ssts[0].key.rsplit('/', 2)[-2]}: a row's count is negative")
+                raise InvariantError(f"{self.name}: a row's count is negative")
             return merged.filter(pl.col(COUNT) > 0)
-        if len(parts) > 1:
-            merged = merged.sort(_EPOCH, descending=True, maintain_order=True).unique(
-                subset=[KH, *self.key_columns], keep="first", maintain_order=True
-            )
-        return merged.filter(~pl.col(DEL)).drop(_EPOCH, DEL)
+        if len(parts) > 1 or merged.height != merged.select(keys).n_unique():
+            merged = merged.sort(EP, descending=True, maintain_order=True).unique(
+                subset=keys, keep="first", maintain_order=True)
+        return merged.filter(~pl.col(DEL)).drop(EP, DEL)
 
 
-def _tagged(table: pa.Table, epoch: int) -> pl.DataFrame:
-    return pl.from_arrow(table).with_columns(pl.lit(epoch, dtype=pl.Int64).alias(_EPOCH))
-
-
-def write_state(store: ObjectStore, key_for_bitmap: Callable[[str], str], rows: pl.DataFrame) -> str | None:
-    """Write a task's state delta (puts and tombstones) as one SST named by ``key_for_bitmap``
-    of its vnode bitmap; return the key (None when there is nothing to write)."""
+def write_state(store: ObjectStore, key: str, rows: pl.DataFrame, epoch: int, *, keys: Sequence[str],
+                additive: bool) -> SstRef | None:
+    """Write a task's state delta (puts and tombstones, tagged ``epoch``) as one SST at ``key``;
+    return its manifest entry (None when there is nothing to write)."""
     if rows.height == 0:
         return None
-    mask = vnode_bitmap(rows[KH].to_numpy())
-    key = key_for_bitmap(bitmap_hex(mask))
-    write_sst(store, key, rows)
-    return key
+    if EP in rows.columns:
+        raise MillpondError(f"state rows already carry {EP}")
+    return write_sst(store, key, rows.with_columns(pl.lit(epoch, dtype=pl.Int64).alias(EP)), keys=tuple(keys),
+                     additive=additive)

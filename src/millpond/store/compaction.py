@@ -1,0 +1,154 @@
+"""Compaction: merge overlapping runs into levels of disjoint files.
+
+**Policy** (leveled, as in RocksDB and Hummock): when a state table has ``l0_trigger`` L0 files,
+all of them and every L1 file they overlap merge into new L1 files; when level ``i`` holds more
+than ``base_level_bytes × level_ratio^(i-1)``, its largest file and the files of level ``i+1`` it
+overlaps merge into level ``i+1``. Data only moves down through merges that take every
+overlapping file of the target level, so for any key a shallower level always holds newer
+versions than a deeper one.
+
+**Merge** (one pure function over Arrow rows): rows written after the *safe epoch* (the oldest
+epoch a reader may still ask for) are all kept; rows at or below it collapse to what a read at
+the safe epoch sees — the newest version of a key (newest-wins tables) or the sum of its counts
+(additive tables; a zero sum disappears). A tombstone at or below the safe epoch is dropped when
+no deeper level overlaps the output (nothing older is left for it to hide).
+
+**Executors**: :func:`run_task` reads the inputs, merges and writes the outputs under a fresh
+prefix; it runs in-process or inside a Spark task (``spark/compact.py``) — same code, same root.
+Outputs become visible only when the coordinator applies the result in a new manifest version
+(:func:`apply`); a crash before that leaves unreferenced files for garbage collection.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from millpond.store.manifest import Levels
+from millpond.store.objects import ObjectStore, open_store
+from millpond.store.sst import DEL, EP, KH, SstRef, open_sst, read_all, write_sst
+from millpond.store.state_table import COUNT
+
+__all__ = ["Policy", "Task", "pick", "merge_rows", "run_task", "apply"]
+
+
+@dataclass(frozen=True)
+class Policy:
+    l0_trigger: int = 4          # L0 files that start a compaction
+    l0_stall: int = 24           # L0 files at which commits wait for compaction (backpressure)
+    base_level_bytes: int = 64 << 20
+    level_ratio: int = 10
+    target_file_bytes: int = 32 << 20
+    max_levels: int = 6
+
+
+@dataclass(frozen=True)
+class Task:
+    """One merge: ``inputs`` (from ``source`` level and the overlapped files of ``target``)."""
+
+    state: str
+    source: int
+    target: int
+    inputs: tuple[SstRef, ...]
+    safe_epoch: int
+    bottom: bool  # no deeper level overlaps the inputs' key range
+    prefix: str   # where the outputs go (unique per task)
+    target_file_bytes: int
+
+
+def _size(files) -> int:  # noqa: ANN001
+    return sum(ref.size for ref in files)
+
+
+def _overlapping(level: tuple[SstRef, ...], lo: int, hi: int) -> tuple[SstRef, ...]:
+    return tuple(ref for ref in level if ref.max_kh >= lo and ref.min_kh <= hi)
+
+
+def pick(state: str, levels: Levels, policy: Policy, safe_epoch: int, prefix: str) -> Task | None:
+    """The next merge for one state table, or None when its shape is within the policy."""
+    deeper = list(levels.levels)
+    if len(levels.l0) >= policy.l0_trigger:
+        source, top = 0, levels.l0
+    else:
+        for i, level in enumerate(deeper, start=1):
+            if i < policy.max_levels and _size(level) > policy.base_level_bytes * policy.level_ratio ** (i - 1):
+                source, top = i, (max(level, key=lambda r: (r.size, r.key)),)
+                break
+        else:
+            return None
+    lo, hi = min(r.min_kh for r in top), max(r.max_kh for r in top)
+    target = source + 1
+    below = deeper[target - 1] if target - 1 < len(deeper) else ()
+    inputs = (*top, *_overlapping(below, lo, hi))
+    bottom = not any(_overlapping(lv, lo, hi) for lv in deeper[target:])
+    return Task(state, source, target, inputs, safe_epoch, bottom, prefix, policy.target_file_bytes)
+
+
+def merge_rows(rows: pl.DataFrame, keys: tuple[str, ...], additive: bool, safe_epoch: int,
+               bottom: bool) -> pl.DataFrame:
+    """The merged rows of a compaction (see the module docstring); sorted by key, newest first."""
+    ident = [KH, *keys]
+    old, new = rows.filter(pl.col(EP) <= safe_epoch), rows.filter(pl.col(EP) > safe_epoch)
+    if additive:
+        old = (old.group_by(ident).agg(pl.col(COUNT).sum(), pl.col(EP).max(), pl.col(DEL).first())
+               .filter(pl.col(COUNT) != 0))
+    else:
+        old = old.sort(EP, descending=True, maintain_order=True).unique(ident, keep="first", maintain_order=True)
+        if bottom:
+            old = old.filter(~pl.col(DEL))
+    out = pl.concat([old.select(rows.columns), new], how="vertical_relaxed")
+    return out.sort([*ident, EP], descending=[False] * len(ident) + [True], nulls_last=True)
+
+
+def _split_points(kh: np.ndarray, rows_per_file: int) -> list[int]:
+    """Cut positions every ~``rows_per_file`` rows, never inside one key (levels stay disjoint)."""
+    cuts = [0]
+    while cuts[-1] + rows_per_file < kh.size:  # a loop per output file
+        at = int(np.searchsorted(kh, kh[cuts[-1] + rows_per_file], side="left"))
+        if at <= cuts[-1]:
+            at = int(np.searchsorted(kh, kh[cuts[-1] + rows_per_file], side="right"))
+        if at >= kh.size:
+            break
+        cuts.append(at)
+    return [*cuts, kh.size]
+
+
+def run_task(store: ObjectStore, task: Task) -> tuple[SstRef, ...]:
+    """Merge ``task.inputs`` and write the outputs; returns their manifest entries."""
+    metas = [open_sst(store, ref) for ref in task.inputs]
+    keys, additive = metas[0].keys, metas[0].additive
+    tables = [read_all(store, ref) for ref in task.inputs]
+    rows = pl.from_arrow(pa.concat_tables(tables, promote_options="permissive"))
+    merged = merge_rows(rows, keys, additive, task.safe_epoch, task.bottom)
+    if merged.height == 0:
+        return ()
+    per_row = max(1, merged.estimated_size() // merged.height)
+    cuts = _split_points(merged[KH].to_numpy(), max(1024, task.target_file_bytes // per_row))
+    return tuple(
+        write_sst(store, f"{task.prefix}{task.state}/{n:05d}.sst", merged.slice(a, b - a), keys=keys, additive=additive)
+        for n, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])))
+
+
+def run_remote_task(root: str, options: dict[str, str], task: Task) -> tuple[SstRef, ...]:
+    """``run_task`` on a worker: opens the root itself (picklable arguments only)."""
+    return run_task(open_store(root, options), task)
+
+
+def apply(levels: Levels, task: Task, outputs: tuple[SstRef, ...]) -> Levels | None:
+    """``levels`` with the task's inputs replaced by its outputs; None if the inputs are no longer
+    all there (the result is stale and is dropped)."""
+    gone = {ref.key for ref in task.inputs}
+    present = {ref.key for ref in levels.files()}
+    if not gone <= present:
+        return None
+    l0 = tuple(r for r in levels.l0 if r.key not in gone)
+    deeper = [tuple(r for r in lv if r.key not in gone) for lv in levels.levels]
+    while len(deeper) < task.target:
+        deeper.append(())
+    deeper[task.target - 1] = tuple(sorted((*deeper[task.target - 1], *outputs), key=lambda r: r.min_kh))
+    while deeper and not deeper[-1]:
+        deeper.pop()
+    return Levels(l0, tuple(deeper))
