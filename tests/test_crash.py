@@ -43,6 +43,9 @@ NTH = {
     "task.after_state": 8,
     "epoch.after_job": 3,
     "epoch.after_commit": 3,
+    "compaction.after_outputs": 2,  # merged files written, their version not yet (background thread)
+    "compaction.after_commit": 2,   # compaction's version written, GC not yet run
+    "gc.after_delete": 2,           # in the middle of deleting replaced files
 }
 CATALOG = "catalog.after_put"  # only passed while the schema is created: drawn while it is incomplete
 BUDGET = 6  # steps a worker runs past the recovered state before it stops uncrashed
@@ -214,6 +217,8 @@ QUICK = [
     ("task.after_state", 3),      # inside a stateful task, after it wrote state
     ("epoch.before_job", 1),      # input ranges fixed, no job yet
     ("epoch.after_commit", 2),    # between epochs
+    ("compaction.after_outputs", 1),  # merged files written, the compaction's version not
+    ("gc.after_delete", 1),       # garbage collection half done
 ]
 
 

@@ -36,7 +36,8 @@ log = logging.getLogger("millpond")
 
 
 def connect(root: str, *, spark: Any = None, parallelism: int | None = None,
-            interval: str | float | None = "1s", storage_options: dict[str, str] | None = None) -> "Database":
+            interval: str | float | None = "1s", storage_options: dict[str, str] | None = None,
+            compaction: str = "local") -> "Database":
     """Open (or create) the database at ``root``: a folder, ``file://...`` or ``s3://bucket/prefix``.
 
     ``spark``: a SparkSession to run on (default: an embedded ``local[*]`` session).
@@ -44,9 +45,11 @@ def connect(root: str, *, spark: Any = None, parallelism: int | None = None,
     ``interval``: run epochs in the background this often ("1s", "500ms", 2.0); None turns it off.
     ``storage_options``: object-store settings for remote roots (``endpoint``, ``access_key_id``,
     ``secret_access_key``, ``region``, ``allow_http``...); they are shipped to every Spark task.
+    ``compaction``: where state compaction runs, in the background between epochs: ``"local"`` (a
+    thread of this process) or ``"spark"`` (a Spark job over the same root: remote compaction).
     """
     return Database(root, spark=spark, parallelism=parallelism, interval=interval,
-                    storage_options=storage_options)
+                    storage_options=storage_options, compaction=compaction)
 
 
 def _seconds(interval: str | float | None) -> float | None:
@@ -60,7 +63,8 @@ def _seconds(interval: str | float | None) -> float | None:
 
 class Database:
     def __init__(self, root: str, *, spark: Any = None, parallelism: int | None = None,
-                 interval: str | float | None = "1s", storage_options: dict[str, str] | None = None):
+                 interval: str | float | None = "1s", storage_options: dict[str, str] | None = None,
+                 compaction: str = "local"):
         from millpond.spark.log_source import register
         from millpond.spark.session import local_session
 
@@ -73,7 +77,7 @@ class Database:
         self.catalog = self.catalogs.load()
         self.log = Log(self.store)
         n = parallelism or self.spark.sparkContext.defaultParallelism
-        self.coordinator = Coordinator(self.spark, self.store, self.log, parallelism=n)
+        self.coordinator = Coordinator(self.spark, self.store, self.log, parallelism=n, compaction=compaction)
         self._lock = threading.RLock()
         self._consumers = self._plan_consumers(self.catalog)
         self._closed = threading.Event()

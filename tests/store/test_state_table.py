@@ -6,6 +6,7 @@ import pytest
 
 from millpond import paths
 from millpond.errors import FencedError, InvariantError, StorageError
+from millpond.store.cache import block_cache
 from millpond.store.manifest import Levels, Manifest, ManifestStore
 from millpond.store.objects import ObjectStore
 from millpond.store.state_table import StateTable, write_state
@@ -41,7 +42,6 @@ def test_key_range_and_bloom_skip_files_without_reading_them(tmp_path):
     store.delete(ref.key)  # a read that touched the file would now fail
     assert table.lookup(np.array([50001])) is None  # outside the key range
     odd = np.arange(1, 2001, 2)  # inside the range, never written: the bloom filter answers
-    from millpond.store.cache import block_cache
     from millpond.store.sst import open_sst
     meta = open_sst(store, ref)  # footer is cached
     assert meta.may_contain(odd).mean() < 0.05
@@ -49,7 +49,6 @@ def test_key_range_and_bloom_skip_files_without_reading_them(tmp_path):
 
 
 def test_corrupt_sst_is_an_error_naming_the_file(tmp_path):
-    from millpond.store.cache import block_cache
     store = ObjectStore(str(tmp_path))
     ref = _write(store, 1, {"_kh": list(range(5000)), "k": ["x"] * 5000, "_del": [False] * 5000})
     data = bytearray(store.get(ref.key))

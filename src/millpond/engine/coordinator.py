@@ -31,7 +31,8 @@ from millpond.store.manifest import Manifest
 from millpond.store.objects import ObjectStore
 from millpond.store.sst import SstRef, describe_sst
 from millpond.store.state_table import StateTable
-from millpond.store.store import StateStore
+from millpond.spark.compact import spark_runner
+from millpond.store.store import StateStore, run_in_process
 
 __all__ = ["Coordinator", "EpochReport"]
 
@@ -49,10 +50,15 @@ class EpochReport:
 
 
 class Coordinator:
-    def __init__(self, spark, store: ObjectStore, log: Log, *, parallelism: int):  # noqa: ANN001
+    def __init__(self, spark, store: ObjectStore, log: Log, *, parallelism: int,  # noqa: ANN001
+                 compaction: str = "local"):
         self.spark, self.store, self.log = spark, store, log
         self.parallelism = parallelism
-        self.state = StateStore(store)  # recovery: resume from the last committed version
+        if compaction not in ("local", "spark"):
+            raise MillpondError(f"compaction={compaction!r}: use 'local' (a background thread) or 'spark' "
+                                "(a Spark job over the same root)")
+        runner = spark_runner(spark) if compaction == "spark" else run_in_process
+        self.state = StateStore(store, runner=runner)  # recovery: resume from the last committed version
 
     @property
     def manifest(self) -> Manifest:

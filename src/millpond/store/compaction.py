@@ -126,7 +126,7 @@ def run_task(store: ObjectStore, task: Task) -> tuple[SstRef, ...]:
     if merged.height == 0:
         return ()
     per_row = max(1, merged.estimated_size() // merged.height)
-    cuts = _split_points(merged[KH].to_numpy(), max(1024, task.target_file_bytes // per_row))
+    cuts = _split_points(merged[KH].to_numpy(), max(16, task.target_file_bytes // per_row))
     return tuple(
         write_sst(store, f"{task.prefix}{task.state}/{n:05d}.sst", merged.slice(a, b - a), keys=keys, additive=additive)
         for n, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])))

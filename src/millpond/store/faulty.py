@@ -2,7 +2,7 @@
 
 ``FaultyStore`` is an :class:`ObjectStore` whose raw operations fail with a seeded probability
 (``transient``: the operation raises before or *after* taking effect, as a lost reply would)
-or always fail for keys matching a prefix (``broken``: a persistent failure), and may sleep
+or always fail to write keys under a prefix (``broken_writes``: a persistent failure), and may sleep
 (``latency``). The retry layer above the raw operations is the real one, so tests see exactly
 what a user's store does with a flaky network: transient faults are retried and invisible,
 persistent ones surface as a :class:`StorageError` naming the key.
@@ -24,17 +24,17 @@ class InjectedFault(ConnectionError):
 
 class FaultyStore(ObjectStore):
     def __init__(self, root: str, options: dict[str, str] | None = None, *, seed: int, transient: float = 0.0,
-                 broken: tuple[str, ...] = (), latency: float = 0.0):
+                 broken_writes: tuple[str, ...] = (), latency: float = 0.0):
         super().__init__(root, options)
-        self.transient, self.broken, self.latency = transient, tuple(broken), latency
+        self.transient, self.broken_writes, self.latency = transient, tuple(broken_writes), latency
         self.faults = 0
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self.sleep = lambda _s: None  # retries do not wait in tests
 
-    def _roll(self, key: str) -> str | None:
+    def _roll(self, key: str, write: bool) -> str | None:
         """None, "before" (fail without effect) or "after" (fail after the effect)."""
-        if any(key.startswith(p) for p in self.broken):
+        if write and any(key.startswith(p) for p in self.broken_writes):
             return "before"
         with self._lock:
             r = self._rng.random()
@@ -43,12 +43,12 @@ class FaultyStore(ObjectStore):
             return "before" if r < self.transient / 2 else "after"
         return None
 
-    def _inject(self, key: str, op):  # noqa: ANN001
+    def _inject(self, key: str, op, write: bool = False):  # noqa: ANN001
         if self.latency:
             import time
 
             time.sleep(self.latency)
-        when = self._roll(key)
+        when = self._roll(key, write)
         if when == "before":
             raise InjectedFault(f"injected fault before {key!r}")
         out = op()
@@ -57,7 +57,7 @@ class FaultyStore(ObjectStore):
         return out
 
     def _put(self, key: str, data: bytes, mode: str | None) -> None:
-        self._inject(key, lambda: ObjectStore._put(self, key, data, mode))
+        self._inject(key, lambda: ObjectStore._put(self, key, data, mode), write=True)
 
     def _get(self, key: str) -> bytes:
         return self._inject(key, lambda: ObjectStore._get(self, key))
@@ -69,7 +69,7 @@ class FaultyStore(ObjectStore):
         return self._inject(key, lambda: ObjectStore._get_suffix(self, key, length))
 
     def _delete(self, key: str) -> None:
-        self._inject(key, lambda: ObjectStore._delete(self, key))
+        self._inject(key, lambda: ObjectStore._delete(self, key), write=True)
 
     def _list(self, prefix: str) -> list[str]:
         return self._inject(prefix, lambda: ObjectStore._list(self, prefix))

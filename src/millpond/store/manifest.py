@@ -120,11 +120,16 @@ class ManifestStore:
         return Manifest.from_json(self.store.get(key), f"manifest {key!r} under {self.store.root!r}")
 
     def commit(self, manifest: Manifest) -> None:
-        """Atomically publish ``manifest``; raise FencedError if its version number is taken."""
+        """Atomically publish ``manifest``; raise FencedError if its version number is taken, or if a
+        newer version exists (garbage collection removes old versions, so a very stale writer could
+        otherwise recreate a deleted number: its version is then never the latest, and it stops)."""
+        fenced = FencedError(
+            f"manifest version {manifest.version} (epoch {manifest.epoch}) under {self.store.root!r} was "
+            "written by another writer; this coordinator is fenced and must reopen the root")
         try:
             self.store.put_if_absent(paths.manifest_key(manifest.version), manifest.to_json())
         except AlreadyExists:
-            raise FencedError(
-                f"manifest version {manifest.version} (epoch {manifest.epoch}) under {self.store.root!r} was "
-                "written by another writer; this coordinator is fenced and must reopen the root"
-            ) from None
+            raise fenced from None
+        newest = self.store.list(paths.MANIFEST_PREFIX)[-1]
+        if paths.parse_numbered(newest) != manifest.version:
+            raise fenced

@@ -44,7 +44,7 @@ from millpond.store import compaction
 from millpond.store.manifest import Levels, Manifest, ManifestStore
 from millpond.store.objects import ObjectStore
 from millpond.store.sst import DEL, EP, KH, SstRef, write_sst
-from millpond.store.state_table import StateTable
+from millpond.store.state_table import COUNT, StateTable
 
 __all__ = ["StateStore"]
 
@@ -71,7 +71,7 @@ class StateStore:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="millpond-compact")
         self._running: Future | None = None
         self._running_prefix: str | None = None
-        self._buffer: dict[int, dict[str, list[pa.Table]]] = {}
+        self._buffer: dict[int, dict[str, pa.Table]] = {}  # epoch -> state -> staged rows
         self._specs: dict[str, tuple[tuple[str, ...], bool]] = {}
         self._uploader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="millpond-upload")
         self._lock = threading.Lock()
@@ -102,8 +102,8 @@ class StateStore:
     def maintain(self) -> None:
         """Apply finished compactions, start the next one, and stall while L0 is past its bound."""
         self._apply_finished(wait=False)
-        if self._running is None:
-            self._start()
+        if self._running is None and self._start() and not self.background:
+            self._apply_finished(wait=True)  # inline mode: one compaction round per commit
         while self._l0_depth() >= self.policy.l0_stall and self._running is not None:
             self.stats["stalls"] += 1
             log.warning("state store: L0 holds %d files (bound %d); waiting for compaction",
@@ -238,8 +238,8 @@ class StateStore:
             raise MillpondError(f"epoch {epoch} of {state!r} is no longer readable: state below epoch "
                                 f"{self.manifest.safe_epoch} was compacted (raise the retention to keep it)")
         with self._lock:
-            buffered = tuple(t for e, by_state in sorted(self._buffer.items()) if epoch is None or e <= epoch
-                             for t in by_state.get(state, ()))
+            buffered = tuple(by_state[state] for e, by_state in sorted(self._buffer.items())
+                             if (epoch is None or e <= epoch) and state in by_state)
             levels = self.manifest.state(state)
         return StateTable(self.store, levels, keys, additive=additive, epoch=epoch, name=state, buffered=buffered)
 
@@ -256,9 +256,18 @@ class StateStore:
             raise MillpondError(f"ingest into {state!r} needs columns {sorted(missing)}")
         if self._specs.setdefault(state, (tuple(keys), additive)) != (tuple(keys), additive):
             raise MillpondError(f"state {state!r} was ingested with other keys or additivity")
-        table = df.with_columns(pl.lit(epoch, dtype=pl.Int64).alias(EP)).to_arrow()
-        with self._lock:
-            self._buffer.setdefault(epoch, {}).setdefault(state, []).append(table)
+        staged = df.with_columns(pl.lit(epoch, dtype=pl.Int64).alias(EP))
+        ident = [KH, *keys]
+        with self._lock:  # a later write of a key in the same epoch replaces an earlier one
+            by_state = self._buffer.setdefault(epoch, {})
+            if state in by_state:
+                staged = pl.concat([pl.from_arrow(by_state[state]), staged], how="vertical_relaxed")
+            if additive:
+                staged = staged.group_by(ident, maintain_order=True).agg(
+                    pl.col(COUNT).sum(), pl.col(DEL).first(), pl.col(EP).first())
+            else:
+                staged = staged.unique(ident, keep="last", maintain_order=True)
+            by_state[state] = staged.sort(KH).to_arrow()
 
     def seal(self, epoch: int, metadata: dict | None = None) -> Future:
         """Upload ``epoch``'s buffer off the caller's thread and commit it; the future completes
@@ -270,9 +279,8 @@ class StateStore:
             staged = self._buffer.get(epoch, {})
         tag = uuid.uuid4().hex[:12]
         new = {}
-        for state, tables in sorted(staged.items()):
+        for state, table in sorted(staged.items()):
             keys, additive = self._specs[state]
-            rows = pl.from_arrow(pa.concat_tables(tables, promote_options="permissive"))
-            new[state] = [write_sst(self.store, paths.sst_key(self.manifest.version, epoch, tag, state, 0), rows,
-                                    keys=keys, additive=additive)]
+            new[state] = [write_sst(self.store, paths.sst_key(self.manifest.version, epoch, tag, state, 0),
+                                    pl.from_arrow(table), keys=keys, additive=additive)]
         return self.commit(epoch, new, metadata)  # the buffer of ``epoch`` goes with the new version

@@ -1,0 +1,274 @@
+"""The state store against a model: a dict of committed versions per epoch.
+
+Hypothesis draws sequences of ingest / seal / compact / reopen / crash / pin / gc operations on
+a newest-wins table and an additive (multiset) table, on a store whose compaction policy is tiny
+(every second L0 file compacts, levels of a few KiB), so runs go through many compactions into
+several levels. After every step the store must equal the model: the writer's reads (shared
+buffer included) at the latest epoch, and reads at every retained older epoch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from millpond import paths
+from millpond.errors import FencedError, MillpondError, StorageError
+from millpond.store import cache
+from millpond.store.compaction import Policy
+from millpond.store.faulty import FaultyStore
+from millpond.store.objects import ObjectStore
+from millpond.store.store import StateStore
+
+POLICY = Policy(l0_trigger=2, l0_stall=6, base_level_bytes=3000, level_ratio=2, target_file_bytes=1500)
+KEYS = 40
+
+ops = st.lists(st.one_of(
+    st.tuples(st.just("put"), st.lists(st.tuples(st.integers(0, KEYS), st.integers(-5, 5)), min_size=1, max_size=30)),
+    st.tuples(st.just("delete"), st.lists(st.integers(0, KEYS), min_size=1, max_size=10)),
+    st.tuples(st.just("seal")), st.tuples(st.just("seal")),
+    st.tuples(st.just("compact")),
+    st.tuples(st.just("reopen")),
+    st.tuples(st.just("crash")),
+    st.tuples(st.just("gc")),
+), min_size=1, max_size=40)
+
+
+class Model:
+    """Committed snapshots per epoch + the writer's uncommitted puts."""
+
+    def __init__(self):
+        self.kv: dict[int, dict[int, int]] = {0: {}}       # epoch -> key -> value (newest-wins table)
+        self.bag: dict[int, dict[int, int]] = {0: {}}      # epoch -> key -> count (additive table)
+        self.pending_kv: dict[int, int | None] = {}
+        self.pending_bag: dict[int, int] = {}
+
+    @property
+    def epoch(self) -> int:
+        return max(self.kv)
+
+    def commit(self) -> None:
+        kv = dict(self.kv[self.epoch])
+        for k, v in self.pending_kv.items():
+            if v is None:
+                kv.pop(k, None)
+            else:
+                kv[k] = v
+        bag = dict(self.bag[self.epoch])
+        for k, d in self.pending_bag.items():
+            bag[k] = bag.get(k, 0) + d
+        e = self.epoch + 1
+        self.kv[e], self.bag[e] = kv, {k: c for k, c in bag.items() if c}
+        self.drop()
+
+    def drop(self) -> None:
+        self.pending_kv, self.pending_bag = {}, {}
+
+
+def _kv(keys: list[int], values: list[int | None]) -> pl.DataFrame:
+    return pl.DataFrame({"_kh": keys, "v": [0 if v is None else v for v in values],
+                         "_del": [v is None for v in values]}, schema={"_kh": pl.Int64, "v": pl.Int64, "_del": pl.Boolean})
+
+
+def _bag(keys: list[int], counts: list[int]) -> pl.DataFrame:
+    return pl.DataFrame({"_kh": keys, "item": [f"i{k % 3}" for k in keys], "_count": counts, "_del": [False] * len(keys)},
+                        schema={"_kh": pl.Int64, "item": pl.String, "_count": pl.Int64, "_del": pl.Boolean})
+
+
+def _read(store: StateStore, epoch: int | None) -> tuple[dict[int, int], dict[int, int]]:
+    probe = np.arange(KEYS + 1, dtype=np.int64)
+    kv = store.table("kv", epoch=epoch).lookup(probe)
+    bag = store.table("bag", ("item",), additive=True, epoch=epoch).lookup(probe)
+    scan = store.table("kv", epoch=epoch).scan()
+    got_kv = {} if kv is None else dict(zip(kv["_kh"].to_list(), kv["v"].to_list()))
+    got_scan = {} if scan is None else dict(zip(scan["_kh"].to_list(), scan["v"].to_list()))
+    assert got_kv == got_scan, "multi-get and scan disagree"
+    return got_kv, ({} if bag is None else dict(zip(bag["_kh"].to_list(), bag["_count"].to_list())))
+
+
+def _check(store: StateStore, model: Model) -> None:
+    for e in range(max(store.manifest.safe_epoch, 0), model.epoch + 1):
+        kv, bag = _read(store, e)
+        assert kv == model.kv[e], f"newest-wins table at epoch {e}"
+        assert bag == model.bag[e], f"additive table at epoch {e}"
+
+
+def _run(root: str, steps: list, retention: int, faulty: bool, policy: Policy = POLICY,
+         options: dict | None = None) -> StateStore:
+    def open_store() -> StateStore:
+        base = FaultyStore(root, options, seed=7, transient=0.15) if faulty else ObjectStore(root, options)
+        return StateStore(base, policy=policy, retention_epochs=retention, background=False)
+
+    store, model = open_store(), Model()
+    for step in steps:
+        kind = step[0]
+        nxt = model.epoch + 1
+        if kind == "put":
+            pairs = dict(step[1])  # the last write of a key in one batch wins
+            keys = sorted(pairs)
+            store.ingest("kv", _kv(keys, [abs(pairs[k]) for k in keys]), nxt)
+            model.pending_kv.update({k: abs(pairs[k]) for k in keys})
+            # a count may not go negative: clamp the delta against model + pending
+            cur = model.bag[model.epoch]
+            deltas = {k: max(d, -(cur.get(k, 0) + model.pending_bag.get(k, 0))) for k, d in pairs.items()}
+            deltas = {k: d for k, d in deltas.items() if d}
+            if deltas:
+                ks = sorted(deltas)
+                store.ingest("bag", _bag(ks, [deltas[k] for k in ks]), nxt, keys=("item",), additive=True)
+                for k, d in deltas.items():
+                    model.pending_bag[k] = model.pending_bag.get(k, 0) + d
+        elif kind == "delete":
+            keys = sorted(set(step[1]))
+            store.ingest("kv", _kv(keys, [None] * len(keys)), nxt)
+            model.pending_kv.update({k: None for k in keys})
+        elif kind == "seal":
+            store.seal(nxt).result()
+            model.commit()
+        elif kind == "compact":
+            store.compact()
+        elif kind == "reopen":  # a clean restart: the uncommitted buffer is gone
+            store.close()
+            cache.block_cache().clear()
+            store, _ = open_store(), model.drop()
+        elif kind == "crash":  # files of the epoch are uploaded, its version is never written
+            broken = StateStore(FaultyStore(root, options, seed=1, broken_writes=(paths.MANIFEST_PREFIX,)), policy=policy,
+                                retention_epochs=retention, background=False)
+            broken.ingest("kv", _kv([1, 2], [99, 98]), nxt)
+            with pytest.raises(StorageError, match="manifest"):
+                broken.seal(nxt).result()
+            broken.close()
+        elif kind == "gc":
+            store.collect_garbage()
+            referenced = store.manifest.files()
+            listed = set(store.store.list(paths.SST_PREFIX))
+            assert referenced <= listed, "GC deleted a referenced file"
+            left = {k for k in listed - referenced if paths.parse_sst_version(k) < store.manifest.version}
+            assert not left, "GC left unreferenced files of older versions"
+        # the writer sees its own buffer: latest reads include pending puts
+        kv, bag = _read(store, None)
+        expect_kv = dict(model.kv[model.epoch])
+        for k, v in model.pending_kv.items():
+            if v is None:
+                expect_kv.pop(k, None)
+            else:
+                expect_kv[k] = v
+        assert kv == expect_kv
+        _check(store, model)
+    return store
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=ops, retention=st.integers(0, 3))
+def test_store_matches_the_model(tmp_path_factory, steps, retention):
+    root = str(tmp_path_factory.mktemp("model"))
+    _run(root, steps, retention, faulty=False).close()
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=ops)
+def test_transient_storage_faults_are_retried_and_invisible(tmp_path_factory, steps):
+    root = str(tmp_path_factory.mktemp("faulty"))
+    store = _run(root, steps, 1, faulty=True)
+    store.close()
+
+
+def test_a_long_run_compacts_into_levels_and_reads_at_retained_epochs(tmp_path):
+    rng = np.random.default_rng(5)
+    steps = []
+    for _ in range(30):
+        steps.append(("put", [(int(k), int(v)) for k, v in zip(rng.integers(0, KEYS, 15), rng.integers(-5, 6, 15))]))
+        steps.append(("delete", [int(k) for k in rng.integers(0, KEYS, 3)]))
+        steps.append(("seal",))
+    small = Policy(l0_trigger=2, l0_stall=6, base_level_bytes=1000, level_ratio=2, target_file_bytes=400)
+    store = _run(str(tmp_path), steps + [("gc",)], retention=4, faulty=False, policy=small)
+    levels = store.manifest.state("kv")
+    assert store.stats["compactions"] >= 10
+    assert len(levels.levels) >= 2, "small levels must have spilled past L1"
+    assert len(levels.l0) < small.l0_trigger
+    assert any(len(level) > 1 for level in levels.levels), "a level is split into files by key range"
+    assert store.manifest.safe_epoch == store.manifest.epoch - 4
+    with pytest.raises(MillpondError, match="no longer readable"):
+        store.table("kv", epoch=store.manifest.safe_epoch - 1)
+    store.close()
+
+
+def test_a_pin_keeps_an_epoch_readable_and_its_files_alive(tmp_path):
+    store = StateStore(ObjectStore(str(tmp_path)), policy=POLICY, background=False)
+    store.ingest("kv", _kv([1, 2, 3], [10, 20, 30]), 1)
+    store.seal(1).result()
+    with store.pin(1):
+        for e in range(2, 12):
+            store.ingest("kv", _kv([1, 2], [e, e]), e)
+            store.seal(e).result()
+        assert store.manifest.safe_epoch <= 1
+        kv, _ = _read(store, 1)
+        assert kv == {1: 10, 2: 20, 3: 30}
+    store.ingest("kv", _kv([3], [0]), 12)
+    store.seal(12).result()
+    store.compact()
+    assert store.manifest.safe_epoch == 12
+    assert _read(store, None)[0] == {1: 11, 2: 11, 3: 0}
+    store.close()
+
+
+def test_the_store_on_an_s3_server_with_faults(s3_url, s3_options, tmp_path):
+    """The same code against an S3-protocol server (moto on loopback): conditional puts fence,
+    compaction, GC and a crashed commit behave as on a folder, with transient faults retried."""
+    root = f"{s3_url}/{tmp_path.name}"
+    rng = np.random.default_rng(11)
+    steps = []
+    for i in range(12):
+        steps.append(("put", [(int(k), int(v)) for k, v in zip(rng.integers(0, KEYS, 10), rng.integers(-5, 6, 10))]))
+        steps.append(("delete", [int(k) for k in rng.integers(0, KEYS, 2)]))
+        steps += [("seal",)] + ([("crash",)] if i == 4 else []) + ([("reopen",)] if i == 7 else [])
+    store = _run(root, steps + [("compact",), ("gc",)], retention=2, faulty=True, options=s3_options)
+    assert store.stats["compactions"] >= 2
+    assert store.store.retries > 0, "the faulty store injected nothing"
+    second = StateStore(ObjectStore(root, s3_options), policy=POLICY)
+    store.ingest("kv", _kv([1], [7]), store.manifest.epoch + 1)
+    store.seal(store.manifest.epoch + 1).result()
+    second.ingest("kv", _kv([1], [8]), second.manifest.epoch + 1)
+    with pytest.raises(FencedError, match="another writer"):
+        second.seal(second.manifest.epoch + 1).result()
+    assert store.table("kv").lookup(np.array([1]))["v"].to_list() == [7]  # the first writer's state
+    second.close()
+    store.close()
+
+
+def test_a_stale_writer_cannot_recreate_a_collected_version(tmp_path):
+    root = str(tmp_path)
+    stale = StateStore(ObjectStore(root), policy=POLICY, background=False)
+    live = StateStore(ObjectStore(root), policy=POLICY, background=False)
+    for e in range(1, 9):
+        live.ingest("kv", _kv([e], [e]), e)
+        live.seal(e).result()
+    live.collect_garbage()
+    assert paths.manifest_key(1) not in live.store.list(paths.MANIFEST_PREFIX)  # old versions are gone
+    stale.ingest("kv", _kv([1], [100]), 1)
+    with pytest.raises(FencedError, match="another writer"):
+        stale.seal(1).result()
+    assert live.table("kv").lookup(np.array([1]))["v"].to_list() == [1]
+    live.ingest("kv", _kv([9], [9]), 9)
+    live.seal(9).result()  # the live writer keeps working
+    stale.close()
+    live.close()
+
+
+def test_seal_uploads_off_the_writer_path_and_buffered_rows_are_readable_meanwhile(tmp_path):
+    slow = FaultyStore(str(tmp_path), seed=3, latency=0.3)  # every object-store call takes 0.3 s
+    store = StateStore(slow, policy=POLICY, background=False, retention_epochs=1)
+    store.ingest("kv", _kv([1, 2], [10, 20]), 1)
+    pending = store.seal(1)
+    assert not pending.done()  # the upload is under way...
+    assert _read(store, None)[0] == {1: 10, 2: 20}  # ...and the writer reads its epoch already
+    store.ingest("kv", _kv([2], [None]), 2)  # the next epoch runs while the previous one lands
+    assert _read(store, None)[0] == {1: 10}
+    assert store.manifest.epoch == 0  # nothing is committed before its files are durable
+    pending.result()
+    assert store.manifest.epoch == 1
+    store.seal(2).result()
+    assert store.manifest.epoch == 2 and _read(store, None)[0] == {1: 10} and _read(store, 1)[0] == {1: 10, 2: 20}
+    store.close()
