@@ -30,8 +30,10 @@ chaos: $(STAMP)
 	$(PY) -m pytest -q -m chaos tests
 
 bench: $(STAMP)
+	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) benchmarks/state_size.py
 	$(PY) benchmarks/throughput.py
+	$(PY) benchmarks/store.py
 
 clean:
 	rm -rf $(VENV) demo-data .pytest_cache

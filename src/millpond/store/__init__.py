@@ -1,1 +1,2 @@
-"""The state store: immutable SSTs on object storage, one manifest version per committed epoch."""
+"""The state store: levelled, block-indexed SSTs on object storage, numbered manifest versions,
+compaction, pins and garbage collection, with memory and local-disk caches in front."""

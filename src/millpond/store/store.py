@@ -71,6 +71,7 @@ class StateStore:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="millpond-compact")
         self._running: Future | None = None
         self._running_prefix: str | None = None
+        self._running_safe = 0  # the safe epoch of the compaction in flight
         self._buffer: dict[int, dict[str, pa.Table]] = {}  # epoch -> state -> staged rows
         self._specs: dict[str, tuple[tuple[str, ...], bool]] = {}
         self._uploader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="millpond-upload")
@@ -131,7 +132,7 @@ class StateStore:
                  if (t := compaction.pick(sid, lv, self.policy, safe, prefix)) is not None]
         if not tasks:
             return False
-        self._running_prefix = prefix
+        self._running_prefix, self._running_safe = prefix, safe
         if self.background and not force_wait:
             self._running = self._pool.submit(self._run, tasks)
         else:
@@ -179,9 +180,10 @@ class StateStore:
         """Keep ``epoch`` (default: the current one) readable and the files of the current version
         alive until the block exits, also against other processes' compaction and GC."""
         epoch = self.manifest.epoch if epoch is None else epoch
-        if epoch < self.manifest.safe_epoch:
-            raise MillpondError(f"epoch {epoch} is no longer readable: state below epoch "
-                                f"{self.manifest.safe_epoch} was compacted (raise the retention to keep it)")
+        floor = max(self.manifest.safe_epoch, self._running_safe if self._running is not None else 0)
+        if epoch < floor:
+            raise MillpondError(f"epoch {epoch} is no longer readable: state below epoch {floor} is "
+                                "compacted (raise the retention to keep it)")
         key = paths.pin_key(uuid.uuid4().hex)
         self.store.put(key, json.dumps({"epoch": epoch, "version": self.manifest.version,
                                         "since": time.time()}).encode())
