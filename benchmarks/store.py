@@ -657,7 +657,7 @@ notes:
   are sorted, indexed SSTs; their bytes are the growth of their files during the write.
 - settle: millpond compact() until within policy (L0 < 4 files); RocksDB flush + wait for background
   work; SlateDB memtable flush only (its compactor runs on its own schedule, not awaited).
-- block sizes: millpond 64 KiB blocks (whole-file bloom filter and index in the footer); RocksDB 4 KiB
+- block sizes: millpond 64 KiB blocks (a bloom filter per block, the block index in the footer); RocksDB 4 KiB
   (its default) with a 10 bits/key bloom filter; SlateDB defaults. A cold random multi-get touches a
   block per key, so block size sets the bytes read.
 - RocksDB scans and every SlateDB call cross the Python binding per row or per key; SlateDB's binding

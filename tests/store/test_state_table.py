@@ -33,19 +33,41 @@ def test_lookup_merges_newest_first_and_hides_tombstones(tmp_path):
     assert at2.lookup(np.array([], dtype=np.int64)) is None
 
 
-def test_key_range_and_bloom_skip_files_without_reading_them(tmp_path):
-    store = ObjectStore(str(tmp_path))
-    ref = _write(store, 1, {"_kh": list(range(0, 20000, 2)), "k": ["x"] * 10000, "_del": [False] * 10000})
-    assert (ref.min_kh, ref.max_kh, ref.rows) == (0, 19998, 10000)
+def test_key_range_index_and_bloom_filters_skip_blocks_without_reading_them(tmp_path):
+    from millpond.store.sst import bloom_may_contain, open_sst, read_blooms
+
+    class Counting(ObjectStore):
+        ranges = 0
+
+        def _get_ranges(self, key, starts, ends):  # noqa: ANN001, ANN202
+            Counting.ranges += len(starts)
+            return super()._get_ranges(key, starts, ends)
+
+    store = Counting(str(tmp_path))
+    n = 20000
+    ref = _write(store, 1, {"_kh": list(range(0, 2 * n, 2)), "k": ["x"] * n, "_del": [False] * n})
+    assert (ref.min_kh, ref.max_kh, ref.rows) == (0, 2 * n - 2, n)
+    block_cache().clear()
     table = StateTable(store, Levels((ref,)), ("k",))
     assert table.lookup(np.array([4, 6])).height == 2
-    store.delete(ref.key)  # a read that touched the file would now fail
-    assert table.lookup(np.array([50001])) is None  # outside the key range
-    odd = np.arange(1, 2001, 2)  # inside the range, never written: the bloom filter answers
-    from millpond.store.sst import open_sst
-    meta = open_sst(store, ref)  # footer is cached
-    assert meta.may_contain(odd).mean() < 0.05
-    assert meta.may_contain(np.arange(0, 20000, 2)).all()  # no false negatives
+    meta = open_sst(store, ref)
+    assert meta.index.shape[0] > 4, "a file of this size has several blocks"
+    Counting.ranges = 0
+    assert table.lookup(np.array([2 * n + 1])) is None  # outside the key range: nothing is read
+    assert Counting.ranges == 0
+    odd = np.arange(1, 2 * n, 2)  # inside the range, never written: the filters answer
+    block_cache().clear()
+    meta = open_sst(store, ref)
+    blocks = np.arange(meta.index.shape[0])
+    blooms = read_blooms(store, meta, blocks)
+    false_hits = sum(bloom_may_contain(bl, odd[(odd > meta.first_kh[b]) & (odd < meta.last_kh[b])]).sum()
+                     for b, bl in zip(blocks, blooms))
+    assert false_hits / odd.size < 0.05
+    assert all(bloom_may_contain(bl, np.arange(meta.first_kh[b], meta.last_kh[b] + 1, 2)).all()
+               for b, bl in zip(blocks, blooms)), "a bloom filter lost a key"
+    Counting.ranges = 0
+    assert table.lookup(odd[:50]) is None or table.lookup(odd[:50]).height == 0
+    assert Counting.ranges <= 3, "absent keys made the lookup read blocks"
 
 
 def test_corrupt_sst_is_an_error_naming_the_file(tmp_path):

@@ -4,19 +4,21 @@ Every row carries ``_kh`` (the 64-bit key hash: Spark's ``xxhash64`` of the dist
 the key itself for the plain key-value API), ``_ep`` (the epoch that wrote the row) and ``_del``
 (tombstone). A file is sorted by ``_kh``. Layout::
 
-    [block 0] ... [block n-1] [bloom] [index] [meta json] [u64 bloom, u64 index, u32 meta lengths] [u32 crc] [magic]
+    [block 0] [bloom 0] ... [block n-1] [bloom n-1] [index] [meta json] [u64 index, u32 meta length] [u32 crc] [magic]
 
 - a *block* is an LZ4-compressed Arrow IPC stream of ~``BLOCK_BYTES`` of rows;
-- the *index* is ``n × 5`` little-endian int64: offset, length, first ``_kh``, last ``_kh``, crc32
-  of the block's bytes;
-- the *bloom filter* holds the file's distinct ``_kh`` (10 bits per key, 7 probes: ~1% false
-  positives), so a multi-get skips files that cannot hold a key without reading a block;
-- *meta* holds the format version, row count, key and epoch ranges and the vnode bitmap; the crc
-  covers bloom + index + meta.
+- each block has its own *bloom filter* over its distinct ``_kh`` (10 bits per key, 7 probes:
+  ~1% false positives; "partitioned" filters, so a read loads the filters of the blocks it may
+  need, never one filter of the whole file);
+- the *index* is ``n × 8`` little-endian int64 per block: offset, length, first ``_kh``, last
+  ``_kh``, crc32 of the block, and offset, length, crc32 of its bloom filter;
+- *meta* holds the format version, row count, key and epoch ranges, the vnode bitmap and the
+  identity columns; the crc covers index + meta.
 
-A read fetches the footer once (cached) and then only the blocks whose key range can hold a
-wanted key, with ranged GETs: nothing is downloaded in bulk, which is what makes restore after a
-restart lazy. Every fetched byte is checked against its crc; a mismatch, a bad magic or an unknown
+A read fetches the footer once (cached; its size grows with the number of blocks, not keys), then
+the filters of the blocks whose key range holds a wanted key, then only the blocks whose filter
+may hold one — all with ranged GETs: nothing is downloaded in bulk, which is what makes restore
+after a restart lazy. Every fetched byte is checked against its crc; a mismatch, a bad magic or an unknown
 format is a :class:`StorageError` naming the file — never wrong data.
 """
 
@@ -38,7 +40,7 @@ from millpond.store.cache import block_cache, disk_cache
 from millpond.store.objects import ObjectStore
 
 __all__ = ["VNODES", "KH", "DEL", "EP", "SstRef", "SstMeta", "write_sst", "open_sst", "read_blocks",
-           "read_all", "describe_sst", "lookup_sst", "scan_sst", "vnodes_of", "vnode_bitmap", "bitmap_hex", "take_ranges"]
+           "read_all", "read_blooms", "bloom_may_contain", "describe_sst", "lookup_sst", "scan_sst", "vnodes_of", "vnode_bitmap", "bitmap_hex", "take_ranges"]
 
 VNODES = 256
 KH = "_kh"
@@ -47,7 +49,8 @@ EP = "_ep"
 
 FORMAT = 3  # SST format version (1 and 2 were single Arrow IPC files without blocks)
 MAGIC = b"MPOND-S3"
-_TAIL = struct.Struct("<QQII8s")  # bloom length, index length, meta length, crc32(bloom + index + meta), magic
+_TAIL = struct.Struct("<QII8s")  # index length, meta length, crc32(index + meta), magic
+_INDEX_COLUMNS = 8
 BLOCK_BYTES = 64 << 10
 BLOOM_BITS_PER_KEY = 10
 BLOOM_PROBES = 7
@@ -103,8 +106,9 @@ def bitmap_hex(mask: np.ndarray) -> str:
 
 # -- bloom filter -----------------------------------------------------------------------------
 
-def _probes(kh: np.ndarray, bits: int) -> np.ndarray:
-    """``len(kh) × BLOOM_PROBES`` bit positions (double hashing over a splitmix64 of the key)."""
+def _probes(kh: np.ndarray, bits: int | np.ndarray) -> np.ndarray:
+    """``len(kh) × BLOOM_PROBES`` bit positions in filters of ``bits`` bits (one size, or one per key);
+    double hashing over a splitmix64 of the key."""
     z = kh.astype(np.uint64, copy=True)
     with np.errstate(over="ignore"):
         z += np.uint64(0x9E3779B97F4A7C15)
@@ -114,18 +118,20 @@ def _probes(kh: np.ndarray, bits: int) -> np.ndarray:
         h1 = z & np.uint64(0xFFFFFFFF)
         h2 = (z >> np.uint64(32)) | np.uint64(1)
         i = np.arange(BLOOM_PROBES, dtype=np.uint64)
-        return (h1[:, None] + i[None, :] * h2[:, None]) % np.uint64(bits)
+        size = np.asarray(bits, dtype=np.uint64)
+        return (h1[:, None] + i[None, :] * h2[:, None]) % (size[:, None] if size.ndim else size)
 
 
-def _bloom_build(kh: np.ndarray) -> tuple[bytes, int]:
+def _bloom_build(kh: np.ndarray) -> bytes:
     bits = max(64, -(-kh.size * BLOOM_BITS_PER_KEY // 64) * 64)
     filt = np.zeros(bits, dtype=bool)
     filt[_probes(kh, bits).ravel()] = True
-    return np.packbits(filt, bitorder="little").tobytes(), bits
+    return np.packbits(filt, bitorder="little").tobytes()
 
 
-def _bloom_may_contain(words: np.ndarray, bits: int, kh: np.ndarray) -> np.ndarray:
-    pos = _probes(kh, bits)
+def bloom_may_contain(words: np.ndarray, kh: np.ndarray) -> np.ndarray:
+    """Per key of ``kh``: False if the filter ``words`` (bytes as uint8) surely lacks it."""
+    pos = _probes(kh, words.size * 8)
     hit = (words[(pos >> np.uint64(3)).astype(np.int64)] >> (pos & np.uint64(7)).astype(np.uint8)) & 1
     return hit.all(axis=1)
 
@@ -152,27 +158,29 @@ def write_sst(store: ObjectStore, key: str, rows: pl.DataFrame, *, keys: tuple[s
     index = []
     options = pa.ipc.IpcWriteOptions(compression="lz4")
     for start in range(0, table.num_rows, step):  # a loop per block, not per row
-        chunk = table.slice(start, step)
+        stop = min(start + step, table.num_rows)
         sink = io.BytesIO()
         with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
-            writer.write_table(chunk)
+            writer.write_table(table.slice(start, stop - start))
         data = sink.getvalue()
-        index.append((out.tell(), len(data), int(kh[start]), int(kh[min(start + step, table.num_rows) - 1]),
-                      zlib.crc32(data)))
+        block_at = out.tell()
         out.write(data)
+        block_kh = kh[start:stop]
+        bloom = _bloom_build(block_kh[np.concatenate(([True], block_kh[1:] != block_kh[:-1]))])
+        index.append((block_at, len(data), int(kh[start]), int(kh[stop - 1]), zlib.crc32(data),
+                      out.tell(), len(bloom), zlib.crc32(bloom)))
+        out.write(bloom)
     distinct = kh[np.concatenate(([True], kh[1:] != kh[:-1]))]
-    bloom, bloom_bits = _bloom_build(distinct)
     index_bytes = np.asarray(index, dtype="<i8").tobytes()
     vnodes = bitmap_hex(vnode_bitmap(distinct))
     meta = json.dumps({
-        "format": FORMAT, "rows": table.num_rows, "blocks": len(index), "bloom_bits": bloom_bits,
-        "bloom_bytes": len(bloom), "index_bytes": len(index_bytes), "min_kh": int(kh[0]), "max_kh": int(kh[-1]),
+        "format": FORMAT, "rows": table.num_rows, "blocks": len(index), "min_kh": int(kh[0]), "max_kh": int(kh[-1]),
         "min_ep": int(eps.min()), "max_ep": int(eps.max()), "vnodes": vnodes, "keys": list(keys),
         "additive": additive,
     }, sort_keys=True).encode()
-    footer = bloom + index_bytes + meta
+    footer = index_bytes + meta
     out.write(footer)
-    out.write(_TAIL.pack(len(bloom), len(index_bytes), len(meta), zlib.crc32(footer), MAGIC))
+    out.write(_TAIL.pack(len(index_bytes), len(meta), zlib.crc32(footer), MAGIC))
     data = out.getvalue()
     store.put(key, data)
     return SstRef(key=key, min_kh=int(kh[0]), max_kh=int(kh[-1]), min_ep=int(eps.min()), max_ep=int(eps.max()),
@@ -183,25 +191,36 @@ def write_sst(store: ObjectStore, key: str, rows: pl.DataFrame, *, keys: tuple[s
 
 @dataclass(frozen=True)
 class SstMeta:
-    """A file's decoded footer: block index and bloom filter."""
+    """A file's decoded footer: the block index (filters are read per block, on demand)."""
 
     ref: SstRef
-    offsets: np.ndarray
-    lengths: np.ndarray
-    first_kh: np.ndarray
-    last_kh: np.ndarray
-    crcs: np.ndarray
-    bloom: np.ndarray
-    bloom_bits: int
+    index: np.ndarray  # n × 8: offset, length, first kh, last kh, crc, bloom offset, bloom length, bloom crc
     keys: tuple[str, ...]
     additive: bool
 
     @property
-    def nbytes(self) -> int:
-        return int(self.bloom.nbytes + 5 * 8 * self.offsets.size + 256)
+    def offsets(self) -> np.ndarray:
+        return self.index[:, 0]
 
-    def may_contain(self, kh: np.ndarray) -> np.ndarray:
-        return _bloom_may_contain(self.bloom, self.bloom_bits, kh)
+    @property
+    def lengths(self) -> np.ndarray:
+        return self.index[:, 1]
+
+    @property
+    def first_kh(self) -> np.ndarray:
+        return self.index[:, 2]
+
+    @property
+    def last_kh(self) -> np.ndarray:
+        return self.index[:, 3]
+
+    @property
+    def crcs(self) -> np.ndarray:
+        return self.index[:, 4]
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.index.nbytes + 256)
 
     def blocks_for(self, kh: np.ndarray) -> np.ndarray:
         """Indices of the blocks whose key range holds any of the sorted, distinct ``kh``."""
@@ -241,10 +260,10 @@ def _footer(store: ObjectStore, key: str, size: int, start: int, tail: bytes) ->
         raise _corrupt(store, key, f"{size} bytes is shorter than an SST footer")
     if len(tail) != size - start:
         raise _corrupt(store, key, f"expected {size} bytes, found {start + len(tail)}")
-    bloom_len, index_len, meta_len, crc, magic = _TAIL.unpack(tail[-_TAIL.size:])
+    index_len, meta_len, crc, magic = _TAIL.unpack(tail[-_TAIL.size:])
     if magic != MAGIC:
         raise _corrupt(store, key, "bad magic (not a millpond SST, or an older SST format)")
-    footer_len = bloom_len + index_len + meta_len
+    footer_len = index_len + meta_len
     if footer_len + _TAIL.size > size:
         raise _corrupt(store, key, "footer longer than the file")
     if footer_len + _TAIL.size > len(tail):
@@ -252,16 +271,13 @@ def _footer(store: ObjectStore, key: str, size: int, start: int, tail: bytes) ->
     footer = tail[len(tail) - _TAIL.size - footer_len:len(tail) - _TAIL.size]
     if zlib.crc32(footer) != crc:
         raise _corrupt(store, key, "footer checksum mismatch")
-    meta = json.loads(footer[bloom_len + index_len:])
+    meta = json.loads(footer[index_len:])
     if meta.get("format") != FORMAT:
         raise _corrupt(store, key, f"SST format {meta.get('format')!r}; this millpond reads format {FORMAT}")
-    bloom = np.frombuffer(footer[:meta["bloom_bytes"]], dtype=np.uint8)
-    index = np.frombuffer(footer[meta["bloom_bytes"]:meta["bloom_bytes"] + meta["index_bytes"]],
-                          dtype="<i8").reshape(-1, 5)
+    index = np.frombuffer(footer[:index_len], dtype="<i8").reshape(-1, _INDEX_COLUMNS)
     ref = SstRef(key, meta["min_kh"], meta["max_kh"], meta["min_ep"], meta["max_ep"], meta["rows"], size,
                  meta["vnodes"])
-    return SstMeta(ref, index[:, 0], index[:, 1], index[:, 2], index[:, 3], index[:, 4], bloom, meta["bloom_bits"],
-                   tuple(meta.get("keys", ())), bool(meta.get("additive")))
+    return SstMeta(ref, index, tuple(meta["keys"]), bool(meta["additive"]))
 
 
 def read_blocks(store: ObjectStore, meta: SstMeta, blocks: np.ndarray) -> list[pa.Table]:
@@ -307,16 +323,53 @@ def read_all(store: ObjectStore, ref: SstRef) -> pa.Table:
     return pa.concat_tables(read_blocks(store, meta, np.arange(meta.offsets.size)))
 
 
+def read_blooms(store: ObjectStore, meta: SstMeta, blocks: np.ndarray) -> list[np.ndarray]:
+    """The bloom filters of ``blocks`` (memory cache, then one ranged GET for the missing ones)."""
+    cache = block_cache()
+    out: dict[int, np.ndarray] = {}
+    missing = []
+    for b in blocks.tolist():  # per block
+        hit = cache.get((store.root, meta.ref.key, ("bloom", b)))
+        if hit is None:
+            missing.append(b)
+        else:
+            out[b] = hit
+    if missing:
+        starts = [int(meta.index[b, 5]) for b in missing]
+        ends = [int(meta.index[b, 5] + meta.index[b, 6]) for b in missing]
+        for b, raw in zip(missing, store.get_ranges(meta.ref.key, starts, ends)):
+            if len(raw) != meta.index[b, 6] or zlib.crc32(raw) != meta.index[b, 7]:
+                raise _corrupt(store, meta.ref.key, f"bloom filter of block {b} checksum mismatch")
+            out[b] = np.frombuffer(raw, dtype=np.uint8)
+            cache.put((store.root, meta.ref.key, ("bloom", b)), out[b], len(raw))
+    return [out[b] for b in blocks.tolist()]
+
+
 def lookup_sst(store: ObjectStore, ref: SstRef, wanted: np.ndarray) -> pa.Table | None:
     """The rows of ``ref`` whose ``_kh`` is in the sorted, distinct ``wanted`` (None if none)."""
     inside = wanted[(wanted >= ref.min_kh) & (wanted <= ref.max_kh)]
     if inside.size == 0:
         return None
     meta = open_sst(store, ref)
-    inside = inside[meta.may_contain(inside)]
-    if inside.size == 0:
-        return None
     blocks = meta.blocks_for(inside)
+    if blocks.size == 0:
+        return None
+    # each candidate block's filter drops the keys it surely lacks; blocks left with none are skipped
+    lo = np.searchsorted(inside, meta.first_kh[blocks], side="left")
+    hi = np.searchsorted(inside, meta.last_kh[blocks], side="right")
+    blooms = read_blooms(store, meta, blocks)
+    sizes = np.array([b.size for b in blooms], dtype=np.int64)
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    which = take_ranges_bounds(lo, hi)  # keys (indices into inside), grouped by candidate block
+    block_of = np.repeat(np.arange(blocks.size), hi - lo)
+    pos = _probes(inside[which], sizes[block_of] * 8)
+    byte = np.concatenate(blooms)[starts[block_of][:, None] + (pos >> np.uint64(3)).astype(np.int64)]
+    hit = ((byte >> (pos & np.uint64(7)).astype(np.uint8)) & 1).all(axis=1)
+    maybe = np.zeros(inside.size, dtype=bool)
+    maybe[which[hit]] = True
+    keep = np.zeros(blocks.size, dtype=bool)
+    keep[block_of[hit]] = True
+    blocks, inside = blocks[keep], inside[maybe]
     if blocks.size == 0:
         return None
     table = pa.concat_tables(read_blocks(store, meta, blocks))
