@@ -218,7 +218,6 @@ QUICK = [
     ("epoch.before_job", 1),      # input ranges fixed, no job yet
     ("epoch.after_commit", 2),    # between epochs
     ("compaction.after_outputs", 1),  # merged files written, the compaction's version not
-    ("gc.after_delete", 1),       # garbage collection half done
 ]
 
 

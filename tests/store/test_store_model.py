@@ -160,7 +160,7 @@ def _run(root: str, steps: list, retention: int, faulty: bool, policy: Policy = 
     return store
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=ops, retention=st.integers(0, 3))
 def test_store_matches_the_model(tmp_path_factory, steps, retention):
     root = str(tmp_path_factory.mktemp("model"))
