@@ -50,13 +50,18 @@ class Model:
     def epoch(self) -> int:
         return max(self.kv)
 
-    def commit(self) -> None:
+    def latest_kv(self) -> dict[int, int]:
+        """The newest-wins table as its writer sees it: the last commit plus pending puts."""
         kv = dict(self.kv[self.epoch])
         for k, v in self.pending_kv.items():
             if v is None:
                 kv.pop(k, None)
             else:
                 kv[k] = v
+        return kv
+
+    def commit(self) -> None:
+        kv = self.latest_kv()
         bag = dict(self.bag[self.epoch])
         for k, d in self.pending_bag.items():
             bag[k] = bag.get(k, 0) + d
@@ -149,13 +154,7 @@ def _run(root: str, steps: list, retention: int, faulty: bool, policy: Policy = 
             assert not left, "GC left unreferenced files of older versions"
         # the writer sees its own buffer: latest reads include pending puts
         kv, bag = _read(store, None)
-        expect_kv = dict(model.kv[model.epoch])
-        for k, v in model.pending_kv.items():
-            if v is None:
-                expect_kv.pop(k, None)
-            else:
-                expect_kv[k] = v
-        assert kv == expect_kv
+        assert kv == model.latest_kv()
         _check(store, model)
     return store
 

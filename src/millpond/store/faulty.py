@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 
 from millpond.store.objects import ObjectStore
 
@@ -45,8 +46,6 @@ class FaultyStore(ObjectStore):
 
     def _inject(self, key: str, op, write: bool = False):  # noqa: ANN001
         if self.latency:
-            import time
-
             time.sleep(self.latency)
         when = self._roll(key, write)
         if when == "before":
