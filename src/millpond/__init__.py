@@ -15,6 +15,7 @@ from millpond.errors import (
     SchemaError,
     SqlError,
     StorageError,
+    TruncatedError,
 )
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "SchemaError",
     "StorageError",
     "FencedError",
+    "TruncatedError",
     "InvariantError",
 ]
 

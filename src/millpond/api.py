@@ -24,7 +24,7 @@ from millpond.catalog import ROW_ID, WEIGHT, Catalog, CatalogStore, Column, Tabl
 from millpond.catalog.types import arrow_type, normalize_type
 from millpond.engine.coordinator import Coordinator, EpochReport
 from millpond.errors import CatalogError, FencedError, MillpondError, SchemaError, SqlError
-from millpond.log import Log
+from millpond.log import Channel, Log
 from millpond.spark.execute import Consumer
 from millpond.sql.planner import plan_view, table_plan
 from millpond.sql.statements import keyword, parse
@@ -138,6 +138,7 @@ class Database:
         if self._thread is not None:
             self._thread.join()
         self.coordinator.close()
+        self.log.close()
         if self._own_spark:
             self.spark.stop()
 
@@ -219,6 +220,8 @@ class Database:
                     continue
                 raise CatalogError(f"no {'table' if kind == 'TABLE' else 'materialized view'} named {name!r}")
             self._commit_catalog(self.catalog.without(name))
+            if kind == "TABLE":  # after the catalog: a crash in between leaves a channel the next CREATE replaces
+                self.log.drop_channel(name)
 
     def _set(self, s: exp.Set) -> None:
         for item in s.expressions:
@@ -308,7 +311,7 @@ class Database:
             self._append_changes(t, old, rows.append_column(ROW_ID, pa.nulls(rows.num_rows, pa.int64())),
                                  current=current)
             return
-        first = self.log.channel(t.channel, t.log_schema).end
+        first = self._channel(t).end
         ids = pa.array(np.arange(first, first + rows.num_rows, dtype=np.int64))
         self._append_changes(t, None, rows.append_column(ROW_ID, ids))
 
@@ -331,7 +334,10 @@ class Database:
             current = current if current is not None else self._snapshot(t.name, hidden=True)
             keys = pl.from_arrow(current).select(t.primary_key)
             _check_unique(t, keys, pl.from_arrow(batch))
-        self.log.channel(t.channel, t.log_schema).append(batch)
+        self._channel(t).append(batch)
+
+    def _channel(self, t: TableDef) -> Channel:
+        return self.log.create_channel(t.channel, t.log_schema, id=t.channel_id)
 
     # -- reads --------------------------------------------------------------------------------
     def _snapshot(self, name: str, *, hidden: bool = False) -> pa.Table:

@@ -9,6 +9,7 @@ __all__ = [
     "SchemaError",
     "StorageError",
     "FencedError",
+    "TruncatedError",
     "InvariantError",
 ]
 
@@ -40,6 +41,14 @@ class StorageError(MillpondError):
 
 class FencedError(MillpondError):
     """Another writer committed to the same root first; this writer must stop."""
+
+
+class TruncatedError(MillpondError):
+    """A read of log records below the channel's retention start (they were truncated)."""
+
+    def __init__(self, message: str, *, channel: str, start: int):
+        super().__init__(message)
+        self.channel, self.start = channel, start
 
 
 class InvariantError(MillpondError):

@@ -38,7 +38,13 @@ class TableDef:
 
     @property
     def channel(self) -> str:
-        return f"{self.name}@{self.id}"
+        """The table's log channel has the table's name ..."""
+        return self.name
+
+    @property
+    def channel_id(self) -> str:
+        """... and an id per incarnation, so a recreated table never sees a dropped one's records."""
+        return f"t{self.id}"
 
     @property
     def schema(self) -> pa.Schema:

@@ -25,7 +25,7 @@ from millpond.catalog import Catalog
 from millpond.errors import MillpondError
 from millpond.engine.operators.materialize import ADDITIVE as MATERIALIZE_ADDITIVE
 from millpond.engine.plan import sources as _sources
-from millpond.log import Log
+from millpond.log import Log, Piece
 from millpond.spark.execute import Consumer, EpochJob, run_epoch_job
 from millpond.store.manifest import Manifest
 from millpond.store.objects import ObjectStore
@@ -66,7 +66,9 @@ class Coordinator:
 
     def run_epoch(self, catalog: Catalog, consumers: list[Consumer]) -> EpochReport | None:
         # 1. fix the input ranges
-        ends = {t.channel: self.log.channel(t.channel, t.log_schema).end for t in catalog.tables.values()}
+        for t in catalog.tables.values():
+            self.log.create_channel(t.channel, t.log_schema, id=t.channel_id)
+        _, ends = self.log.snapshot([t.channel for t in catalog.tables.values()])  # one tick: whole transactions
         work = []
         for c in consumers:
             done = self.manifest.offsets.get(c.key, {})
@@ -83,7 +85,7 @@ class Coordinator:
         faults.point("epoch.before_job")
         # 2. one Spark job
         try:
-            changes = run_epoch_job(self.spark, job, work, catalog.tables, self._segments(catalog))
+            changes = run_epoch_job(self.spark, job, work, catalog.tables, self._pieces)
         except MillpondError:
             raise
         except Exception as exc:  # a task failed: the epoch is not committed, nothing is visible
@@ -109,12 +111,8 @@ class Coordinator:
         return StateTable(self.store, self.manifest.state(sid), consumer.columns, additive="rows" in MATERIALIZE_ADDITIVE,
                           name=sid)
 
-    def _segments(self, catalog: Catalog):  # noqa: ANN202
-        schemas = {t.channel: t.log_schema for t in catalog.tables.values()}
-
-        def segments(channel: str, start: int, stop: int):  # noqa: ANN202
-            return self.log.channel(channel, schemas[channel]).segments(start, stop)
-        return segments
+    def _pieces(self, channel: str, start: int, stop: int) -> list[Piece]:
+        return self.log.channel(channel).pieces(start, stop)
 
     def with_parallelism(self, n: int) -> None:
         self.parallelism = n

@@ -1,5 +1,5 @@
 """The write-ahead log: the one way data enters millpond."""
 
-from millpond.log.channel import Channel, Log, Segment
+from millpond.log.log import SEQ, TICK, Appended, Channel, ChannelInfo, Log, Piece, Transaction, read_pieces
 
-__all__ = ["Channel", "Log", "Segment"]
+__all__ = ["Appended", "Channel", "ChannelInfo", "Log", "Piece", "Transaction", "read_pieces", "SEQ", "TICK"]

@@ -38,7 +38,7 @@ from millpond.engine import operators as O
 from millpond.engine.operators.join import SIDE, JoinSpec, apply_join
 from millpond.engine.operators.materialize import MaterializeSpec, apply_materialize
 from millpond.engine.operators.topn import TopNSpec, apply_topn
-from millpond.log.channel import Segment
+from millpond.log import Piece
 from millpond.store.manifest import Levels, Manifest
 from millpond.store.objects import open_store
 from millpond.store.sst import VNODES
@@ -73,11 +73,11 @@ class EpochJob:
 
 
 def run_epoch_job(spark: SparkSession, job: EpochJob, work: list[tuple[Consumer, dict[str, tuple[int, int]]]],
-                  tables: dict[str, TableDef], segments: Callable[[str, int, int], list[Segment]]
+                  tables: dict[str, TableDef], pieces: Callable[[str, int, int], list[Piece]]
                   ) -> dict[str, pa.Table]:
     """Run the epoch's single Spark job; return each view's output changelog (None for tables:
     a table's changes are its log records, not shipped back to the driver)."""
-    frames = [_Builder(spark, job, c, ranges, tables, segments).final() for c, ranges in work]
+    frames = [_Builder(spark, job, c, ranges, tables, pieces).final() for c, ranges in work]
     result = reduce(DataFrame.unionByName, frames).toArrow()
     out: dict[str, list[pa.Table]] = {c.key: [] for c, _ in work}
     for consumer, blob in zip(result.column(CONSUMER).to_pylist(), result.column(IPC).to_pylist()):
@@ -86,9 +86,9 @@ def run_epoch_job(spark: SparkSession, job: EpochJob, work: list[tuple[Consumer,
 
 
 class _Builder:
-    def __init__(self, spark, job, consumer, ranges, tables, segments):  # noqa: ANN001
+    def __init__(self, spark, job, consumer, ranges, tables, pieces):  # noqa: ANN001
         self.spark, self.job, self.consumer = spark, job, consumer
-        self.ranges, self.tables, self.segments = ranges, tables, segments
+        self.ranges, self.tables, self.pieces = ranges, tables, pieces
 
     def final(self) -> DataFrame:
         return self.build(self.consumer.plan)
@@ -101,13 +101,13 @@ class _Builder:
     def _source(self, node: P.Source) -> DataFrame:
         t = self.tables[node.table]
         start, stop = self.ranges[t.channel]
-        segs = [[s.key, s.first, s.count] for s in self.segments(t.channel, start, stop)]
         ddl = ", ".join([f"`{c.name}` {spark_ddl_type(c.type)}" for c in t.columns]
                         + [f"`{ROW_ID}` BIGINT", f"`{W}` BIGINT"])
         if start >= stop:  # nothing new on this side: an empty local relation plans in no time
             return self.spark.createDataFrame([], ddl).selectExpr(*_renames(node.columns), W)
+        pieces = [p.to_json() for p in self.pieces(t.channel, start, stop)]
         df = (self.spark.read.format("millpond").option("root", self.job.root).option("channel", t.channel)
-              .option("from", start).option("to", stop).option("segments", json.dumps(segs))
+              .option("from", start).option("to", stop).option("pieces", json.dumps([t.channel_id, pieces]))
               .option("schema", ddl).option("storage", json.dumps(self.job.storage)).load())
         return df.selectExpr(*_renames(node.columns), W)
 

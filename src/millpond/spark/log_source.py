@@ -1,33 +1,64 @@
-"""The ``millpond`` Spark data source: a batch read of a log channel's sequence range.
+"""The ``millpond`` Spark data source: log channels as batch ranges, streams and a sink.
 
-    spark.read.format("millpond").option("root", ROOT).option("channel", "visit@1")
-         .option("from", 0).option("to", 1000).load()
+    spark.read.format("millpond").option("root", ROOT).option("channel", "visit")
+         .option("from", 0).option("to", 1000).load()          # a sequence range; from/to optional
+    spark.readStream.format("millpond").option("root", ROOT).option("channel", "visit")
+         .option("maxRecordsPerTrigger", 10000).load()         # offsets are sequence numbers
+    df.writeStream.format("millpond").option("root", ROOT).option("channel", "visit")
+        .option("checkpointLocation", CK).start()              # exactly once per batch id
 
-Planning (on the driver) lists the channel's segments; each segment is one input partition
-read by a worker straight from object storage. The coordinator passes the segment list and
-schema it already knows (options ``segments`` and ``schema``) so an epoch lists nothing.
+Rows carry the channel's columns plus ``_seq`` (sequence number) and ``_tick`` (time tick,
+microseconds). Planning runs on the driver: it lists the pieces (WAL frames and Parquet files)
+holding the range, and each input partition reads its pieces straight from object storage. The
+engine passes the pieces it already knows (option ``pieces``) so an epoch lists nothing.
+
+The sink stages each task's rows as an Arrow file; the driver's commit appends them as one
+batch with the idempotent producer ``(sink id, batch id)``, so a batch Spark replays after a
+failure is applied once. The sink id comes from ``checkpointLocation`` (or option ``producer``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import uuid
 from dataclasses import dataclass
 from typing import Iterator
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamArrowWriter, DataSourceStreamReader,
+                                    InputPartition, WriterCommitMessage)
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from millpond.log.channel import Segment, list_segments, read_segment
+from millpond.errors import MillpondError
+from millpond.log import SEQ, TICK, Channel, Log, Piece, read_pieces
 from millpond.store.objects import open_store
 
 __all__ = ["LogDataSource", "register"]
 
+_PIECES_PER_PARTITION_ROWS = 1_000_000
+
 
 @dataclass
-class _SegmentPartition(InputPartition):
-    segments: list[tuple[str, int, int]]
+class _PiecePartition(InputPartition):
+    channel_id: str
+    schema: bytes  # the channel's Arrow schema
+    pieces: list[list]
     start: int
     stop: int
+
+
+def _options(options: dict[str, str]) -> tuple[str, dict[str, str], str]:
+    for required in ("root", "channel"):
+        if required not in options:
+            raise MillpondError(f"the millpond data source needs the option {required!r}")
+    return options["root"], json.loads(options.get("storage", "{}")), options["channel"]
+
+
+def _open(options: dict[str, str]) -> tuple[Log, Channel]:
+    root, storage, channel = _options(options)
+    log = Log(open_store(root, storage))
+    return log, log.channel(channel)
 
 
 class LogDataSource(DataSource):
@@ -38,42 +69,180 @@ class LogDataSource(DataSource):
     def schema(self) -> str:
         if "schema" in self.options:
             return self.options["schema"]
-        raise ValueError("the millpond source needs the option 'schema' (a Spark DDL string)")
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        _, ch = _open(dict(self.options))
+        return from_arrow_schema(pa.schema([*ch.schema, pa.field(SEQ, pa.int64()), pa.field(TICK, pa.int64())]))
 
     def reader(self, schema) -> DataSourceReader:  # noqa: ANN001
-        return _LogReader(dict(self.options))
+        return _BatchReader(dict(self.options), schema)
+
+    def streamReader(self, schema) -> DataSourceStreamReader:  # noqa: ANN001
+        return _StreamReader(dict(self.options), schema)
+
+    def streamWriter(self, schema, overwrite: bool) -> DataSourceStreamArrowWriter:  # noqa: ANN001
+        return _StreamWriter(dict(self.options), schema)
 
 
-class _LogReader(DataSourceReader):
-    def __init__(self, options: dict[str, str]):
-        for required in ("root", "channel"):
-            if required not in options:
-                raise ValueError(f"the millpond source needs the option {required!r}")
-        self.root = options["root"]
-        self.storage = json.loads(options.get("storage", "{}"))
+def _partitions(channel_id: str, schema: pa.Schema, pieces: list[Piece], start: int, stop: int) -> list[_PiecePartition]:
+    """Pieces grouped into partitions of about a million records (at least one partition)."""
+    blob = schema.serialize().to_pybytes()
+    groups: list[list[list]] = [[]]
+    rows = 0
+    for p in pieces:
+        if rows >= _PIECES_PER_PARTITION_ROWS:
+            groups.append([])
+            rows = 0
+        groups[-1].append(p.to_json())
+        rows += min(stop, p.end) - max(start, p.first)
+    return [_PiecePartition(channel_id, blob, g, start, stop) for g in groups]
+
+
+def _read(partition: _PiecePartition, root: str, storage: dict[str, str], columns: list[str]) -> Iterator[pa.RecordBatch]:
+    schema = pa.ipc.read_schema(pa.py_buffer(partition.schema))
+    pieces = [Piece(*p) for p in partition.pieces]
+    table = read_pieces(open_store(root, storage), partition.channel_id, schema, pieces, partition.start, partition.stop)
+    yield from table.select(columns).to_batches()
+
+
+class _BatchReader(DataSourceReader):
+    def __init__(self, options: dict[str, str], schema):  # noqa: ANN001
+        self.root, self.storage, channel = _options(options)
+        self.columns = [f.name for f in schema.fields]
         self.start = int(options.get("from", 0))
-        self.stop = int(options.get("to", 2**62))
-        if "segments" in options:
-            self.segments = [tuple(s) for s in json.loads(options["segments"])]
+        stop = int(options.get("to", 2**62))
+        if "pieces" in options:  # the engine's epoch: it knows the channel and its pieces
+            channel_id, raw = json.loads(options["pieces"])
+            pieces = [Piece(*p) for p in raw]
+            arrow = _arrow_schema(schema, exclude=(SEQ, TICK))
         else:
-            store = open_store(self.root, self.storage)
-            self.segments = [(s.key, s.first, s.count) for s in list_segments(store, options["channel"])]
-        self.segments = [s for s in self.segments if s[1] < self.stop and s[1] + s[2] > self.start]
+            _, ch = _open(options)
+            stop = min(stop, ch.end)
+            self.start = max(self.start, 0)
+            pieces = ch.pieces(self.start, stop) if self.start < stop else []
+            channel_id, arrow = ch.info.id, ch.schema
+        self.parts = _partitions(channel_id, arrow, pieces, self.start, stop)
 
     def partitions(self) -> list[InputPartition]:
-        # Group segments so that one epoch is a handful of tasks, not one per append.
-        groups = max(1, min(len(self.segments), 8))
-        per = -(-len(self.segments) // groups) if self.segments else 1
-        parts = [self.segments[i:i + per] for i in range(0, len(self.segments), per)] or [[]]
-        return [_SegmentPartition(p, self.start, self.stop) for p in parts]
+        return self.parts
 
-    def read(self, partition: _SegmentPartition) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: _PiecePartition) -> Iterator[pa.RecordBatch]:
+        yield from _read(partition, self.root, self.storage, self.columns)
+
+
+def _arrow_schema(spark_schema, *, exclude: tuple[str, ...] = ()) -> pa.Schema:  # noqa: ANN001
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    arrow = to_arrow_schema(spark_schema)
+    return pa.schema([f for f in arrow if f.name not in exclude])
+
+
+class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets are ``{"seq": n}``. ``maxRecordsPerTrigger`` caps a micro-batch; ``startingOffsets``
+    is ``earliest`` (default), ``latest`` or a sequence number."""
+
+    def __init__(self, options: dict[str, str], schema):  # noqa: ANN001
+        self.options = options
+        self.root, self.storage, _ = _options(options)
+        self.columns = [f.name for f in schema.fields]
+        self.max_rows = int(options["maxRecordsPerTrigger"]) if "maxRecordsPerTrigger" in options else None
+        if self.max_rows is not None and self.max_rows <= 0:
+            raise MillpondError(f"maxRecordsPerTrigger={self.max_rows}: use a positive number of records")
+        self.log, self.channel = _open(options)
+        self.target: int | None = None  # Trigger.AvailableNow: stop at the end seen when the query starts
+
+    def initialOffset(self) -> dict:
+        start = self.options.get("startingOffsets", "earliest")
+        if start == "earliest":
+            return {"seq": self.channel.start}
+        if start == "latest":
+            self.log.refresh()
+            return {"seq": self.channel.end}
+        return {"seq": int(start)}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.max_rows) if self.max_rows else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.log.refresh()
+        self.target = self.channel.end
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        self.log.refresh()
+        end = self.channel.end if self.target is None else self.target
+        if isinstance(limit, ReadMaxRows):
+            end = min(end, start["seq"] + limit.maxRows)
+        return {"seq": max(end, start["seq"])}
+
+    def reportLatestOffset(self) -> dict:
+        return {"seq": self.channel.end}
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        a, b = start["seq"], end["seq"]
+        pieces = self.channel.pieces(a, b) if a < b else []
+        return _partitions(self.channel.info.id, self.channel.schema, pieces, a, b)
+
+    def read(self, partition: _PiecePartition) -> Iterator[pa.RecordBatch]:
+        yield from _read(partition, self.root, self.storage, self.columns)
+
+    def commit(self, end: dict) -> None:
+        pass  # positions live in Spark's checkpoint; the log keeps records until truncated
+
+
+@dataclass
+class _Staged(WriterCommitMessage):
+    key: str | None
+    rows: int
+
+
+class _StreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, options: dict[str, str], schema):  # noqa: ANN001
+        self.root, self.storage, self.channel = _options(options)
+        source = options.get("producer") or options.get("checkpointLocation") or options.get("checkpointlocation")
+        if not source:
+            raise MillpondError("the millpond sink needs option 'checkpointLocation' (or 'producer') to apply "
+                                "each micro-batch exactly once")
+        self.producer = "spark-sink:" + hashlib.sha256(source.encode()).hexdigest()[:16]
+        self.schema = _arrow_schema(schema)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> _Staged:
+        batches = list(iterator)
+        rows = sum(b.num_rows for b in batches)
+        if not rows:
+            return _Staged(None, 0)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, batches[0].schema) as writer:
+            for b in batches:
+                writer.write_batch(b)
+        key = f"log/staging/{self.channel}/{uuid.uuid4().hex}.arrow"
+        open_store(self.root, self.storage).put(key, sink.getvalue().to_pybytes())
+        return _Staged(key, rows)
+
+    def commit(self, messages: list[_Staged | None], batchId: int) -> None:  # noqa: N803 - Spark's name
         store = open_store(self.root, self.storage)
-        for key, first, count in partition.segments:
-            table = read_segment(store, Segment(key, first, count), partition.start, partition.stop)
-            yield from table.to_batches()
+        staged = [m for m in messages if m is not None and m.key]
+        tables = [pa.ipc.open_file(pa.py_buffer(store.get(m.key))).read_all() for m in staged]
+        log = Log(store)
+        try:
+            if tables:
+                try:
+                    ch = log.channel(self.channel)
+                except MillpondError:  # a new channel takes the stream's schema
+                    ch = log.create_channel(self.channel, tables[0].schema)
+                ch.append(pa.concat_tables(tables), producer=(self.producer, batchId))
+                log.flush()
+        finally:
+            log.close()
+        for m in staged:
+            store.delete(m.key)
+
+    def abort(self, messages: list[_Staged | None], batchId: int) -> None:  # noqa: N803
+        store = open_store(self.root, self.storage)
+        for m in messages:
+            if m is not None and m.key:
+                store.delete(m.key)
 
 
 def register(spark) -> None:  # noqa: ANN001
-    """Register the ``millpond`` data source on ``spark`` (idempotent)."""
+    """Register the ``millpond`` data source on ``spark`` (for plain Spark users: ``millpond.register(spark)``)."""
     spark.dataSource.register(LogDataSource)
