@@ -4,7 +4,16 @@ Layout::
 
     catalog/<version:010d>.json                    catalog versions (put-if-absent)
     manifest/<version:020d>.json                   one state version: an epoch commit or a compaction
-    log/<channel>/<first_seq:020d>.arrow           one durable append (put-if-absent)
+    log/config.json                                number of physical channels (fixed at the first channel)
+    log/channels/<name>.json                       a channel: id, physical channel, Arrow schema
+    log/p<k>/LOCK                                  flock of the live writer (local roots)
+    log/p<k>/writers/<gen:010d>.json               writer generations (put-if-absent; a newer one fences)
+    log/p<k>/wal/<gen:010d>-<n:06d>.wal            a WAL segment: a file (local) or a folder of chunks
+    log/p<k>/wal/<gen:010d>-<n:06d>.sealed         its final valid length (see log/wal.py)
+    log/p<k>/ckpt/<gen:010d>-<n:06d>.json          flushed through this segment: producers, tick
+    log/data/<channel id>/<first>-<end>-<tick>.parquet   flushed records (020d numbers)
+    log/data/<channel id>/start-<seq:020d>         retention: records below seq were truncated
+    log/staging/<channel>/<uuid>.arrow             Spark sink tasks' rows until the driver commits
     sst/<version:020d>-e<epoch:020d>.<attempt>/<state>/p<part>.sst   state of one task in one epoch attempt
     sst/<version:020d>-c.<task>/<state>/<n>.sst    outputs of one compaction
     pin/<id>.json                                  a reader's pin (epoch, version): GC keeps its files
@@ -17,9 +26,11 @@ __all__ = [
     "CATALOG_PREFIX",
     "manifest_key",
     "MANIFEST_PREFIX",
-    "log_prefix",
-    "log_segment_key",
-    "parse_log_segment",
+    "log_channel_key",
+    "log_data_prefix",
+    "log_data_key",
+    "parse_log_data_key",
+    "log_start_key",
     "SST_PREFIX",
     "PIN_PREFIX",
     "sst_attempt_prefix",
@@ -46,16 +57,26 @@ def parse_numbered(key: str) -> int:
     return int(key.rsplit("/", 1)[-1].split(".", 1)[0])
 
 
-def log_prefix(channel: str) -> str:
-    return f"log/{channel}/"
+def log_channel_key(name: str) -> str:
+    return f"log/channels/{name}.json"
 
 
-def log_segment_key(channel: str, first_seq: int) -> str:
-    return f"{log_prefix(channel)}{first_seq:020d}.arrow"
+def log_data_prefix(channel_id: str) -> str:
+    return f"log/data/{channel_id}/"
 
 
-def parse_log_segment(key: str) -> int:
-    return parse_numbered(key)
+def log_data_key(channel_id: str, first: int, end: int, tick: int) -> str:
+    return f"{log_data_prefix(channel_id)}{first:020d}-{end:020d}-{tick:020d}.parquet"
+
+
+def parse_log_data_key(key: str) -> tuple[int, int, int]:
+    """(first, end, tick) of a flushed file."""
+    first, end, tick = key.rsplit("/", 1)[-1][:-len(".parquet")].split("-")
+    return int(first), int(end), int(tick)
+
+
+def log_start_key(channel_id: str, seq: int) -> str:
+    return f"{log_data_prefix(channel_id)}start-{seq:020d}"
 
 
 SST_PREFIX = "sst/"

@@ -124,7 +124,10 @@ def test_torn_tail_is_cut_back_to_the_last_whole_batch(tmp_path):
     assert reader.end == 10 and _xs(reader.read()) == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
     writer = _open(tmp_path)
     assert writer.channel("visit").append(_batch([9])).first == 10  # the next writer cuts and goes on
-    assert seg.stat().st_size == whole or not seg.exists()
+    try:
+        assert seg.stat().st_size == whole  # cut back (unless already flushed and deleted)
+    except FileNotFoundError:
+        pass
     writer.close()
     assert _xs(_open(tmp_path).channel("visit").read(9, 11)) == [4, 9]
 

@@ -52,7 +52,7 @@ import threading
 import time
 import uuid
 import zlib
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -61,10 +61,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from millpond import faults
+from millpond import faults, paths
 from millpond.errors import FencedError, MillpondError, StorageError, TruncatedError
 from millpond.log.conform import conform
-from millpond.log.wal import (Frame, Listing, SegmentName, SegmentWriter, decode_entry, encode_frame,
+from millpond.log.wal import (Entry, Frame, Listing, SegmentName, SegmentWriter, decode_entry, encode_frame,
                               list_segments, read_segment, scan)
 from millpond.store.objects import AlreadyExists, ObjectStore
 
@@ -197,11 +197,11 @@ class Log:
             info = ChannelInfo(name, id or uuid.uuid4().hex[:16], zlib.crc32(name.encode()) % pcount, schema)
             if found is None:
                 try:
-                    self.store.put_if_absent(_info_key(name), info.encode())
+                    self.store.put_if_absent(paths.log_channel_key(name), info.encode())
                 except AlreadyExists:
                     return self.create_channel(name, schema, id=id)
             else:
-                self.store.put(_info_key(name), info.encode())
+                self.store.put(paths.log_channel_key(name), info.encode())
             self._infos[name] = info
             return Channel(self, info)
 
@@ -223,14 +223,14 @@ class Log:
             if info is None:
                 return
             self._infos.pop(name, None)
-            self.store.delete(_info_key(name))
-            for key in self.store.list(_data_prefix(info.id)):
+            self.store.delete(paths.log_channel_key(name))
+            for key in self.store.list(paths.log_data_prefix(info.id)):
                 self.store.delete(key)
             self._state.pieces.pop(info.id, None)
 
     def _load_info(self, name: str) -> ChannelInfo | None:
         try:
-            info = ChannelInfo.decode(self.store.get(_info_key(name)))
+            info = ChannelInfo.decode(self.store.get(paths.log_channel_key(name)))
         except StorageError:
             return None
         self._infos[name] = info
@@ -304,7 +304,7 @@ class Log:
             w = self._writers[pchannel] = _Writer(self, pchannel)
         return w
 
-    def _publish(self, frames: list[tuple[int, Frame, str]], results: dict[str, list[int]]) -> None:
+    def _publish(self, frames: list[tuple[int, Frame, str]]) -> None:
         """Make written frames visible (called with the lock held)."""
         for pchannel, frame, key in frames:
             for e in frame.entries:
@@ -333,6 +333,7 @@ class Log:
         """Stop writing: release the physical channels (unflushed records stay in the WAL)."""
         self._closed = True
         if self._flusher:
+            self._flusher.drain()
             self._flusher.stop()
         for w in self._writers.values():
             w.release()
@@ -432,7 +433,7 @@ class Channel:
                                     "are not flushed yet (Log.flush() first)")
             if upto <= self.start:
                 return
-            self.log.store.put(_start_key(self.info.id, upto), b"")
+            self.log.store.put(paths.log_start_key(self.info.id, upto), b"")
             for p in pieces:
                 if p.end <= upto:
                     self.log.store.delete(p.key)
@@ -492,7 +493,7 @@ class Transaction:
                     w.check_fenced()
                 faults.point("log.after_put")
                 with self.log._cv:
-                    self.log._publish(written, {})
+                    self.log._publish(written)
             finally:
                 with self.log._cv:
                     self.log._inflight.discard(tick)
@@ -651,7 +652,7 @@ class _Writer:
                 self.check_fenced()
                 faults.point("log.after_put")
                 with self.log._cv:
-                    self.log._publish([(self.pchannel, f, k) for f, k in written], {})
+                    self.log._publish([(self.pchannel, f, k) for f, k in written])
                     for i, (frame, _) in zip(todo, written):
                         group[i].result = [Appended(e.first, e.first + e.count, frame.tick) for e in frame.entries]
                     for i, (ch, pid, pseq) in dups.items():
@@ -682,19 +683,23 @@ class _Writer:
             for ch, table in entries:
                 numbered.append((ch, nxt[ch], table))
                 nxt[ch] += table.num_rows
-            encoded.append(encode_frame(tick, numbered, producer=producer))
+            encoded.append((encode_frame(tick, numbered, producer=producer), numbered, producer))
         faults.point("log.before_put")
+        data = encoded[0][0] if len(encoded) == 1 else b"".join(e[0] for e in encoded)
         try:
-            base = self.segment.append(b"".join(encoded))
+            base = self.segment.append(data)
         except BaseException as exc:
             self.broken = exc if isinstance(exc, MillpondError) else StorageError(
                 f"log segment {self.segment.name.key!r} under {self.store.root!r}: write failed: {exc}")
             raise self.broken from exc
-        parsed, _ = scan(b"".join(encoded), base, chunk=base)
-        key = self.segment.name.key if self.segment.local else self.segment.name.chunk_key(base)
-        if not self.segment.local:  # a chunk is its own object: frame offsets are relative to it
-            parsed = [_rebase(f, base) for f in parsed]
-        return [(f, key) for f in parsed]
+        local = self.segment.local
+        key = self.segment.name.key if local else self.segment.name.chunk_key(base)
+        out, pos = [], base if local else 0  # a chunk is its own object: offsets are relative to it
+        for data, numbered, producer in encoded:
+            entries = tuple(Entry(ch, first, t.num_rows, 0) for ch, first, t in numbered)
+            out.append((Frame(pos, len(data), tick, entries, producer, base), key))
+            pos += len(data)
+        return out
 
     def roll_if_full(self) -> None:
         """(The caller leads.)"""
@@ -758,12 +763,12 @@ def _read_state(store: ObjectStore, physical_channels: int) -> _State:
     state = _State()
     infos = [ChannelInfo.decode(store.get(k)) for k in store.list("log/channels/")]
     for info in infos:
-        for key in store.list(_data_prefix(info.id)):
+        for key in store.list(paths.log_data_prefix(info.id)):
             name = key.rsplit("/", 1)[-1]
             if name.startswith("start-"):
                 state.start[info.id] = max(state.start.get(info.id, 0), int(name[6:26]))
             elif name.endswith(".parquet"):
-                first, end, tick = _parse_data_key(key)
+                first, end, tick = paths.parse_log_data_key(key)
                 state.pieces[info.id].append(Piece(first, end - first, tick, key))
     for p in range(physical_channels):
         ckpts = store.list(f"log/p{p}/ckpt/")
@@ -822,17 +827,26 @@ def read_pieces(store: ObjectStore, channel_id: str, schema: pa.Schema, pieces: 
 
     Runs on Spark workers too: everything it needs is in its arguments. A WAL piece whose
     segment was flushed and deleted meanwhile is read from the channel's Parquet files."""
+    wanted = [p for p in pieces if max(start, p.first) < min(stop, p.end)]
+    frames: dict[int, bytes | None] = {}
+    by_key: dict[str, list[int]] = defaultdict(list)
+    for i, p in enumerate(wanted):
+        if p.offset >= 0:
+            by_key[p.key].append(i)
+    for key, idx in by_key.items():  # one ranged read per object
+        try:
+            got = store.get_ranges(key, [wanted[i].offset for i in idx], [wanted[i].offset + wanted[i].length for i in idx])
+        except StorageError:
+            got = [None] * len(idx)
+        frames.update(zip(idx, got))
     parts = []
-    for p in pieces:
+    for i, p in enumerate(wanted):
         lo, hi = max(start, p.first), min(stop, p.end)
-        if lo >= hi:
-            continue
         if p.offset < 0:
             parts.append(_read_parquet(store, p.key, schema, lo, hi))
             continue
-        try:
-            frame_bytes = store.get_range(p.key, p.offset, p.offset + p.length)
-        except StorageError:
+        frame_bytes = frames.get(i)
+        if frame_bytes is None:  # flushed and deleted since the pieces were listed
             parts.append(_read_flushed(store, channel_id, schema, lo, hi))
             continue
         frame = scan(frame_bytes)[0]
@@ -862,10 +876,10 @@ def _read_parquet(store: ObjectStore, key: str, schema: pa.Schema, lo: int, hi: 
 
 def _read_flushed(store: ObjectStore, channel_id: str, schema: pa.Schema, lo: int, hi: int) -> pa.Table:
     parts = []
-    for key in store.list(_data_prefix(channel_id)):
+    for key in store.list(paths.log_data_prefix(channel_id)):
         if not key.endswith(".parquet"):
             continue
-        first, end, _ = _parse_data_key(key)
+        first, end, _ = paths.parse_log_data_key(key)
         if first < hi and end > lo:
             parts.append(_read_parquet(store, key, schema, max(lo, first), min(hi, end)))
     got = pa.concat_tables(parts) if parts else None
@@ -948,7 +962,7 @@ def flush_segment(log_: Log, name: SegmentName) -> None:
             continue  # a dropped channel
         table = pa.concat_tables(tables)
         first, end = first_by_ch[ch], first_by_ch[ch] + table.num_rows
-        key = _data_key(ch, first, end, table.column(TICK)[-1].as_py())
+        key = paths.log_data_key(ch, first, end, table.column(TICK)[-1].as_py())
         meta = {b"millpond.seq": f"{first}-{end}".encode(),
                 b"millpond.tick": f"{table.column(TICK)[0].as_py()}-{table.column(TICK)[-1].as_py()}".encode()}
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
@@ -986,29 +1000,8 @@ def _check_name(name: str) -> None:
         raise MillpondError(f"log channel name {name!r}: use 1-200 characters, no '/' and no leading '.'")
 
 
-def _info_key(name: str) -> str:
-    return f"log/channels/{name}.json"
-
-
-def _data_prefix(channel_id: str) -> str:
-    return f"log/data/{channel_id}/"
-
-
-def _data_key(channel_id: str, first: int, end: int, tick: int) -> str:
-    return f"{_data_prefix(channel_id)}{first:020d}-{end:020d}-{tick:020d}.parquet"
-
-
-def _parse_data_key(key: str) -> tuple[int, int, int]:
-    first, end, tick = key.rsplit("/", 1)[-1][:-len(".parquet")].split("-")
-    return int(first), int(end), int(tick)
-
-
 def _copy_channel(src: _State, dst: _State, ch: str) -> None:
     dst.pieces[ch] = list(src.pieces.get(ch, []))
     dst.producers[ch] = dict(src.producers.get(ch, {}))
     if ch in src.start:
         dst.start[ch] = src.start[ch]
-
-
-def _start_key(channel_id: str, seq: int) -> str:
-    return f"{_data_prefix(channel_id)}start-{seq:020d}"

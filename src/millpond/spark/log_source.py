@@ -145,14 +145,29 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self.root, self.storage, _ = _options(options)
         self.columns = [f.name for f in schema.fields]
-        self.max_rows = int(options["maxRecordsPerTrigger"]) if "maxRecordsPerTrigger" in options else None
+        opt = {k.lower(): v for k, v in options.items()}  # Spark may hand options over lower-cased
+        self.max_rows = int(opt["maxrecordspertrigger"]) if "maxrecordspertrigger" in opt else None
         if self.max_rows is not None and self.max_rows <= 0:
             raise MillpondError(f"maxRecordsPerTrigger={self.max_rows}: use a positive number of records")
-        self.log, self.channel = _open(options)
+        self._opened: tuple[Log, Channel] | None = _open(options)  # fails early on a missing channel
         self.target: int | None = None  # Trigger.AvailableNow: stop at the end seen when the query starts
 
+    def __getstate__(self) -> dict:  # shipped to workers for read(): the driver's log stays behind
+        return {**self.__dict__, "_opened": None}
+
+    @property
+    def log(self) -> Log:
+        if self._opened is None:
+            self._opened = _open(self.options)
+        return self._opened[0]
+
+    @property
+    def channel(self) -> Channel:
+        self.log  # noqa: B018
+        return self._opened[1]
+
     def initialOffset(self) -> dict:
-        start = self.options.get("startingOffsets", "earliest")
+        start = {k.lower(): v for k, v in self.options.items()}.get("startingoffsets", "earliest")
         if start == "earliest":
             return {"seq": self.channel.start}
         if start == "latest":
@@ -171,7 +186,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.log.refresh()
         end = self.channel.end if self.target is None else self.target
         if isinstance(limit, ReadMaxRows):
-            end = min(end, start["seq"] + limit.maxRows)
+            end = min(end, start["seq"] + limit.max_rows)
         return {"seq": max(end, start["seq"])}
 
     def reportLatestOffset(self) -> dict:
@@ -198,7 +213,8 @@ class _Staged(WriterCommitMessage):
 class _StreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: dict[str, str], schema):  # noqa: ANN001
         self.root, self.storage, self.channel = _options(options)
-        source = options.get("producer") or options.get("checkpointLocation") or options.get("checkpointlocation")
+        opt = {k.lower(): v for k, v in options.items()}
+        source = opt.get("producer") or opt.get("checkpointlocation")
         if not source:
             raise MillpondError("the millpond sink needs option 'checkpointLocation' (or 'producer') to apply "
                                 "each micro-batch exactly once")
