@@ -4,7 +4,7 @@ from tests import workload
 
 
 def test_reopen_with_other_parallelism_gives_identical_results(open_db, root, tmp_path):
-    plan = workload.steps(5, 14)
+    plan = workload.steps(5, 10)
     ref = workload.Reference()
     db = open_db(parallelism=2)
     workload.setup(db)
@@ -48,9 +48,9 @@ def test_set_parallelism_between_epochs(open_db):
         db.sql(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
     ref = workload.Reference()
     used = set()
-    for i, step in enumerate(workload.steps(9, 12)):
-        if i % 3 == 0:
-            db.sql(f"SET parallelism = {1 + i % 4}")
+    for i, step in enumerate(workload.steps(9, 9)):
+        if i % 2 == 0:
+            db.sql(f"SET parallelism = {1 + (i // 2) % 4}")
             used.add(db.parallelism)
         workload.apply(db, step)
         ref.apply(step)
