@@ -26,6 +26,7 @@ __all__ = [
     "CATALOG_PREFIX",
     "manifest_key",
     "MANIFEST_PREFIX",
+    "LOG_CHANNELS_PREFIX",
     "log_channel_key",
     "log_data_prefix",
     "log_data_key",
@@ -57,8 +58,11 @@ def parse_numbered(key: str) -> int:
     return int(key.rsplit("/", 1)[-1].split(".", 1)[0])
 
 
+LOG_CHANNELS_PREFIX = "log/channels/"
+
+
 def log_channel_key(name: str) -> str:
-    return f"log/channels/{name}.json"
+    return f"{LOG_CHANNELS_PREFIX}{name}.json"
 
 
 def log_data_prefix(channel_id: str) -> str:

@@ -159,8 +159,8 @@ def test_a_second_live_writer_gets_a_clear_error(tmp_path):
 
 def test_a_newer_generation_fences_the_old_writer(tmp_path, monkeypatch):
     """Without a lock (object storage), the newer writer's claim fences the older one."""
-    import millpond.log.log as L
-    monkeypatch.setattr(L, "_lock", lambda store, p: None)
+    import millpond.log.writer as W
+    monkeypatch.setattr(W, "lock", lambda store, p: None)
     a = _open(tmp_path)
     a.create_channel("visit", SCHEMA).append(_batch([1]))
     b = _open(tmp_path)

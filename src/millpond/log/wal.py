@@ -33,7 +33,7 @@ from millpond.errors import FencedError
 from millpond.store.objects import AlreadyExists, ObjectStore
 
 __all__ = ["Entry", "Frame", "encode_frame", "decode_entry", "scan", "SegmentName", "SegmentWriter",
-           "Listing", "list_segments", "read_segment", "HEADER"]
+           "Listing", "list_segments", "read_segment", "rebase", "HEADER"]
 
 MAGIC = b"MPW1"
 HEADER = struct.Struct("<4sIII")
@@ -101,6 +101,11 @@ def scan(data: bytes | memoryview, base: int = 0, *, chunk: int = 0) -> tuple[li
                             tuple(meta["producer"]) if meta["producer"] else None, chunk))
         pos = end
     return frames, pos
+
+
+def rebase(frame: Frame, base: int) -> Frame:
+    """``frame`` with its offset relative to the chunk object at ``base``."""
+    return Frame(frame.offset - base, frame.length, frame.tick, frame.entries, frame.producer, frame.chunk)
 
 
 def decode_entry(frame_bytes: bytes | memoryview, frame: Frame, channel: str) -> pa.Table | None:

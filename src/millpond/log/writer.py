@@ -1,0 +1,284 @@
+"""The single writer of one physical channel: claim and recovery, group commit, rolling.
+
+Claiming (the first append to a physical channel in this process):
+
+1. a local root's ``flock`` on ``log/p<k>/LOCK`` (a second live writer is refused at once);
+2. the next writer generation, written with put-if-absent (it fences every older writer);
+3. the older generations' segments sealed at their last whole frame (a torn tail is cut), and
+   handed to the flusher; segments already flushed are deleted.
+
+A group commit (see :mod:`millpond.log.log`) writes and syncs, then checks that no newer
+generation exists before anything is published or acknowledged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from millpond import faults
+from millpond.errors import FencedError, MillpondError, StorageError
+from millpond.log.flush import delete_segment
+from millpond.log.state import Appended, State, copy_channel, read_state
+from millpond.log.wal import Entry, Frame, SegmentName, SegmentWriter, encode_frame, list_segments
+from millpond.store.objects import AlreadyExists, ObjectStore
+
+if TYPE_CHECKING:
+    from millpond.log.log import Log
+
+__all__ = ["Writer", "lock"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Request:
+    entries: list[tuple[str, pa.Table]]
+    producer: tuple[str, int] | None
+    result: list[Appended] | None = None
+    error: BaseException | None = None
+
+
+class Writer:
+    """The single writer of one physical channel in this process."""
+
+    def __init__(self, log_: Log, pchannel: int):
+        self.log, self.pchannel, self.store = log_, pchannel, log_.store
+        self.broken: BaseException | None = None
+        self._lock_fd = lock(self.store, pchannel)
+        try:
+            self.gen = self._claim()
+            state = read_state(self.store, log_.physical_channels)  # older writers are fenced: this is final
+            self._seal_older(state)
+            with log_._cv:  # this physical channel's channels: exactly what is on storage now
+                for info in state.channels:
+                    if info.pchannel == pchannel:
+                        copy_channel(state, log_._state, info.id)
+                log_._state.ticks[pchannel] = state.ticks.get(pchannel, 0)
+                log_._last_tick = max(log_._last_tick, state.ticks.get(pchannel, 0))
+            self._n = 0
+            self.segment = SegmentWriter(self.store, SegmentName(pchannel, self.gen, self._n))
+        except BaseException:
+            self.release()
+            raise
+        self._queue: list[_Request] = []
+        self._leading = False
+        self._cv = threading.Condition()
+
+    # -- claim and recovery ----------------------------------------------------------------------
+    def _claim(self) -> int:
+        prefix = f"log/p{self.pchannel}/writers/"
+        gens = [int(k[len(prefix):].split(".")[0]) for k in self.store.list(prefix)]
+        gen = max(gens, default=0) + 1
+        try:
+            self.store.put_if_absent(f"{prefix}{gen:010d}.json", json.dumps({"pid": os.getpid(), "at": time.time()}).encode())
+        except AlreadyExists:
+            raise FencedError(f"log physical channel p{self.pchannel} under {self.store.root!r}: another writer "
+                              f"claimed generation {gen} at the same time") from None
+        return gen
+
+    def _seal_older(self, state: State) -> None:
+        """Fix every older segment at its last whole frame (cutting torn tails and partial transactions)."""
+        listing = list_segments(self.store, self.pchannel)
+        flushed = state.flushed.get(self.pchannel)
+        for name in listing.segments:
+            if name.gen >= self.gen:
+                continue
+            if flushed is not None and name <= flushed:  # flushed, but its writer died before deleting it
+                delete_segment(self.store, name, listing)
+                continue
+            if name in listing.sealed:
+                self.log._closed_segment(name)
+                continue
+            valid = state.valid.get(name, 0)
+            path = self.store.local_path(name.key)
+            if path is not None and path.exists() and path.stat().st_size > valid:
+                log.warning("log p%d: cutting segment %s back from %d to %d bytes (torn or unfinished tail)",
+                            self.pchannel, name.key, path.stat().st_size, valid)
+                os.truncate(path, valid)
+            with contextlib.suppress(AlreadyExists):
+                self.store.put_if_absent(name.seal_key, json.dumps({"length": valid}).encode())
+            self.log._closed_segment(name)
+
+    def check_fenced(self) -> None:
+        nxt = f"log/p{self.pchannel}/writers/{self.gen + 1:010d}.json"
+        path = self.store.local_path(nxt)
+        taken = path.exists() if path is not None else bool(self.store.list(nxt))
+        if taken:
+            self.broken = FencedError(f"log physical channel p{self.pchannel} under {self.store.root!r}: this writer "
+                                      f"(generation {self.gen}) was fenced by a newer writer; its last append is "
+                                      "not acknowledged")
+            raise self.broken
+
+    # -- group commit ----------------------------------------------------------------------------
+    def commit(self, entries: list[tuple[str, pa.Table]], *, producer: tuple[str, int] | None = None) -> list[Appended]:
+        req = _Request(entries, producer)
+        with self._cv:
+            self._queue.append(req)
+            while req.result is None and req.error is None:
+                if self._leading:
+                    self._cv.wait()
+                    continue
+                self._leading = True
+                group, self._queue = self._queue, []
+                self._cv.release()
+                try:
+                    self._commit_group(group)
+                finally:
+                    self._cv.acquire()
+                    self._leading = False
+                    self._cv.notify_all()
+        if req.error is not None:
+            raise req.error
+        return req.result
+
+    def lead(self) -> None:
+        """Become the only one writing (a transaction, a roll)."""
+        with self._cv:
+            while self._leading:
+                self._cv.wait()
+            self._leading = True
+        if self.broken:
+            self.unlead()
+            raise self.broken
+
+    def unlead(self) -> None:
+        with self._cv:
+            self._leading = False
+            self._cv.notify_all()
+
+    def _commit_group(self, group: list[_Request]) -> None:
+        try:
+            if self.broken:
+                raise self.broken
+            with self.log._cv:
+                tick = self.log._next_tick()
+                self.log._inflight.add(tick)
+            try:
+                todo, dups = [], {}
+                seen: dict[tuple[str, str], int] = {}
+                for i, req in enumerate(group):
+                    if req.producer:
+                        ch = req.entries[0][0]
+                        pid, pseq = req.producer
+                        last = seen.get((ch, pid))
+                        if last is None:
+                            with self.log._cv:
+                                last = self.log._state.producers.get(ch, {}).get(pid, [-1])[0]
+                        if pseq <= last:
+                            dups[i] = (ch, pid, pseq)
+                            continue
+                        seen[(ch, pid)] = pseq
+                    todo.append(i)
+                written = self.write_frames([(group[i].entries, group[i].producer) for i in todo], tick) if todo else []
+                self.check_fenced()
+                faults.point("log.after_put")
+                with self.log._cv:
+                    self.log._publish([(self.pchannel, f, k) for f, k in written])
+                    for i, (frame, _) in zip(todo, written):
+                        group[i].result = [Appended(e.first, e.first + e.count, frame.tick) for e in frame.entries]
+                    for i, (ch, pid, pseq) in dups.items():
+                        last = self.log._state.producers.get(ch, {}).get(pid, [-1, -1, -1])
+                        known = last[0] == pseq
+                        group[i].result = [Appended(last[1] if known else -1, last[2] if known else -1, tick, True)]
+            finally:
+                with self.log._cv:
+                    self.log._inflight.discard(tick)
+            self.roll_if_full()
+        except BaseException as exc:
+            for req in group:
+                if req.result is None:
+                    req.error = exc if isinstance(exc, MillpondError) else StorageError(
+                        f"log physical channel p{self.pchannel} under {self.store.root!r}: append failed: {exc}")
+
+    def write_frames(self, frames: list[tuple[list[tuple[str, pa.Table]], tuple[str, int] | None]],
+                     tick: int) -> list[tuple[Frame, str]]:
+        """Number, encode, write and sync ``frames`` (the caller leads); a failure breaks this writer."""
+        nxt: dict[str, int] = {}
+        encoded = []
+        with self.log._cv:
+            for entries, _ in frames:
+                for ch, _ in entries:
+                    nxt.setdefault(ch, self.log._state.end(ch))
+        for entries, producer in frames:
+            numbered = []
+            for ch, table in entries:
+                numbered.append((ch, nxt[ch], table))
+                nxt[ch] += table.num_rows
+            encoded.append((encode_frame(tick, numbered, producer=producer), numbered, producer))
+        faults.point("log.before_put")
+        data = encoded[0][0] if len(encoded) == 1 else b"".join(e[0] for e in encoded)
+        try:
+            base = self.segment.append(data)
+        except BaseException as exc:
+            self.broken = exc if isinstance(exc, MillpondError) else StorageError(
+                f"log segment {self.segment.name.key!r} under {self.store.root!r}: write failed: {exc}")
+            raise self.broken from exc
+        local = self.segment.local
+        key = self.segment.name.key if local else self.segment.name.chunk_key(base)
+        out, pos = [], base if local else 0  # a chunk is its own object: offsets are relative to it
+        for data, numbered, producer in encoded:
+            entries = tuple(Entry(ch, first, t.num_rows, 0) for ch, first, t in numbered)
+            out.append((Frame(pos, len(data), tick, entries, producer, base), key))
+            pos += len(data)
+        return out
+
+    def roll_if_full(self) -> None:
+        """(The caller leads.)"""
+        if self.segment.length >= self.log.segment_bytes:
+            self._roll()
+
+    def roll(self) -> None:
+        """Close the open segment (it gets flushed) and start the next one."""
+        try:
+            self.lead()
+        except MillpondError:
+            return
+        try:
+            self._roll()
+        finally:
+            self.unlead()
+
+    def _roll(self) -> None:
+        if self.segment.length == 0 or self.broken:
+            return
+        old = self.segment
+        old.close()
+        self.store.put_if_absent(old.name.seal_key, json.dumps({"length": old.length}).encode())
+        self._n += 1
+        self.segment = SegmentWriter(self.store, SegmentName(self.pchannel, self.gen, self._n))
+        self.log._closed_segment(old.name)
+
+    def release(self) -> None:
+        if getattr(self, "segment", None) is not None:
+            self.segment.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = None
+
+
+def lock(store: ObjectStore, pchannel: int) -> int | None:
+    path = store.local_path(f"log/p{pchannel}/LOCK")
+    if path is None:
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise FencedError(f"log physical channel p{pchannel} under {store.root!r} is held by another writer "
+                          f"(process {holder}); close it first (one writer per physical channel)") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd
