@@ -20,8 +20,9 @@ import polars as pl
 import pyarrow as pa
 from sqlglot import exp
 
-from millpond.catalog import ROW_ID, WEIGHT, Catalog, CatalogStore, Column, TableDef
+from millpond.catalog import Catalog, CatalogStore, Column, TableDef
 from millpond.catalog.types import arrow_type, normalize_type
+from millpond.columns import COUNT, ROW_ID, W
 from millpond.engine.coordinator import Coordinator, EpochReport
 from millpond.errors import CatalogError, FencedError, MillpondError, SchemaError, SqlError
 from millpond.log import Channel, Log
@@ -326,7 +327,7 @@ class Database:
             if rows is not None and rows.num_rows:
                 rows = rows.select([*(c.name for c in t.columns), ROW_ID])
                 weights = pa.array(np.full(rows.num_rows, w, dtype=np.int64))
-                parts.append(rows.append_column(WEIGHT, weights).cast(t.log_schema))
+                parts.append(rows.append_column(W, weights).cast(t.log_schema))
         if not parts:
             return
         batch = pa.concat_tables(parts)
@@ -343,13 +344,13 @@ class Database:
     def _snapshot(self, name: str, *, hidden: bool = False) -> pa.Table:
         rel = self.catalog.relation(name)
         consumer = self._consumers_by_name[name]
-        schema = rel.log_schema.remove(rel.log_schema.get_field_index(WEIGHT)) if isinstance(rel, TableDef) \
+        schema = rel.log_schema.remove(rel.log_schema.get_field_index(W)) if isinstance(rel, TableDef) \
             else rel.schema
         found = self.coordinator.rows(consumer).scan()
         if found is None or found.height == 0:
             table = schema.empty_table()
         else:
-            counts = found["_count"].to_numpy()
+            counts = found[COUNT].to_numpy()
             idx = np.repeat(np.arange(found.height), counts)
             table = found.select(list(consumer.columns)).to_arrow().take(pa.array(idx)).cast(schema)
         if isinstance(rel, TableDef) and not hidden:
@@ -360,7 +361,7 @@ class Database:
         rel = self.catalog.relation(name)
         if isinstance(rel, TableDef):
             return rel.log_schema
-        return rel.schema.append(pa.field(WEIGHT, pa.int64()))
+        return rel.schema.append(pa.field(W, pa.int64()))
 
     # -- catalog ------------------------------------------------------------------------------
     def _commit_catalog(self, catalog: Catalog) -> None:
@@ -470,7 +471,7 @@ def _last_per_key(rows: pa.Table, key: tuple[str, ...]) -> pa.Table:
 
 def _check_unique(t: TableDef, current: pl.DataFrame, changes: pl.DataFrame) -> None:
     key = list(t.primary_key)
-    delta = changes.group_by(key).agg(pl.col(WEIGHT).sum().alias("_d"))
+    delta = changes.group_by(key).agg(pl.col(W).sum().alias("_d"))
     counts = current.group_by(key).len("_n").join(delta, on=key, how="full", coalesce=True, nulls_equal=True)
     counts = counts.with_columns((pl.col("_n").fill_null(0) + pl.col("_d").fill_null(0)).alias("_n"))
     dup = counts.filter(pl.col("_n") > 1)

@@ -13,7 +13,7 @@ Layout::
     log/p<k>/ckpt/<gen:010d>-<n:06d>.json          flushed through this segment: producers, tick
     log/data/<channel id>/<first>-<end>-<tick>.parquet   flushed records (020d numbers)
     log/data/<channel id>/start-<seq:020d>         retention: records below seq were truncated
-    log/staging/<channel>/<uuid>.arrow             Spark sink tasks' rows until the driver commits
+    log/staging/<channel>/<id>.arrow               Spark sink tasks' rows until the driver commits
     sst/<version:020d>-e<epoch:020d>.<attempt>/<state>/p<part>.sst   state of one task in one epoch attempt
     sst/<version:020d>-c.<task>/<state>/<n>.sst    outputs of one compaction
     pin/<id>.json                                  a reader's pin (epoch, version): GC keeps its files
@@ -21,7 +21,11 @@ Layout::
 
 from __future__ import annotations
 
+import re
+import uuid
+
 __all__ = [
+    "random_id",
     "catalog_key",
     "CATALOG_PREFIX",
     "manifest_key",
@@ -32,6 +36,19 @@ __all__ = [
     "log_data_key",
     "parse_log_data_key",
     "log_start_key",
+    "LOG_CONFIG_KEY",
+    "log_lock_key",
+    "log_writers_prefix",
+    "log_writer_key",
+    "parse_log_writer_gen",
+    "log_wal_prefix",
+    "log_segment_key",
+    "log_seal_key",
+    "log_chunk_key",
+    "parse_log_wal_key",
+    "log_ckpt_prefix",
+    "log_ckpt_key",
+    "log_staging_key",
     "SST_PREFIX",
     "PIN_PREFIX",
     "sst_attempt_prefix",
@@ -83,6 +100,67 @@ def log_start_key(channel_id: str, seq: int) -> str:
     return f"{log_data_prefix(channel_id)}start-{seq:020d}"
 
 
+LOG_CONFIG_KEY = "log/config.json"
+
+
+def log_lock_key(pchannel: int) -> str:
+    return f"log/p{pchannel}/LOCK"
+
+
+def log_writers_prefix(pchannel: int) -> str:
+    return f"log/p{pchannel}/writers/"
+
+
+def log_writer_key(pchannel: int, gen: int) -> str:
+    return f"{log_writers_prefix(pchannel)}{gen:010d}.json"
+
+
+def parse_log_writer_gen(key: str) -> int:
+    return parse_numbered(key)
+
+
+def log_wal_prefix(pchannel: int) -> str:
+    return f"log/p{pchannel}/wal/"
+
+
+def log_segment_key(pchannel: int, gen: int, n: int) -> str:
+    """A WAL segment: a file (local root) or a folder of chunk objects (object storage)."""
+    return f"{log_wal_prefix(pchannel)}{gen:010d}-{n:06d}.wal"
+
+
+def log_seal_key(pchannel: int, gen: int, n: int) -> str:
+    return f"{log_wal_prefix(pchannel)}{gen:010d}-{n:06d}.sealed"
+
+
+def log_chunk_key(pchannel: int, gen: int, n: int, offset: int) -> str:
+    return f"{log_segment_key(pchannel, gen, n)}/{offset:020d}"
+
+
+_WAL_KEY = re.compile(r"^log/p(\d+)/wal/(\d{10})-(\d{6})\.(wal|sealed)(?:/(\d{20}))?$")
+
+
+def parse_log_wal_key(key: str) -> tuple[int, int, int, str, int | None] | None:
+    """(pchannel, gen, n, "wal" or "sealed", chunk offset or None) of a WAL key, else None."""
+    m = _WAL_KEY.match(key)
+    if m is None or (m.group(4) == "sealed" and m.group(5) is not None):
+        return None
+    chunk = m.group(5)
+    return int(m.group(1)), int(m.group(2)), int(m.group(3)), m.group(4), int(chunk) if chunk is not None else None
+
+
+def log_ckpt_prefix(pchannel: int) -> str:
+    return f"log/p{pchannel}/ckpt/"
+
+
+def log_ckpt_key(pchannel: int, gen: int, n: int) -> str:
+    """Written when segment (gen, n) is flushed: producers and tick up to it."""
+    return f"{log_ckpt_prefix(pchannel)}{gen:010d}-{n:06d}.json"
+
+
+def log_staging_key(channel: str, staged_id: str) -> str:
+    return f"log/staging/{channel}/{staged_id}.arrow"
+
+
 SST_PREFIX = "sst/"
 PIN_PREFIX = "pin/"
 
@@ -112,3 +190,9 @@ def parse_sst_state(key: str) -> str:
 
 def pin_key(pin_id: str) -> str:
     return f"{PIN_PREFIX}{pin_id}.json"
+
+
+def random_id() -> str:
+    """A fresh random id for a key (attempts, compactions, pins). Components that name objects
+    take an ``ids`` callable defaulting to this, so tests can make names deterministic."""
+    return uuid.uuid4().hex

@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from millpond import paths
-from millpond.engine.changelog import KH, W
+from millpond.columns import KH, W
 from millpond.store.compaction import Policy
 from millpond.store.objects import ObjectStore
 from millpond.store.state_table import StateTable, write_state

@@ -3,7 +3,7 @@
 import polars as pl
 import pytest
 
-from millpond.engine.changelog import KH, W
+from millpond.columns import KH, W
 from millpond.engine.operators.aggregate import ADDITIVE as AGG_ADDITIVE
 from millpond.engine.operators.aggregate import AggSpec, apply_aggregate, nonnull_col, sum_col, value_col
 from millpond.engine.operators.join import SIDE, JoinSpec, apply_join

@@ -3,7 +3,7 @@ pairs out (each epoch commits its state writes to a real local store)."""
 
 import polars as pl
 
-from millpond.engine.changelog import KH, W
+from millpond.columns import KH, W
 from millpond.engine.operators.aggregate import ADDITIVE as AGG_ADDITIVE
 from millpond.engine.operators.aggregate import AggSpec, apply_aggregate, value_col
 from millpond.engine.operators.join import SIDE, JoinSpec, apply_join

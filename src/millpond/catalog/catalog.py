@@ -14,13 +14,11 @@ import pyarrow as pa
 
 from millpond import faults, paths
 from millpond.catalog.types import arrow_type
+from millpond.columns import ROW_ID, W
 from millpond.errors import CatalogError, FencedError
 from millpond.store.objects import AlreadyExists, ObjectStore
 
-__all__ = ["Column", "TableDef", "ViewDef", "Catalog", "CatalogStore", "ROW_ID", "WEIGHT"]
-
-ROW_ID = "_row_id"  # hidden identity of a row of a table without a primary key
-WEIGHT = "_w"  # changelog weight: +1 insert, -1 delete
+__all__ = ["Column", "TableDef", "ViewDef", "Catalog", "CatalogStore"]
 
 
 @dataclass(frozen=True)
@@ -54,7 +52,7 @@ class TableDef:
     @property
     def log_schema(self) -> pa.Schema:
         """Changelog records in the table's channel."""
-        return pa.schema([*self.schema, pa.field(ROW_ID, pa.int64()), pa.field(WEIGHT, pa.int64())])
+        return pa.schema([*self.schema, pa.field(ROW_ID, pa.int64()), pa.field(W, pa.int64())])
 
 
 @dataclass(frozen=True)

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import polars as pl
 
-__all__ = ["W", "KH", "COUNT", "DEL", "consolidate", "state_rows"]
+from millpond.columns import DEL, W
 
-W = "_w"
-KH = "_kh"
-COUNT = "_count"
-DEL = "_del"
+__all__ = ["consolidate", "state_rows"]
 
 
 def consolidate(df: pl.DataFrame, weight: str = W) -> pl.DataFrame:
@@ -29,6 +26,3 @@ def state_rows(rows: pl.DataFrame, *, live: pl.Expr) -> pl.DataFrame:
     """State writes: every row of ``rows`` is a put where ``live`` holds, else a tombstone."""
     return rows.with_columns(live.not_().alias(DEL))
 
-
-def empty(schema: pl.Schema | dict) -> pl.DataFrame:
-    return pl.DataFrame(schema=schema)

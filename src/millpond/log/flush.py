@@ -18,7 +18,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from millpond import paths
-from millpond.log.state import TICK, Piece, read_channels, with_hidden
+from millpond.columns import TICK
+from millpond.log.state import Piece, read_channels, with_hidden
 from millpond.log.wal import Listing, SegmentName, decode_entry, list_segments, read_segment, scan
 from millpond.store.objects import ObjectStore
 
@@ -114,7 +115,7 @@ def flush_segment(log_: Log, name: SegmentName) -> None:
     with log_._cv:
         producers = {ch: dict(p) for ch, p in log_._state.producers.items() if p}
         tick = max(last_tick, log_._state.ticks.get(name.pchannel, 0))
-    store.put(f"log/p{name.pchannel}/ckpt/{name.gen:010d}-{name.n:06d}.json",
+    store.put(paths.log_ckpt_key(name.pchannel, name.gen, name.n),
               json.dumps({"segment": [name.gen, name.n], "producers": producers, "tick": tick}).encode())
     with log_._cv:
         for ch, piece in written.items():
@@ -122,7 +123,7 @@ def flush_segment(log_: Log, name: SegmentName) -> None:
             log_._state.pieces[ch] = sorted([p for p in pieces if not (piece.first <= p.first and p.end <= piece.end)]
                                             + [piece], key=lambda p: p.first)
     delete_segment(store, name, listing)
-    for old in store.list(f"log/p{name.pchannel}/ckpt/")[:-1]:
+    for old in store.list(paths.log_ckpt_prefix(name.pchannel))[:-1]:
         store.delete(old)
 
 

@@ -48,7 +48,6 @@ import contextlib
 import json
 import threading
 import time
-import uuid
 import zlib
 from bisect import bisect_right
 from collections import defaultdict
@@ -57,10 +56,11 @@ from typing import Any, Callable, Iterator
 import pyarrow as pa
 
 from millpond import faults, paths
+from millpond.columns import SEQ, TICK
 from millpond.errors import FencedError, MillpondError, StorageError, TruncatedError
 from millpond.log.conform import conform
 from millpond.log.flush import Flusher
-from millpond.log.state import (SEQ, TICK, Appended, ChannelInfo, Piece, State, copy_channel, read_pieces,
+from millpond.log.state import (Appended, ChannelInfo, Piece, State, copy_channel, read_pieces,
                                 read_state, with_hidden)
 from millpond.log.wal import Frame, SegmentName
 from millpond.log.writer import Writer
@@ -70,7 +70,6 @@ __all__ = ["Log", "Channel", "Appended", "Transaction", "DEFAULT_PHYSICAL_CHANNE
 
 DEFAULT_PHYSICAL_CHANNELS = 2
 DEFAULT_SEGMENT_BYTES = 64 << 20
-CONFIG_KEY = "log/config.json"
 
 
 class Log:
@@ -78,8 +77,9 @@ class Log:
     channel makes this process its writer."""
 
     def __init__(self, store: ObjectStore, *, physical_channels: int | None = None,
-                 segment_bytes: int = DEFAULT_SEGMENT_BYTES, clock: Callable[[], int] = time.time_ns):
-        self.store, self.segment_bytes, self.clock = store, segment_bytes, clock
+                 segment_bytes: int = DEFAULT_SEGMENT_BYTES, clock: Callable[[], int] = time.time_ns,
+                 ids: Callable[[], str] = paths.random_id):
+        self.store, self.segment_bytes, self.clock, self.ids = store, segment_bytes, clock, ids
         self._requested_pchannels = physical_channels
         self._pcount: int | None = None
         self._cv = threading.Condition(threading.RLock())
@@ -99,16 +99,16 @@ class Log:
         """Fixed when the root's first channel is created (``log/config.json``)."""
         if self._pcount is None:
             try:
-                self._pcount = json.loads(self.store.get(CONFIG_KEY))["physical_channels"]
+                self._pcount = json.loads(self.store.get(paths.LOG_CONFIG_KEY))["physical_channels"]
             except StorageError:
                 return self._requested_pchannels or DEFAULT_PHYSICAL_CHANNELS
         return self._pcount
 
     def _fix_physical_channels(self) -> int:
-        if self._pcount is None and not self.store.list(CONFIG_KEY):
+        if self._pcount is None and not self.store.list(paths.LOG_CONFIG_KEY):
             n = self._requested_pchannels or DEFAULT_PHYSICAL_CHANNELS
             with contextlib.suppress(AlreadyExists):
-                self.store.put_if_absent(CONFIG_KEY, json.dumps({"physical_channels": n}).encode())
+                self.store.put_if_absent(paths.LOG_CONFIG_KEY, json.dumps({"physical_channels": n}).encode())
         return self.physical_channels
 
     def create_channel(self, name: str, schema: pa.Schema, *, id: str | None = None) -> Channel:
@@ -123,7 +123,7 @@ class Log:
                     raise MillpondError(f"log channel {name!r} exists with another schema: {found.schema}")
                 return Channel(self, found)
             pcount = self._fix_physical_channels()
-            info = ChannelInfo(name, id or uuid.uuid4().hex[:16], zlib.crc32(name.encode()) % pcount, schema)
+            info = ChannelInfo(name, id or self.ids()[:16], zlib.crc32(name.encode()) % pcount, schema)
             if found is None:
                 try:
                     self.store.put_if_absent(paths.log_channel_key(name), info.encode())

@@ -17,14 +17,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from millpond import paths
+from millpond.columns import SEQ, TICK
 from millpond.errors import StorageError
 from millpond.log.wal import SegmentName, decode_entry, list_segments, read_segment, rebase, scan
 from millpond.store.objects import ObjectStore
 
 __all__ = ["Appended", "ChannelInfo", "Piece", "State", "read_channels", "read_state", "read_pieces", "with_hidden", "merge_producers",
-           "copy_channel", "SEQ", "TICK"]
+           "copy_channel"]
 
-SEQ, TICK = "_seq", "_tick"
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ def read_state(store: ObjectStore, physical_channels: int) -> State:
                 first, end, tick = paths.parse_log_data_key(key)
                 state.pieces[info.id].append(Piece(first, end - first, tick, key))
     for p in range(physical_channels):
-        ckpts = store.list(f"log/p{p}/ckpt/")
+        ckpts = store.list(paths.log_ckpt_prefix(p))
         last = None
         if ckpts:
             ck = json.loads(store.get(ckpts[-1]))

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import struct
 import zlib
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from millpond import paths
 from millpond.errors import FencedError
 from millpond.store.objects import AlreadyExists, ObjectStore
 
@@ -37,8 +37,6 @@ __all__ = ["Entry", "Frame", "encode_frame", "decode_entry", "scan", "SegmentNam
 
 MAGIC = b"MPW1"
 HEADER = struct.Struct("<4sIII")
-_SEGMENT = re.compile(r"^log/p(\d+)/wal/(\d{10})-(\d{6})\.wal(?:/(\d{20}))?$")
-_SEAL = re.compile(r"^log/p(\d+)/wal/(\d{10})-(\d{6})\.sealed$")
 
 
 @dataclass(frozen=True)
@@ -129,14 +127,14 @@ class SegmentName:
     @property
     def key(self) -> str:
         """The file (local root) or the folder of chunks (object storage)."""
-        return f"log/p{self.pchannel}/wal/{self.gen:010d}-{self.n:06d}.wal"
+        return paths.log_segment_key(self.pchannel, self.gen, self.n)
 
     @property
     def seal_key(self) -> str:
-        return f"log/p{self.pchannel}/wal/{self.gen:010d}-{self.n:06d}.sealed"
+        return paths.log_seal_key(self.pchannel, self.gen, self.n)
 
     def chunk_key(self, offset: int) -> str:
-        return f"{self.key}/{offset:020d}"
+        return paths.log_chunk_key(self.pchannel, self.gen, self.n, offset)
 
 
 @dataclass
@@ -152,17 +150,18 @@ def list_segments(store: ObjectStore, pchannel: int) -> Listing:
     out = Listing()
     names: set[SegmentName] = set()
     seals: list[SegmentName] = []
-    for key in store.list(f"log/p{pchannel}/wal/"):
-        m = _SEGMENT.match(key)
-        if m:
-            name = SegmentName(int(m.group(1)), int(m.group(2)), int(m.group(3)))
-            names.add(name)
-            if m.group(4) is not None:
-                out.chunks.setdefault(name, []).append(int(m.group(4)))
+    for key in store.list(paths.log_wal_prefix(pchannel)):
+        parsed = paths.parse_log_wal_key(key)
+        if parsed is None:
             continue
-        m = _SEAL.match(key)
-        if m:
-            seals.append(SegmentName(int(m.group(1)), int(m.group(2)), int(m.group(3))))
+        p, gen, n, kind, chunk = parsed
+        name = SegmentName(p, gen, n)
+        if kind == "sealed":
+            seals.append(name)
+            continue
+        names.add(name)
+        if chunk is not None:
+            out.chunks.setdefault(name, []).append(chunk)
     for name in seals:
         names.add(name)
         out.sealed[name] = json.loads(store.get(name.seal_key))["length"]

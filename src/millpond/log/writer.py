@@ -19,13 +19,12 @@ import json
 import logging
 import os
 import threading
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from millpond import faults
+from millpond import faults, paths
 from millpond.errors import FencedError, MillpondError, StorageError
 from millpond.log.flush import delete_segment
 from millpond.log.state import Appended, State, copy_channel, read_state
@@ -76,11 +75,11 @@ class Writer:
 
     # -- claim and recovery ----------------------------------------------------------------------
     def _claim(self) -> int:
-        prefix = f"log/p{self.pchannel}/writers/"
-        gens = [int(k[len(prefix):].split(".")[0]) for k in self.store.list(prefix)]
+        gens = [paths.parse_log_writer_gen(k) for k in self.store.list(paths.log_writers_prefix(self.pchannel))]
         gen = max(gens, default=0) + 1
         try:
-            self.store.put_if_absent(f"{prefix}{gen:010d}.json", json.dumps({"pid": os.getpid(), "at": time.time()}).encode())
+            self.store.put_if_absent(paths.log_writer_key(self.pchannel, gen),
+                                     json.dumps({"pid": os.getpid(), "at": self.log.clock() / 1e9}).encode())
         except AlreadyExists:
             raise FencedError(f"log physical channel p{self.pchannel} under {self.store.root!r}: another writer "
                               f"claimed generation {gen} at the same time") from None
@@ -110,7 +109,7 @@ class Writer:
             self.log._closed_segment(name)
 
     def check_fenced(self) -> None:
-        nxt = f"log/p{self.pchannel}/writers/{self.gen + 1:010d}.json"
+        nxt = paths.log_writer_key(self.pchannel, self.gen + 1)
         path = self.store.local_path(nxt)
         taken = path.exists() if path is not None else bool(self.store.list(nxt))
         if taken:
@@ -267,7 +266,7 @@ class Writer:
 
 
 def lock(store: ObjectStore, pchannel: int) -> int | None:
-    path = store.local_path(f"log/p{pchannel}/LOCK")
+    path = store.local_path(paths.log_lock_key(pchannel))
     if path is None:
         return None
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -29,10 +29,10 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from millpond import faults, paths
-from millpond.catalog import ROW_ID, TableDef
+from millpond.columns import KH, ROW_ID, VN, W
+from millpond.catalog import TableDef
 from millpond.catalog.types import spark_ddl_type
 from millpond.engine import plan as P
-from millpond.engine.changelog import KH, W
 from millpond.engine.operators.aggregate import VALUE_FUNCS, AggSpec, apply_aggregate, nonnull_col, sum_col, value_col
 from millpond.engine import operators as O
 from millpond.engine.operators.join import SIDE, JoinSpec, apply_join
@@ -46,7 +46,6 @@ from millpond.store.state_table import StateTable, write_state
 
 __all__ = ["Consumer", "EpochJob", "run_epoch_job", "CONSUMER", "IPC"]
 
-VN = "_vn"
 CONSUMER = "_consumer"
 IPC = "_ipc"
 

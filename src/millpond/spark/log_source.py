@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import uuid
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -30,8 +29,10 @@ from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStre
                                     InputPartition, WriterCommitMessage)
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
+from millpond import paths
 from millpond.errors import MillpondError
-from millpond.log import SEQ, TICK, Channel, Log, Piece, read_pieces
+from millpond.columns import SEQ, TICK
+from millpond.log import Channel, Log, Piece, read_pieces
 from millpond.store.objects import open_store
 
 __all__ = ["LogDataSource", "register"]
@@ -230,7 +231,7 @@ class _StreamWriter(DataSourceStreamArrowWriter):
         with pa.ipc.new_file(sink, batches[0].schema) as writer:
             for b in batches:
                 writer.write_batch(b)
-        key = f"log/staging/{self.channel}/{uuid.uuid4().hex}.arrow"
+        key = paths.log_staging_key(self.channel, paths.random_id())
         open_store(self.root, self.storage).put(key, sink.getvalue().to_pybytes())
         return _Staged(key, rows)
 

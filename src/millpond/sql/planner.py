@@ -23,7 +23,8 @@ from sqlglot import exp
 from sqlglot.errors import OptimizeError
 from sqlglot.optimizer.qualify import qualify
 
-from millpond.catalog import ROW_ID, Catalog, TableDef
+from millpond.catalog import Catalog, TableDef
+from millpond.columns import ROW_ID
 from millpond.engine import plan as P
 from millpond.errors import CatalogError, SqlError
 

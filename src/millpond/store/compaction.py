@@ -27,10 +27,10 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from millpond.columns import COUNT, DEL, EP, KH
 from millpond.store.manifest import Levels
 from millpond.store.objects import ObjectStore, open_store
-from millpond.store.sst import DEL, EP, KH, SstRef, open_sst, read_all, write_sst
-from millpond.store.state_table import COUNT
+from millpond.store.sst import SstRef, open_sst, read_all, write_sst
 
 __all__ = ["Policy", "Task", "pick", "merge_rows", "run_task", "apply"]
 

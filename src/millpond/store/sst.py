@@ -35,17 +35,15 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from millpond.columns import DEL, EP, KH
 from millpond.errors import StorageError
 from millpond.store.cache import block_cache, disk_cache
 from millpond.store.objects import ObjectStore
 
-__all__ = ["VNODES", "KH", "DEL", "EP", "SstRef", "SstMeta", "write_sst", "open_sst", "read_blocks",
+__all__ = ["VNODES", "SstRef", "SstMeta", "write_sst", "open_sst", "read_blocks",
            "read_all", "read_blooms", "bloom_may_contain", "describe_sst", "lookup_sst", "scan_sst", "vnodes_of", "vnode_bitmap", "bitmap_hex", "take_ranges"]
 
 VNODES = 256
-KH = "_kh"
-DEL = "_del"
-EP = "_ep"
 
 FORMAT = 3  # SST format version (1 and 2 were single Arrow IPC files without blocks)
 MAGIC = b"MPOND-S3"

@@ -24,14 +24,13 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from millpond.columns import COUNT, DEL, EP, KH
 from millpond.errors import InvariantError, MillpondError
 from millpond.store.manifest import Levels
 from millpond.store.objects import ObjectStore
-from millpond.store.sst import DEL, EP, KH, SstRef, lookup_sst, scan_sst, vnode_bitmap, write_sst
+from millpond.store.sst import SstRef, lookup_sst, scan_sst, vnode_bitmap, write_sst
 
-__all__ = ["StateTable", "write_state", "COUNT"]
-
-COUNT = "_count"
+__all__ = ["StateTable", "write_state"]
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,6 @@ import json
 import logging
 import threading
 import time
-import uuid
 from collections import defaultdict
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -39,12 +38,13 @@ import polars as pl
 import pyarrow as pa
 
 from millpond import faults, paths
+from millpond.columns import COUNT, DEL, EP, KH
 from millpond.errors import MillpondError, StorageError
 from millpond.store import compaction
 from millpond.store.manifest import Levels, Manifest, ManifestStore
 from millpond.store.objects import ObjectStore
-from millpond.store.sst import DEL, EP, KH, SstRef, write_sst
-from millpond.store.state_table import COUNT, StateTable
+from millpond.store.sst import SstRef, write_sst
+from millpond.store.state_table import StateTable
 
 __all__ = ["StateStore"]
 
@@ -60,8 +60,10 @@ def run_in_process(store: ObjectStore, tasks: list[compaction.Task]) -> list[tup
 
 class StateStore:
     def __init__(self, store: ObjectStore, *, policy: compaction.Policy | None = None, retention_epochs: int = 0,
-                 background: bool = True, runner: Runner = run_in_process):
+                 background: bool = True, runner: Runner = run_in_process,
+                 clock: Callable[[], float] = time.time, ids: Callable[[], str] = paths.random_id):
         self.store = store
+        self.clock, self.ids = clock, ids
         self.policy = policy or compaction.Policy()
         self.retention_epochs = retention_epochs
         self.background, self.runner = background, runner
@@ -127,7 +129,7 @@ class StateStore:
 
     def _start(self, force_wait: bool = False) -> bool:
         safe = self.safe_epoch()
-        prefix = paths.sst_compaction_prefix(self.manifest.version, uuid.uuid4().hex[:12])
+        prefix = paths.sst_compaction_prefix(self.manifest.version, self.ids()[:12])
         tasks = [t for sid, lv in sorted(self.manifest.states.items())
                  if (t := compaction.pick(sid, lv, self.policy, safe, prefix)) is not None]
         if not tasks:
@@ -184,9 +186,9 @@ class StateStore:
         if epoch < floor:
             raise MillpondError(f"epoch {epoch} is no longer readable: state below epoch {floor} is "
                                 "compacted (raise the retention to keep it)")
-        key = paths.pin_key(uuid.uuid4().hex)
+        key = paths.pin_key(self.ids())
         self.store.put(key, json.dumps({"epoch": epoch, "version": self.manifest.version,
-                                        "since": time.time()}).encode())
+                                        "since": self.clock()}).encode())
         try:
             yield self.manifest
         finally:
@@ -279,7 +281,7 @@ class StateStore:
     def _upload_and_commit(self, epoch: int, metadata: dict) -> Manifest:
         with self._lock:
             staged = self._buffer.get(epoch, {})
-        tag = uuid.uuid4().hex[:12]
+        tag = self.ids()[:12]
         new = {}
         for state, table in sorted(staged.items()):
             keys, additive = self._specs[state]

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from millpond.engine.changelog import COUNT, KH, W, consolidate, state_rows
+from millpond.columns import COUNT, KH, W
+from millpond.engine.changelog import consolidate, state_rows
 from millpond.errors import InvariantError
 from millpond.store.state_table import StateTable
 

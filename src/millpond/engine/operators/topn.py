@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from millpond.engine.changelog import COUNT, KH, W, consolidate, state_rows
+from millpond.columns import COUNT, KH, W
+from millpond.engine.changelog import consolidate, state_rows
 from millpond.store.state_table import StateTable
 
 __all__ = ["ADDITIVE", "TopNSpec", "apply_topn"]

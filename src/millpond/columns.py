@@ -1,0 +1,22 @@
+"""Reserved column names: every hidden column millpond adds to rows is named here, and nowhere else.
+
+User columns may not start with ``_`` (``CREATE TABLE`` refuses them), so none of these can clash
+with a user's column. Operator-internal columns (running sums, the join side) are named by the
+operator that owns them.
+"""
+
+from __future__ import annotations
+
+__all__ = ["W", "ROW_ID", "KH", "VN", "EP", "DEL", "COUNT", "SEQ", "TICK", "RESERVED_PREFIX"]
+
+RESERVED_PREFIX = "_"
+
+W = "_w"  # changelog weight: +1 insert, -1 delete (every changelog is a Z-set)
+ROW_ID = "_row_id"  # hidden identity of a row of a table without a primary key
+KH = "_kh"  # 64-bit hash of a state row's key: SSTs are sorted by it
+VN = "_vn"  # virtual node of a row (KH mod VNODES): exchanges partition by it
+EP = "_ep"  # the epoch that wrote a state row
+DEL = "_del"  # tombstone flag of a row of a newest-wins state table
+COUNT = "_count"  # count change of a row of an additive state table (a read sums them)
+SEQ = "_seq"  # a log record's sequence number in its channel
+TICK = "_tick"  # the time tick of the group commit that made a log record durable
