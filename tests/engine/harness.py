@@ -6,6 +6,7 @@ import polars as pl
 
 from millpond import paths
 from millpond.columns import KH, W
+from millpond.engine.operators import Part
 from millpond.store.compaction import Policy
 from millpond.store.objects import ObjectStore
 from millpond.store.state_table import StateTable, write_state
@@ -39,23 +40,22 @@ class Harness:
     """Operator state on a real store that compacts eagerly (every second L0 file, small levels),
     so operator tests also check that compaction preserves what operators read."""
 
-    def __init__(self, root: str, keys: dict[str, tuple[str, ...]], *, additive: frozenset[str] = frozenset()):
+    def __init__(self, root: str, parts: dict[str, Part]):
         policy = Policy(l0_trigger=2, l0_stall=8, base_level_bytes=4096, level_ratio=2, target_file_bytes=2048)
         self.state = StateStore(ObjectStore(root), policy=policy, background=False)
-        self.keys = keys
-        self.additive = additive
+        self.parts = parts
         self.epoch = 0
 
     def states(self) -> dict[str, StateTable]:
-        return {p: self.state.table(p, self.keys[p], additive=p in self.additive) for p in self.keys}
+        return {name: self.state.table(name, p.keys, additive=p.additive) for name, p in self.parts.items()}
 
     def commit(self, writes: dict[str, pl.DataFrame]) -> None:
         self.epoch += 1
         new = {}
         for part, rows in writes.items():
             key = paths.sst_key(self.state.manifest.version, self.epoch, "aa", part, 0)
-            ref = write_state(self.state.store, key, rows, self.epoch, keys=self.keys[part],
-                              additive=part in self.additive)
+            ref = write_state(self.state.store, key, rows, self.epoch, keys=self.parts[part].keys,
+                              additive=self.parts[part].additive)
             if ref is not None:
                 new[part] = [ref]
         self.state.commit(self.epoch, new, {})

@@ -4,22 +4,21 @@ import polars as pl
 import pytest
 
 from millpond.columns import KH, W
-from millpond.engine.operators.aggregate import ADDITIVE as AGG_ADDITIVE
-from millpond.engine.operators.aggregate import AggSpec, apply_aggregate, nonnull_col, sum_col, value_col
-from millpond.engine.operators.join import SIDE, JoinSpec, apply_join
-from millpond.engine.operators.materialize import ADDITIVE, MaterializeSpec, apply_materialize
+from millpond.engine.operators.aggregate import nonnull_col, sum_col, value_col
+from millpond.engine.operators import HashAggregate, HashJoin, Materialize, TopN
+from millpond.engine.operators.join import SIDE
 from millpond.engine.plan import AggCall
 from millpond.errors import InvariantError
 from tests.engine.harness import Harness, as_rows, changelog
 
 
 def test_max_with_retraction_falls_back_to_the_next_value(tmp_path):
-    spec = AggSpec(("cat",), (AggCall("max", "len", "max_len"), AggCall("count_star", None, "n")), name="t")
-    h = Harness(str(tmp_path), {"groups": ("cat",), "values": ("cat", value_col(0))}, additive=AGG_ADDITIVE)
+    spec = HashAggregate(("cat",), (AggCall("max", "len", "max_len"), AggCall("count_star", None, "n")), name="t")
+    h = Harness(str(tmp_path), spec.parts())
 
     def epoch(text):
         d = changelog(["cat", value_col(0)], text, key=["cat"])
-        out, writes = apply_aggregate(spec, d, h.states()["groups"], h.states()["values"])
+        out, writes = spec.apply(d, h.states())
         h.commit(writes)
         return as_rows(out)
 
@@ -40,8 +39,8 @@ def test_max_with_retraction_falls_back_to_the_next_value(tmp_path):
 
 
 def test_max_reads_its_value_multiset_only_when_a_retraction_removes_the_maximum(tmp_path):
-    spec = AggSpec(("cat",), (AggCall("max", "len", "max_len"),), name="t")
-    h = Harness(str(tmp_path), {"groups": ("cat",), "values": ("cat", value_col(0))}, additive=AGG_ADDITIVE)
+    spec = HashAggregate(("cat",), (AggCall("max", "len", "max_len"),), name="t")
+    h = Harness(str(tmp_path), spec.parts())
     reads = []
 
     class Counted:  # the real state table, with its multi-gets counted
@@ -55,7 +54,7 @@ def test_max_reads_its_value_multiset_only_when_a_retraction_removes_the_maximum
     def epoch(text):
         d = changelog(["cat", value_col(0)], text, key=["cat"])
         states = h.states()
-        out, writes = apply_aggregate(spec, d, states["groups"], Counted(states["values"]))
+        out, writes = spec.apply(d, {**states, "values": Counted(states["values"])})
         h.commit(writes)
         return as_rows(out)
 
@@ -79,14 +78,14 @@ def test_max_reads_its_value_multiset_only_when_a_retraction_removes_the_maximum
 
 
 def test_sum_and_count_follow_sql_null_rules(tmp_path):
-    spec = AggSpec(("g",), (AggCall("sum", "x", "s"), AggCall("count", "x", "c")), name="t")
-    h = Harness(str(tmp_path), {"groups": ("g",)})
+    spec = HashAggregate(("g",), (AggCall("sum", "x", "s"), AggCall("count", "x", "c")), name="t")
+    h = Harness(str(tmp_path), spec.parts())
 
     def epoch(rows):
         d = pl.DataFrame(rows, schema={"g": pl.String, W: pl.Int64, sum_col(0): pl.Int64,
                                        nonnull_col(0): pl.Int64, nonnull_col(1): pl.Int64}, orient="row")
         d = d.with_columns(pl.col("g").hash(seed=1).reinterpret(signed=True).alias(KH))
-        out, writes = apply_aggregate(spec, d, h.states()["groups"], None)
+        out, writes = spec.apply(d, h.states())
         h.commit(writes)
         return as_rows(out)
 
@@ -98,17 +97,15 @@ def test_sum_and_count_follow_sql_null_rules(tmp_path):
 
 
 def test_inner_join_emits_and_retracts_matches_from_both_sides(tmp_path):
-    spec = JoinSpec(("_k0",), ("l_product", "l_cat"), ("r_product", "r_len"), name="t")
-    h = Harness(str(tmp_path), {"left": ("_k0", "l_product", "l_cat"), "right": ("_k0", "r_product", "r_len")},
-                additive=frozenset({"left", "right"}))
+    spec = HashJoin(("_k0",), ("l_product", "l_cat"), ("r_product", "r_len"), name="t")
+    h = Harness(str(tmp_path), spec.parts())
     cols = [SIDE, "_k0", "l_product", "l_cat", "r_product", "r_len"]
 
     def epoch(text):
         types = {SIDE: pl.Int8, "_k0": pl.String, "l_product": pl.String, "l_cat": pl.String,
                  "r_product": pl.String, "r_len": pl.Int64}
         d = changelog(cols, text, key=["_k0"], types=types)
-        s = h.states()
-        out, writes = apply_join(spec, d, s["left"], s["right"])
+        out, writes = spec.apply(d, h.states())
         h.commit(writes)
         return as_rows(out)
 
@@ -134,12 +131,12 @@ def test_inner_join_emits_and_retracts_matches_from_both_sides(tmp_path):
 
 
 def test_materialize_keeps_a_multiset_and_refuses_phantom_retractions(tmp_path):
-    spec = MaterializeSpec(("a", "b"), name="v")
-    h = Harness(str(tmp_path), {"rows": ("a", "b")}, additive=ADDITIVE)
+    spec = Materialize(("a", "b"), name="v")
+    h = Harness(str(tmp_path), spec.parts())
 
     def epoch(text):
         d = changelog(["a", "b"], text, key=["a", "b"])
-        out, writes = apply_materialize(spec, d, h.states()["rows"])
+        out, writes = spec.apply(d, h.states())
         h.commit(writes)
         return as_rows(out)
 

@@ -4,10 +4,9 @@ pairs out (each epoch commits its state writes to a real local store)."""
 import polars as pl
 
 from millpond.columns import KH, W
-from millpond.engine.operators.aggregate import ADDITIVE as AGG_ADDITIVE
-from millpond.engine.operators.aggregate import AggSpec, apply_aggregate, value_col
-from millpond.engine.operators.join import SIDE, JoinSpec, apply_join
-from millpond.engine.operators.topn import TopNSpec, apply_topn
+from millpond.engine.operators.aggregate import value_col
+from millpond.engine.operators import HashAggregate, HashJoin, Materialize, TopN
+from millpond.engine.operators.join import SIDE
 from millpond.engine.plan import AggCall
 from tests.engine.harness import Harness, as_rows, changelog
 
@@ -22,14 +21,14 @@ def _join_epoch(h, spec, left_text="", right_text=""):
     for c in ("l", "r"):
         if c not in d.columns:
             d = d.with_columns(pl.lit(None, pl.String).alias(c))
-    out, writes = apply_join(spec, d, h.states()["left"], h.states()["right"])
+    out, writes = spec.apply(d, h.states())
     h.commit(writes)
     return as_rows(out.select("l", "r", W))
 
 
 def test_left_join_pads_until_a_match_arrives_and_again_after_it_leaves(tmp_path):
-    spec = JoinSpec(("_k0",), ("l",), ("r",), name="t", kind="left")
-    h = Harness(str(tmp_path), {"left": ("_k0", "l"), "right": ("_k0", "r")}, additive=frozenset({"left", "right"}))
+    spec = HashJoin(("_k0",), ("l",), ("r",), name="t", kind="left")
+    h = Harness(str(tmp_path), spec.parts())
     assert _join_epoch(h, spec, "+ k visit1\n+ k visit2\n+ NULL visit3") == [
         ("visit1", None, 1), ("visit2", None, 1), ("visit3", None, 1)]
     # the first match replaces both padded rows
@@ -48,8 +47,8 @@ def test_left_join_pads_until_a_match_arrives_and_again_after_it_leaves(tmp_path
 
 def test_full_join_with_residual_condition_pads_both_sides(tmp_path):
     # ON l.k = r.k AND l <> 'x': the residual decides matches, so a non-matching pair pads both
-    spec = JoinSpec(("_k0",), ("l",), ("r",), name="t", kind="full", residual="l <> 'x'")
-    h = Harness(str(tmp_path), {"left": ("_k0", "l"), "right": ("_k0", "r")}, additive=frozenset({"left", "right"}))
+    spec = HashJoin(("_k0",), ("l",), ("r",), name="t", kind="full", residual="l <> 'x'")
+    h = Harness(str(tmp_path), spec.parts())
     assert _join_epoch(h, spec, "+ k x", "+ k r1") == [(None, "r1", 1), ("x", None, 1)]
     assert _join_epoch(h, spec, "+ k y") == [(None, "r1", -1), ("y", "r1", 1)]
     assert _join_epoch(h, spec, "- k y") == [(None, "r1", 1), ("y", "r1", -1)]
@@ -57,14 +56,14 @@ def test_full_join_with_residual_condition_pads_both_sides(tmp_path):
 
 def _topn_epoch(h, spec, text):
     d = changelog(["p", "v"], text, key=["p"])
-    out, writes = apply_topn(spec, d, h.states()["rows"], h.states()["top"])
+    out, writes = spec.apply(d, h.states())
     h.commit(writes)
     return as_rows(out)
 
 
 def test_top_two_refills_from_full_state_when_a_top_row_leaves(tmp_path):
-    spec = TopNSpec(("p", "v"), ("p",), (("v", True, False),), limit=2, offset=0, row_number="rn", name="t")
-    h = Harness(str(tmp_path), {"rows": ("p", "v"), "top": ("p", "v")}, additive=frozenset({"rows"}))
+    spec = TopN(("p", "v"), ("p",), (("v", True, False),), limit=2, offset=0, row_number="rn", name="t")
+    h = Harness(str(tmp_path), spec.parts())
     assert _topn_epoch(h, spec, "+ a 1\n+ a 5\n+ a 3\n+ b 2") == [
         ("a", 3, 2, 1), ("a", 5, 1, 1), ("b", 2, 1, 1)]
     # a row ranked below the top changes nothing
@@ -77,31 +76,31 @@ def test_top_two_refills_from_full_state_when_a_top_row_leaves(tmp_path):
 
 
 def test_limit_offset_emits_the_slice_after_the_offset(tmp_path):
-    spec = TopNSpec(("p", "v"), (), (("v", False, False),), limit=2, offset=1, row_number=None, name="t")
-    h = Harness(str(tmp_path), {"rows": ("p", "v"), "top": ("p", "v")}, additive=frozenset({"rows"}))
+    spec = TopN(("p", "v"), (), (("v", False, False),), limit=2, offset=1, row_number=None, name="t")
+    h = Harness(str(tmp_path), spec.parts())
     d = lambda text: changelog(["p", "v"], text).with_columns(pl.lit(0, pl.Int64).alias(KH))  # noqa: E731
-    out, writes = apply_topn(spec, d("+ x 4\n+ x 1\n+ x 3\n+ x 2\n+ x 2"), h.states()["rows"], h.states()["top"])
+    out, writes = spec.apply(d("+ x 4\n+ x 1\n+ x 3\n+ x 2\n+ x 2"), h.states())
     h.commit(writes)
     assert as_rows(out) == [("x", 2, 2)]  # positions 2 and 3 are both a 2
-    out, writes = apply_topn(spec, d("- x 1"), h.states()["rows"], h.states()["top"])
+    out, writes = spec.apply(d("- x 1"), h.states())
     assert as_rows(out) == [("x", 2, -1), ("x", 3, 1)]
 
 
 def test_whole_input_aggregate_keeps_one_row_even_when_empty(tmp_path):
-    spec = AggSpec((), (AggCall("count_star", None, "n"), AggCall("max", "x", "hi"),
+    spec = HashAggregate((), (AggCall("count_star", None, "n"), AggCall("max", "x", "hi"),
                         AggCall("count_distinct", "y", "dy")), name="t", whole=True)
-    h = Harness(str(tmp_path), {"groups": (), "values": (value_col(1), value_col(2))}, additive=AGG_ADDITIVE)
+    h = Harness(str(tmp_path), spec.parts())
 
     def epoch(text):
         d = changelog([value_col(1), value_col(2)], text).with_columns(pl.lit(0, pl.Int64).alias(KH))
-        out, writes = apply_aggregate(spec, d, h.states()["groups"], h.states()["values"])
+        out, writes = spec.apply(d, h.states())
         h.commit(writes)
         return as_rows(out)
 
     heartbeat = "+ NULL NULL"  # stands in for Spark's zero-weight row; its weight is set below
     d0 = changelog([value_col(1), value_col(2)], heartbeat).with_columns(pl.lit(0, pl.Int64).alias(KH),
                                                                          pl.lit(0, pl.Int64).alias(W))
-    out, writes = apply_aggregate(spec, d0, h.states()["groups"], h.states()["values"])
+    out, writes = spec.apply(d0, h.states())
     h.commit(writes)
     assert as_rows(out) == [(0, None, 0, 1)]  # COUNT 0, MAX NULL, COUNT(DISTINCT) 0
     assert epoch("+ 4 a\n+ 7 a\n+ 2 b") == [(0, None, 0, -1), (3, 7, 2, 1)]

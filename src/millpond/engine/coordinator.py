@@ -23,8 +23,9 @@ import pyarrow as pa
 from millpond import faults, paths
 from millpond.catalog import Catalog
 from millpond.errors import MillpondError
-from millpond.engine.operators.materialize import ADDITIVE as MATERIALIZE_ADDITIVE
+from millpond.engine.operators import Materialize
 from millpond.engine.plan import sources as _sources
+from millpond.engine.plan import state_id
 from millpond.log import Log, Piece
 from millpond.spark.execute import Consumer, EpochJob, run_epoch_job
 from millpond.store.manifest import Manifest
@@ -107,9 +108,9 @@ class Coordinator:
 
     def rows(self, consumer: Consumer) -> StateTable:
         """The committed rows of a consumer (its final materialize state)."""
-        sid = f"{consumer.key}.n{consumer.plan.node_id}.rows"
-        return StateTable(self.store, self.manifest.state(sid), consumer.columns, additive="rows" in MATERIALIZE_ADDITIVE,
-                          name=sid)
+        part = Materialize(consumer.columns, consumer.name).parts()["rows"]
+        sid = state_id(consumer.object_id, consumer.plan.node_id, "rows")
+        return StateTable(self.store, self.manifest.state(sid), part.keys, additive=part.additive, name=sid)
 
     def _pieces(self, channel: str, start: int, stop: int) -> list[Piece]:
         return self.log.channel(channel).pieces(start, stop)

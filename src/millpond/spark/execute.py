@@ -19,7 +19,7 @@ import io
 import json
 from dataclasses import dataclass
 from functools import reduce
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 import polars as pl
 import pyarrow as pa
@@ -33,11 +33,9 @@ from millpond.columns import KH, ROW_ID, VN, W
 from millpond.catalog import TableDef
 from millpond.catalog.types import spark_ddl_type
 from millpond.engine import plan as P
-from millpond.engine.operators.aggregate import VALUE_FUNCS, AggSpec, apply_aggregate, nonnull_col, sum_col, value_col
-from millpond.engine import operators as O
-from millpond.engine.operators.join import SIDE, JoinSpec, apply_join
-from millpond.engine.operators.materialize import MaterializeSpec, apply_materialize
-from millpond.engine.operators.topn import TopNSpec, apply_topn
+from millpond.engine.operators import HashAggregate, HashJoin, Materialize, Operator, TopN
+from millpond.engine.operators.aggregate import VALUE_FUNCS, nonnull_col, sum_col, value_col
+from millpond.engine.operators.join import SIDE
 from millpond.log import Piece
 from millpond.store.manifest import Levels, Manifest
 from millpond.store.objects import open_store
@@ -135,14 +133,14 @@ class _Builder:
         df = df.select("*", kh.alias(KH), F.pmod(kh, F.lit(VNODES)).cast("int").alias(VN))
         return df.repartition(self.job.parallelism, VN)
 
-    def _task(self, node_id: int, kind: str, spec: Any, keys: dict[str, tuple[str, ...]], schema: T.StructType,
-              *, final: bool = False, emit: bool = True) -> "_Task":
-        levels = {part: self.job.manifest.state(P.state_id(self.consumer.object_id, node_id, part)) for part in keys}
-        return _Task(kind=kind, spec=spec, root=self.job.root, storage=self.job.storage, epoch=self.job.epoch,
+    def _task(self, node_id: int, op: Operator, schema: T.StructType, *, final: bool = False,
+              emit: bool = True) -> "_Task":
+        levels = {part: self.job.manifest.state(P.state_id(self.consumer.object_id, node_id, part))
+                  for part in op.parts()}
+        return _Task(op=op, root=self.job.root, storage=self.job.storage, epoch=self.job.epoch,
                      attempt=self.job.attempt, base_version=self.job.manifest.version,
-                     object_id=self.consumer.object_id, node_id=node_id, levels=levels, keys=keys,
-                     out_schema=_arrow_schema(schema), consumer=self.consumer.key if final else None,
-                     additive=_ADDITIVE[kind], emit=emit)
+                     object_id=self.consumer.object_id, node_id=node_id, levels=levels,
+                     out_schema=_arrow_schema(schema), consumer=self.consumer.key if final else None, emit=emit)
 
     def _join(self, node: P.Join) -> DataFrame:
         left, right = self.build(node.left), self.build(node.right)
@@ -162,11 +160,9 @@ class _Builder:
                                T.StructField(W, T.LongType())])
         if node.kind != "inner":  # padded rows: every column may be NULL
             schema = T.StructType([T.StructField(f.name, f.dataType, True) for f in schema])
-        spec = JoinSpec(tuple(kcols), tuple(lcols), tuple(rcols), name=f"{self.consumer.name}#{node.node_id}",
-                        kind=node.kind, residual=node.residual)
-        key_cols = {"left": (*kcols, *lcols), "right": (*kcols, *rcols)}
-        task = self._task(node.node_id, "join", spec, key_cols, schema)
-        return both.mapInArrow(task, schema)
+        op = HashJoin(tuple(kcols), tuple(lcols), tuple(rcols), name=f"{self.consumer.name}#{node.node_id}",
+                      kind=node.kind, residual=node.residual)
+        return both.mapInArrow(self._task(node.node_id, op, schema), schema)
 
     def _aggregate(self, node: P.Aggregate) -> DataFrame:
         df = self.build(node.input)
@@ -206,11 +202,8 @@ class _Builder:
                 t = agged.schema[sum_col(i) if call.func == "sum" else value_col(i)].dataType
             out_fields.append(T.StructField(call.name, t))
         schema = T.StructType([*out_fields, T.StructField(W, T.LongType())])
-        spec = AggSpec(tuple(group), node.calls, name=f"{self.consumer.name}#{node.node_id}", whole=node.whole)
-        keys = {"groups": tuple(group)}
-        if values:
-            keys["values"] = (*group, *values)
-        return agged.mapInArrow(self._task(node.node_id, "aggregate", spec, keys, schema), schema)
+        op = HashAggregate(tuple(group), node.calls, name=f"{self.consumer.name}#{node.node_id}", whole=node.whole)
+        return agged.mapInArrow(self._task(node.node_id, op, schema), schema)
 
     def _topn(self, node: P.TopN) -> DataFrame:
         df = self.build(node.input)
@@ -220,23 +213,18 @@ class _Builder:
         if node.row_number:
             fields.append(T.StructField(node.row_number, T.LongType()))
         schema = T.StructType([*fields, T.StructField(W, T.LongType())])
-        spec = TopNSpec(tuple(cols), node.partition, node.order, node.limit, node.offset, node.row_number,
-                        name=f"{self.consumer.name}#{node.node_id}")
-        keys = {"rows": tuple(cols), "top": tuple(cols)}
-        return df.mapInArrow(self._task(node.node_id, "topn", spec, keys, schema), schema)
+        op = TopN(tuple(cols), node.partition, node.order, node.limit, node.offset, node.row_number,
+                  name=f"{self.consumer.name}#{node.node_id}")
+        return df.mapInArrow(self._task(node.node_id, op, schema), schema)
 
     def _materialize(self, node: P.Materialize) -> DataFrame:
         df = self.build(node.input)
         cols = [c for c in df.columns if c != W]
         df = self._exchange(df, [_c(c) for c in cols])
-        spec = MaterializeSpec(tuple(cols), name=self.consumer.name)
+        op = Materialize(tuple(cols), name=self.consumer.name)
         out = T.StructType([T.StructField(CONSUMER, T.StringType()), T.StructField(IPC, T.BinaryType())])
-        return df.mapInArrow(self._task(node.node_id, "materialize", spec, {"rows": tuple(cols)}, out, final=True,
-                                                  emit=self.consumer.name not in self.tables), out)
-
-
-_ADDITIVE = {"join": O.join.ADDITIVE, "aggregate": O.aggregate.ADDITIVE, "topn": O.topn.ADDITIVE,
-             "materialize": O.materialize.ADDITIVE}  # per task kind: its state parts that sum counts
+        return df.mapInArrow(self._task(node.node_id, op, out, final=True, emit=self.consumer.name not in self.tables),
+                             out)
 
 
 def _quote(name: str) -> str:
@@ -281,8 +269,7 @@ def _arrow_schema(schema: T.StructType) -> pa.Schema:
 class _Task:
     """The picklable body of one stateful ``mapInArrow`` stage."""
 
-    kind: str
-    spec: Any
+    op: Operator
     root: str
     storage: dict[str, str]
     epoch: int
@@ -291,10 +278,8 @@ class _Task:
     object_id: int
     node_id: int
     levels: dict[str, Levels]
-    keys: dict[str, tuple[str, ...]]
     out_schema: pa.Schema
     consumer: str | None
-    additive: frozenset[str]
     emit: bool  # False: write state only (a table's materialize: its changelog is its log)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -305,23 +290,17 @@ class _Task:
         if VN in delta.columns:
             delta = delta.drop(VN)
         store = open_store(self.root, self.storage)
-        states = {part: StateTable(store, self.levels[part], self.keys[part], additive=part in self.additive,
-                                   name=P.state_id(self.object_id, self.node_id, part))
-                  for part in self.keys}
-        if self.kind == "join":
-            out, writes = apply_join(self.spec, delta, states["left"], states["right"])
-        elif self.kind == "aggregate":
-            out, writes = apply_aggregate(self.spec, delta, states["groups"], states.get("values"))
-        elif self.kind == "topn":
-            out, writes = apply_topn(self.spec, delta, states["rows"], states["top"])
-        else:
-            out, writes = apply_materialize(self.spec, delta, states["rows"])
+        parts = self.op.parts()
+        states = {name: StateTable(store, self.levels[name], part.keys, additive=part.additive,
+                                   name=P.state_id(self.object_id, self.node_id, name))
+                  for name, part in parts.items()}
+        out, writes = self.op.apply(delta, states)
         partition = TaskContext.get().partitionId()
         faults.point("task.before_state")
         for part, rows in writes.items():
             sid = P.state_id(self.object_id, self.node_id, part)
             write_state(store, paths.sst_key(self.base_version, self.epoch, self.attempt, sid, partition), rows,
-                        self.epoch, keys=self.keys[part], additive=part in self.additive)
+                        self.epoch, keys=parts[part].keys, additive=parts[part].additive)
         faults.point("task.after_state")
         if out.height == 0 or not self.emit:
             return

@@ -26,20 +26,21 @@ zero-weight row to every epoch's delta so that row is emitted by the first epoch
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 import polars as pl
 
 from millpond.columns import COUNT, KH, W
 from millpond.engine.changelog import consolidate, state_rows
+from millpond.engine.operators.base import Part, lookup
 from millpond.engine.plan import AggCall
 from millpond.errors import InvariantError
 from millpond.store.state_table import StateTable
 
-__all__ = ["AggSpec", "apply_aggregate", "sum_col", "nonnull_col", "value_col", "ADDITIVE"]
+__all__ = ["HashAggregate", "sum_col", "nonnull_col", "value_col", "VALUE_FUNCS"]
 
 CNT = "_cnt"
 VALUE_FUNCS = ("min", "max", "count_distinct", "sum_distinct")
-ADDITIVE = frozenset({"values"})
 
 
 def sum_col(i: int) -> str:
@@ -59,11 +60,23 @@ def out_col(i: int) -> str:
 
 
 @dataclass(frozen=True)
-class AggSpec:
+class HashAggregate:
+    """GROUP BY ``group`` computing ``calls`` (an :class:`~millpond.engine.operators.base.Operator`)."""
+
     group: tuple[str, ...]
     calls: tuple[AggCall, ...]
     name: str
     whole: bool = False
+
+    def parts(self) -> dict[str, Part]:
+        parts = {"groups": Part(self.group)}
+        if self.minmax:
+            parts["values"] = Part((*self.group, *(value_col(i) for i in self.minmax)), additive=True)
+        return parts
+
+    def apply(self, delta: pl.DataFrame, states: Mapping[str, StateTable]
+              ) -> tuple[pl.DataFrame, dict[str, pl.DataFrame]]:
+        return _apply(self, delta, states["groups"], states.get("values"))
 
     @property
     def minmax(self) -> list[int]:
@@ -81,18 +94,17 @@ class AggSpec:
         return cols
 
 
-def apply_aggregate(spec: AggSpec, delta: pl.DataFrame, groups: StateTable, values: StateTable | None
-                    ) -> tuple[pl.DataFrame, dict[str, pl.DataFrame]]:
+def _apply(spec: HashAggregate, delta: pl.DataFrame, groups: StateTable, values: StateTable | None
+           ) -> tuple[pl.DataFrame, dict[str, pl.DataFrame]]:
     gkeys = [KH, *spec.group]
     running = spec.running
     gd = delta.group_by(gkeys).agg(pl.col(W).sum().alias("_dc"), *[pl.col(c).sum() for c in running])
-    kh = gd[KH].unique().to_numpy()
 
     out_schema = {c: delta.schema[c] for c in gkeys}
     out_types = _output_types(spec, delta)
     state_schema = {**out_schema, CNT: pl.Int64, **{c: delta.schema[c] for c in running},
                     **{out_col(i): t for i, t in enumerate(out_types)}}
-    old = _lookup(groups, kh, state_schema)
+    old = lookup(groups, gd, gkeys, state_schema)
     cur = gd.join(old, on=gkeys, how="left", nulls_equal=True, suffix="_old")
     cur = cur.with_columns(
         (pl.col(CNT).fill_null(0) + pl.col("_dc")).alias("_new_cnt"),
@@ -138,7 +150,7 @@ def apply_aggregate(spec: AggSpec, delta: pl.DataFrame, groups: StateTable, valu
     return out, writes
 
 
-def _apply_minmax(spec: AggSpec, delta: pl.DataFrame, cur: pl.DataFrame, values: StateTable | None
+def _apply_minmax(spec: HashAggregate, delta: pl.DataFrame, cur: pl.DataFrame, values: StateTable | None
                   ) -> tuple[pl.DataFrame, pl.DataFrame]:
     gkeys = [KH, *spec.group]
     vcols = [value_col(i) for i in spec.minmax]
@@ -165,8 +177,7 @@ def _apply_minmax(spec: AggSpec, delta: pl.DataFrame, cur: pl.DataFrame, values:
 
     parts = []
     if refill.height:
-        old = _lookup(values, refill[KH].unique().to_numpy(), {**{c: delta.schema[c] for c in vkeys}, COUNT: pl.Int64})
-        old = old.join(refill, on=gkeys, how="semi", nulls_equal=True)  # drop hash-colliding groups
+        old = lookup(values, refill, gkeys, {**{c: delta.schema[c] for c in vkeys}, COUNT: pl.Int64})
         mine = dv.join(refill, on=gkeys, how="semi", nulls_equal=True)
         merged = pl.concat([old.rename({COUNT: W}), mine]).group_by(vkeys).agg(pl.col(W).sum())
         if merged.filter(pl.col(W) < 0).height:
@@ -185,7 +196,7 @@ def _apply_minmax(spec: AggSpec, delta: pl.DataFrame, cur: pl.DataFrame, values:
     return cur.join(mm, on=gkeys, how="left", nulls_equal=True), writes
 
 
-def _extreme(spec: AggSpec, i: int) -> pl.Expr:
+def _extreme(spec: HashAggregate, i: int) -> pl.Expr:
     """The result of value call ``i`` over a group's live multiset rows."""
     col, func = pl.col(value_col(i)), spec.calls[i].func
     if func == "count_distinct":
@@ -197,7 +208,7 @@ def _extreme(spec: AggSpec, i: int) -> pl.Expr:
     return e.alias(f"_mm{i}")
 
 
-def _output_types(spec: AggSpec, delta: pl.DataFrame) -> list[pl.DataType]:
+def _output_types(spec: HashAggregate, delta: pl.DataFrame) -> list[pl.DataType]:
     types = []
     for i, c in enumerate(spec.calls):
         if c.func in ("count_star", "count", "count_distinct"):
@@ -211,9 +222,3 @@ def _output_types(spec: AggSpec, delta: pl.DataFrame) -> list[pl.DataType]:
             types.append(delta.schema[value_col(i)])
     return types
 
-
-def _lookup(table: StateTable | None, kh, schema: dict) -> pl.DataFrame:  # noqa: ANN001
-    found = table.lookup(kh) if table is not None else None
-    if found is None:
-        return pl.DataFrame(schema=schema)
-    return found.select(list(schema)).cast(schema)

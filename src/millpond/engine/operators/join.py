@@ -23,22 +23,26 @@ Delta layout: ``_side`` (0 left, 1 right), ``_kh`` (hash of the join key), the k
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 import duckdb
 import polars as pl
 
 from millpond.columns import COUNT, KH, W
 from millpond.engine.changelog import consolidate, state_rows
+from millpond.engine.operators.base import Part, lookup
 from millpond.store.state_table import StateTable
 
-__all__ = ["ADDITIVE", "JoinSpec", "apply_join", "SIDE"]
+__all__ = ["HashJoin", "SIDE"]
 
 SIDE = "_side"
-ADDITIVE = frozenset({"left", "right"})  # state parts whose reads sum counts across files
 
 
 @dataclass(frozen=True)
-class JoinSpec:
+class HashJoin:
+    """An equi-join with both sides' rows as additive state (an
+    :class:`~millpond.engine.operators.base.Operator`)."""
+
     key_columns: tuple[str, ...]  # _k0.. (already cast to a common type on both sides)
     left_columns: tuple[str, ...]
     right_columns: tuple[str, ...]
@@ -46,9 +50,17 @@ class JoinSpec:
     kind: str = "inner"  # inner | left | right | full
     residual: str | None = None  # DuckDB SQL over the columns of both sides (outer joins only)
 
+    def parts(self) -> dict[str, Part]:
+        return {"left": Part((*self.key_columns, *self.left_columns), additive=True),
+                "right": Part((*self.key_columns, *self.right_columns), additive=True)}
 
-def apply_join(spec: JoinSpec, delta: pl.DataFrame, left: StateTable, right: StateTable
-               ) -> tuple[pl.DataFrame, dict[str, pl.DataFrame]]:
+    def apply(self, delta: pl.DataFrame, states: Mapping[str, StateTable]
+              ) -> tuple[pl.DataFrame, dict[str, pl.DataFrame]]:
+        return _apply(self, delta, states["left"], states["right"])
+
+
+def _apply(spec: HashJoin, delta: pl.DataFrame, left: StateTable, right: StateTable
+           ) -> tuple[pl.DataFrame, dict[str, pl.DataFrame]]:
     if spec.kind != "inner" or spec.residual:
         return _apply_outer(spec, delta, left, right)
     keys = [KH, *spec.key_columns]
@@ -59,10 +71,10 @@ def apply_join(spec: JoinSpec, delta: pl.DataFrame, left: StateTable, right: Sta
     dr = consolidate(delta.filter(pl.col(SIDE) == 1).select(*keys, *spec.right_columns, W))
 
     # dL ⋈ R: the right rows matching the left delta's keys, at the previous epoch
-    old_right = _lookup(right, dl, dr, keys, spec.right_columns)
+    old_right = _side(right, dl, dr, keys, spec.right_columns)
     out_left = dl.join(old_right, on=keys, how="inner").with_columns((pl.col(W) * pl.col(COUNT)).alias(W))
     # (L + dL) ⋈ dR: the left rows matching the right delta's keys, with this epoch's changes
-    old_left = _lookup(left, dr, dl, keys, spec.left_columns)
+    old_left = _side(left, dr, dl, keys, spec.left_columns)
     new_left = consolidate(pl.concat([old_left.rename({COUNT: W}),
                                       dl.join(dr.select(keys).unique(), on=keys, how="semi")]))
     out_right = new_left.rename({W: COUNT}).join(dr, on=keys, how="inner").with_columns(
@@ -74,17 +86,13 @@ def apply_join(spec: JoinSpec, delta: pl.DataFrame, left: StateTable, right: Sta
     return out, writes
 
 
-def _lookup(table: StateTable, probe: pl.DataFrame, other: pl.DataFrame, keys: list[str], cols: tuple[str, ...]
-            ) -> pl.DataFrame:
-    """State rows of ``table`` whose join key is in ``probe`` (typed like ``other``'s side)."""
-    schema = {**{c: other.schema[c] for c in (*keys, *cols)}, COUNT: pl.Int64}
-    found = table.lookup(probe[KH].unique().to_numpy()) if probe.height else None
-    if found is None:
-        return pl.DataFrame(schema=schema)
-    return found.select(list(schema)).cast(schema).join(probe.select(keys).unique(), on=keys, how="semi")
+def _side(table: StateTable, probe: pl.DataFrame, other: pl.DataFrame, keys: list[str], cols: tuple[str, ...]
+          ) -> pl.DataFrame:
+    """State rows of one side whose join key is in ``probe`` (typed like ``other``, that side's delta)."""
+    return lookup(table, probe, keys, {**{c: other.schema[c] for c in (*keys, *cols)}, COUNT: pl.Int64})
 
 
-def _apply_outer(spec: JoinSpec, delta: pl.DataFrame, left: StateTable, right: StateTable
+def _apply_outer(spec: HashJoin, delta: pl.DataFrame, left: StateTable, right: StateTable
                  ) -> tuple[pl.DataFrame, dict[str, pl.DataFrame]]:
     keys = [KH, *spec.key_columns]
     null_key = pl.any_horizontal(pl.col(k).is_null() for k in spec.key_columns) if spec.key_columns else pl.lit(False)
@@ -109,8 +117,8 @@ def _apply_outer(spec: JoinSpec, delta: pl.DataFrame, left: StateTable, right: S
         cheap, recompute = lk.head(0), pl.concat([lk, rk]).unique()
     need_left = pl.concat([recompute, cheap]) if spec.kind == "right" else recompute
     need_right = pl.concat([recompute, cheap]) if spec.kind == "left" else recompute
-    old_left = _lookup(left, need_left, dl, keys, spec.left_columns).rename({COUNT: W})
-    old_right = _lookup(right, need_right, dr, keys, spec.right_columns).rename({COUNT: W})
+    old_left = _side(left, need_left, dl, keys, spec.left_columns).rename({COUNT: W})
+    old_right = _side(right, need_right, dr, keys, spec.right_columns).rename({COUNT: W})
 
     def only(df: pl.DataFrame, which: pl.DataFrame) -> pl.DataFrame:
         return df.join(which, on=keys, how="semi")
@@ -133,7 +141,7 @@ def _apply_outer(spec: JoinSpec, delta: pl.DataFrame, left: StateTable, right: S
     return out, writes
 
 
-def _join_rows(spec: JoinSpec, left: pl.DataFrame, right: pl.DataFrame, types: pl.Schema) -> pl.DataFrame:
+def _join_rows(spec: HashJoin, left: pl.DataFrame, right: pl.DataFrame, types: pl.Schema) -> pl.DataFrame:
     """``left ⋈ right`` of the spec's kind over weighted rows (weight = product of the matched
     rows' weights; a padded row keeps its own weight), evaluated by DuckDB."""
     lcols, rcols = spec.left_columns, spec.right_columns

@@ -8,37 +8,39 @@ The output is the consolidated changelog of the view."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 import polars as pl
 
 from millpond.columns import COUNT, KH, W
 from millpond.engine.changelog import consolidate, state_rows
+from millpond.engine.operators.base import Part, lookup
 from millpond.errors import InvariantError
 from millpond.store.state_table import StateTable
 
-__all__ = ["MaterializeSpec", "apply_materialize", "ADDITIVE"]
-
-ADDITIVE = frozenset({"rows"})
+__all__ = ["Materialize"]
 
 
 @dataclass(frozen=True)
-class MaterializeSpec:
+class Materialize:
+    """A view's rows (an :class:`~millpond.engine.operators.base.Operator`)."""
+
     columns: tuple[str, ...]
     name: str
 
+    def parts(self) -> dict[str, Part]:
+        return {"rows": Part(self.columns, additive=True)}
 
-def apply_materialize(spec: MaterializeSpec, delta: pl.DataFrame, rows: StateTable
-                      ) -> tuple[pl.DataFrame, dict[str, pl.DataFrame]]:
-    keys = [KH, *spec.columns]
-    d = consolidate(delta.select(*keys, W))
-    retracted = d.filter(pl.col(W) < 0)
-    if retracted.height:
-        found = rows.lookup(retracted[KH].unique().to_numpy())
-        schema = {**{c: d.schema[c] for c in keys}, COUNT: pl.Int64}
-        old = pl.DataFrame(schema=schema) if found is None else found.select(list(schema)).cast(schema)
-        bad = retracted.join(old, on=keys, how="left", nulls_equal=True).filter(
-            pl.col(COUNT).fill_null(0) + pl.col(W) < 0)
-        if bad.height:
-            raise InvariantError(f"{spec.name}: retraction of a row that is not there: "
-                                 f"{bad.drop(KH, COUNT).row(0, named=True)}")
-    return d.drop(KH), {"rows": state_rows(d.rename({W: COUNT}), live=pl.lit(True))}
+    def apply(self, delta: pl.DataFrame, states: Mapping[str, StateTable]
+              ) -> tuple[pl.DataFrame, dict[str, pl.DataFrame]]:
+        keys = [KH, *self.columns]
+        d = consolidate(delta.select(*keys, W))
+        retracted = d.filter(pl.col(W) < 0)
+        if retracted.height:
+            old = lookup(states["rows"], retracted, keys, {**{c: d.schema[c] for c in keys}, COUNT: pl.Int64})
+            bad = retracted.join(old, on=keys, how="left", nulls_equal=True).filter(
+                pl.col(COUNT).fill_null(0) + pl.col(W) < 0)
+            if bad.height:
+                raise InvariantError(f"{self.name}: retraction of a row that is not there: "
+                                     f"{bad.drop(KH, COUNT).row(0, named=True)}")
+        return d.drop(KH), {"rows": state_rows(d.rename({W: COUNT}), live=pl.lit(True))}

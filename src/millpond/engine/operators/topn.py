@@ -20,22 +20,24 @@ change of the emitted slice ``[offset, K)``; with ``row_number`` every emitted r
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 import polars as pl
 
 from millpond.columns import COUNT, KH, W
 from millpond.engine.changelog import consolidate, state_rows
+from millpond.engine.operators.base import Part, lookup
 from millpond.store.state_table import StateTable
 
-__all__ = ["ADDITIVE", "TopNSpec", "apply_topn"]
-
-ADDITIVE = frozenset({"rows"})  # state parts whose reads sum counts across files
+__all__ = ["TopN"]
 
 _BEFORE = "_before"
 
 
 @dataclass(frozen=True)
-class TopNSpec:
+class TopN:
+    """Top-N per partition (an :class:`~millpond.engine.operators.base.Operator`)."""
+
     columns: tuple[str, ...]  # every input column (the rows' key)
     partition: tuple[str, ...]
     order: tuple[tuple[str, bool, bool], ...]  # (column, descending, nulls first)
@@ -48,15 +50,22 @@ class TopNSpec:
     def keep(self) -> int:
         return self.limit + self.offset
 
+    def parts(self) -> dict[str, Part]:
+        return {"rows": Part(self.columns, additive=True), "top": Part(self.columns)}
 
-def apply_topn(spec: TopNSpec, delta: pl.DataFrame, rows: StateTable, top: StateTable
-               ) -> tuple[pl.DataFrame, dict[str, pl.DataFrame]]:
+    def apply(self, delta: pl.DataFrame, states: Mapping[str, StateTable]
+              ) -> tuple[pl.DataFrame, dict[str, pl.DataFrame]]:
+        return _apply(self, delta, states["rows"], states["top"])
+
+
+def _apply(spec: TopN, delta: pl.DataFrame, rows: StateTable, top: StateTable
+           ) -> tuple[pl.DataFrame, dict[str, pl.DataFrame]]:
     keys = [KH, *spec.columns]
     pkeys = [KH, *spec.partition]
     d = consolidate(delta.select(*keys, W))
     schema = {**{c: d.schema[c] for c in keys}, COUNT: pl.Int64}
     touched = d.select(pkeys).unique()
-    old_top = _lookup(top, touched, pkeys, schema).rename({COUNT: W})
+    old_top = lookup(top, touched, pkeys, schema).rename({COUNT: W})
 
     # partitions whose full top lost one of its rows: read their whole multiset
     full = old_top.group_by(pkeys).agg(pl.col(W).sum()).filter(pl.col(W) >= spec.keep).select(pkeys)
@@ -64,7 +73,7 @@ def apply_topn(spec: TopNSpec, delta: pl.DataFrame, rows: StateTable, top: State
     refill = hit.unique().join(full, on=pkeys, how="semi", nulls_equal=True)
     base = old_top
     if refill.height:
-        everything = _lookup(rows, refill, pkeys, schema).rename({COUNT: W})
+        everything = lookup(rows, refill, pkeys, schema).rename({COUNT: W})
         base = pl.concat([old_top.join(refill, on=pkeys, how="anti", nulls_equal=True), everything])
     candidates = consolidate(pl.concat([base, d])).filter(pl.col(W) > 0)
     new_top = _ranked(spec, candidates).filter(pl.col(_BEFORE) < spec.keep).with_columns(
@@ -79,7 +88,7 @@ def apply_topn(spec: TopNSpec, delta: pl.DataFrame, rows: StateTable, top: State
     return out, writes
 
 
-def _ranked(spec: TopNSpec, df: pl.DataFrame) -> pl.DataFrame:
+def _ranked(spec: TopN, df: pl.DataFrame) -> pl.DataFrame:
     """``df`` sorted in rank order per partition, with ``_before`` = copies ranked ahead of a row."""
     ordered = [c for c, _, _ in spec.order]
     ties = [c for c in spec.columns if c not in ordered and c not in spec.partition]
@@ -91,7 +100,7 @@ def _ranked(spec: TopNSpec, df: pl.DataFrame) -> pl.DataFrame:
         (pl.col(W).cum_sum().over(pkeys) - pl.col(W)).alias(_BEFORE))
 
 
-def _emitted(spec: TopNSpec, top: pl.DataFrame) -> pl.DataFrame:
+def _emitted(spec: TopN, top: pl.DataFrame) -> pl.DataFrame:
     """The output rows of a partition's top: the copies at positions ``[offset, K)``."""
     r = _ranked(spec, top)
     lo = pl.max_horizontal(pl.col(_BEFORE), pl.lit(spec.offset))
@@ -103,9 +112,3 @@ def _emitted(spec: TopNSpec, top: pl.DataFrame) -> pl.DataFrame:
     return r.select(*spec.columns, (pl.col("_pos") + 1).cast(pl.Int64).alias(spec.row_number),
                     pl.lit(1, pl.Int64).alias(W))
 
-
-def _lookup(table: StateTable, partitions: pl.DataFrame, pkeys: list[str], schema: dict) -> pl.DataFrame:
-    found = table.lookup(partitions[KH].unique().to_numpy()) if partitions.height else None
-    if found is None:
-        return pl.DataFrame(schema=schema)
-    return found.select(list(schema)).cast(schema).join(partitions, on=pkeys, how="semi", nulls_equal=True)
