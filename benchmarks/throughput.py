@@ -36,7 +36,7 @@ Sink (both queries): ``foreachBatch`` that collects the micro-batch's output to 
 Arrow and applies it to a driver-side copy of the result — upsert by group for ``agg``
 (``outputMode("update")``), append for ``join`` (a stream-stream join allows only
 ``outputMode("append")``). This is the work millpond does for a view: each epoch computes the
-view's changelog, collects it to the driver (``execute.run_epoch_job``) and keeps the rows (as
+view's changelog, collects it to the driver (``SparkExecutor.run``) and keeps the rows (as
 state files). Not a memory sink: Spark's guide lists it for append and complete modes only, and
 complete mode would re-emit every group each batch; not a no-op/count sink either, which would
 skip shipping the output. The driver-side copy is also what the final check compares with

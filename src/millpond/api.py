@@ -26,7 +26,7 @@ from millpond.columns import COUNT, ROW_ID, W
 from millpond.engine.coordinator import Coordinator, EpochReport
 from millpond.errors import CatalogError, FencedError, MillpondError, SchemaError, SqlError
 from millpond.log import Channel, Log
-from millpond.spark.execute import Consumer
+from millpond.engine.executor import Consumer
 from millpond.sql.planner import plan_view, table_plan
 from millpond.sql.statements import keyword, parse
 from millpond.store.objects import ObjectStore
@@ -66,8 +66,8 @@ class Database:
     def __init__(self, root: str, *, spark: Any = None, parallelism: int | None = None,
                  interval: str | float | None = "1s", storage_options: dict[str, str] | None = None,
                  compaction: str = "local"):
-        from millpond.spark.log_source import register
-        from millpond.spark.session import local_session
+        from millpond.spark import SparkExecutor, local_session, register, spark_runner
+        from millpond.store.store import run_in_process
 
         self.root = root
         self._own_spark = spark is None
@@ -78,7 +78,12 @@ class Database:
         self.catalog = self.catalogs.load()
         self.log = Log(self.store)
         n = parallelism or self.spark.sparkContext.defaultParallelism
-        self.coordinator = Coordinator(self.spark, self.store, self.log, parallelism=n, compaction=compaction)
+        if compaction not in ("local", "spark"):
+            raise MillpondError(f"compaction={compaction!r}: use 'local' (a background thread) or 'spark' "
+                                "(a Spark job over the same root)")
+        self.executor = SparkExecutor(self.spark)
+        runner = spark_runner(self.spark) if compaction == "spark" else run_in_process
+        self.coordinator = Coordinator(self.executor, self.store, self.log, parallelism=n, compaction=runner)
         self._lock = threading.RLock()
         self._consumers = self._plan_consumers(self.catalog)
         self._closed = threading.Event()
@@ -381,8 +386,7 @@ class Database:
         return out
 
     def _view_schema(self, plan) -> pa.Schema:  # noqa: ANN001
-        from millpond.spark.execute import output_schema
-        return output_schema(self.spark, plan, self.catalog.tables)
+        return self.executor.output_schema(plan, self.catalog.tables)
 
     # -- background ---------------------------------------------------------------------------
     def _background(self, period: float) -> None:

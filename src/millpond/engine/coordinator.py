@@ -1,39 +1,71 @@
-"""The coordinator: runs epochs on the Spark driver, commits them, recovers after a crash.
+"""The coordinator: runs epochs on the driver, commits them, recovers after a crash.
 
-One epoch, in order:
+**The epoch protocol.** This is the one place it is written down; the modules that carry out a
+step point here by number.
 
-1. Fix the input: for every consumer (a table's materialization or a view), the range of each
-   channel it reads is ``[offset in the last manifest, channel end now)``.
-2. Run one Spark job over those ranges (``spark.execute.run_epoch_job``). Tasks read state at
-   the last committed epoch and write their state delta as SSTs under this epoch's attempt prefix.
-3. List the attempt's SSTs (only this attempt's: files of crashed attempts are never referenced).
-4. Commit: write manifest ``e`` = {SSTs, every consumer's new end offsets} with put-if-absent.
-   This single write makes the epoch visible, exactly once; a crash before it leaves epoch
-   ``e-1`` as the truth, and the same ranges are replayed from the same offsets.
+*Driver, before the job* (:meth:`Coordinator.run_epoch`):
+
+1. **Fix the input.** Take one log snapshot (:meth:`millpond.log.Log.snapshot`: every channel's
+   end at one tick, so no transaction is split). Every consumer — a table's own materialization
+   or a view — reads ``[its offset in the last manifest, the channel's end at the snapshot)`` of
+   each channel it depends on. Consumers with nothing new sit the epoch out (a new view runs once,
+   so e.g. ``COUNT(*)`` shows 0).
+2. **Pin the input version.** Apply finished compactions (store maintenance), then take the
+   current manifest version ``v`` as the job's input: epoch ``e = v.epoch + 1``, a fresh attempt
+   id. Every task reads state at ``v``.
+
+*The job* (:meth:`millpond.engine.executor.EpochExecutor.run`; on Spark:
+:mod:`millpond.spark.executor`, :mod:`millpond.spark.build`, :mod:`millpond.spark.task`):
+
+3. One job over all consumers:
+
+   a. read each range from the log (the driver lists the pieces: WAL frames or Parquet files);
+   b. evaluate stateless nodes as the executor's expressions; exchange rows by the vnode of each
+      stateful node's key (state is addressed by vnode, never by worker);
+   c. in each stateful task, open the operator's state parts at ``v`` and apply the partition's
+      delta (:class:`millpond.engine.operators.Operator`);
+   d. write each part's state rows as one SST under ``sst/<v>-e<e>.<attempt>/<state>/p<part>.sst``
+      — named deterministically, so a retried or speculative task rewrites the same bytes;
+   e. emit the output changelog; each view's final materialization ships its changelog to the
+      driver (tables ship nothing: their changes are their log).
+
+*Driver, after the job*:
+
+4. **Collect.** List this attempt's SSTs — only this attempt's: files of a failed or crashed
+   attempt are never referenced, and garbage collection removes them.
+5. **Commit.** :meth:`millpond.store.store.StateStore.commit` writes manifest version ``v + 1`` =
+   {epoch ``e``, the new SSTs on top of each state's L0, every consumer's end offsets} with
+   put-if-absent. This single write makes the epoch visible, exactly once. A crash anywhere
+   before it leaves ``e - 1`` as the truth and the same ranges are replayed from the same
+   offsets; a second coordinator on the root is fenced here (:class:`millpond.FencedError`).
+6. **Maintain**, off the epoch's path: start the next compaction (a background thread, or the
+   executor's compaction runner), apply finished ones as versions of their own, collect
+   garbage; while a state's L0 is past its bound, commits wait (backpressure).
+
+A failure in steps 1–4 commits nothing and is raised as ``epoch e failed and was not committed``.
 """
 
 from __future__ import annotations
 
-import uuid
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Callable
 
 import pyarrow as pa
 
 from millpond import faults, paths
 from millpond.catalog import Catalog
-from millpond.errors import MillpondError
+from millpond.engine.executor import Consumer, EpochExecutor, EpochJob
 from millpond.engine.operators import Materialize
 from millpond.engine.plan import sources as _sources
 from millpond.engine.plan import state_id
+from millpond.errors import MillpondError
 from millpond.log import Log, Piece
-from millpond.spark.execute import Consumer, EpochJob, run_epoch_job
 from millpond.store.manifest import Manifest
 from millpond.store.objects import ObjectStore
 from millpond.store.sst import SstRef, describe_sst
 from millpond.store.state_table import StateTable
-from millpond.spark.compact import spark_runner
-from millpond.store.store import StateStore, run_in_process
+from millpond.store.store import Runner, StateStore, run_in_process
 
 __all__ = ["Coordinator", "EpochReport"]
 
@@ -51,21 +83,19 @@ class EpochReport:
 
 
 class Coordinator:
-    def __init__(self, spark, store: ObjectStore, log: Log, *, parallelism: int,  # noqa: ANN001
-                 compaction: str = "local"):
-        self.spark, self.store, self.log = spark, store, log
+    def __init__(self, executor: EpochExecutor, store: ObjectStore, log: Log, *, parallelism: int,
+                 compaction: Runner = run_in_process, ids: Callable[[], str] = paths.random_id):
+        self.executor, self.store, self.log = executor, store, log
         self.parallelism = parallelism
-        if compaction not in ("local", "spark"):
-            raise MillpondError(f"compaction={compaction!r}: use 'local' (a background thread) or 'spark' "
-                                "(a Spark job over the same root)")
-        runner = spark_runner(spark) if compaction == "spark" else run_in_process
-        self.state = StateStore(store, runner=runner)  # recovery: resume from the last committed version
+        self.ids = ids
+        self.state = StateStore(store, runner=compaction, ids=ids)  # recovery: resume from the last committed version
 
     @property
     def manifest(self) -> Manifest:
         return self.state.manifest
 
     def run_epoch(self, catalog: Catalog, consumers: list[Consumer]) -> EpochReport | None:
+        """Steps 1-6 of the epoch protocol (module docstring); None when no consumer has work."""
         # 1. fix the input ranges
         for t in catalog.tables.values():
             self.log.create_channel(t.channel, t.log_schema, id=t.channel_id)
@@ -80,19 +110,20 @@ class Coordinator:
                 work.append((c, ranges))
         if not work:
             return None
-        self.state.maintain()  # apply finished compactions before pinning this epoch's input version
-        epoch, attempt = self.manifest.epoch + 1, uuid.uuid4().hex[:12]
+        # 2. pin the input version (apply finished compactions first)
+        self.state.maintain()
+        epoch, attempt = self.manifest.epoch + 1, self.ids()[:12]
         job = EpochJob(self.store.root, self.store.options, epoch, attempt, self.parallelism, self.manifest)
         faults.point("epoch.before_job")
-        # 2. one Spark job
+        # 3. the job
         try:
-            changes = run_epoch_job(self.spark, job, work, catalog.tables, self._pieces)
+            changes = self.executor.run(job, work, catalog.tables, self._pieces)
         except MillpondError:
             raise
         except Exception as exc:  # a task failed: the epoch is not committed, nothing is visible
             raise MillpondError(f"epoch {epoch} failed and was not committed: {_cause(exc)}") from exc
         faults.point("epoch.after_job")
-        # 3. this attempt's SSTs (their footers say what they hold)
+        # 4. this attempt's SSTs (their footers say what they hold)
         new_ssts: dict[str, list[SstRef]] = defaultdict(list)
         for key in self.store.list(paths.sst_attempt_prefix(job.manifest.version, epoch, attempt)):
             new_ssts[paths.parse_sst_state(key)].append(describe_sst(self.store, key))
@@ -100,7 +131,7 @@ class Coordinator:
         offsets = {k: v for k, v in self.manifest.offsets.items() if k in live}
         for c, ranges in work:
             offsets[c.key] = {**offsets.get(c.key, {}), **{ch: b for ch, (_, b) in ranges.items()}}
-        # 4. commit: the one atomic write (then compaction and GC, in the background)
+        # 5. commit: the one atomic write; 6. maintenance runs inside commit, in the background
         self.state.commit(epoch, new_ssts, offsets, keep=lambda sid: sid.split(".", 1)[0] in live)
         faults.point("epoch.after_commit")
         names = {c.key: c.name for c in consumers}

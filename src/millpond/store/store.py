@@ -4,7 +4,8 @@ Object storage is the home of state; memory and local disk are caches (``cache.p
 :class:`StateStore` per writer (the coordinator) owns the current manifest version and is the
 only thing that writes versions, so commits and compaction results are applied one at a time.
 
-Commit of epoch ``e`` (:meth:`StateStore.commit`), in order:
+Commit of epoch ``e`` (:meth:`StateStore.commit`; steps 5 and 6 of the epoch protocol in
+:mod:`millpond.engine.coordinator`), in order:
 
 1. every file of ``e`` is already durable (a put returns only then; Spark tasks wrote them);
 2. write version ``v + 1`` = {epoch ``e``, the new files on top of L0, the commit metadata}

@@ -1,7 +1,7 @@
 """Hash aggregation with retraction: COUNT(*), COUNT(x), SUM(x), MIN(x), MAX(x),
 COUNT(DISTINCT x), SUM(DISTINCT x).
 
-The delta arrives pre-aggregated by Spark (see ``spark/execute.py``): one row per
+The delta arrives pre-aggregated by the executor (``spark/build.py``): one row per
 (group, min/max arguments) with ``_w`` = sum of weights, ``_s<i>`` = sum of ``x * _w`` for
 SUM calls and ``_n<i>`` = sum of weights of non-NULL ``x`` for SUM/COUNT(x) calls. So the work
 here is proportional to the number of changed groups.

@@ -1,88 +1,38 @@
-"""One epoch as one Spark job.
+"""A consumer's plan as Spark DataFrames: step 3 of the epoch protocol
+(:mod:`millpond.engine.coordinator`), on Spark.
 
-Each consumer (a table's own materialization, or a view) gets a DataFrame built from its plan
-over the epoch's log ranges: stateless nodes are Spark expressions, each stateful node is an
-exchange ``repartition(n, _vn)`` on its key's vnode followed by a ``mapInArrow`` task that reads
-its state at the last committed epoch, writes its state delta as SSTs named by
-(epoch, attempt, state, partition), and emits its output changelog. The final materialize of
-every consumer emits its changelog as Arrow IPC blobs; all consumers are unioned into one
-DataFrame and collected with one action.
-
-Tasks are deterministic for a given input, so a retried or speculative task rewrites the same
-files with the same bytes; files of a failed attempt are never referenced because the
-coordinator lists only its own attempt's prefix.
+Stateless nodes become Spark expressions (Catalyst runs them in the JVM). Each stateful node is an
+exchange ``repartition(n, _vn)`` on its key's vnode followed by a ``mapInArrow`` task
+(:mod:`millpond.spark.task`) that runs the node's operator over its state. Before an aggregation,
+Spark pre-aggregates the epoch's delta per group, so the Python task sees one row per changed
+group (and MIN/MAX/DISTINCT value).
 """
 
 from __future__ import annotations
 
-import io
 import json
-from dataclasses import dataclass
 from functools import reduce
-from typing import Callable, Iterator
 
-import polars as pl
 import pyarrow as pa
-from pyspark import TaskContext
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from millpond import faults, paths
-from millpond.columns import KH, ROW_ID, VN, W
-from millpond.catalog import TableDef
 from millpond.catalog.types import spark_ddl_type
+from millpond.columns import KH, ROW_ID, VN, W
 from millpond.engine import plan as P
 from millpond.engine.operators import HashAggregate, HashJoin, Materialize, Operator, TopN
 from millpond.engine.operators.aggregate import VALUE_FUNCS, nonnull_col, sum_col, value_col
 from millpond.engine.operators.join import SIDE
-from millpond.log import Piece
-from millpond.store.manifest import Levels, Manifest
-from millpond.store.objects import open_store
+from millpond.spark.task import CONSUMER, IPC, Task
 from millpond.store.sst import VNODES
-from millpond.store.state_table import StateTable, write_state
 
-__all__ = ["Consumer", "EpochJob", "run_epoch_job", "CONSUMER", "IPC"]
-
-CONSUMER = "_consumer"
-IPC = "_ipc"
+__all__ = ["Builder"]
 
 
-@dataclass(frozen=True)
-class Consumer:
-    """Something that reads table channels and keeps state: a table or a view."""
+class Builder:
+    """Builds one consumer's DataFrame for one epoch."""
 
-    key: str  # "o<object id>", the manifest's offsets key and state id prefix
-    object_id: int
-    name: str
-    plan: P.Materialize
-    columns: tuple[str, ...]  # output columns (the rows state's key)
-
-
-@dataclass(frozen=True)
-class EpochJob:
-    root: str
-    storage: dict[str, str]  # object-store options, shipped to every task
-    epoch: int
-    attempt: str
-    parallelism: int
-    manifest: Manifest  # last committed: tasks read state at this epoch
-
-
-def run_epoch_job(spark: SparkSession, job: EpochJob, work: list[tuple[Consumer, dict[str, tuple[int, int]]]],
-                  tables: dict[str, TableDef], pieces: Callable[[str, int, int], list[Piece]]
-                  ) -> dict[str, pa.Table]:
-    """Run the epoch's single Spark job; return each view's output changelog (None for tables:
-    a table's changes are its log records, not shipped back to the driver)."""
-    frames = [_Builder(spark, job, c, ranges, tables, pieces).final() for c, ranges in work]
-    result = reduce(DataFrame.unionByName, frames).toArrow()
-    out: dict[str, list[pa.Table]] = {c.key: [] for c, _ in work}
-    for consumer, blob in zip(result.column(CONSUMER).to_pylist(), result.column(IPC).to_pylist()):
-        out[consumer].append(pa.ipc.open_stream(blob).read_all())
-    return {k: pa.concat_tables(v, promote_options="permissive") if v else None for k, v in out.items()}
-
-
-class _Builder:
     def __init__(self, spark, job, consumer, ranges, tables, pieces):  # noqa: ANN001
         self.spark, self.job, self.consumer = spark, job, consumer
         self.ranges, self.tables, self.pieces = ranges, tables, pieces
@@ -134,10 +84,10 @@ class _Builder:
         return df.repartition(self.job.parallelism, VN)
 
     def _task(self, node_id: int, op: Operator, schema: T.StructType, *, final: bool = False,
-              emit: bool = True) -> "_Task":
+              emit: bool = True) -> "Task":
         levels = {part: self.job.manifest.state(P.state_id(self.consumer.object_id, node_id, part))
                   for part in op.parts()}
-        return _Task(op=op, root=self.job.root, storage=self.job.storage, epoch=self.job.epoch,
+        return Task(op=op, root=self.job.root, storage=self.job.storage, epoch=self.job.epoch,
                      attempt=self.job.attempt, base_version=self.job.manifest.version,
                      object_id=self.consumer.object_id, node_id=node_id, levels=levels,
                      out_schema=_arrow_schema(schema), consumer=self.consumer.key if final else None, emit=emit)
@@ -263,63 +213,3 @@ def _arrow_schema(schema: T.StructType) -> pa.Schema:
     from pyspark.sql.pandas.types import to_arrow_schema
 
     return to_arrow_schema(schema, prefers_large_types=True)
-
-
-@dataclass(frozen=True)
-class _Task:
-    """The picklable body of one stateful ``mapInArrow`` stage."""
-
-    op: Operator
-    root: str
-    storage: dict[str, str]
-    epoch: int
-    attempt: str
-    base_version: int
-    object_id: int
-    node_id: int
-    levels: dict[str, Levels]
-    out_schema: pa.Schema
-    consumer: str | None
-    emit: bool  # False: write state only (a table's materialize: its changelog is its log)
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        batches = [b for b in batches if b.num_rows]
-        if not batches:
-            return
-        delta = pl.from_arrow(pa.Table.from_batches(batches))
-        if VN in delta.columns:
-            delta = delta.drop(VN)
-        store = open_store(self.root, self.storage)
-        parts = self.op.parts()
-        states = {name: StateTable(store, self.levels[name], part.keys, additive=part.additive,
-                                   name=P.state_id(self.object_id, self.node_id, name))
-                  for name, part in parts.items()}
-        out, writes = self.op.apply(delta, states)
-        partition = TaskContext.get().partitionId()
-        faults.point("task.before_state")
-        for part, rows in writes.items():
-            sid = P.state_id(self.object_id, self.node_id, part)
-            write_state(store, paths.sst_key(self.base_version, self.epoch, self.attempt, sid, partition), rows,
-                        self.epoch, keys=parts[part].keys, additive=parts[part].additive)
-        faults.point("task.after_state")
-        if out.height == 0 or not self.emit:
-            return
-        if self.consumer is None:
-            yield from out.to_arrow().cast(self.out_schema).to_batches()
-            return
-        sink = io.BytesIO()
-        table = out.to_arrow()
-        with pa.ipc.new_stream(sink, table.schema) as writer:
-            writer.write_table(table)
-        yield pa.RecordBatch.from_pydict({CONSUMER: [self.consumer], IPC: [sink.getvalue()]}, schema=self.out_schema)
-
-
-def output_schema(spark: SparkSession, plan: P.Materialize, tables: dict[str, TableDef]) -> pa.Schema:
-    """The Arrow schema of a plan's rows, from Spark's analysis of the plan (runs no job)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    ranges = {t.channel: (0, 0) for t in tables.values()}
-    job = EpochJob(root="", storage={}, epoch=0, attempt="", parallelism=1, manifest=Manifest())
-    consumer = Consumer("o0", 0, "", plan, ())
-    df = _Builder(spark, job, consumer, ranges, tables, lambda *_: []).build(plan.input)
-    return to_arrow_schema(T.StructType([f for f in df.schema if f.name != W]))

@@ -1,0 +1,62 @@
+"""The epoch executor interface: what the coordinator needs from an execution engine.
+
+The coordinator (:mod:`millpond.engine.coordinator`) decides *what* an epoch does; an
+:class:`EpochExecutor` runs it — step 3 of the epoch protocol written there. millpond's executor
+is Spark (:class:`millpond.spark.SparkExecutor`), handed to the coordinator by the entry points
+(``millpond.connect``); nothing in the engine imports pyspark.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping, Protocol, Sequence
+
+import pyarrow as pa
+
+from millpond.catalog import TableDef
+from millpond.engine import plan as P
+from millpond.log import Piece
+from millpond.store.manifest import Manifest
+
+__all__ = ["Consumer", "EpochJob", "EpochExecutor", "Ranges", "Work", "PieceSource"]
+
+
+@dataclass(frozen=True)
+class Consumer:
+    """Something that reads table channels and keeps state: a table or a view."""
+
+    key: str  # "o<object id>", the manifest's offsets key and state id prefix
+    object_id: int
+    name: str
+    plan: P.Materialize
+    columns: tuple[str, ...]  # output columns (the rows state's key)
+
+
+Ranges = dict[str, tuple[int, int]]  # channel -> [start, stop) of this epoch
+Work = tuple[Consumer, Ranges]
+PieceSource = Callable[[str, int, int], list[Piece]]  # (channel, start, stop) -> where the records are
+
+
+@dataclass(frozen=True)
+class EpochJob:
+    """One epoch attempt, as handed to the executor (picklable: tasks get what they need of it)."""
+
+    root: str
+    storage: dict[str, str]  # object-store options, shipped to every task
+    epoch: int
+    attempt: str
+    parallelism: int
+    manifest: Manifest  # last committed: tasks read state at this epoch
+
+
+class EpochExecutor(Protocol):
+    def run(self, job: EpochJob, work: Sequence[Work], tables: Mapping[str, TableDef], pieces: PieceSource
+            ) -> dict[str, pa.Table | None]:
+        """Run step 3 of the epoch protocol for every consumer in ``work`` as one job: read the
+        ranges, evaluate the plans, and have every stateful task write its state delta under
+        ``sst_attempt_prefix(job.manifest.version, job.epoch, job.attempt)``. Return each
+        consumer's output changelog by consumer key (None for tables: their changes are their log).
+        Raise on any failure: the coordinator then commits nothing."""
+
+    def output_schema(self, plan: P.Materialize, tables: Mapping[str, TableDef]) -> pa.Schema:
+        """The Arrow schema of a plan's rows, without running it (CREATE MATERIALIZED VIEW)."""
