@@ -27,7 +27,8 @@ from millpond.engine.coordinator import Coordinator, EpochReport
 from millpond.errors import CatalogError, FencedError, MillpondError, SchemaError, SqlError
 from millpond.log import Channel, Log
 from millpond.engine.executor import Consumer
-from millpond.sql.planner import plan_view, table_plan
+from millpond.engine.consumers import consumers
+from millpond.sql.planner import plan_view
 from millpond.sql.statements import keyword, parse
 from millpond.store.objects import ObjectStore
 
@@ -375,13 +376,9 @@ class Database:
         self._consumers = consumers
 
     def _plan_consumers(self, catalog: Catalog) -> list[Consumer]:
-        out = []
-        for t in catalog.tables.values():
-            out.append(Consumer(f"o{t.id}", t.id, t.name, table_plan(t), (*(c.name for c in t.columns), ROW_ID)))
-        for v in catalog.views.values():
-            from millpond.sql.statements import parse as _parse
-            plan, _ = plan_view(_parse(v.sql)[0], catalog)
-            out.append(Consumer(f"o{v.id}", v.id, v.name, plan, tuple(v.schema.names)))
+        from millpond.sql.statements import view_query
+        plans = {v.name: plan_view(view_query(v.sql), catalog)[0] for v in catalog.views.values()}
+        out = consumers(catalog, plans)
         self._consumers_by_name = {c.name: c for c in out}
         return out
 

@@ -1,19 +1,35 @@
 """Incremental plans: frozen descriptions of a view's dataflow over changelogs.
 
 Every node's output is a changelog (a Z-set): its columns plus the weight ``_w``. Stateless
-nodes (``Filter``, ``Project``, ``Window``, ``Union``) become Spark expressions; stateful nodes
-(``Join``, ``Aggregate``, ``TopN``, ``Materialize``) run as ``mapInArrow`` tasks after an exchange
-on their key and own state tables named ``o<object id>.n<node id>.<part>``.
+nodes (``Filter``, ``Project``, ``Window``, ``Union``) become the executor's expressions; stateful
+nodes (``Join``, ``Aggregate``, ``TopN``, ``Materialize``) run as operators after an exchange on
+their key, and own state tables named ``o<object id>.n<node id>.<part>`` (:func:`state_id`).
+
+Expressions stay sqlglot trees over plan-internal column names (``<alias>__<column>``); the SQL of
+a target engine is generated only where it runs (Spark SQL in :mod:`millpond.spark.build`, DuckDB
+SQL for an outer join's residual condition).
+
+A plan is stored in the catalog when its view is created (:func:`encode`, :func:`decode`:
+lossless, expressions included) and executed as stored, so its node ids — and with them the
+view's state ids — never change after an upgrade. :func:`canonical` renumbers nodes in traversal
+order, to compare a stored plan with a re-derived one; :func:`explain` prints a plan.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+import json
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 from typing import Union as Union_
 
+from sqlglot import exp
+
 __all__ = ["Source", "Filter", "Project", "Window", "Union", "Join", "AggCall", "Aggregate", "TopN", "Materialize",
-           "Node", "state_id", "sources"]
+           "Node", "state_id", "sources", "encode", "decode", "canonical", "explain", "PLAN_FORMAT"]
+
+PLAN_FORMAT = 1  # the encoding of a stored plan; another one is refused by name
 
 
 @dataclass(frozen=True)
@@ -27,13 +43,13 @@ class Source:
 @dataclass(frozen=True)
 class Filter:
     input: "Node"
-    predicate: str  # Spark SQL boolean expression over the input's columns
+    predicate: exp.Expression  # boolean, over the input's columns
 
 
 @dataclass(frozen=True)
 class Project:
     input: "Node"
-    exprs: tuple[tuple[str, str], ...]  # (Spark SQL expression, output name)
+    exprs: tuple[tuple[exp.Expression, str], ...]  # (expression over the input's columns, output name)
 
 
 @dataclass(frozen=True)
@@ -62,17 +78,17 @@ JoinKind = Literal["inner", "left", "right", "full"]
 
 @dataclass(frozen=True)
 class Join:
-    """Equi-join; keys are Spark SQL expressions over each side's columns (no keys: a cross join
-    on one partition). ``residual`` (DuckDB SQL over both sides' columns) is the rest of an outer
-    join's ON condition; an inner join's extra conditions are a Filter above it instead."""
+    """Equi-join; keys are expressions over each side's columns (no keys: a cross join on one
+    partition). ``residual`` (over both sides' columns) is the rest of an outer join's ON
+    condition, evaluated with the join; an inner join's extra conditions are a Filter above it."""
 
     left: "Node"
     right: "Node"
-    left_keys: tuple[str, ...]
-    right_keys: tuple[str, ...]
+    left_keys: tuple[exp.Expression, ...]
+    right_keys: tuple[exp.Expression, ...]
     node_id: int
     kind: JoinKind = "inner"
-    residual: str | None = None
+    residual: exp.Expression | None = None
 
 
 AggFunc = Literal["count_star", "count", "sum", "min", "max", "count_distinct", "sum_distinct"]
@@ -121,17 +137,189 @@ class Materialize:
 
 
 Node = Union_[Source, Filter, Project, Window, Union, Join, Aggregate, TopN, Materialize]
+_CLASSES = {c.__name__: c for c in (Source, Filter, Project, Window, Union, Join, AggCall, Aggregate, TopN,
+                                    Materialize)}
 
 
 def state_id(object_id: int, node_id: int, part: str) -> str:
     return f"o{object_id}.n{node_id}.{part}"
 
 
+def inputs(node: Node) -> tuple[Node, ...]:
+    if isinstance(node, Source):
+        return ()
+    if isinstance(node, Join):
+        return node.left, node.right
+    if isinstance(node, Union):
+        return node.inputs
+    return (node.input,)
+
+
 def sources(node: Node) -> list[Source]:
     if isinstance(node, Source):
         return [node]
-    if isinstance(node, Join):
-        return sources(node.left) + sources(node.right)
+    return [s for i in inputs(node) for s in sources(i)]
+
+
+# -- storing plans ------------------------------------------------------------------------------
+def encode(plan: Node) -> dict:
+    """``plan`` as JSON-ready data, losslessly (``decode(encode(p)) == p``)."""
+    return {"format": PLAN_FORMAT, "plan": _enc(plan)}
+
+
+def decode(data: dict) -> Node:
+    """The plan :func:`encode` stored; a ``ValueError`` names what this version cannot read."""
+    if data.get("format") != PLAN_FORMAT:
+        raise ValueError(f"plan format {data.get('format')!r} (this millpond reads format {PLAN_FORMAT})")
+    return _dec(data["plan"])
+
+
+def _enc(value: Any) -> Any:
+    if isinstance(value, exp.Expression):
+        return {"expr": _enc_expr(value)}
+    if dataclasses.is_dataclass(value):
+        return {"node": type(value).__name__,
+                **{f.name: _enc(getattr(value, f.name)) for f in dataclasses.fields(value)}}
+    if isinstance(value, tuple):
+        return [_enc(v) for v in value]
+    return value
+
+
+def _dec(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_dec(v) for v in value)
+    if isinstance(value, dict):
+        if "expr" in value:
+            return _dec_expr(value["expr"])
+        cls = _CLASSES.get(value.get("node"))
+        if cls is None:
+            raise ValueError(f"unknown plan node {value.get('node')!r}")
+        return cls(**{k: _dec(v) for k, v in value.items() if k != "node"})
+    return value
+
+
+def _enc_expr(e: Any) -> Any:
+    """A sqlglot tree as ``[class, {arg: value}]`` (classes by their name in ``sqlglot.exp``)."""
+    if isinstance(e, exp.Expression):
+        return [type(e).__name__, {k: _enc_expr(v) for k, v in e.args.items() if v is not None and v != []}]
+    if isinstance(e, list):
+        return {"list": [_enc_expr(v) for v in e]}
+    if isinstance(e, enum.Enum):
+        return {"enum": type(e).__name__, "value": e.value}
+    return e
+
+
+def _dec_expr(data: Any) -> Any:
+    if isinstance(data, list):
+        name, args = data
+        cls = getattr(exp, name, None)
+        if not (isinstance(cls, type) and issubclass(cls, exp.Expression)):
+            raise ValueError(f"unknown SQL expression {name!r} in a stored plan")
+        return cls(**{k: _dec_expr(v) for k, v in args.items()})
+    if isinstance(data, dict) and "list" in data:
+        return [_dec_expr(v) for v in data["list"]]
+    if isinstance(data, dict) and "enum" in data:
+        return _enum(data["enum"])(data["value"])
+    return data
+
+
+def _enum(name: str) -> type[enum.Enum]:
+    for cls in (exp.DataType.Type,):
+        if cls.__name__ == name:
+            return cls
+    raise ValueError(f"unknown enumeration {name!r} in a stored plan")
+
+
+def canonical(plan: Node) -> Node:
+    """``plan`` with node ids renumbered 1.. in traversal order (inputs first, left to right):
+    two plans that differ only in numbering have the same canonical form."""
+    ids: dict[int, int] = {}
+
+    def walk(node: Node) -> Node:
+        changes: dict[str, Any] = {}
+        if isinstance(node, Join):
+            changes = {"left": walk(node.left), "right": walk(node.right)}
+        elif isinstance(node, Union):
+            changes = {"inputs": tuple(walk(i) for i in node.inputs)}
+        elif not isinstance(node, Source):
+            changes = {"input": walk(node.input)}
+        if hasattr(node, "node_id"):
+            changes["node_id"] = ids.setdefault(node.node_id, len(ids) + 1)
+        return dataclasses.replace(node, **changes)
+    return walk(plan)
+
+
+def first_difference(a: Node, b: Node) -> str | None:
+    """Where two plans first differ (a path and both values), or None if they are equal."""
+    def diff(x: Any, y: Any, path: str) -> str | None:
+        if type(x) is not type(y):
+            return f"{path}: {_short(x)} vs {_short(y)}"
+        if isinstance(x, dict):
+            for k in dict.fromkeys([*x, *y]):
+                found = diff(x.get(k), y.get(k), f"{path}.{k}" if "node" not in x else f"{path}/{x['node']}.{k}")
+                if found:
+                    return found
+            return None
+        if isinstance(x, list):
+            if len(x) != len(y):
+                return f"{path}: {_short(x)} vs {_short(y)}"
+            for i, (u, v) in enumerate(zip(x, y)):
+                found = diff(u, v, f"{path}[{i}]")
+                if found:
+                    return found
+            return None
+        return None if x == y else f"{path}: {_short(x)} vs {_short(y)}"
+    return diff(_enc(a), _enc(b), "plan")
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, dict) and "expr" in value:
+        return repr(_dec_expr(value["expr"]).sql())
+    text = json.dumps(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+# -- printing -----------------------------------------------------------------------------------
+def explain(plan: Node) -> str:
+    """One line per node, inputs indented below it; expressions in sqlglot's SQL."""
+    lines: list[str] = []
+
+    def walk(node: Node, depth: int) -> None:
+        lines.append("  " * depth + _describe(node))
+        for i in inputs(node):
+            walk(i, depth + 1)
+    walk(plan, 0)
+    return "\n".join(lines)
+
+
+def _describe(node: Node) -> str:
+    if isinstance(node, Source):
+        cols = ", ".join(out if out == src else f"{out} := {src}" for out, src in node.columns)
+        return f"Source {node.table} [{cols}]"
+    if isinstance(node, Filter):
+        return f"Filter {node.predicate.sql()}"
+    if isinstance(node, Project):
+        return "Project " + ", ".join(_assign(e, name) for e, name in node.exprs)
+    if isinstance(node, Window):
+        return f"Window {node.time} size {node.size_us}us slide {node.slide_us}us -> {node.start}, {node.end}"
     if isinstance(node, Union):
-        return [s for i in node.inputs for s in sources(i)]
-    return sources(node.input)
+        return "Union all"
+    if isinstance(node, Join):
+        on = " AND ".join(f"{a.sql()} = {b.sql()}" for a, b in zip(node.left_keys, node.right_keys)) or "(cross)"
+        residual = f" residual {node.residual.sql()}" if node.residual is not None else ""
+        return f"Join #{node.node_id} {node.kind} on {on}{residual}"
+    if isinstance(node, Aggregate):
+        calls = ", ".join(f"{c.name} := {c.func}({c.arg or ''})" for c in node.calls)
+        group = "whole input" if node.whole else f"group [{', '.join(node.group)}]"
+        return f"Aggregate #{node.node_id} {group}" + (f" calls [{calls}]" if calls else "")
+    if isinstance(node, TopN):
+        order = ", ".join(f"{c}{' DESC' if d else ''}{' NULLS FIRST' if nf else ''}" for c, d, nf in node.order)
+        rn = f" row_number {node.row_number}" if node.row_number else ""
+        return (f"TopN #{node.node_id} partition [{', '.join(node.partition)}] order [{order}] "
+                f"limit {node.limit} offset {node.offset}{rn}")
+    return f"Materialize #{node.node_id}"
+
+
+def _assign(e: exp.Expression, name: str) -> str:
+    text = e.sql()
+    return text if isinstance(e, exp.Column) and e.name == name else f"{name} := {text}"

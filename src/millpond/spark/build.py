@@ -17,6 +17,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from sqlglot import exp
 
 from millpond.catalog.types import spark_ddl_type
 from millpond.columns import KH, ROW_ID, VN, W
@@ -59,10 +60,10 @@ class Builder:
         return df.selectExpr(*_renames(node.columns), W)
 
     def _filter(self, node: P.Filter) -> DataFrame:
-        return self.build(node.input).filter(node.predicate)
+        return self.build(node.input).filter(spark_sql(node.predicate))
 
     def _project(self, node: P.Project) -> DataFrame:
-        return self.build(node.input).selectExpr(*[f"{e} AS {_quote(n)}" for e, n in node.exprs], W)
+        return self.build(node.input).selectExpr(*[f"{spark_sql(e)} AS {_quote(n)}" for e, n in node.exprs], W)
 
     def _window(self, node: P.Window) -> DataFrame:
         df = self.build(node.input)
@@ -96,9 +97,9 @@ class Builder:
         left, right = self.build(node.left), self.build(node.right)
         lcols = [c for c in left.columns if c != W]
         rcols = [c for c in right.columns if c != W]
-        lk = [F.expr(k) for k in node.left_keys]
-        rk = [F.expr(k) for k in node.right_keys]
-        ltypes, rtypes = _types(left, node.left_keys), _types(right, node.right_keys)
+        lsql, rsql = [spark_sql(k) for k in node.left_keys], [spark_sql(k) for k in node.right_keys]
+        lk, rk = [F.expr(k) for k in lsql], [F.expr(k) for k in rsql]
+        ltypes, rtypes = _types(left, lsql), _types(right, rsql)
         kcols = [f"_k{i}" for i in range(len(lk))]
         casts = [_common_type(a, b) for a, b in zip(ltypes, rtypes)]
         lsel = left.select(F.lit(0).cast("byte").alias(SIDE),
@@ -111,7 +112,8 @@ class Builder:
         if node.kind != "inner":  # padded rows: every column may be NULL
             schema = T.StructType([T.StructField(f.name, f.dataType, True) for f in schema])
         op = HashJoin(tuple(kcols), tuple(lcols), tuple(rcols), name=f"{self.consumer.name}#{node.node_id}",
-                      kind=node.kind, residual=node.residual)
+                      kind=node.kind,
+                      residual=node.residual.sql(dialect="duckdb") if node.residual is not None else None)
         return both.mapInArrow(self._task(node.node_id, op, schema), schema)
 
     def _aggregate(self, node: P.Aggregate) -> DataFrame:
@@ -177,6 +179,11 @@ class Builder:
                              out)
 
 
+def spark_sql(e: exp.Expression) -> str:
+    """A plan expression as Spark SQL: generated here, where Spark evaluates it."""
+    return e.sql(dialect="spark")
+
+
 def _quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
@@ -190,7 +197,7 @@ def _c(name: str):  # noqa: ANN202
     return F.col(_quote(name))
 
 
-def _types(df: DataFrame, exprs: tuple[str, ...]) -> list[T.DataType]:
+def _types(df: DataFrame, exprs: list[str]) -> list[T.DataType]:
     """Types of expressions over ``df``; plain column references need no Spark analysis."""
     fields = {f"`{f.name}`": f.dataType for f in df.schema}
     if all(e in fields for e in exprs):

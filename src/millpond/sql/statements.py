@@ -9,7 +9,7 @@ from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
 from millpond.errors import SqlError
 
-__all__ = ["parse"]
+__all__ = ["parse", "keyword", "view_query"]
 
 
 def parse(text: str) -> list[exp.Expression]:
@@ -33,3 +33,10 @@ def keyword(statement: exp.Expression) -> str | None:
     if isinstance(statement, exp.Command):
         return str(statement.this).upper()
     return None
+
+
+def view_query(text: str) -> exp.Expression:
+    """The query of a stored view definition: its CREATE statement as the user wrote it (or, in
+    catalogs written before plans were stored, the bare query)."""
+    statement = parse(text)[0]
+    return statement.expression if isinstance(statement, exp.Create) else statement

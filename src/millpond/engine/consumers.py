@@ -1,0 +1,25 @@
+"""The consumers of a catalog: every table's own materialization and every view's stored plan."""
+
+from __future__ import annotations
+
+from millpond.catalog import Catalog, TableDef
+from millpond.columns import ROW_ID
+from millpond.engine import plan as P
+from millpond.engine.executor import Consumer
+
+__all__ = ["table_plan", "consumers"]
+
+
+def table_plan(table: TableDef) -> P.Materialize:
+    """A table's own materialization: its changelog kept as rows (including ``_row_id``)."""
+    columns = [*(c.name for c in table.columns), ROW_ID]
+    return P.Materialize(P.Source(table.name, tuple((c, c) for c in columns)), node_id=1)
+
+
+def consumers(catalog: Catalog, view_plans: dict[str, P.Materialize]) -> list[Consumer]:
+    """Tables first, then views with their plans (``view_plans`` by view name)."""
+    out = [Consumer(f"o{t.id}", t.id, t.name, table_plan(t), (*(c.name for c in t.columns), ROW_ID))
+           for t in catalog.tables.values()]
+    out += [Consumer(f"o{v.id}", v.id, v.name, view_plans[v.name], tuple(v.schema.names))
+            for v in catalog.views.values()]
+    return out

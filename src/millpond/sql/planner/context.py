@@ -1,0 +1,34 @@
+"""What one planning run shares: the catalog, the node-id counter, the views and tables it read."""
+
+from __future__ import annotations
+
+import itertools
+
+from sqlglot import exp
+
+from millpond.catalog import Catalog
+from millpond.errors import SqlError
+
+__all__ = ["Context", "err", "FIRST_NODE_ID"]
+
+FIRST_NODE_ID = 1  # node ids, and so state ids, of a new plan count from here
+
+
+class Context:
+    def __init__(self, catalog: Catalog):
+        self.catalog = catalog
+        self._ids = itertools.count(FIRST_NODE_ID)
+        self.depends: set[str] = set()  # tables and views the query reads directly
+        self.windows: dict[str, tuple[int, int]] = {}  # TUMBLE/HOP id -> (size_us, slide_us)
+
+    def next_id(self) -> int:
+        return next(self._ids)
+
+
+def err(message: str, node: exp.Expression | None = None) -> SqlError:
+    """A SqlError at ``node``'s position in the statement (its own, or its first identifier's)."""
+    meta = getattr(node, "meta", None) or {}
+    if not meta and node is not None:
+        ident = node.find(exp.Identifier)
+        meta = (ident.meta if ident is not None else {}) or {}
+    return SqlError(message, line=meta.get("line"), col=meta.get("col"))

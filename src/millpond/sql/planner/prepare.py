@@ -1,0 +1,71 @@
+"""Binding: the rules that turn a view's query into a checked, fully qualified tree.
+
+Applied in order (:data:`RULES`), each a function ``(context, query) -> query``. After them,
+every column names the FROM item (alias) of its scope, and every table exists.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from sqlglot import exp
+from sqlglot.errors import OptimizeError
+from sqlglot.optimizer.qualify import qualify
+
+from millpond.errors import CatalogError
+from millpond.sql.planner.context import Context, err
+from millpond.sql.planner.windows import expand_table_functions
+
+__all__ = ["prepare", "RULES"]
+
+
+def check_tables(ctx: Context, query: exp.Expression) -> exp.Expression:
+    """Every table the query reads exists (as a table, a view or a CTE)."""
+    ctes = {c.alias_or_name for c in query.find_all(exp.CTE)}
+    for t in query.find_all(exp.Table):
+        if isinstance(t.this, exp.Identifier) and t.name not in ctes and t.name not in ctx.catalog.views \
+                and t.name not in ctx.catalog.tables:
+            known = sorted([*ctx.catalog.tables, *ctx.catalog.views])
+            raise CatalogError(err(f"no table or view named {t.name!r} (known: {', '.join(known) or 'none'})",
+                                   t).args[0])
+    return query
+
+
+def reject_subqueries(ctx: Context, query: exp.Expression) -> exp.Expression:
+    """Subqueries are planned only in FROM (and as UNION branches)."""
+    for node in query.find_all(exp.Subquery):
+        if node.parent is not None and not isinstance(node.parent, (exp.From, exp.Join, exp.SetOperation)):
+            raise err("subqueries outside FROM (in SELECT, WHERE or ON) are not supported; write them as a join",
+                      node)
+    for node in query.find_all(exp.Exists, exp.In):
+        if node.args.get("query") or isinstance(node, exp.Exists):
+            raise err("IN (SELECT ...) and EXISTS are not supported; write them as a join", node)
+    return query
+
+
+def qualify_columns(ctx: Context, query: exp.Expression) -> exp.Expression:
+    """sqlglot's ``qualify``: each column gets the alias of the FROM item it comes from."""
+    schema = {t.name: {c.name: c.type for c in t.columns} for t in ctx.catalog.tables.values()}
+    schema.update({v.name: {n: "VARCHAR" for n in v.schema.names} for v in ctx.catalog.views.values()})
+    try:
+        return qualify(query, schema=schema, dialect="postgres", validate_qualify_columns=True,
+                       quote_identifiers=False)
+    except OptimizeError as exc:
+        raise err(f"cannot resolve the query: {exc}", query) from None
+
+
+RULES: tuple[Callable[[Context, exp.Expression], exp.Expression], ...] = (
+    expand_table_functions,
+    check_tables,
+    reject_subqueries,
+    qualify_columns,
+)
+
+
+def prepare(ctx: Context, query: exp.Expression) -> exp.Expression:
+    if not isinstance(query, (exp.Select, exp.SetOperation, exp.Subquery)):
+        raise err(f"a materialized view must be a query, got {query.key.upper()}", query)
+    query = query.copy()
+    for rule in RULES:
+        query = rule(ctx, query)
+    return query

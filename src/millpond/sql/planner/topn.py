@@ -1,0 +1,86 @@
+"""Top-N: ``ORDER BY ... LIMIT n [OFFSET m]``, and ``ROW_NUMBER() OVER (PARTITION BY ... ORDER BY
+...)`` filtered by ``rn <= N`` (or ``rn = 1``) in the enclosing query, as one
+:class:`~millpond.engine.plan.TopN` node."""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from millpond.engine import plan as P
+from millpond.sql.planner.context import Context, err
+from millpond.sql.planner.exprs import column, comparisons, count, rename, unalias
+
+__all__ = ["plan_order_limit", "row_number_limit", "plan_row_number"]
+
+
+def plan_order_limit(ctx: Context, q: exp.Select, node: P.Node, selects: list, names: list[str]) -> P.Node:
+    limit, offset = q.args.get("limit"), q.args.get("offset")
+    if limit is None:
+        if offset is not None:
+            raise err("OFFSET without LIMIT in a materialized view is not supported", offset)
+        return node  # a view's rows have no order: ORDER BY alone changes nothing
+    order = []
+    for o in (q.args["order"].expressions if q.args.get("order") else []):
+        col = o.this
+        bodies = [unalias(s) for s in selects]
+        if isinstance(col, exp.Column) and not col.table and col.name in names:
+            name = col.name
+        elif col in bodies:
+            name = names[bodies.index(col)]
+        else:
+            raise err(f"ORDER BY {o.this.sql('postgres')} with LIMIT: order by an output column "
+                      "(add it to the SELECT list)", o)
+        order.append((name, bool(o.args.get("desc")), bool(o.args.get("nulls_first"))))
+    return P.TopN(node, (), tuple(order), count(limit.expression, "LIMIT"),
+                  count(offset.expression, "OFFSET") if offset is not None else 0, None, ctx.next_id())
+
+
+def row_number_limit(item: exp.Expression, alias: str, where: list, ctes: dict) -> int | None:
+    """N when FROM item ``item`` computes ROW_NUMBER() and the enclosing WHERE keeps ``rn <= N``."""
+    inner = item.this if isinstance(item, exp.Subquery) else ctes.get(item.name) if isinstance(item, exp.Table) \
+        else None
+    if not isinstance(inner, exp.Select):
+        return None
+    rn = [s.alias_or_name for s in inner.expressions if isinstance(s, exp.Alias) and isinstance(s.this, exp.Window)]
+    bounds = []
+    for cond in where:
+        for op, col, lit in comparisons(cond):
+            if col.table == alias and col.name in rn:
+                n = int(lit)
+                bounds.append({"<=": n, "<": n - 1, "=": n if n == 1 else None}.get(op))
+    bounds = [b for b in bounds if b is not None]
+    return min(bounds) if bounds else None
+
+
+def plan_row_number(ctx: Context, q: exp.Select, node: P.Node, selects: list, limit: int | None
+                    ) -> tuple[P.Node, list[str]]:
+    if q.args.get("group") or any(a.find_ancestor(exp.Window) is None for s in selects
+                                  for a in s.find_all(exp.AggFunc)):
+        raise err("window functions together with aggregation are not supported", q)
+    windows = [s for s in selects if s.find(exp.Window)]
+    w = windows[0].find(exp.Window)
+    if len(windows) > 1 or not isinstance(windows[0], exp.Alias) or windows[0].this is not w \
+            or not isinstance(w.this, exp.RowNumber):
+        raise err("the only window function supported is ROW_NUMBER() OVER (PARTITION BY ... ORDER BY ...) AS rn, "
+                  "filtered by rn <= N in the enclosing query", w)
+    if limit is None:
+        raise err("ROW_NUMBER() needs a filter rn <= N (or rn = 1) in the enclosing query's WHERE", w)
+    exprs, names = [], []
+    for s in selects:
+        if s is windows[0]:
+            continue
+        exprs.append((rename(unalias(s)), s.alias_or_name))
+        names.append(s.alias_or_name)
+    partition = [(rename(p), f"_p{i}") for i, p in enumerate(w.args.get("partition_by") or [])]
+    orders = w.args["order"].expressions if w.args.get("order") else []
+    order = [(rename(o.this), f"_r{i}") for i, o in enumerate(orders)]
+    node = P.Project(node, tuple([*exprs, *partition, *order]))
+    rn = windows[0].alias_or_name
+    node = P.TopN(node, tuple(n for _, n in partition),
+                  tuple((n, bool(o.args.get("desc")), bool(o.args.get("nulls_first"))) for (_, n), o in zip(order, orders)),
+                  limit, 0, rn, ctx.next_id())
+    out = [s.alias_or_name for s in selects]
+    dup = sorted({n for n in out if out.count(n) > 1})
+    if dup:
+        raise err(f"output column names must be unique; alias {', '.join(dup)}", q)
+    return P.Project(node, tuple((column(n), n) for n in out)), out

@@ -1,0 +1,97 @@
+"""Time windows: ``TUMBLE(t, ts, size)`` and ``HOP(t, ts, slide, size)`` in FROM.
+
+Binding rewrites each call into a subquery over ``t`` that adds ``window_start`` and
+``window_end`` as placeholders (:data:`~millpond.sql.planner.exprs.WINDOW_FN`); planning the
+SELECT that uses them places a :class:`~millpond.engine.plan.Window` node and turns the
+placeholders into references to its columns.
+"""
+
+from __future__ import annotations
+
+import re
+
+from sqlglot import exp
+
+from millpond.engine import plan as P
+from millpond.sql.planner.context import Context, err
+from millpond.sql.planner.exprs import WINDOW_FN, column
+
+__all__ = ["expand_table_functions", "place_windows", "interval_us"]
+
+
+def expand_table_functions(ctx: Context, query: exp.Expression) -> exp.Expression:
+    """Binding rule: every TUMBLE/HOP in FROM becomes a subquery adding the window columns."""
+    return query.transform(lambda node: _table_function(ctx, node))
+
+
+def _table_function(ctx: Context, node: exp.Expression) -> exp.Expression:
+    if not (isinstance(node, exp.Table) and isinstance(node.this, exp.Anonymous)):
+        return node
+    fn = node.this
+    name = fn.name.upper()
+    args = fn.expressions
+    if name not in ("TUMBLE", "HOP"):
+        raise err(f"unknown table function {fn.name}() (TUMBLE and HOP are supported)", fn)
+    want = 3 if name == "TUMBLE" else 4
+    if len(args) != want or not isinstance(args[0], exp.Column) or not isinstance(args[1], exp.Column):
+        usage = "TUMBLE(table, time_column, size)" if name == "TUMBLE" else "HOP(table, time_column, slide, size)"
+        raise err(f"{name} takes {usage}", fn)
+    table = ctx.catalog.tables.get(args[0].name)
+    types = {c.name: c.type for c in table.columns} if table is not None else {}
+    if args[1].name in types and types[args[1].name] not in ("TIMESTAMP", "TIMESTAMPTZ"):
+        raise err(f"{name}: column {args[1].name!r} is {types[args[1].name]}; a time window needs a "
+                  "TIMESTAMP column", args[1])
+    size = interval_us(args[-1])
+    slide = size if name == "TUMBLE" else interval_us(args[2])
+    if size % slide:
+        raise err("HOP: the window size must be a multiple of the slide", fn)
+    wid = f"w{len(ctx.windows)}"
+    ctx.windows[wid] = (size, slide)
+    ts = exp.column(args[1].name)
+    inner = exp.select(
+        exp.Star(),
+        exp.alias_(exp.Anonymous(this=WINDOW_FN, expressions=[ts.copy(), exp.Literal.string(wid),
+                                                              exp.Literal.string("start")]), "window_start"),
+        exp.alias_(exp.Anonymous(this=WINDOW_FN, expressions=[ts.copy(), exp.Literal.string(wid),
+                                                              exp.Literal.string("end")]), "window_end"),
+    ).from_(exp.to_table(args[0].name))
+    return exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier(node.alias or name.lower())))
+
+
+def place_windows(ctx: Context, node: P.Node, selects: list[exp.Expression]) -> tuple[P.Node, list[exp.Expression]]:
+    """Turn the placeholders in ``selects`` into a Window node over ``node`` and references to its columns."""
+    done: set[str] = set()
+
+    def fn(n: exp.Expression) -> exp.Expression:
+        nonlocal node
+        if not (isinstance(n, exp.Anonymous) and n.name.upper() == WINDOW_FN):
+            return n
+        ts, wid, which = (a for a in n.expressions)
+        wid = wid.this
+        if wid not in done:
+            size, slide = ctx.windows[wid]
+            node = P.Window(node, f"{ts.table}__{ts.name}", size, slide, f"_{wid}_start", f"_{wid}_end")
+            done.add(wid)
+        return column(f"_{wid}_{which.this}")
+    out = [s.transform(fn) if s.find(exp.Anonymous) else s for s in selects]
+    return node, out
+
+
+_UNITS_US = {"microsecond": 1, "millisecond": 1000, "second": 10**6, "minute": 60 * 10**6,
+             "hour": 3600 * 10**6, "day": 86400 * 10**6, "week": 7 * 86400 * 10**6}
+
+
+def interval_us(e: exp.Expression) -> int:
+    """A constant INTERVAL as microseconds (months and years have no fixed length: rejected)."""
+    if isinstance(e, exp.Interval):
+        text = f"{e.this.name} {e.unit.name if e.args.get('unit') else ''}".strip()
+    elif isinstance(e, exp.Literal) and e.is_string:
+        text = e.this
+    else:
+        raise err(f"a window size must be an INTERVAL constant, got {e.sql('postgres')}", e)
+    m = re.fullmatch(r"\s*(\d+)\s*([a-z]+?)s?\s*", text, re.IGNORECASE)
+    unit = m.group(2).lower() if m else ""
+    unit = {"us": "microsecond", "ms": "millisecond", "sec": "second", "min": "minute", "h": "hour"}.get(unit, unit)
+    if not m or unit not in _UNITS_US or int(m.group(1)) <= 0:
+        raise err(f"window size {e.sql('postgres')}: use a positive INTERVAL in microseconds .. weeks", e)
+    return int(m.group(1)) * _UNITS_US[unit]
