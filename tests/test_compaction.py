@@ -20,7 +20,7 @@ def test_views_match_the_oracle_while_state_compacts(open_db, spark, root, where
     import millpond
 
     db = millpond.connect(root, spark=spark, parallelism=2, interval=None, compaction=where)
-    db.coordinator.state.policy = SMALL
+    db.runtime.coordinator.state.policy = SMALL
     workload.setup(db)
     ref = workload.Reference()
     rng = random.Random(3)
@@ -33,9 +33,9 @@ def test_views_match_the_oracle_while_state_compacts(open_db, spark, root, where
             i += 1
         db.flush()
         assert workload.mismatches(db, ref) == [], f"{where}: after step {i}, epoch {db.epoch}"
-        state = db.coordinator.state
+        state = db.runtime.coordinator.state
         assert max(len(lv.l0) for lv in state.manifest.states.values()) <= SMALL.l0_stall
-    state = db.coordinator.state
+    state = db.runtime.coordinator.state
     state.compact()
     assert state.stats["compactions"] > 0 and state.stats["gc_deleted"] > 0
     assert any(lv.levels for lv in state.manifest.states.values())

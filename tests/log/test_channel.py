@@ -65,17 +65,17 @@ def test_virtual_channels_share_physical_channels(tmp_path):
         log.create_channel("c0", pa.schema([("y", pa.int64())]))
 
 
-def test_bad_records_name_field_and_row_and_append_nothing(tmp_path):
+def test_bad_records_name_column_and_row_and_append_nothing(tmp_path):
     ch = _open(tmp_path).create_channel("visit", SCHEMA)
     ch.append(_batch([1]))
-    with pytest.raises(SchemaError, match=r"'visit': field 'x' expects int64, got string at row 2 \(value '3x'\)"):
+    with pytest.raises(SchemaError, match=r"channel 'visit': column 'x' expects int64, got string at row 2 \(value '3x'\)"):
         ch.append(pa.table({"x": ["1", "2", "3x"], "s": ["a", "b", "c"]}))
-    with pytest.raises(SchemaError, match=r"field 's' \(string\) is missing"):
+    with pytest.raises(SchemaError, match=r"lacks \['s'\]"):
         ch.append({"x": [1]})
-    with pytest.raises(SchemaError, match=r"unknown field 'y'"):
+    with pytest.raises(SchemaError, match=r"has unknown \['y'\]"):
         ch.append({"x": [1], "s": ["a"], "y": [2]})
     strict = _open(tmp_path / "strict").create_channel("t", pa.schema([pa.field("x", pa.int64(), nullable=False)]))
-    with pytest.raises(SchemaError, match=r"field 'x' is not nullable, but row 1 is null"):
+    with pytest.raises(SchemaError, match=r"column 'x' is not nullable, but row 1 is null"):
         strict.append({"x": [1, None]})
     assert ch.end == 1 and _xs(ch.read()) == [1]
     assert ch.append(pa.table({"x": ["7"], "s": ["ok"]})).first == 1  # castable input is accepted

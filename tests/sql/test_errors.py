@@ -63,7 +63,7 @@ def test_duplicate_and_dependent_objects(db):
 
 
 def test_wrong_input_schema_names_column_and_row_and_appends_nothing(db):
-    with pytest.raises(SchemaError, match=r"column 'length' \(INT\): row 2 has value 'long'"):
+    with pytest.raises(SchemaError, match=r"table 'visit': column 'length' expects INT, got string at row 2 \(value 'long'\)"):
         db.insert("visit", pa.table({"product": ["a", "b", "c"], "user": ["x", "y", "z"],
                                      "length": ["1", "2", "long"]}))
     with pytest.raises(SchemaError, match=r"lacks \['length'\]"):

@@ -2,6 +2,10 @@
 
 Each DDL statement writes the whole next version with put-if-absent, so reopening the root
 restores exactly the last written catalog, and two writers cannot both change it.
+
+A view keeps the statement the user wrote and its bound plan (the engine's encoding, opaque
+here: the catalog sits below the engine). The plan, with its node and so state ids, is what runs;
+the SQL is what a user reads and what a re-derivation is checked against when the root opens.
 """
 
 from __future__ import annotations
@@ -18,7 +22,10 @@ from millpond.columns import ROW_ID, W
 from millpond.errors import CatalogError, FencedError
 from millpond.store.objects import AlreadyExists, ObjectStore
 
-__all__ = ["Column", "TableDef", "ViewDef", "Catalog", "CatalogStore"]
+__all__ = ["Column", "TableDef", "ViewDef", "Catalog", "CatalogStore", "FORMAT"]
+
+# 2: views carry their CREATE statement as written and their bound plan (1: a re-generated query)
+FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -59,9 +66,10 @@ class TableDef:
 class ViewDef:
     id: int
     name: str
-    sql: str
+    sql: str  # the CREATE statement as written (catalog format 1: the query, re-generated)
     schema_b64: str  # Arrow schema of the view's rows
     depends_on: tuple[str, ...]
+    plan: dict | None = None  # the encoded plan (millpond.engine.plan.encode); None in format 1
 
     @property
     def schema(self) -> pa.Schema:
@@ -96,14 +104,19 @@ class Catalog:
         if name in self.tables or name in self.views:
             raise CatalogError(f"a table or view named {name!r} already exists")
 
+    def with_views(self, views: dict[str, ViewDef]) -> "Catalog":
+        """The same catalog with these view definitions (e.g. their plans filled in)."""
+        return replace(self, views=views)
+
     def with_table(self, name: str, columns: tuple[Column, ...], primary_key: tuple[str, ...]) -> "Catalog":
         self._check_free(name)
         t = TableDef(self.next_id, name, columns, primary_key)
         return replace(self, next_id=self.next_id + 1, tables={**self.tables, name: t})
 
-    def with_view(self, name: str, sql: str, schema: pa.Schema, depends_on: tuple[str, ...]) -> "Catalog":
+    def with_view(self, name: str, sql: str, schema: pa.Schema, depends_on: tuple[str, ...], plan: dict | None
+                  ) -> "Catalog":
         self._check_free(name)
-        v = ViewDef(self.next_id, name, sql, ViewDef.encode_schema(schema), depends_on)
+        v = ViewDef(self.next_id, name, sql, ViewDef.encode_schema(schema), depends_on, plan)
         return replace(self, next_id=self.next_id + 1, views={**self.views, name: v})
 
     def without(self, name: str) -> "Catalog":
@@ -120,6 +133,7 @@ class Catalog:
     def to_json(self) -> bytes:
         return json.dumps(
             {
+                "format": FORMAT,
                 "version": self.version,
                 "next_id": self.next_id,
                 "tables": [
@@ -129,7 +143,7 @@ class Catalog:
                 ],
                 "views": [
                     {"id": v.id, "name": v.name, "sql": v.sql, "schema": v.schema_b64,
-                     "depends_on": list(v.depends_on)}
+                     "depends_on": list(v.depends_on), "plan": v.plan}
                     for v in self.views.values()
                 ],
             },
@@ -139,12 +153,15 @@ class Catalog:
     @classmethod
     def from_json(cls, data: bytes) -> "Catalog":
         body = json.loads(data)
+        if body.get("format", 1) > FORMAT:
+            raise CatalogError(f"catalog version {body.get('version')} has format {body['format']}; this millpond "
+                               f"reads formats 1 to {FORMAT}: open the root with the millpond version that wrote it")
         tables = {
             t["name"]: TableDef(t["id"], t["name"], tuple(Column(*c) for c in t["columns"]), tuple(t["primary_key"]))
             for t in body["tables"]
         }
         views = {
-            v["name"]: ViewDef(v["id"], v["name"], v["sql"], v["schema"], tuple(v["depends_on"]))
+            v["name"]: ViewDef(v["id"], v["name"], v["sql"], v["schema"], tuple(v["depends_on"]), v.get("plan"))
             for v in body["views"]
         }
         return cls(version=body["version"], next_id=body["next_id"], tables=tables, views=views)

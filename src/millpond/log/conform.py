@@ -1,8 +1,10 @@
-"""Checking a batch against a channel's schema: errors name the channel, field and row."""
+"""Checking incoming rows against a schema: the one path every row takes into millpond (a log
+channel's append, and a table's insert before it). Errors name the target, column and row.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -12,10 +14,14 @@ from millpond.errors import SchemaError
 __all__ = ["conform"]
 
 
-def conform(channel: str, schema: pa.Schema, data: Any) -> pa.Table:
+def conform(where: str, schema: pa.Schema, data: Any, *, key: Sequence[str] = (),
+            types: Mapping[str, str] | None = None) -> pa.Table:
     """``data`` (a Table, RecordBatch or dict of columns) cast to ``schema``, or a SchemaError.
 
-    Nothing is partially accepted: the first problem found rejects the whole batch.
+    ``where`` names the target in messages (``"table 'visit'"``, ``"channel 'visit'"``); columns
+    in ``key`` (a primary key) and non-nullable fields may not be NULL; ``types`` are the names
+    of the columns' types to show (SQL types for a table; Arrow's by default). Nothing is
+    partially accepted: the first problem found rejects the whole batch.
     """
     if isinstance(data, pa.RecordBatch):
         data = pa.Table.from_batches([data])
@@ -23,29 +29,32 @@ def conform(channel: str, schema: pa.Schema, data: Any) -> pa.Table:
         try:
             data = pa.table(data)
         except (pa.ArrowException, TypeError, ValueError) as exc:
-            raise SchemaError(f"channel {channel!r}: cannot build a batch from the given columns: {exc}") from None
+            raise SchemaError(f"{where}: cannot build a batch from the given columns: {exc}") from None
     elif not isinstance(data, pa.Table):
-        raise SchemaError(f"channel {channel!r}: expected a pyarrow Table, RecordBatch or dict of columns, "
+        raise SchemaError(f"{where}: expected a pyarrow Table, RecordBatch or dict of columns, "
                           f"got {type(data).__name__}")
+    missing = [n for n in schema.names if n not in data.column_names]
     extra = [n for n in data.column_names if n not in schema.names]
-    if extra:
-        raise SchemaError(f"channel {channel!r}: unknown field {extra[0]!r} (the channel has {schema.names})")
+    if missing or extra:
+        raise SchemaError(f"{where} has columns {schema.names}; the input "
+                          + " and ".join(([f"lacks {missing}"] if missing else [])
+                                         + ([f"has unknown {extra}"] if extra else [])))
     columns = []
     for f in schema:
-        if f.name not in data.column_names:
-            raise SchemaError(f"channel {channel!r}: field {f.name!r} ({f.type}) is missing")
         col = data.column(f.name)
         if not col.type.equals(f.type):
             try:
                 col = pc.cast(col, f.type, safe=True)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
                 row = _first_bad_row(col, f.type)
-                where = f" at row {row} (value {col[row].as_py()!r})" if row is not None else ""
-                raise SchemaError(f"channel {channel!r}: field {f.name!r} expects {f.type}, got {data.column(f.name).type}"
-                                  f"{where}: {exc}") from None
-        if not f.nullable and col.null_count:
+                found = f" at row {row} (value {col[row].as_py()!r})" if row is not None else f": {exc}"
+                want = (types or {}).get(f.name, str(f.type))
+                raise SchemaError(f"{where}: column {f.name!r} expects {want}, got {col.type}{found}") from None
+        if col.null_count and (f.name in key or not f.nullable):
             row = pc.index(pc.is_null(col), True).as_py()
-            raise SchemaError(f"channel {channel!r}: field {f.name!r} is not nullable, but row {row} is null")
+            if f.name in key:
+                raise SchemaError(f"{where}: primary key column {f.name!r} is NULL in row {row}")
+            raise SchemaError(f"{where}: column {f.name!r} is not nullable, but row {row} is null")
         columns.append(col)
     return pa.Table.from_arrays(columns, schema=schema)
 

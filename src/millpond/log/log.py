@@ -302,7 +302,7 @@ class Channel:
 
     def append(self, data: Any, *, producer: tuple[str, int] | None = None) -> Appended:
         """Durably append one batch; ``producer=(id, seq)`` makes a retried append apply once."""
-        table = conform(self.name, self.schema, data)
+        table = conform(f"channel {self.name!r}", self.schema, data)
         if producer is not None:
             producer = (str(producer[0]), int(producer[1]))
         return self.log._writer(self.info.pchannel).commit([(self.info.id, table)], producer=producer)[0]
@@ -386,7 +386,7 @@ class Transaction:
 
     def append(self, channel: str, data: Any) -> None:
         ch = self.log.channel(channel)
-        self._parts.append((ch.info, conform(channel, ch.schema, data)))
+        self._parts.append((ch.info, conform(f"channel {channel!r}", ch.schema, data)))
 
     def __enter__(self) -> Transaction:
         return self

@@ -1,4 +1,8 @@
-"""Parse SQL text into sqlglot statements with clear, positioned errors."""
+"""Parse SQL text into sqlglot statements with clear, positioned errors.
+
+Each statement keeps the text the user wrote for it (``statement.meta["sql"]``): a catalog
+stores that, never a re-generation of the parsed tree, which may not mean the same thing.
+"""
 
 from __future__ import annotations
 
@@ -6,16 +10,19 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
+from sqlglot.tokens import TokenType
 
 from millpond.errors import SqlError
 
-__all__ = ["parse", "keyword", "view_query"]
+__all__ = ["parse", "keyword", "view_query", "source"]
+
+_DIALECT = "postgres"
 
 
 def parse(text: str) -> list[exp.Expression]:
     """Statements of ``text`` with unquoted identifiers folded to lower case (PostgreSQL rules)."""
     try:
-        statements = [s for s in sqlglot.parse(text, dialect="postgres") if s is not None]
+        parsed = [s for s in sqlglot.parse(text, dialect=_DIALECT) if s is not None and not isinstance(s, exp.Semicolon)]
     except ParseError as exc:
         first = exc.errors[0] if exc.errors else {}
         raise SqlError(f"syntax error: {first.get('description', exc)}"
@@ -23,7 +30,33 @@ def parse(text: str) -> list[exp.Expression]:
                        sql=text, line=first.get("line"), col=first.get("col")) from None
     except TokenError as exc:
         raise SqlError(f"syntax error: {exc}", sql=text) from None
-    return [normalize_identifiers(s, dialect="postgres") for s in statements]
+    sources = _sources(text)
+    if len(sources) != len(parsed):  # not one token run per statement: parse the runs one by one
+        parsed = [sqlglot.parse_one(s, dialect=_DIALECT) for s in sources]
+    out = []
+    for statement, sql in zip(parsed, sources):
+        statement = normalize_identifiers(statement, dialect=_DIALECT)
+        statement.meta["sql"] = sql
+        out.append(statement)
+    return out
+
+
+def _sources(text: str) -> list[str]:
+    """The text of each statement: the runs of tokens between semicolons."""
+    runs, run = [], []
+    for token in [*sqlglot.Dialect.get_or_raise(_DIALECT).tokenize(text), None]:
+        if token is None or token.token_type == TokenType.SEMICOLON:
+            if run:
+                runs.append(text[run[0].start:run[-1].end + 1])
+            run = []
+        else:
+            run.append(token)
+    return runs
+
+
+def source(statement: exp.Expression) -> str:
+    """The text the user wrote for ``statement`` (a re-generation only for built statements)."""
+    return statement.meta.get("sql") or statement.sql(_DIALECT)
 
 
 def keyword(statement: exp.Expression) -> str | None:

@@ -1,0 +1,109 @@
+"""One open root below SQL: the catalog in force and its consumers, the log and the coordinator.
+
+The SQL layer changes the catalog (:meth:`Runtime.commit_catalog`), ingest appends to tables'
+channels, and epochs run over the consumers (:meth:`Runtime.flush`). Every view's consumer runs
+the plan stored with it in the catalog. Callers serialize access with :attr:`Runtime.lock`.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pyarrow as pa
+
+from millpond.catalog import Catalog, CatalogStore, TableDef
+from millpond.columns import COUNT, ROW_ID, W
+from millpond.engine import plan as P
+from millpond.engine.consumers import consumers
+from millpond.engine.coordinator import Coordinator, EpochReport
+from millpond.engine.executor import Consumer
+from millpond.errors import CatalogError
+from millpond.log import Channel, Log
+
+__all__ = ["Runtime"]
+
+
+class Runtime:
+    def __init__(self, catalogs: CatalogStore, catalog: Catalog, log: Log, coordinator: Coordinator):
+        self.catalogs, self.log, self.coordinator = catalogs, log, coordinator
+        self.lock = threading.RLock()
+        self._plans: dict[int, P.Materialize] = {}  # decoded view plans by view id
+        self._install(catalog)
+
+    @property
+    def catalog(self) -> Catalog:
+        return self._catalog
+
+    @property
+    def consumers(self) -> list[Consumer]:
+        return self._consumers
+
+    # -- the catalog ------------------------------------------------------------------------------
+    def commit_catalog(self, catalog: Catalog) -> None:
+        """Write ``catalog`` as the next version and run its consumers from now on."""
+        self._plans_of(catalog)  # a plan that cannot be read fails before anything is written
+        self._install(self.catalogs.commit(catalog))
+
+    def _install(self, catalog: Catalog) -> None:
+        self._consumers = consumers(catalog, self._plans_of(catalog))
+        self._by_name = {c.name: c for c in self._consumers}
+        self._catalog = catalog
+
+    def _plans_of(self, catalog: Catalog) -> dict[str, P.Materialize]:
+        plans = {}
+        for v in catalog.views.values():
+            if v.id not in self._plans:
+                if v.plan is None:
+                    raise CatalogError(f"view {v.name!r} has no stored plan (bind the catalog's plans first)")
+                try:
+                    self._plans[v.id] = P.decode(v.plan)
+                except (ValueError, TypeError, KeyError) as exc:
+                    raise CatalogError(f"view {v.name!r}: its stored plan cannot be read: {exc}; open the root "
+                                       "with the millpond version that created it") from None
+            plans[v.name] = self._plans[v.id]
+        return plans
+
+    # -- epochs -------------------------------------------------------------------------------
+    def run_epoch(self) -> EpochReport | None:
+        """One epoch over all consumers (the protocol in :mod:`millpond.engine.coordinator`)."""
+        report = self.coordinator.run_epoch(self.catalog, self.consumers)
+        if report is None:
+            return None
+        return EpochReport(report.epoch, {name: change.cast(self._changelog_schema(name))
+                                          for name, change in report.changes.items()})
+
+    def flush(self) -> list[EpochReport]:
+        """Run epochs until every view reflects all input appended so far."""
+        reports = []
+        while (report := self.run_epoch()) is not None:
+            reports.append(report)
+        return reports
+
+    def _changelog_schema(self, name: str) -> pa.Schema:
+        rel = self.catalog.relation(name)
+        return rel.log_schema if isinstance(rel, TableDef) else rel.schema.append(pa.field(W, pa.int64()))
+
+    # -- reads and channels -------------------------------------------------------------------
+    def snapshot(self, name: str, *, hidden: bool = False) -> pa.Table:
+        """The committed rows of a table or view; ``hidden`` keeps a table's ``_row_id``."""
+        rel = self.catalog.relation(name)
+        consumer = self._by_name[name]
+        schema = rel.log_schema.remove(rel.log_schema.get_field_index(W)) if isinstance(rel, TableDef) \
+            else rel.schema
+        found = self.coordinator.rows(consumer).scan()
+        if found is None or found.height == 0:
+            table = schema.empty_table()
+        else:
+            idx = np.repeat(np.arange(found.height), found[COUNT].to_numpy())  # a multiset: one row per copy
+            table = found.select(list(consumer.columns)).to_arrow().take(pa.array(idx)).cast(schema)
+        if isinstance(rel, TableDef) and not hidden:
+            table = table.drop_columns([ROW_ID])
+        return table
+
+    def channel(self, table: TableDef) -> Channel:
+        return self.log.create_channel(table.channel, table.log_schema, id=table.channel_id)
+
+    def close(self) -> None:
+        self.coordinator.close()
+        self.log.close()

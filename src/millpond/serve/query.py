@@ -1,0 +1,32 @@
+"""Ad-hoc queries: a SELECT answered by DuckDB over the committed snapshots of the tables and
+views it reads (read-your-writes after ``FLUSH``). DuckDB SQL is generated here, where it runs."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import duckdb
+import pyarrow as pa
+from sqlglot import exp
+
+from millpond.errors import SqlError
+
+if TYPE_CHECKING:
+    from millpond.engine.runtime import Runtime
+
+__all__ = ["answer"]
+
+
+def answer(rt: Runtime, query: exp.Expression, *, hidden: bool = False) -> pa.Table:
+    """The result of ``query``; ``hidden`` exposes tables' ``_row_id`` (for UPDATE and DELETE)."""
+    con = duckdb.connect()
+    try:
+        ctes = {c.alias_or_name for c in query.find_all(exp.CTE)}
+        for name in {t.name for t in query.find_all(exp.Table)} - ctes:
+            con.register(name, rt.snapshot(name, hidden=hidden))
+        try:
+            return con.sql(query.sql(dialect="duckdb")).to_arrow_table()
+        except duckdb.Error as exc:
+            raise SqlError(f"query failed: {exc}") from None
+    finally:
+        con.close()

@@ -1,0 +1,75 @@
+"""DML: ``INSERT``, ``UPDATE``, ``DELETE`` on tables.
+
+``INSERT ... VALUES`` and ``INSERT ... SELECT`` evaluate their rows with DuckDB, then go through
+ingest like any insert. ``UPDATE`` and ``DELETE`` commit the epochs in flight, read the rows they
+touch from the committed table (with their ``_row_id``), and append the retractions and new rows
+as one atomic batch.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from sqlglot import exp
+
+from millpond.catalog.types import arrow_type
+from millpond.columns import ROW_ID
+from millpond.engine import ingest
+from millpond.engine.runtime import Runtime
+from millpond.errors import SqlError
+from millpond.serve import answer
+
+__all__ = ["insert", "delete", "update"]
+
+
+def insert(rt: Runtime, s: exp.Insert) -> None:
+    target = s.this
+    cols = None
+    if isinstance(target, exp.Schema):
+        cols = [c.name for c in target.expressions]
+        target = target.this
+    t = rt.catalog.table(target.name)
+    names = cols or [c.name for c in t.columns]
+    body = s.expression
+    if isinstance(body, exp.Values):
+        for row in body.expressions:
+            if len(row.expressions) != len(names):
+                raise SqlError(f"INSERT INTO {t.name}: {len(row.expressions)} values for {len(names)} columns "
+                               f"in {row.sql('postgres')}")
+        alias = exp.TableAlias(this=exp.to_identifier("_v"), columns=[exp.to_identifier(n) for n in names])
+        query = exp.select(*[exp.column(n, "_v") for n in names]).from_(
+            exp.Values(expressions=body.expressions, alias=alias))
+    else:
+        query = body
+    rows = answer(rt, query)
+    if rows.num_columns != len(names):
+        raise SqlError(f"INSERT INTO {t.name}: {rows.num_columns} values for {len(names)} columns")
+    rows = rows.rename_columns(names)
+    for c in t.columns:
+        if c.name not in names:
+            rows = rows.append_column(c.name, pa.nulls(rows.num_rows, arrow_type(c.type)))
+    ingest.insert(rt, t, ingest.conform_rows(t, rows))
+
+
+def delete(rt: Runtime, s: exp.Delete) -> None:
+    t = rt.catalog.table(s.this.name)
+    rt.flush()
+    where = s.args.get("where")
+    old = answer(rt, exp.select("*").from_(t.name).where(where.this if where else None), hidden=True)
+    ingest.append_changes(rt, t, old, None)
+
+
+def update(rt: Runtime, s: exp.Update) -> None:
+    t = rt.catalog.table(s.this.name)
+    rt.flush()
+    sets = {eq.this.name: eq.expression for eq in s.expressions}
+    unknown = set(sets) - {c.name for c in t.columns}
+    if unknown:
+        raise SqlError(f"UPDATE {t.name}: no column {sorted(unknown)[0]!r}")
+    where = s.args.get("where")
+    cond = where.this if where else None
+    old = answer(rt, exp.select("*").from_(t.name).where(cond), hidden=True)
+    projections = [exp.alias_(sets[c.name].copy() if c.name in sets else exp.column(c.name, quoted=True),
+                              c.name, quoted=True) for c in t.columns]
+    new = answer(rt, exp.select(*projections, exp.column(ROW_ID)).from_(t.name).where(cond), hidden=True)
+    rows = ingest.conform_rows(t, new.select([c.name for c in t.columns]))
+    ingest.append_changes(rt, t, old, rows.append_column(ROW_ID, new.column(ROW_ID)))

@@ -1,0 +1,61 @@
+"""The stored plans of a catalog, checked when a root opens.
+
+Every view runs the plan stored with it at CREATE (its node ids are its state ids). On open, each
+view's plan is derived again from its stored SQL with this version's planner and compared with
+the stored one, node numbering aside (:func:`millpond.engine.plan.canonical`):
+
+- equal: the stored plan runs — a planner that merely numbers nodes differently changes nothing;
+- different: the root is refused with a :class:`~millpond.errors.CatalogError` naming the view and
+  the first difference, unless the caller asks to run the stored plans as they are
+  (``connect(..., plans="stored")``); dropping and recreating the view adopts the new plan;
+- missing (a catalog written before plans were stored): the derived plan is used, and stored
+  with the next catalog version.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from millpond.catalog import Catalog
+from millpond.engine import plan as P
+from millpond.errors import CatalogError, MillpondError
+from millpond.sql.planner import plan_view
+from millpond.sql.statements import view_query
+
+__all__ = ["bind_plans", "MODES"]
+
+MODES = ("verify", "stored")
+
+
+def bind_plans(catalog: Catalog, *, mode: str = "verify") -> Catalog:
+    """``catalog`` with every view's plan present, checked against its SQL (``mode="verify"``) or
+    taken as stored (``"stored"``)."""
+    if mode not in MODES:
+        raise MillpondError(f"plans={mode!r}: use 'verify' (check stored plans against their SQL) or 'stored'")
+    views = dict(catalog.views)
+    for v in catalog.views.values():
+        if v.plan is not None and mode == "stored":
+            continue
+        try:
+            derived, _ = plan_view(view_query(v.sql), catalog)
+        except MillpondError as exc:
+            if v.plan is None:
+                raise CatalogError(f"view {v.name!r} cannot be planned by this millpond ({exc}); open the root "
+                                   "with the version that created it") from None
+            raise CatalogError(f"view {v.name!r}: this millpond cannot plan its SQL any more ({exc}); open with "
+                               "connect(..., plans='stored') to keep running its stored plan") from None
+        if v.plan is None:
+            views[v.name] = replace(v, plan=P.encode(derived))
+            continue
+        try:
+            stored = P.decode(v.plan)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise CatalogError(f"view {v.name!r}: its stored plan cannot be read ({exc}); open the root with "
+                               "the millpond version that created it") from None
+        diff = P.first_difference(P.canonical(stored), P.canonical(derived))
+        if diff is not None:
+            raise CatalogError(
+                f"view {v.name!r}: its stored plan differs from the plan this millpond derives from its SQL "
+                f"(at {diff}); its state was built by the stored plan. Open with connect(..., plans='stored') to "
+                "keep running the stored plan, or drop and recreate the view to adopt the new one")
+    return catalog.with_views(views)

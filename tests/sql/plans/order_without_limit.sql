@@ -1,0 +1,2 @@
+-- ORDER BY without LIMIT changes nothing in a view
+SELECT product, length FROM visit ORDER BY length

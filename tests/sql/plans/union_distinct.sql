@@ -1,0 +1,2 @@
+-- UNION: UNION ALL then DISTINCT
+SELECT product FROM visit UNION SELECT product FROM info
