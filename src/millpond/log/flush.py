@@ -12,19 +12,15 @@ import json
 import logging
 import threading
 from collections import defaultdict
-from typing import TYPE_CHECKING
-
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from millpond import paths
 from millpond.columns import TICK
+from millpond.log.live import Live
 from millpond.log.state import Piece, read_channels, with_hidden
 from millpond.log.wal import Listing, SegmentName, decode_entry, list_segments, read_segment, scan
 from millpond.store.objects import ObjectStore
-
-if TYPE_CHECKING:
-    from millpond.log.log import Log
 
 __all__ = ["Flusher", "flush_segment", "delete_segment"]
 
@@ -34,8 +30,8 @@ log = logging.getLogger(__name__)
 class Flusher:
     """Writes closed segments as Parquet, one file per channel, in order, on a background thread."""
 
-    def __init__(self, log_: Log):
-        self.log = log_
+    def __init__(self, store: ObjectStore, live: Live):
+        self.store, self.live = store, live
         self._todo: list[SegmentName] = []
         self._cv = threading.Condition()
         self._busy = False
@@ -71,7 +67,7 @@ class Flusher:
                 name = self._todo.pop(0)
                 self._busy = True
             try:
-                flush_segment(self.log, name)
+                flush_segment(self.store, self.live, name)
             except Exception:  # noqa: BLE001 - retried at the next claim; the WAL still has it
                 log.exception("log flush of %s failed; it stays in the WAL", name.key)
             finally:
@@ -80,10 +76,9 @@ class Flusher:
                     self._cv.notify_all()
 
 
-def flush_segment(log_: Log, name: SegmentName) -> None:
+def flush_segment(store: ObjectStore, live: Live, name: SegmentName) -> None:
     """Steps: 1. one Parquet file per channel in the segment; 2. the checkpoint (producers, tick)
     that says the segment is flushed; 3. the index points at the files; 4. delete the segment."""
-    store = log_.store
     listing = list_segments(store, name.pchannel)
     frames_by_ch: dict[str, list[pa.Table]] = defaultdict(list)
     first_by_ch: dict[str, int] = {}
@@ -97,10 +92,10 @@ def flush_segment(log_: Log, name: SegmentName) -> None:
                 frames_by_ch[e.channel].append(with_hidden(t, e.first, f.tick))
                 first_by_ch.setdefault(e.channel, e.first)
             last_tick = max(last_tick, f.tick)
-    live = {i.id for i in read_channels(store)}  # a channel dropped meanwhile is not flushed
+    existing = {i.id for i in read_channels(store)}  # a channel dropped meanwhile is not flushed
     written: dict[str, Piece] = {}
     for ch, tables in frames_by_ch.items():
-        if ch not in live:
+        if ch not in existing:
             continue  # a dropped channel
         table = pa.concat_tables(tables)
         first, end = first_by_ch[ch], first_by_ch[ch] + table.num_rows
@@ -112,16 +107,12 @@ def flush_segment(log_: Log, name: SegmentName) -> None:
         pq.write_table(table, sink, compression="zstd")
         store.put(key, sink.getvalue().to_pybytes())
         written[ch] = Piece(first, end - first, table.column(TICK)[-1].as_py(), key)
-    with log_._cv:
-        producers = {ch: dict(p) for ch, p in log_._state.producers.items() if p}
-        tick = max(last_tick, log_._state.ticks.get(name.pchannel, 0))
+    producers = live.producers()
+    tick = max(last_tick, live.persisted_tick(name.pchannel))
     store.put(paths.log_ckpt_key(name.pchannel, name.gen, name.n),
               json.dumps({"segment": [name.gen, name.n], "producers": producers, "tick": tick}).encode())
-    with log_._cv:
-        for ch, piece in written.items():
-            pieces = log_._state.pieces.get(ch, [])
-            log_._state.pieces[ch] = sorted([p for p in pieces if not (piece.first <= p.first and p.end <= piece.end)]
-                                            + [piece], key=lambda p: p.first)
+    for ch, piece in written.items():
+        live.flushed(ch, piece)
     delete_segment(store, name, listing)
     for old in store.list(paths.log_ckpt_prefix(name.pchannel))[:-1]:
         store.delete(old)

@@ -29,7 +29,12 @@ any older writer at its next group commit. The claim then seals the older genera
 segments at their last whole frame: a torn tail is cut there (:mod:`millpond.log.writer`).
 
 **Transactions** put every entry in one frame of the lowest physical channel involved, while
-leading all of them: a frame is atomic, so the transaction is too, also across physical channels.
+leading all of them (the same commit path as an append, :meth:`Writer.commit`): a frame is atomic,
+so the transaction is too, also across physical channels.
+
+**Shared state.** What this process knows of every channel and of the ticks lives in one
+:class:`~millpond.log.live.Live` object, shared by the writers, the flusher, channels and
+transactions; :class:`Log` itself owns the channels' definitions and the writers.
 
 **Flush** (:mod:`millpond.log.flush`). A segment closes when it passes ``segment_bytes`` (or on
 :meth:`Log.flush`). A background thread writes each closed segment as one Parquet file per channel
@@ -49,7 +54,6 @@ import json
 import threading
 import time
 import zlib
-from bisect import bisect_right
 from collections import defaultdict
 from typing import Any, Callable, Iterator
 
@@ -60,9 +64,9 @@ from millpond.columns import SEQ, TICK
 from millpond.errors import FencedError, MillpondError, StorageError, TruncatedError
 from millpond.log.conform import conform
 from millpond.log.flush import Flusher
-from millpond.log.state import (Appended, ChannelInfo, Piece, State, copy_channel, read_pieces,
-                                read_state, with_hidden)
-from millpond.log.wal import Frame, SegmentName
+from millpond.log.live import Live
+from millpond.log.state import Appended, ChannelInfo, Piece, read_pieces, read_state, with_hidden
+from millpond.log.wal import SegmentName
 from millpond.log.writer import Writer
 from millpond.store.objects import AlreadyExists, ObjectStore
 
@@ -82,13 +86,10 @@ class Log:
         self.store, self.segment_bytes, self.clock, self.ids = store, segment_bytes, clock, ids
         self._requested_pchannels = physical_channels
         self._pcount: int | None = None
-        self._cv = threading.Condition(threading.RLock())
-        self._state = State()
-        self._infos: dict[str, ChannelInfo] = {}
+        self.live = Live(clock)
+        self._infos: dict[str, ChannelInfo] = {}  # guarded by live.cv, like the index
         self._writers: dict[int, Writer] = {}
         self._claiming = threading.Lock()
-        self._last_tick = 0
-        self._inflight: set[int] = set()  # ticks handed out, not yet durable
         self._flusher: Flusher | None = None
         self._closed = False
         self.refresh()
@@ -116,7 +117,7 @@ class Log:
 
         An existing channel with another ``id`` is a dropped incarnation: it is replaced."""
         _check_name(name)
-        with self._cv:
+        with self.live.cv:
             found = self._infos.get(name) or self._load_info(name)
             if found is not None and (id is None or found.id == id):
                 if not found.schema.equals(schema):
@@ -135,7 +136,7 @@ class Log:
             return Channel(self, info)
 
     def channel(self, name: str) -> Channel:
-        with self._cv:
+        with self.live.cv:
             info = self._infos.get(name) or self._load_info(name)
         if info is None:
             raise MillpondError(f"log channel {name!r} does not exist under {self.store.root!r} "
@@ -148,7 +149,7 @@ class Log:
 
     def drop_channel(self, name: str) -> None:
         """Forget ``name``: its flushed files go now, its WAL records with their segments."""
-        with self._cv:
+        with self.live.cv:
             info = self._infos.pop(name, None) or self._load_info(name)
             if info is None:
                 return
@@ -156,7 +157,7 @@ class Log:
             self.store.delete(paths.log_channel_key(name))
             for key in self.store.list(paths.log_data_prefix(info.id)):
                 self.store.delete(key)
-            self._state.pieces.pop(info.id, None)
+            self.live.drop(info.id)
 
     def _load_info(self, name: str) -> ChannelInfo | None:
         try:
@@ -172,50 +173,30 @@ class Log:
         if self._writers and len(self._writers) == self.physical_channels:
             return
         state = read_state(self.store, self.physical_channels)
-        with self._cv:
-            if self._writers:  # keep our own physical channels' view: it is newer than storage's
-                for info in self._infos.values():
-                    if info.pchannel in self._writers:
-                        copy_channel(self._state, state, info.id)
-                for p in self._writers:
-                    state.ticks[p] = self._state.ticks.get(p, 0)
-            self._state = state
-            self._last_tick = max([self._last_tick, *state.ticks.values()])
-            self._cv.notify_all()
+        with self.live.cv:  # keep our own physical channels' view: it is newer than storage's
+            self.live.refresh(state, set(self._writers), {i.id: i.pchannel for i in self._infos.values()})
 
     def tick(self) -> int:
         """Every record with a tick <= the returned one has arrived (durable and visible)."""
-        with self._cv:
-            if self._inflight:
-                return min(self._inflight) - 1
-            if not self._writers:
-                return max(self._state.ticks.values(), default=0)
-            return self._next_tick(advance=False)
+        return self.live.tick(writing=bool(self._writers))
 
     def snapshot(self, names: list[str]) -> tuple[int, dict[str, int]]:
-        """One tick and each channel's end at it: a cut that never splits a transaction."""
-        with self._cv:
+        """One tick and each channel's end at it: a cut that never splits a transaction (nothing
+        is published while it is taken)."""
+        with self.live.cv:
             t = self.tick()
-            ends = {}
-            for name in names:
-                ch = self.channel(name)
-                pieces = self._state.pieces.get(ch.info.id, [])
-                i = bisect_right([p.tick for p in pieces], t)
-                ends[name] = pieces[i - 1].end if i else self._state.start.get(ch.info.id, 0)
-            return t, ends
+            return t, {name: self.live.end_at(self.channel(name).info.id, t) for name in names}
 
-    def _next_tick(self, *, advance: bool = True) -> int:
-        now = self.clock() // 1000  # microseconds
-        t = max(now, self._last_tick + (1 if advance else 0))
-        if advance:
-            self._last_tick = t
-        return t
+    def writes(self, pchannel: int) -> bool:
+        """Whether this process is the writer of ``pchannel`` (its appends notify local readers)."""
+        return pchannel in self._writers
 
     # -- writing -------------------------------------------------------------------------------
     def transaction(self) -> Transaction:
         return Transaction(self)
 
-    def _writer(self, pchannel: int) -> Writer:
+    def writer(self, pchannel: int) -> Writer:
+        """This process's writer of ``pchannel``, claiming it on first use."""
         w = self._writers.get(pchannel)
         if w is not None and w.broken is None and not self._closed:
             return w
@@ -231,21 +212,10 @@ class Log:
         if w is None or w.broken:
             if w is not None:  # an I/O failure: claim again, which recovers the tail
                 w.release()
-            w = self._writers[pchannel] = Writer(self, pchannel)
+            w = self._writers[pchannel] = Writer(
+                self.store, pchannel, self.live, physical_channels=self.physical_channels,
+                segment_bytes=self.segment_bytes, on_closed=self._closed_segment, clock=self.clock)
         return w
-
-    def _publish(self, frames: list[tuple[int, Frame, str]]) -> None:
-        """Make written frames visible (called with the lock held)."""
-        for pchannel, frame, key in frames:
-            for e in frame.entries:
-                self._state.pieces[e.channel].append(Piece(e.first, e.count, frame.tick, key, frame.offset,
-                                                           frame.length))
-            if frame.producer:
-                pid, pseq = frame.producer
-                e = frame.entries[0]
-                self._state.producers[e.channel][pid] = [pseq, e.first, e.first + e.count]
-            self._state.ticks[pchannel] = max(self._state.ticks.get(pchannel, 0), frame.tick)
-        self._cv.notify_all()
 
     def flush(self) -> None:
         """Close every open segment and wait until everything is flushed to Parquet."""
@@ -256,7 +226,7 @@ class Log:
 
     def _closed_segment(self, name: SegmentName) -> None:
         if self._flusher is None:
-            self._flusher = Flusher(self)
+            self._flusher = Flusher(self.store, self.live)
         self._flusher.submit(name)
 
     def close(self) -> None:
@@ -287,14 +257,12 @@ class Channel:
     @property
     def end(self) -> int:
         """The sequence number the next record gets."""
-        with self.log._cv:
-            return self.log._state.end(self.info.id)
+        return self.log.live.end(self.info.id)
 
     @property
     def start(self) -> int:
         """The first sequence number still readable (records below it were truncated)."""
-        with self.log._cv:
-            return self.log._state.start.get(self.info.id, 0)
+        return self.log.live.start(self.info.id)
 
     @property
     def tick(self) -> int:
@@ -305,15 +273,12 @@ class Channel:
         table = conform(f"channel {self.name!r}", self.schema, data)
         if producer is not None:
             producer = (str(producer[0]), int(producer[1]))
-        return self.log._writer(self.info.pchannel).commit([(self.info.id, table)], producer=producer)[0]
+        return self.log.writer(self.info.pchannel).commit([(self.info.id, table)], producer=producer)[0]
 
     def pieces(self, start: int, stop: int) -> list[Piece]:
         """The pieces holding ``[start, stop)``; a range below :attr:`start` is an error."""
-        with self.log._cv:
-            self._check_range(start)
-            pieces = self.log._state.pieces.get(self.info.id, [])
-            i = max(0, bisect_right([p.first for p in pieces], start) - 1)
-            return [p for p in pieces[i:] if p.first < stop and p.end > start]
+        self._check_range(start)
+        return [p for p in self.log.live.pieces(self.info.id) if p.first < stop and p.end > start]
 
     def read(self, start: int | None = None, stop: int | None = None, *, hidden: bool = False) -> pa.Table:
         """Records ``[start, stop)`` (default: all) in sequence order; ``hidden`` adds ``_seq`` and ``_tick``."""
@@ -329,14 +294,14 @@ class Channel:
         """Block until the channel has a record at or past ``position`` (True) or ``timeout`` passes."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            with self.log._cv:
+            with self.log.live.cv:
                 if self.end > position:
                     return True
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return False
-                if self.info.pchannel in self.log._writers:  # we write it: appends notify us
-                    self.log._cv.wait(remaining)
+                if self.log.writes(self.info.pchannel):  # we write it: appends notify us
+                    self.log.live.cv.wait(remaining)
                     continue
             time.sleep(min(0.05, remaining) if remaining is not None else 0.05)
             self.log.refresh()
@@ -351,8 +316,8 @@ class Channel:
 
     def truncate(self, upto: int) -> None:
         """Drop records below ``upto``; they must be flushed already (so no WAL frame is lost)."""
-        with self.log._cv:
-            pieces = self.log._state.pieces.get(self.info.id, [])
+        with self.log.live.cv:
+            pieces = self.log.live.pieces(self.info.id)
             flushed = self.start
             for p in pieces:  # the flushed prefix (a transaction's frame may flush out of order)
                 if p.offset >= 0:
@@ -364,11 +329,8 @@ class Channel:
             if upto <= self.start:
                 return
             self.log.store.put(paths.log_start_key(self.info.id, upto), b"")
-            for p in pieces:
-                if p.end <= upto:
-                    self.log.store.delete(p.key)
-            self.log._state.pieces[self.info.id] = [p for p in pieces if p.end > upto]
-            self.log._state.start[self.info.id] = upto
+            for p in self.log.live.truncated(self.info.id, upto):
+                self.log.store.delete(p.key)
 
     def _check_range(self, start: int) -> None:
         if start < self.start:
@@ -396,7 +358,7 @@ class Transaction:
             self.commit()
 
     def commit(self) -> dict[str, Appended]:
-        """Append everything; return each channel's range (one tick for all)."""
+        """Append everything as one frame; return each channel's range (one tick for all)."""
         by_p: dict[int, list[tuple[str, pa.Table]]] = defaultdict(list)
         names = {}
         for info, table in self._parts:
@@ -406,37 +368,10 @@ class Transaction:
         if not by_p:
             return {}
         self._parts = []
-        # One frame in the lowest physical channel holds every entry: a frame is atomic. Leading
-        # the other physical channels too keeps their channels' numbering and ticks in order.
-        writers = [self.log._writer(p) for p in sorted(by_p)]
-        for w in writers:  # in pchannel order: two transactions never wait on each other in a cycle
-            w.lead()
-        try:
-            with self.log._cv:
-                tick = self.log._next_tick()
-                self.log._inflight.add(tick)
-            try:
-                entries = [e for p in sorted(by_p) for e in by_p[p]]
-                frame, key = writers[0].write_frames([(entries, None)], tick)[0]
-                written = [(writers[0].pchannel, frame, key)]
-                for w in writers:
-                    w.check_fenced()
-                faults.point("log.after_put")
-                with self.log._cv:
-                    self.log._publish(written)
-            finally:
-                with self.log._cv:
-                    self.log._inflight.discard(tick)
-            for w in writers:
-                w.roll_if_full()
-        finally:
-            for w in writers:
-                w.unlead()
-        out = {}
-        for _, frame, _ in written:
-            for e in frame.entries:
-                out[names[e.channel]] = Appended(e.first, e.first + e.count, frame.tick)
-        return out
+        writers = [self.log.writer(p) for p in sorted(by_p)]
+        entries = [e for p in sorted(by_p) for e in by_p[p]]
+        appended = writers[0].commit(entries, also=writers[1:])
+        return {names[ch]: a for (ch, _), a in zip(entries, appended)}
 
 
 def _check_name(name: str) -> None:

@@ -7,8 +7,9 @@ Claiming (the first append to a physical channel in this process):
 3. the older generations' segments sealed at their last whole frame (a torn tail is cut), and
    handed to the flusher; segments already flushed are deleted.
 
-A group commit (see :mod:`millpond.log.log`) writes and syncs, then checks that no newer
-generation exists before anything is published or acknowledged.
+A group commit (:meth:`Writer.commit`; its steps are in :mod:`millpond.log.log`) writes and syncs,
+then checks that no newer generation exists before anything is published or acknowledged. A
+transaction across physical channels takes the same path, leading every writer involved.
 """
 
 from __future__ import annotations
@@ -20,19 +21,17 @@ import logging
 import os
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Callable, Sequence
 
 import pyarrow as pa
 
 from millpond import faults, paths
 from millpond.errors import FencedError, MillpondError, StorageError
 from millpond.log.flush import delete_segment
-from millpond.log.state import Appended, State, copy_channel, read_state
+from millpond.log.live import Live
+from millpond.log.state import Appended, State, read_state
 from millpond.log.wal import Entry, Frame, SegmentName, SegmentWriter, encode_frame, list_segments
 from millpond.store.objects import AlreadyExists, ObjectStore
-
-if TYPE_CHECKING:
-    from millpond.log.log import Log
 
 __all__ = ["Writer", "lock"]
 
@@ -50,20 +49,17 @@ class _Request:
 class Writer:
     """The single writer of one physical channel in this process."""
 
-    def __init__(self, log_: Log, pchannel: int):
-        self.log, self.pchannel, self.store = log_, pchannel, log_.store
+    def __init__(self, store: ObjectStore, pchannel: int, live: Live, *, physical_channels: int,
+                 segment_bytes: int, on_closed: Callable[[SegmentName], None], clock: Callable[[], int]):
+        self.store, self.pchannel, self.live = store, pchannel, live
+        self.segment_bytes, self.on_closed, self.clock = segment_bytes, on_closed, clock
         self.broken: BaseException | None = None
         self._lock_fd = lock(self.store, pchannel)
         try:
             self.gen = self._claim()
-            state = read_state(self.store, log_.physical_channels)  # older writers are fenced: this is final
+            state = read_state(self.store, physical_channels)  # older writers are fenced: this is final
             self._seal_older(state)
-            with log_._cv:  # this physical channel's channels: exactly what is on storage now
-                for info in state.channels:
-                    if info.pchannel == pchannel:
-                        copy_channel(state, log_._state, info.id)
-                log_._state.ticks[pchannel] = state.ticks.get(pchannel, 0)
-                log_._last_tick = max(log_._last_tick, state.ticks.get(pchannel, 0))
+            live.adopt(state, pchannel)  # this physical channel's channels: exactly what is on storage now
             self._n = 0
             self.segment = SegmentWriter(self.store, SegmentName(pchannel, self.gen, self._n))
         except BaseException:
@@ -79,7 +75,7 @@ class Writer:
         gen = max(gens, default=0) + 1
         try:
             self.store.put_if_absent(paths.log_writer_key(self.pchannel, gen),
-                                     json.dumps({"pid": os.getpid(), "at": self.log.clock() / 1e9}).encode())
+                                     json.dumps({"pid": os.getpid(), "at": self.clock() / 1e9}).encode())
         except AlreadyExists:
             raise FencedError(f"log physical channel p{self.pchannel} under {self.store.root!r}: another writer "
                               f"claimed generation {gen} at the same time") from None
@@ -96,7 +92,7 @@ class Writer:
                 delete_segment(self.store, name, listing)
                 continue
             if name in listing.sealed:
-                self.log._closed_segment(name)
+                self.on_closed(name)
                 continue
             valid = state.valid.get(name, 0)
             path = self.store.local_path(name.key)
@@ -106,7 +102,7 @@ class Writer:
                 os.truncate(path, valid)
             with contextlib.suppress(AlreadyExists):
                 self.store.put_if_absent(name.seal_key, json.dumps({"length": valid}).encode())
-            self.log._closed_segment(name)
+            self.on_closed(name)
 
     def check_fenced(self) -> None:
         nxt = paths.log_writer_key(self.pchannel, self.gen + 1)
@@ -119,8 +115,28 @@ class Writer:
             raise self.broken
 
     # -- group commit ----------------------------------------------------------------------------
-    def commit(self, entries: list[tuple[str, pa.Table]], *, producer: tuple[str, int] | None = None) -> list[Appended]:
+    def commit(self, entries: list[tuple[str, pa.Table]], *, producer: tuple[str, int] | None = None,
+               also: Sequence[Writer] = ()) -> list[Appended]:
+        """Append ``entries`` as one frame, durably; concurrent commits share one group commit.
+
+        ``also``: the writers of the other physical channels a transaction's entries belong to
+        (their physical channels are higher). The frame goes into this writer's segment while this
+        process leads all of them, so their numbering and ticks stay in order, and it is committed
+        alone through the same steps."""
         req = _Request(entries, producer)
+        if also:
+            led: list[Writer] = []
+            try:
+                for w in (self, *also):  # in physical channel order: transactions never wait in a cycle
+                    w.lead()
+                    led.append(w)
+                self._commit_group([req], also)
+            finally:
+                for w in led:
+                    w.unlead()
+            if req.error is not None:
+                raise req.error
+            return req.result
         with self._cv:
             self._queue.append(req)
             while req.result is None and req.error is None:
@@ -155,14 +171,14 @@ class Writer:
             self._leading = False
             self._cv.notify_all()
 
-    def _commit_group(self, group: list[_Request]) -> None:
+    def _commit_group(self, group: list[_Request], also: Sequence[Writer] = ()) -> None:
+        """The group commit: 1. a new tick; 2. skip producers' retries; 3. number, encode, write
+        and sync the frames; 4. check no newer writer fenced this one (or ``also``); 5. publish
+        and acknowledge; 6. roll full segments."""
         try:
             if self.broken:
                 raise self.broken
-            with self.log._cv:
-                tick = self.log._next_tick()
-                self.log._inflight.add(tick)
-            try:
+            with self.live.next_tick() as tick:
                 todo, dups = [], {}
                 seen: dict[tuple[str, str], int] = {}
                 for i, req in enumerate(group):
@@ -171,43 +187,40 @@ class Writer:
                         pid, pseq = req.producer
                         last = seen.get((ch, pid))
                         if last is None:
-                            with self.log._cv:
-                                last = self.log._state.producers.get(ch, {}).get(pid, [-1])[0]
+                            last = self.live.last_producer_seq(ch, pid)
                         if pseq <= last:
                             dups[i] = (ch, pid, pseq)
                             continue
                         seen[(ch, pid)] = pseq
                     todo.append(i)
-                written = self.write_frames([(group[i].entries, group[i].producer) for i in todo], tick) if todo else []
-                self.check_fenced()
+                written = self._write_frames([(group[i].entries, group[i].producer) for i in todo], tick) if todo else []
+                for w in (self, *also):
+                    w.check_fenced()
                 faults.point("log.after_put")
-                with self.log._cv:
-                    self.log._publish([(self.pchannel, f, k) for f, k in written])
-                    for i, (frame, _) in zip(todo, written):
-                        group[i].result = [Appended(e.first, e.first + e.count, frame.tick) for e in frame.entries]
-                    for i, (ch, pid, pseq) in dups.items():
-                        last = self.log._state.producers.get(ch, {}).get(pid, [-1, -1, -1])
-                        known = last[0] == pseq
-                        group[i].result = [Appended(last[1] if known else -1, last[2] if known else -1, tick, True)]
-            finally:
-                with self.log._cv:
-                    self.log._inflight.discard(tick)
-            self.roll_if_full()
+                self.live.publish([(self.pchannel, f, k) for f, k in written])
+                for i, (frame, _) in zip(todo, written):
+                    group[i].result = [Appended(e.first, e.first + e.count, frame.tick) for e in frame.entries]
+                for i, (ch, pid, pseq) in dups.items():
+                    last = self.live.producer_range(ch, pid)
+                    known = last[0] == pseq
+                    group[i].result = [Appended(last[1] if known else -1, last[2] if known else -1, tick, True)]
+            for w in (self, *also):
+                w.roll_if_full()
         except BaseException as exc:
             for req in group:
                 if req.result is None:
                     req.error = exc if isinstance(exc, MillpondError) else StorageError(
                         f"log physical channel p{self.pchannel} under {self.store.root!r}: append failed: {exc}")
 
-    def write_frames(self, frames: list[tuple[list[tuple[str, pa.Table]], tuple[str, int] | None]],
+    def _write_frames(self, frames: list[tuple[list[tuple[str, pa.Table]], tuple[str, int] | None]],
                      tick: int) -> list[tuple[Frame, str]]:
         """Number, encode, write and sync ``frames`` (the caller leads); a failure breaks this writer."""
         nxt: dict[str, int] = {}
         encoded = []
-        with self.log._cv:
-            for entries, _ in frames:
-                for ch, _ in entries:
-                    nxt.setdefault(ch, self.log._state.end(ch))
+        for entries, _ in frames:
+            for ch, _ in entries:
+                if ch not in nxt:
+                    nxt[ch] = self.live.end(ch)
         for entries, producer in frames:
             numbered = []
             for ch, table in entries:
@@ -233,7 +246,7 @@ class Writer:
 
     def roll_if_full(self) -> None:
         """(The caller leads.)"""
-        if self.segment.length >= self.log.segment_bytes:
+        if self.segment.length >= self.segment_bytes:
             self._roll()
 
     def roll(self) -> None:
@@ -255,7 +268,7 @@ class Writer:
         self.store.put_if_absent(old.name.seal_key, json.dumps({"length": old.length}).encode())
         self._n += 1
         self.segment = SegmentWriter(self.store, SegmentName(self.pchannel, self.gen, self._n))
-        self.log._closed_segment(old.name)
+        self.on_closed(old.name)
 
     def release(self) -> None:
         if getattr(self, "segment", None) is not None:
