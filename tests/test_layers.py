@@ -1,0 +1,104 @@
+"""The map of the code holds: every import in ``src/millpond`` goes in an allowed direction (the
+README's "Map of the code"), only ``spark/`` imports pyspark, and no modules import each other in
+a circle."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parent.parent / "src" / "millpond"
+
+BASE = {"paths", "errors", "faults", "columns"}
+# package -> the millpond packages it may import (besides itself and BASE)
+ALLOWED = {
+    "store": set(),
+    "catalog": {"store"},
+    "log": {"store"},
+    "engine": {"store", "catalog", "log"},
+    "serve": {"store", "catalog", "log", "engine"},
+    "sql": {"store", "catalog", "log", "engine", "serve"},
+    "spark": {"store", "catalog", "log", "engine"},
+}
+ENTRY = {"__init__", "api", "cli"}  # entry points: they wire everything, Spark included
+
+
+def _package(module: str) -> str:
+    """``millpond.engine.plan`` -> ``engine``; ``millpond.paths`` -> ``paths``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in SRC.rglob("*.py"):
+        rel = path.relative_to(SRC.parent).with_suffix("")
+        name = ".".join(rel.parts)
+        out[name.removesuffix(".__init__")] = path
+    return out
+
+
+def _imports(path: Path, *, top_level_only: bool) -> list[tuple[str, int]]:
+    tree = ast.parse(path.read_text())
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    found = []
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found += [(a.name, node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.module, node.lineno))
+            found += [(f"{node.module}.{a.name}", node.lineno) for a in node.names]
+    return found
+
+
+def test_imports_follow_the_layers():
+    bad = []
+    for module, path in _modules().items():
+        pkg = _package(module)
+        if pkg in ENTRY:
+            continue
+        allowed = BASE | {pkg} | ALLOWED.get(pkg, set())
+        for target, line in _imports(path, top_level_only=False):
+            if target.split(".")[0] == "pyspark" and pkg != "spark":
+                bad.append(f"{path.relative_to(SRC)}:{line} imports {target} (only spark/ may import pyspark)")
+            if target.startswith("millpond.") and target.split(".")[1] in {*BASE, *ALLOWED, *ENTRY} \
+                    and _package(target) not in allowed:
+                bad.append(f"{path.relative_to(SRC)}:{line} imports {target} ({pkg} may import {sorted(allowed)})")
+    assert bad == []
+
+
+def test_every_package_is_on_the_map():
+    packages = {p.name for p in SRC.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    modules = {p.stem for p in SRC.glob("*.py")}
+    assert packages <= set(ALLOWED), f"add {sorted(packages - set(ALLOWED))} to the map (README and ALLOWED)"
+    assert modules <= BASE | ENTRY, f"add {sorted(modules - BASE - ENTRY)} to the map (README and BASE/ENTRY)"
+
+
+def test_no_module_imports_itself_in_a_circle():
+    modules = _modules()
+    graph = {m: {t for t, _ in _imports(p, top_level_only=True) if t in modules and t != m}
+             for m, p in modules.items()}
+    for m, deps in graph.items():  # a package imports its own submodules: not a circle
+        graph[m] = {d for d in deps if not (d.startswith(m + ".") and modules[m].name == "__init__.py")}
+    state: dict[str, int] = {}
+    cycle: list[str] = []
+
+    def visit(m: str, stack: list[str]) -> bool:
+        state[m] = 1
+        for d in sorted(graph[m]):
+            if state.get(d) == 1:
+                cycle.extend(stack[stack.index(d):] + [m, d] if d in stack else [m, d])
+                return True
+            if d not in state and visit(d, [*stack, m]):
+                return True
+        state[m] = 2
+        return False
+    for m in sorted(graph):
+        if m not in state and visit(m, []):
+            break
+    assert cycle == [], " -> ".join(cycle)
+
+
+def test_no_source_file_is_over_500_lines():
+    long = {str(p.relative_to(SRC)): n for p in SRC.rglob("*.py") if (n := len(p.read_text().splitlines())) > 500}
+    assert long == {}
