@@ -22,23 +22,24 @@ def run(rt: Runtime, text: str) -> pa.Table | None:
     return result
 
 
+# statement kind -> what executes it (queries return their result; the rest return None)
+_EXECUTE = {
+    exp.Create: ddl.create,
+    exp.Drop: ddl.drop,
+    exp.Set: ddl.set_,
+    exp.Insert: dml.insert,
+    exp.Delete: dml.delete,
+    exp.Update: dml.update,
+    exp.Select: answer,
+    exp.Union: answer,
+}
+
+
 def execute(rt: Runtime, s: exp.Expression) -> pa.Table | None:
     if keyword(s) == "FLUSH":
         rt.flush()
-    elif isinstance(s, exp.Create):
-        ddl.create(rt, s)
-    elif isinstance(s, exp.Drop):
-        ddl.drop(rt, s)
-    elif isinstance(s, exp.Set):
-        ddl.set_(rt, s)
-    elif isinstance(s, exp.Insert):
-        dml.insert(rt, s)
-    elif isinstance(s, exp.Delete):
-        dml.delete(rt, s)
-    elif isinstance(s, exp.Update):
-        dml.update(rt, s)
-    elif isinstance(s, (exp.Select, exp.Union)):
-        return answer(rt, s)
-    else:
+        return None
+    run_it = _EXECUTE.get(type(s))
+    if run_it is None:
         raise SqlError(f"unsupported statement: {s.sql('postgres')[:80]!r}")
-    return None
+    return run_it(rt, s)
