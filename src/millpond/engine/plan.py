@@ -255,6 +255,8 @@ def first_difference(a: Node, b: Node) -> str | None:
         if type(x) is not type(y):
             return f"{path}: {_short(x)} vs {_short(y)}"
         if isinstance(x, dict):
+            if x.get("node") != y.get("node"):
+                return f"{path}: {x.get('node')} vs {y.get('node')}"
             for k in dict.fromkeys([*x, *y]):
                 found = diff(x.get(k), y.get(k), f"{path}.{k}" if "node" not in x else f"{path}/{x['node']}.{k}")
                 if found:

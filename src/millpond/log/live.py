@@ -64,9 +64,12 @@ class Live:
         with self.cv:
             return self.state.start.get(channel_id, 0)
 
-    def pieces(self, channel_id: str) -> list[Piece]:
+    def pieces(self, channel_id: str, start: int = 0, stop: int | None = None) -> list[Piece]:
+        """The pieces holding records of ``[start, stop)`` (all by default), in order."""
         with self.cv:
-            return list(self.state.pieces.get(channel_id, []))
+            pieces = self.state.pieces.get(channel_id, [])
+            i = max(0, bisect_right([p.first for p in pieces], start) - 1)
+            return [p for p in pieces[i:] if p.end > start and (stop is None or p.first < stop)]
 
     def end_at(self, channel_id: str, tick: int) -> int:
         """The channel's end counting only records with a tick <= ``tick``."""

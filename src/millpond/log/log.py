@@ -278,7 +278,7 @@ class Channel:
     def pieces(self, start: int, stop: int) -> list[Piece]:
         """The pieces holding ``[start, stop)``; a range below :attr:`start` is an error."""
         self._check_range(start)
-        return [p for p in self.log.live.pieces(self.info.id) if p.first < stop and p.end > start]
+        return self.log.live.pieces(self.info.id, start, stop)
 
     def read(self, start: int | None = None, stop: int | None = None, *, hidden: bool = False) -> pa.Table:
         """Records ``[start, stop)`` (default: all) in sequence order; ``hidden`` adds ``_seq`` and ``_tick``."""

@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import json
 from functools import reduce
+from typing import Mapping
 
 import pyarrow as pa
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from sqlglot import exp
 
+from millpond.catalog import TableDef
 from millpond.catalog.types import spark_ddl_type
 from millpond.columns import KH, ROW_ID, VN, W
 from millpond.engine import plan as P
+from millpond.engine.executor import Consumer, EpochJob, PieceSource, Ranges
 from millpond.engine.operators import HashAggregate, HashJoin, Materialize, Operator, TopN
 from millpond.engine.operators.aggregate import VALUE_FUNCS, nonnull_col, sum_col, value_col
 from millpond.engine.operators.join import SIDE
@@ -34,7 +37,8 @@ __all__ = ["Builder"]
 class Builder:
     """Builds one consumer's DataFrame for one epoch."""
 
-    def __init__(self, spark, job, consumer, ranges, tables, pieces):  # noqa: ANN001
+    def __init__(self, spark: SparkSession, job: EpochJob, consumer: Consumer, ranges: Ranges,
+                 tables: Mapping[str, TableDef], pieces: PieceSource):
         self.spark, self.job, self.consumer = spark, job, consumer
         self.ranges, self.tables, self.pieces = ranges, tables, pieces
 
