@@ -76,14 +76,19 @@ class Database:
         self._own_spark = spark is None
         self.spark = spark or local_session()
         register(self.spark)
-        store = ObjectStore(root, storage_options)
-        catalogs = CatalogStore(store)
-        catalog = bind_plans(catalogs.load(), mode=plans)
-        log = Log(store)
-        coordinator = Coordinator(SparkExecutor(self.spark), store, log,
-                                  parallelism=parallelism or self.spark.sparkContext.defaultParallelism,
-                                  compaction=spark_runner(self.spark) if compaction == "spark" else run_in_process)
-        self.runtime = Runtime(catalogs, catalog, log, coordinator)
+        try:
+            store = ObjectStore(root, storage_options)
+            catalogs = CatalogStore(store)
+            catalog = bind_plans(catalogs.load(), mode=plans)
+            log = Log(store)
+            coordinator = Coordinator(SparkExecutor(self.spark), store, log,
+                                      parallelism=parallelism or self.spark.sparkContext.defaultParallelism,
+                                      compaction=spark_runner(self.spark) if compaction == "spark" else run_in_process)
+            self.runtime = Runtime(catalogs, catalog, log, coordinator)
+        except BaseException:
+            if self._own_spark:  # a root that cannot be opened leaves nothing of ours running
+                self.spark.stop()
+            raise
         self._closed = False
         self._fenced: FencedError | None = None
         self._loop = EpochLoop(self.runtime.run_epoch, period, self.runtime.lock) if period else None

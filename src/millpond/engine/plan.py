@@ -224,9 +224,8 @@ def _dec_expr(data: Any) -> Any:
 
 
 def _enum(name: str) -> type[enum.Enum]:
-    for cls in (exp.DataType.Type,):
-        if cls.__name__ == name:
-            return cls
+    if name == exp.DataType.Type.__name__:  # the only enumeration in sqlglot trees: data types
+        return exp.DataType.Type
     raise ValueError(f"unknown enumeration {name!r} in a stored plan")
 
 
