@@ -13,11 +13,17 @@ with every batch, while visits pick any product: a visit may arrive before its p
 row, so both sides' state is exercised (a stored visit joins a later info row, and vice versa).
 
 millpond: a fresh root per query; per batch ``db.insert(...)`` (a durable log append, timed as
-"ingest") then ``db.flush()`` (one epoch, timed as "batch"). ``info`` has no primary key: Spark
-has no keys or upserts, and an insert into a keyed millpond table flushes and reads the whole
-table first, which is not what is being compared. Note that millpond also maintains each
-*table* (``SELECT * FROM visit``) in the same epoch; Spark does not — that work is part of
-millpond's epoch and is counted.
+"ingest") then ``db.flush()`` (one epoch, timed as "batch"). Three variants (``--systems``):
+
+- ``millpond``: ordinary tables (rows may later be deleted or updated). millpond also maintains
+  each *table* (``SELECT * FROM visit``) in the same epoch; Spark does not — that work is part of
+  millpond's epoch and is counted.
+- ``millpond-ao``: the tables are ``APPEND ONLY``, like Spark's streams: a table's log is its
+  rows (no table state), and MAX keeps one value per group instead of a multiset.
+- ``millpond-keyed`` (join only): ``info`` has a primary key, and every batch also upserts 10% of
+  the products already sent (same category, so the join's result is unchanged while every
+  upsert retracts and re-inserts its row). Spark has no keys or upserts: compare it with the
+  key-less ``millpond`` run.
 
 Spark Structured Streaming: a Parquet file source per table (``readStream.parquet(dir)``,
 ``maxFilesPerTrigger=1``). Each batch is one Parquet file per table (writing it is timed as
@@ -50,7 +56,7 @@ At the end both systems' results are compared with each other and with a polars 
 generated input; the script fails if any differs.
 
     .venv/bin/python benchmarks/throughput.py [--batches 8] [--rows 200000] [--queries agg,join]
-        [--systems millpond,spark] [--spark-state-store default|rocksdb]
+        [--systems millpond,millpond-ao,millpond-keyed,spark] [--spark-state-store default|rocksdb]
 """
 
 from __future__ import annotations
@@ -124,6 +130,18 @@ def make_workload(query: str, batches: int, rows: int, products: int, groups: in
     return Workload(query, vis, info)
 
 
+def with_upserts(w: Workload, share: float = 0.1, seed: int = 2) -> Workload:
+    """``w`` with every info slice after the first also re-sending ``share`` of the products sent
+    before it (same category): upserts that change no result."""
+    rng = np.random.default_rng(seed)
+    info = [w.info[0]]
+    for i in range(1, len(w.info)):
+        sent = pa.concat_tables(w.info[:i])
+        again = sent.take(pa.array(rng.choice(sent.num_rows, int(sent.num_rows * share), replace=False)))
+        info.append(pa.concat_tables([w.info[i], again]))
+    return Workload(w.query, w.visit, info)
+
+
 # -- results ----------------------------------------------------------------------------------
 @dataclass
 class Timings:
@@ -153,11 +171,14 @@ def oracle(w: Workload) -> pl.DataFrame:
 
 
 # -- millpond ---------------------------------------------------------------------------------
-def run_millpond(spark, w: Workload, workdir: str) -> Timings:  # noqa: ANN001
-    t = Timings("millpond")
+def run_millpond(spark, w: Workload, workdir: str, variant: str = "millpond") -> Timings:  # noqa: ANN001
+    t = Timings(variant)
     db = millpond.connect(os.path.join(workdir, "millpond"), spark=spark, interval=None)
+    suffix = " APPEND ONLY" if variant == "millpond-ao" else ""
+    info_ddl = INFO_DDL.replace("product VARCHAR", "product VARCHAR PRIMARY KEY") if variant == "millpond-keyed" \
+        else INFO_DDL + suffix
     try:
-        db.sql(";\n".join([VISIT_DDL, *([INFO_DDL] if w.info is not None else []),
+        db.sql(";\n".join([VISIT_DDL + suffix, *([info_ddl] if w.info is not None else []),
                            f"CREATE MATERIALIZED VIEW result AS {AGG_SQL if w.query == 'agg' else JOIN_SQL}"]))
         for i in range(len(w.visit)):
             t0 = time.perf_counter()
@@ -283,7 +304,7 @@ def main() -> None:
     ap.add_argument("--groups", type=int, default=10_000, help="distinct user_bucket values (agg)")
     ap.add_argument("--products", type=int, default=20_000, help="products, i.e. info rows in all (join)")
     ap.add_argument("--queries", default="agg,join")
-    ap.add_argument("--systems", default="millpond,spark")
+    ap.add_argument("--systems", default="millpond,millpond-ao,millpond-keyed,spark")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--spark-state-store", choices=["default", "rocksdb"], default="default",
                     help="Spark's state store provider (default: HDFS-backed, Spark's own default)")
@@ -299,16 +320,27 @@ def main() -> None:
         w = make_workload(query, args.batches, args.rows, args.products, args.groups, args.seed)
         runs = {}
         for system in args.systems.split(","):
+            if system == "millpond-keyed" and query != "join":
+                continue
             with tempfile.TemporaryDirectory(prefix=f"throughput-{query}-{system}-") as workdir:
-                runs[system] = (run_millpond(spark, w, workdir) if system == "millpond"
-                                else run_spark(spark, w, workdir, args.spark_state_store))
+                if system == "spark":
+                    runs[system] = run_spark(spark, w, workdir, args.spark_state_store)
+                elif system == "millpond-keyed":
+                    runs[system] = run_millpond(spark, with_upserts(w), workdir, system)
+                elif system in ("millpond", "millpond-ao"):
+                    runs[system] = run_millpond(spark, w, workdir, system)
+                else:
+                    raise SystemExit(f"unknown system {system!r} (millpond, millpond-ao, millpond-keyed, spark)")
             print(f"  {query} on {system}: batches " + " ".join(f"{x:.2f}" for x in runs[system].batch)
                   + f" (load average {os.getloadavg()[0]:.1f})", flush=True)
         for t in runs.values():
             lines.append(_line(query, t, args.rows))
-        if {"millpond", "spark"} <= set(runs):
-            m, s = (statistics.median(runs[x].batch) for x in ("millpond", "spark"))
-            lines.append(f"{query:<5} ratio millpond/Spark: batch time {m / s:.2f}, throughput {s / m:.2f}")
+        for mine, base in (("millpond", "spark"), ("millpond-ao", "spark"), ("millpond-keyed", "millpond")):
+            if {mine, base} <= set(runs):
+                m, b = (statistics.median(runs[x].batch) for x in (mine, base))
+                me, be = (sum(runs[x].batch) + sum(runs[x].ingest) for x in (mine, base))
+                lines.append(f"{query:<5} ratio {mine}/{base}: batch time {m / b:.2f}, throughput {b / m:.2f}, "
+                             f"end to end (ingest + batch) {me / be:.2f}")
         checks.append(check(query, {**{t.system: t.result for t in runs.values()}, "oracle": oracle(w)}))
     print(f"\n{args.batches} batches of {args.rows:,} visit rows after one warm-up batch; "
           f"agg over {args.groups:,} groups; join over {args.products:,} products (info arrives in "

@@ -24,8 +24,9 @@ from millpond.store.objects import AlreadyExists, ObjectStore
 
 __all__ = ["Column", "TableDef", "ViewDef", "Catalog", "CatalogStore", "FORMAT"]
 
-# 2: views carry their CREATE statement as written and their bound plan (1: a re-generated query)
-FORMAT = 2
+# 2: views carry their CREATE statement as written and their bound plan (1: a re-generated query);
+# 3: APPEND ONLY tables (written only when there is one, so other roots stay readable by format 2)
+FORMAT = 3
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class TableDef:
     name: str
     columns: tuple[Column, ...]
     primary_key: tuple[str, ...] = ()
+    append_only: bool = False  # rows are only ever inserted: the log is the table (no state of its own)
 
     @property
     def channel(self) -> str:
@@ -108,9 +110,10 @@ class Catalog:
         """The same catalog with these view definitions (e.g. their plans filled in)."""
         return replace(self, views=views)
 
-    def with_table(self, name: str, columns: tuple[Column, ...], primary_key: tuple[str, ...]) -> "Catalog":
+    def with_table(self, name: str, columns: tuple[Column, ...], primary_key: tuple[str, ...], *,
+                   append_only: bool = False) -> "Catalog":
         self._check_free(name)
-        t = TableDef(self.next_id, name, columns, primary_key)
+        t = TableDef(self.next_id, name, columns, primary_key, append_only)
         return replace(self, next_id=self.next_id + 1, tables={**self.tables, name: t})
 
     def with_view(self, name: str, sql: str, schema: pa.Schema, depends_on: tuple[str, ...], plan: dict | None
@@ -133,12 +136,13 @@ class Catalog:
     def to_json(self) -> bytes:
         return json.dumps(
             {
-                "format": FORMAT,
+                # an append-only table has no state of its own: older versions must not open the root
+                "format": FORMAT if any(t.append_only for t in self.tables.values()) else 2,
                 "version": self.version,
                 "next_id": self.next_id,
                 "tables": [
                     {"id": t.id, "name": t.name, "columns": [[c.name, c.type] for c in t.columns],
-                     "primary_key": list(t.primary_key)}
+                     "primary_key": list(t.primary_key), **({"append_only": True} if t.append_only else {})}
                     for t in self.tables.values()
                 ],
                 "views": [
@@ -157,7 +161,8 @@ class Catalog:
             raise CatalogError(f"catalog version {body.get('version')} has format {body['format']}; this millpond "
                                f"reads formats 1 to {FORMAT}: open the root with the millpond version that wrote it")
         tables = {
-            t["name"]: TableDef(t["id"], t["name"], tuple(Column(*c) for c in t["columns"]), tuple(t["primary_key"]))
+            t["name"]: TableDef(t["id"], t["name"], tuple(Column(*c) for c in t["columns"]), tuple(t["primary_key"]),
+                              t.get("append_only", False))
             for t in body["tables"]
         }
         views = {

@@ -18,7 +18,8 @@ def table_plan(table: TableDef) -> P.Materialize:
 
 def consumers(catalog: Catalog, view_plans: dict[str, P.Materialize]) -> list[Consumer]:
     """Tables first, then views with their plans (``view_plans`` by view name)."""
-    out = [Consumer(f"o{t.id}", t.id, t.name, table_plan(t), (*(c.name for c in t.columns), ROW_ID))
+    out = [Consumer(f"o{t.id}", t.id, t.name, table_plan(t), (*(c.name for c in t.columns), ROW_ID),
+                    log_only=t.append_only)
            for t in catalog.tables.values()]
     out += [Consumer(f"o{v.id}", v.id, v.name, view_plans[v.name], tuple(v.schema.names))
             for v in catalog.views.values()]

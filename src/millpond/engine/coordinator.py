@@ -9,7 +9,8 @@ step point here by number.
    end at one tick, so no transaction is split). Every consumer — a table's own materialization
    or a view — reads ``[its offset in the last manifest, the channel's end at the snapshot)`` of
    each channel it depends on. Consumers with nothing new sit the epoch out (a new view runs once,
-   so e.g. ``COUNT(*)`` shows 0).
+   so e.g. ``COUNT(*)`` shows 0). An APPEND ONLY table keeps no state: its rows are its log, so it
+   takes no part in the job and only its offsets advance (step 5).
 2. **Pin the input version.** Apply finished compactions (store maintenance), then take the
    current manifest version ``v`` as the job's input: epoch ``e = v.epoch + 1``, a fresh attempt
    id. Every task reads state at ``v``.
@@ -117,7 +118,8 @@ class Coordinator:
         faults.point("epoch.before_job")
         # 3. the job
         try:
-            changes = self.executor.run(job, work, catalog.tables, self._pieces)
+            run = [(c, r) for c, r in work if not c.log_only]  # an APPEND ONLY table only advances its offsets
+            changes = self.executor.run(job, run, catalog.tables, self._pieces) if run else {}
         except MillpondError:
             raise
         except Exception as exc:  # a task failed: the epoch is not committed, nothing is visible

@@ -71,6 +71,8 @@ def append_changes(rt: Runtime, table: TableDef, old: pa.Table | None, new: pa.T
                    current: pa.Table | None = None) -> None:
     """Append retractions of ``old`` and insertions of ``new`` (both with ``_row_id``) as one
     durable batch. ``current`` is the committed table, if the caller already read it."""
+    if table.append_only and old is not None and old.num_rows:
+        raise SchemaError(f"table {table.name!r} is APPEND ONLY: its rows cannot be deleted or replaced")
     parts = []
     for rows, w in ((old, -1), (new, 1)):
         if rows is not None and rows.num_rows:

@@ -111,6 +111,7 @@ class Aggregate:
     calls: tuple[AggCall, ...]
     node_id: int
     whole: bool = False
+    append_only: bool = False  # the input never retracts: MIN/MAX keep one value per group
 
 
 @dataclass(frozen=True)
@@ -312,7 +313,8 @@ def _describe(node: Node) -> str:
     if isinstance(node, Aggregate):
         calls = ", ".join(f"{c.name} := {c.func}({c.arg or ''})" for c in node.calls)
         group = "whole input" if node.whole else f"group [{', '.join(node.group)}]"
-        return f"Aggregate #{node.node_id} {group}" + (f" calls [{calls}]" if calls else "")
+        return (f"Aggregate #{node.node_id} {group}" + (f" calls [{calls}]" if calls else "")
+                + (" append-only" if node.append_only else ""))
     if isinstance(node, TopN):
         order = ", ".join(f"{c}{' DESC' if d else ''}{' NULLS FIRST' if nf else ''}" for c, d, nf in node.order)
         rn = f" row_number {node.row_number}" if node.row_number else ""

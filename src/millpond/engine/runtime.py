@@ -91,6 +91,10 @@ class Runtime:
         consumer = self._by_name[name]
         schema = rel.log_schema.remove(rel.log_schema.get_field_index(W)) if isinstance(rel, TableDef) \
             else rel.schema
+        if consumer.log_only:  # an APPEND ONLY table: its log up to the last committed epoch
+            stop = self.coordinator.manifest.offsets.get(consumer.key, {}).get(rel.channel, 0)
+            table = self.channel(rel).read(0, stop).select(list(consumer.columns)).cast(schema)
+            return table if hidden else table.drop_columns([ROW_ID])
         found = self.coordinator.rows(consumer).scan()
         if found is None or found.height == 0:
             table = schema.empty_table()

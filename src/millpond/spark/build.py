@@ -123,12 +123,15 @@ class Builder:
     def _aggregate(self, node: P.Aggregate) -> DataFrame:
         df = self.build(node.input)
         group = list(node.group)
-        pre, sums, values = [], [], []
+        pre, sums, values, extremes = [], [], [], []
         for i, call in enumerate(node.calls):
             arg = F.col(call.arg) if call.arg else None
             if call.func in VALUE_FUNCS:
                 pre.append(arg.alias(value_col(i)))
-                values.append(value_col(i))
+                if node.append_only and call.func in ("min", "max"):  # one value per group, no multiset
+                    extremes.append(getattr(F, call.func)(value_col(i)).alias(value_col(i)))
+                else:
+                    values.append(value_col(i))
             if call.func == "sum":
                 pre.append((arg * F.col(W)).alias(sum_col(i)))
                 sums.append(sum_col(i))
@@ -143,7 +146,7 @@ class Builder:
         df = self._exchange(df, [_c(g) for g in group])
         # Catalyst consolidates the delta per (group, min/max/distinct values) before Python sees it.
         agged = df.groupBy(VN, KH, *[_c(g) for g in group], *values).agg(
-            F.sum(W).alias(W), *[F.sum(s).alias(s) for s in sums])
+            F.sum(W).alias(W), *[F.sum(s).alias(s) for s in sums], *extremes)
         if not node.whole:
             agged = agged.filter(reduce(lambda a, b: a | b, [F.col(c) != 0 for c in (W, *sums)]))
         out_fields = [agged.schema[g] for g in group]
@@ -158,7 +161,8 @@ class Builder:
                 t = agged.schema[sum_col(i) if call.func == "sum" else value_col(i)].dataType
             out_fields.append(T.StructField(call.name, t))
         schema = T.StructType([*out_fields, T.StructField(W, T.LongType())])
-        op = HashAggregate(tuple(group), node.calls, name=f"{self.consumer.name}#{node.node_id}", whole=node.whole)
+        op = HashAggregate(tuple(group), node.calls, name=f"{self.consumer.name}#{node.node_id}", whole=node.whole,
+                           append_only=node.append_only)
         return agged.mapInArrow(self._task(node.node_id, op, schema), schema)
 
     def _topn(self, node: P.TopN) -> DataFrame:

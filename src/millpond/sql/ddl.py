@@ -48,11 +48,29 @@ def _create_table(rt: Runtime, s: exp.Create) -> None:
                 pk.append(d.name)
         elif isinstance(d, exp.PrimaryKey):
             pk.extend(e.name for e in d.expressions)
+    append_only = _append_only_property(name, s)
+    if append_only and pk:
+        raise SqlError(f"table {name!r}: an APPEND ONLY table cannot have a primary key (an insert of an existing "
+                       "key would replace a row)")
     names = [c.name for c in cols]
     for bad in [p for p in pk if p not in names] + [n for n in names if n.startswith(RESERVED_PREFIX)]:
         raise SqlError(f"table {name!r}: invalid column {bad!r} (unknown primary key column, "
                        f"or a name starting with {RESERVED_PREFIX!r}, which millpond reserves)")
-    rt.commit_catalog(rt.catalog.with_table(name, tuple(cols), tuple(pk)))
+    rt.commit_catalog(rt.catalog.with_table(name, tuple(cols), tuple(pk), append_only=append_only))
+
+
+def _append_only_property(table: str, s: exp.Create) -> bool:
+    """``WITH (append_only = true)`` (or ``APPEND ONLY``); any other table property is refused."""
+    props = s.args.get("properties")
+    found = False
+    for p in props.expressions if props else []:
+        value = p.args.get("value")
+        if isinstance(p, exp.Property) and p.name.lower() == "append_only" and isinstance(value, exp.Boolean):
+            found = bool(value.this)
+        else:
+            raise SqlError(f"table {table!r}: unsupported table option {p.sql('postgres')!r} "
+                           "(known: APPEND ONLY, or WITH (append_only = true|false))")
+    return found
 
 
 def _create_view(rt: Runtime, s: exp.Create) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pyarrow as pa
 from sqlglot import exp
 
+from millpond.catalog import TableDef
 from millpond.catalog.types import arrow_type
 from millpond.columns import ROW_ID
 from millpond.engine import ingest
@@ -50,8 +51,15 @@ def insert(rt: Runtime, s: exp.Insert) -> None:
     ingest.insert(rt, t, ingest.conform_rows(t, rows))
 
 
+def _changeable(rt: Runtime, name: str, verb: str) -> TableDef:
+    t = rt.catalog.table(name)
+    if t.append_only:
+        raise SqlError(f"{verb} on table {t.name!r}: it is APPEND ONLY (rows can only be inserted)")
+    return t
+
+
 def delete(rt: Runtime, s: exp.Delete) -> None:
-    t = rt.catalog.table(s.this.name)
+    t = _changeable(rt, s.this.name, "DELETE")
     rt.flush()
     where = s.args.get("where")
     old = answer(rt, exp.select("*").from_(t.name).where(where.this if where else None), hidden=True)
@@ -59,7 +67,7 @@ def delete(rt: Runtime, s: exp.Delete) -> None:
 
 
 def update(rt: Runtime, s: exp.Update) -> None:
-    t = rt.catalog.table(s.this.name)
+    t = _changeable(rt, s.this.name, "UPDATE")
     rt.flush()
     sets = {eq.this.name: eq.expression for eq in s.expressions}
     unknown = set(sets) - {c.name for c in t.columns}

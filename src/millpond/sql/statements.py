@@ -22,7 +22,7 @@ _DIALECT = "postgres"
 def parse(text: str) -> list[exp.Expression]:
     """Statements of ``text`` with unquoted identifiers folded to lower case (PostgreSQL rules)."""
     try:
-        parsed = [s for s in sqlglot.parse(text, dialect=_DIALECT) if s is not None and not isinstance(s, exp.Semicolon)]
+        parsed = [s for s in sqlglot.parse(_append_only(text), dialect=_DIALECT) if s is not None and not isinstance(s, exp.Semicolon)]
     except ParseError as exc:
         first = exc.errors[0] if exc.errors else {}
         raise SqlError(f"syntax error: {first.get('description', exc)}"
@@ -32,13 +32,23 @@ def parse(text: str) -> list[exp.Expression]:
         raise SqlError(f"syntax error: {exc}", sql=text) from None
     sources = _sources(text)
     if len(sources) != len(parsed):  # not one token run per statement: parse the runs one by one
-        parsed = [sqlglot.parse_one(s, dialect=_DIALECT) for s in sources]
+        parsed = [sqlglot.parse_one(_append_only(s), dialect=_DIALECT) for s in sources]
     out = []
     for statement, sql in zip(parsed, sources):
         statement = normalize_identifiers(statement, dialect=_DIALECT)
         statement.meta["sql"] = sql
         out.append(statement)
     return out
+
+
+def _append_only(text: str) -> str:
+    """``CREATE TABLE t (...) APPEND ONLY`` (RisingWave's syntax) as the storage parameter
+    ``WITH (append_only = true)``, which the parser knows."""
+    tokens = sqlglot.Dialect.get_or_raise(_DIALECT).tokenize(text)
+    for prev, a, b in reversed(list(zip(tokens, tokens[1:], tokens[2:]))):
+        if (prev.token_type == TokenType.R_PAREN and a.text.upper() == "APPEND" and b.token_type == TokenType.ONLY):
+            text = text[:a.start] + "WITH (append_only = true)" + text[b.end + 1:]
+    return text
 
 
 def _sources(text: str) -> list[str]:

@@ -17,6 +17,11 @@ State:
   values inserted. A distinct count is the number of different non-NULL arguments in the
   multiset, read for every changed group.
 
+Over an input that only ever inserts (``append_only``: the planner proves it from APPEND ONLY
+tables) MIN and MAX need no multiset: the executor pre-aggregates each group's extreme of the
+epoch, and the new result is the extreme of it and the last output. A retraction reaching such
+an aggregate is an invariant violation, raised by name.
+
 Output per changed group: ``-old`` (if the group existed) and ``+new`` (if it still has rows),
 consolidated so an unchanged result emits nothing. Without GROUP BY (``whole``) the single
 group always exists, also with no rows (COUNT 0, other aggregates NULL); Spark adds a
@@ -67,6 +72,7 @@ class HashAggregate:
     calls: tuple[AggCall, ...]
     name: str
     whole: bool = False
+    append_only: bool = False
 
     def parts(self) -> dict[str, Part]:
         parts = {"groups": Part(self.group)}
@@ -81,7 +87,12 @@ class HashAggregate:
     @property
     def minmax(self) -> list[int]:
         """Calls that read the ``values`` multiset."""
-        return [i for i, c in enumerate(self.calls) if c.func in VALUE_FUNCS]
+        return [i for i, c in enumerate(self.calls) if c.func in VALUE_FUNCS and i not in self.extremes]
+
+    @property
+    def extremes(self) -> list[int]:
+        """MIN/MAX calls over an append-only input: one value per group, pre-aggregated per epoch."""
+        return [i for i, c in enumerate(self.calls) if self.append_only and c.func in ("min", "max")]
 
     @property
     def running(self) -> list[str]:
@@ -98,7 +109,10 @@ def _apply(spec: HashAggregate, delta: pl.DataFrame, groups: StateTable, values:
            ) -> tuple[pl.DataFrame, dict[str, pl.DataFrame]]:
     gkeys = [KH, *spec.group]
     running = spec.running
-    gd = delta.group_by(gkeys).agg(pl.col(W).sum().alias("_dc"), *[pl.col(c).sum() for c in running])
+    if spec.append_only and delta.filter(pl.col(W) < 0).height:
+        raise InvariantError(f"aggregate {spec.name}: a retraction reached an aggregate over APPEND ONLY input")
+    gd = delta.group_by(gkeys).agg(pl.col(W).sum().alias("_dc"), *[pl.col(c).sum() for c in running],
+                                   *[_extreme(spec, i) for i in spec.extremes])
 
     out_schema = {c: delta.schema[c] for c in gkeys}
     out_types = _output_types(spec, delta)
@@ -113,6 +127,9 @@ def _apply(spec: HashAggregate, delta: pl.DataFrame, groups: StateTable, values:
     if cur.filter(pl.col("_new_cnt") < 0).height:
         raise InvariantError(f"aggregate {spec.name}: a group's row count went negative")
 
+    horizontal = {"min": pl.min_horizontal, "max": pl.max_horizontal}
+    cur = cur.with_columns([horizontal[spec.calls[i].func](pl.col(out_col(i)), pl.col(f"_mm{i}"))
+                            .cast(out_types[i]).alias(f"_mm{i}") for i in spec.extremes])
     writes: dict[str, pl.DataFrame] = {}
     if spec.minmax:
         cur, writes["values"] = _apply_minmax(spec, delta, cur, values)

@@ -19,12 +19,17 @@ The stages, one concern per module:
 - :mod:`~millpond.sql.planner.topn` — ORDER BY ... LIMIT and ROW_NUMBER;
 - :mod:`~millpond.sql.planner.windows` — TUMBLE and HOP.
 
-Plans keep sqlglot expressions; no engine's SQL is generated here.
+Plans keep sqlglot expressions; no engine's SQL is generated here. A last pass marks each
+aggregation whose input can only grow (every source an APPEND ONLY table, through filters,
+projections, windows, unions and inner joins): its MIN and MAX then keep one value per group,
+not the multiset a retraction would need.
 
     >>> plan, depends = plan_view(parse("SELECT k, COUNT(*) AS n FROM t GROUP BY k")[0], catalog)  # doctest: +SKIP
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from sqlglot import exp
 
@@ -41,4 +46,29 @@ def plan_view(select: exp.Expression, catalog: Catalog) -> tuple[P.Materialize, 
     """Plan a view's query; return the plan and the tables and views it reads directly."""
     ctx = Context(catalog)
     node, _ = plan_query(ctx, prepare(ctx, select), {})
+    node = _mark_append_only(node, {t.name for t in catalog.tables.values() if t.append_only})
     return P.Materialize(node, ctx.next_id()), tuple(sorted(ctx.depends))
+
+
+def _mark_append_only(node: P.Node, append_only: set[str]) -> P.Node:
+    """``node`` with ``Aggregate.append_only`` set where the aggregate's input only ever inserts."""
+    if isinstance(node, P.Source):
+        return node
+    if isinstance(node, P.Join):
+        node = dataclasses.replace(node, left=_mark_append_only(node.left, append_only),
+                                   right=_mark_append_only(node.right, append_only))
+    elif isinstance(node, P.Union):
+        node = dataclasses.replace(node, inputs=tuple(_mark_append_only(i, append_only) for i in node.inputs))
+    else:
+        node = dataclasses.replace(node, input=_mark_append_only(node.input, append_only))
+    if isinstance(node, P.Aggregate):
+        node = dataclasses.replace(node, append_only=_inserts_only(node.input, append_only))
+    return node
+
+
+def _inserts_only(node: P.Node, append_only: set[str]) -> bool:
+    if isinstance(node, P.Source):
+        return node.table in append_only
+    if isinstance(node, (P.Filter, P.Project, P.Window, P.Union)) or (isinstance(node, P.Join) and node.kind == "inner"):
+        return all(_inserts_only(i, append_only) for i in P.inputs(node))
+    return False  # aggregates, top-N and outer joins retract rows they emitted
