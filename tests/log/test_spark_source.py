@@ -106,3 +106,26 @@ def test_stream_sink_is_exactly_once_per_batch(spark, tmp_path):
     assert again.end == 8  # ... and applied once
     assert sorted(again.read().column("x").to_pylist()) == [x * 10 for x in range(8)]
     assert not list(Path(root, "log", "staging").rglob("*.arrow"))  # staged files are cleaned up
+
+
+def test_a_range_is_cut_into_partitions_that_read_each_record_once(spark, tmp_path, monkeypatch):
+    from millpond.spark import log_source
+
+    root = str(tmp_path)
+    ch = _channel(root)
+    for first in range(0, 1200, 300):  # four pieces of 300 records
+        _append(ch, list(range(first, first + 300)))
+    pieces = ch.pieces(0, 1200)
+    monkeypatch.setattr(log_source, "_MIN_PARTITION_ROWS", 100)
+    monkeypatch.setattr(log_source, "_MAX_PARTITION_ROWS", 500)
+    cut = log_source._partitions(ch.info.id, ch.schema, pieces, 50, 1150, parallelism=2)
+    assert [(p.start, p.stop, len(p.pieces)) for p in cut] == [(50, 416, 2), (416, 783, 2), (783, 1150, 2)]
+    cut = log_source._partitions(ch.info.id, ch.schema, pieces, 0, 150, parallelism=8)  # >= 100 records each
+    assert [(p.start, p.stop) for p in cut] == [(0, 150)]
+    _append(ch, list(range(1200, 121200)))  # Spark plans in a worker, with the real bounds (>= 50,000 each)
+    ch.log.close()
+    df = spark.read.format("millpond").option("root", root).option("channel", "visit").option("from", 50) \
+        .option("to", 121150).option("parallelism", 4).load()
+    assert df.rdd.getNumPartitions() == 2
+    xs = df.select("x").toArrow().column("x").to_numpy()
+    assert len(xs) == 121100 and (sorted(xs) == list(range(50, 121150)))

@@ -68,7 +68,9 @@ from millpond.store.sst import SstRef, describe_sst
 from millpond.store.state_table import StateTable
 from millpond.store.store import Runner, StateStore, run_in_process
 
-__all__ = ["Coordinator", "EpochReport"]
+__all__ = ["Coordinator", "EpochReport", "ROWS_PER_TASK"]
+
+ROWS_PER_TASK = 50_000  # an epoch's stateful stages get one task per this many new records, up to parallelism
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,7 @@ class Coordinator:
         # 2. pin the input version (apply finished compactions first)
         self.state.maintain()
         epoch, attempt = self.manifest.epoch + 1, self.ids()[:12]
-        job = EpochJob(self.store.root, self.store.options, epoch, attempt, self.parallelism, self.manifest)
+        job = EpochJob(self.store.root, self.store.options, epoch, attempt, self._parallelism(work), self.manifest)
         faults.point("epoch.before_job")
         # 3. the job
         try:
@@ -147,6 +149,13 @@ class Coordinator:
 
     def _pieces(self, channel: str, start: int, stop: int) -> list[Piece]:
         return self.log.channel(channel).pieces(start, stop)
+
+    def _parallelism(self, work: list[tuple[Consumer, dict[str, tuple[int, int]]]]) -> int:
+        """Partitions of this epoch's stateful stages: the configured parallelism, or fewer for a
+        small epoch (one per ``ROWS_PER_TASK`` new records): every task has a fixed cost, and
+        state is addressed by vnode, so any epoch may use any number of tasks."""
+        records = sum({ch: b - a for _, ranges in work for ch, (a, b) in ranges.items()}.values())
+        return max(1, min(self.parallelism, -(-records // ROWS_PER_TASK)))
 
     def with_parallelism(self, n: int) -> None:
         self.parallelism = n

@@ -28,10 +28,14 @@ from millpond.engine.executor import Consumer, EpochJob, PieceSource, Ranges
 from millpond.engine.operators import HashAggregate, HashJoin, Materialize, Operator, TopN
 from millpond.engine.operators.aggregate import VALUE_FUNCS, nonnull_col, sum_col, value_col
 from millpond.engine.operators.join import SIDE
+from millpond.log import read_pieces
 from millpond.spark.task import CONSUMER, IPC, Task
+from millpond.store.objects import open_store
 from millpond.store.sst import VNODES
 
-__all__ = ["Builder"]
+__all__ = ["Builder", "DRIVER_READ_ROWS"]
+
+DRIVER_READ_ROWS = 10_000  # a smaller range is read by the driver and handed to Spark as Arrow
 
 
 class Builder:
@@ -57,9 +61,15 @@ class Builder:
                         + [f"`{ROW_ID}` BIGINT", f"`{W}` BIGINT"])
         if start >= stop:  # nothing new on this side: an empty local relation plans in no time
             return self.spark.createDataFrame([], ddl).selectExpr(*_renames(node.columns), W)
+        if stop - start <= DRIVER_READ_ROWS:  # a few records: read here, no data source to plan
+            rows = read_pieces(open_store(self.job.root, self.job.storage), t.channel_id, t.log_schema,
+                               self.pieces(t.channel, start, stop), start, stop)
+            df = self.spark.createDataFrame(rows.select([*(c.name for c in t.columns), ROW_ID, W]), ddl)
+            return df.selectExpr(*_renames(node.columns), W)
         pieces = [p.to_json() for p in self.pieces(t.channel, start, stop)]
         df = (self.spark.read.format("millpond").option("root", self.job.root).option("channel", t.channel)
               .option("from", start).option("to", stop).option("pieces", json.dumps([t.channel_id, pieces]))
+              .option("parallelism", self.job.parallelism)
               .option("schema", ddl).option("storage", json.dumps(self.job.storage)).load())
         return df.selectExpr(*_renames(node.columns), W)
 
@@ -83,9 +93,11 @@ class Builder:
         return reduce(DataFrame.unionByName, [f.select(*[_c(c) for c in cols]) for f in frames])
 
     # -- stateful -----------------------------------------------------------------------------
-    def _exchange(self, df: DataFrame, keys: list) -> DataFrame:  # noqa: ANN001
-        kh = F.xxhash64(*keys) if keys else F.lit(0).cast("long")
-        df = df.select("*", kh.alias(KH), F.pmod(kh, F.lit(VNODES)).cast("int").alias(VN))
+    def _exchange(self, df: DataFrame, keys: list[str]) -> DataFrame:
+        """Rows hashed on ``keys`` (column names) to their vnode, and exchanged on it. Built from SQL
+        text: every Column object is a round trip to the JVM, and an epoch builds many exchanges."""
+        kh = f"xxhash64({', '.join(_quote(k) for k in keys)})" if keys else "CAST(0 AS BIGINT)"
+        df = df.selectExpr("*", f"{kh} AS {KH}", f"CAST(pmod({kh}, {VNODES}) AS INT) AS {VN}")
         return df.repartition(self.job.parallelism, VN)
 
     def _task(self, node_id: int, op: Operator, schema: T.StructType, *, final: bool = False,
@@ -110,7 +122,7 @@ class Builder:
                            *[k.cast(t).alias(n) for k, t, n in zip(lk, casts, kcols)], *lcols, W)
         rsel = right.select(F.lit(1).cast("byte").alias(SIDE),
                             *[k.cast(t).alias(n) for k, t, n in zip(rk, casts, kcols)], *rcols, W)
-        both = self._exchange(lsel.unionByName(rsel, allowMissingColumns=True), [F.col(k) for k in kcols])
+        both = self._exchange(lsel.unionByName(rsel, allowMissingColumns=True), kcols)
         schema = T.StructType([*[left.schema[c] for c in lcols], *[right.schema[c] for c in rcols],
                                T.StructField(W, T.LongType())])
         if node.kind != "inner":  # padded rows: every column may be NULL
@@ -143,7 +155,7 @@ class Builder:
             df = df.unionByName(self.spark.range(1).select(
                 *[F.lit(None).cast(f.dataType).alias(f.name) for f in df.schema if f.name != W],
                 F.lit(0).cast("long").alias(W)))
-        df = self._exchange(df, [_c(g) for g in group])
+        df = self._exchange(df, group)
         # Catalyst consolidates the delta per (group, min/max/distinct values) before Python sees it.
         agged = df.groupBy(VN, KH, *[_c(g) for g in group], *values).agg(
             F.sum(W).alias(W), *[F.sum(s).alias(s) for s in sums], *extremes)
@@ -168,7 +180,7 @@ class Builder:
     def _topn(self, node: P.TopN) -> DataFrame:
         df = self.build(node.input)
         cols = [c for c in df.columns if c != W]
-        df = self._exchange(df, [_c(p) for p in node.partition])
+        df = self._exchange(df, list(node.partition))
         fields = [df.schema[c] for c in cols]
         if node.row_number:
             fields.append(T.StructField(node.row_number, T.LongType()))
@@ -180,7 +192,7 @@ class Builder:
     def _materialize(self, node: P.Materialize) -> DataFrame:
         df = self.build(node.input)
         cols = [c for c in df.columns if c != W]
-        df = self._exchange(df, [_c(c) for c in cols])
+        df = self._exchange(df, cols)
         op = Materialize(tuple(cols), name=self.consumer.name)
         out = T.StructType([T.StructField(CONSUMER, T.StringType()), T.StructField(IPC, T.BinaryType())])
         return df.mapInArrow(self._task(node.node_id, op, out, final=True, emit=self.consumer.name not in self.tables),

@@ -37,7 +37,8 @@ from millpond.store.objects import open_store
 
 __all__ = ["LogDataSource", "register"]
 
-_PIECES_PER_PARTITION_ROWS = 1_000_000
+_MAX_PARTITION_ROWS = 1_000_000  # records per input partition, at most ...
+_MIN_PARTITION_ROWS = 50_000  # ... and at least, when a range is split to use every core
 
 
 @dataclass
@@ -85,18 +86,20 @@ class LogDataSource(DataSource):
         return _StreamWriter(dict(self.options), schema)
 
 
-def _partitions(channel_id: str, schema: pa.Schema, pieces: list[Piece], start: int, stop: int) -> list[_PiecePartition]:
-    """Pieces grouped into partitions of about a million records (at least one partition)."""
+def _partitions(channel_id: str, schema: pa.Schema, pieces: list[Piece], start: int, stop: int,
+                parallelism: int = 1) -> list[_PiecePartition]:
+    """``[start, stop)`` cut into sequence ranges of equal size, each with the pieces it overlaps:
+    at least ``parallelism`` ranges when each still holds ``_MIN_PARTITION_ROWS`` records, and
+    none over ``_MAX_PARTITION_ROWS`` (a piece spanning two ranges is read by both, sliced)."""
     blob = schema.serialize().to_pybytes()
-    groups: list[list[list]] = [[]]
-    rows = 0
-    for p in pieces:
-        if rows >= _PIECES_PER_PARTITION_ROWS:
-            groups.append([])
-            rows = 0
-        groups[-1].append(p.to_json())
-        rows += min(stop, p.end) - max(start, p.first)
-    return [_PiecePartition(channel_id, blob, g, start, stop) for g in groups]
+    total = max(stop - start, 0)
+    n = max(1, -(-total // _MAX_PARTITION_ROWS), min(parallelism, total // _MIN_PARTITION_ROWS))
+    bounds = [start + total * i // n for i in range(n + 1)]
+    out = []
+    for a, b in zip(bounds, bounds[1:]):
+        mine = [p.to_json() for p in pieces if max(a, p.first) < min(b, p.end)]
+        out.append(_PiecePartition(channel_id, blob, mine, a, b))
+    return out
 
 
 def _read(partition: _PiecePartition, root: str, storage: dict[str, str], columns: list[str]) -> Iterator[pa.RecordBatch]:
@@ -112,6 +115,7 @@ class _BatchReader(DataSourceReader):
         self.columns = [f.name for f in schema.fields]
         self.start = int(options.get("from", 0))
         stop = int(options.get("to", 2**62))
+        parallelism = int(options.get("parallelism", 1))
         if "pieces" in options:  # the engine's epoch: it knows the channel and its pieces
             channel_id, raw = json.loads(options["pieces"])
             pieces = [Piece(*p) for p in raw]
@@ -122,7 +126,7 @@ class _BatchReader(DataSourceReader):
             self.start = max(self.start, 0)
             pieces = ch.pieces(self.start, stop) if self.start < stop else []
             channel_id, arrow = ch.info.id, ch.schema
-        self.parts = _partitions(channel_id, arrow, pieces, self.start, stop)
+        self.parts = _partitions(channel_id, arrow, pieces, self.start, stop, parallelism)
 
     def partitions(self) -> list[InputPartition]:
         return self.parts

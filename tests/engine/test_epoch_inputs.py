@@ -1,0 +1,54 @@
+"""How an epoch reads its input: small ranges on the driver, larger ones through the ``millpond``
+data source (cut into partitions), and fewer tasks for a small epoch. Both read paths must give
+the same views."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from millpond.engine import coordinator
+from millpond.spark import build
+from tests.conftest import rows
+
+VIEWS = """
+CREATE TABLE t (k INT, v INT);
+CREATE MATERIALIZED VIEW agg AS SELECT k % 7 AS g, COUNT(*) AS n, SUM(v) AS s, MAX(v) AS hi FROM t GROUP BY k % 7;
+CREATE MATERIALIZED VIEW big AS SELECT k, v FROM t WHERE v > 50
+"""
+
+
+@pytest.mark.parametrize("driver_read_rows", [0, 10**9])
+def test_both_read_paths_give_the_same_views(open_db, monkeypatch, driver_read_rows):
+    monkeypatch.setattr(build, "DRIVER_READ_ROWS", driver_read_rows)
+    db = open_db()
+    db.sql(VIEWS)
+    everything = []
+    for i in range(3):
+        batch = pa.table({"k": pa.array(range(i * 500, i * 500 + 500), pa.int32()),
+                          "v": pa.array([(k * 37) % 101 for k in range(i * 500, i * 500 + 500)], pa.int32())})
+        db.insert("t", batch)
+        everything.append(batch)
+        db.flush()
+    db.sql("DELETE FROM t WHERE k < 100")
+    db.flush()
+    data = pa.concat_tables(everything).to_pylist()
+    data = [r for r in data if r["k"] >= 100]
+    groups: dict[int, list[int]] = {}
+    for r in data:
+        groups.setdefault(r["k"] % 7, []).append(r["v"])
+    assert rows(db.sql("SELECT * FROM agg")) == sorted((g, len(vs), sum(vs), max(vs)) for g, vs in groups.items())
+    assert rows(db.sql("SELECT * FROM big")) == sorted((r["k"], r["v"]) for r in data if r["v"] > 50)
+
+
+def test_a_small_epoch_runs_fewer_tasks(open_db, monkeypatch):
+    monkeypatch.setattr(coordinator, "ROWS_PER_TASK", 100)
+    db = open_db(parallelism=4)
+    c = db.runtime.coordinator
+    consumer = db.runtime.consumers  # no tables yet: ranges are what counts
+    assert consumer == []
+    assert c._parallelism([]) == 1
+    fake = object()
+    assert c._parallelism([(fake, {"a": (0, 1)})]) == 1
+    assert c._parallelism([(fake, {"a": (0, 250)}), (fake, {"a": (0, 250)})]) == 3  # a channel counts once
+    assert c._parallelism([(fake, {"a": (0, 250), "b": (10, 260)})]) == 4  # ... and never past parallelism
