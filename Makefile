@@ -33,6 +33,7 @@ bench: $(STAMP)
 	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) benchmarks/state_size.py
 	$(PY) benchmarks/throughput.py
+	$(PY) benchmarks/rate.py
 	$(PY) benchmarks/store.py
 	$(PY) benchmarks/log.py
 

@@ -5,8 +5,8 @@
     db.sql("CREATE TABLE visit (product VARCHAR, \\"user\\" VARCHAR, length INT)")
 """
 
-from millpond.api import Database, connect
-from millpond.engine.coordinator import EpochReport
+from typing import TYPE_CHECKING, Any
+
 from millpond.errors import (
     CatalogError,
     FencedError,
@@ -32,6 +32,23 @@ __all__ = [
     "TruncatedError",
     "InvariantError",
 ]
+
+
+if TYPE_CHECKING:
+    from millpond.api import Database, connect
+    from millpond.engine.coordinator import EpochReport
+
+_LAZY = {"connect": "millpond.api", "Database": "millpond.api", "EpochReport": "millpond.engine.coordinator"}
+
+
+def __getattr__(name: str) -> Any:
+    """The engine loads on first use: a Spark worker that only reads the log (the ``millpond``
+    data source, unpickled in a fresh Python process for every query plan) imports just that."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'millpond' has no attribute {name!r}")
 
 
 def register(spark) -> None:  # noqa: ANN001

@@ -42,9 +42,10 @@ class Builder:
     """Builds one consumer's DataFrame for one epoch."""
 
     def __init__(self, spark: SparkSession, job: EpochJob, consumer: Consumer, ranges: Ranges,
-                 tables: Mapping[str, TableDef], pieces: PieceSource):
+                 tables: Mapping[str, TableDef], pieces: PieceSource, scans: dict | None = None):
         self.spark, self.job, self.consumer = spark, job, consumer
         self.ranges, self.tables, self.pieces = ranges, tables, pieces
+        self.scans = {} if scans is None else scans  # (channel, start, stop) -> DataFrame, shared by an epoch's consumers
 
     def final(self) -> DataFrame:
         return self.build(self.consumer.plan)
@@ -57,21 +58,25 @@ class Builder:
     def _source(self, node: P.Source) -> DataFrame:
         t = self.tables[node.table]
         start, stop = self.ranges[t.channel]
+        scan = (t.channel, start, stop)
+        if scan not in self.scans:  # one source per channel range and epoch: each costs planning on the driver
+            self.scans[scan] = self._scan(t, start, stop)
+        return self.scans[scan].selectExpr(*_renames(node.columns), W)
+
+    def _scan(self, t: TableDef, start: int, stop: int) -> DataFrame:
         ddl = ", ".join([f"`{c.name}` {spark_ddl_type(c.type)}" for c in t.columns]
                         + [f"`{ROW_ID}` BIGINT", f"`{W}` BIGINT"])
         if start >= stop:  # nothing new on this side: an empty local relation plans in no time
-            return self.spark.createDataFrame([], ddl).selectExpr(*_renames(node.columns), W)
+            return self.spark.createDataFrame([], ddl)
         if stop - start <= DRIVER_READ_ROWS:  # a few records: read here, no data source to plan
             rows = read_pieces(open_store(self.job.root, self.job.storage), t.channel_id, t.log_schema,
                                self.pieces(t.channel, start, stop), start, stop)
-            df = self.spark.createDataFrame(rows.select([*(c.name for c in t.columns), ROW_ID, W]), ddl)
-            return df.selectExpr(*_renames(node.columns), W)
+            return self.spark.createDataFrame(rows.select([*(c.name for c in t.columns), ROW_ID, W]), ddl)
         pieces = [p.to_json() for p in self.pieces(t.channel, start, stop)]
-        df = (self.spark.read.format("millpond").option("root", self.job.root).option("channel", t.channel)
-              .option("from", start).option("to", stop).option("pieces", json.dumps([t.channel_id, pieces]))
-              .option("parallelism", self.job.parallelism)
-              .option("schema", ddl).option("storage", json.dumps(self.job.storage)).load())
-        return df.selectExpr(*_renames(node.columns), W)
+        return (self.spark.read.format("millpond").option("root", self.job.root).option("channel", t.channel)
+                .option("from", start).option("to", stop).option("pieces", json.dumps([t.channel_id, pieces]))
+                .option("parallelism", self.job.parallelism)
+                .option("schema", ddl).option("storage", json.dumps(self.job.storage)).load())
 
     def _filter(self, node: P.Filter) -> DataFrame:
         return self.build(node.input).filter(spark_sql(node.predicate))

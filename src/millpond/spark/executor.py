@@ -35,7 +35,8 @@ class SparkExecutor:
 
     def run(self, job: EpochJob, work: Sequence[Work], tables: Mapping[str, TableDef], pieces: PieceSource
             ) -> dict[str, pa.Table | None]:
-        frames = [Builder(self.spark, job, c, ranges, tables, pieces).final() for c, ranges in work]
+        scans: dict = {}  # consumers reading the same channel range share its source
+        frames = [Builder(self.spark, job, c, ranges, tables, pieces, scans).final() for c, ranges in work]
         result = reduce(DataFrame.unionByName, frames).toArrow()
         out: dict[str, list[pa.Table]] = {c.key: [] for c, _ in work}
         for consumer, blob in zip(result.column(CONSUMER).to_pylist(), result.column(IPC).to_pylist()):
