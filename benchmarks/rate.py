@@ -74,7 +74,9 @@ def run_spark(spark, rows: int, batches: int, keys: int) -> list[float]:  # noqa
                 if query.exception() is not None or time.time() > deadline:
                     raise RuntimeError(f"Spark query failed or stalled: {query.exception()}")
                 time.sleep(0.2)
+            spark.sparkContext.setLogLevel("OFF")  # stopping aborts the micro-batch in flight, which Spark logs
             query.stop()
+            spark.sparkContext.setLogLevel("ERROR")
         finally:
             spark.catalog.dropTempView("events")
         progress = [p for p in query.recentProgress if p["numInputRows"]][:batches + 1]

@@ -13,14 +13,21 @@ from tests.conftest import rows
 
 VIEWS = """
 CREATE TABLE t (k INT, v INT);
+CREATE TABLE e (k INT, v INT) APPEND ONLY;
 CREATE MATERIALIZED VIEW agg AS SELECT k % 7 AS g, COUNT(*) AS n, SUM(v) AS s, MAX(v) AS hi FROM t GROUP BY k % 7;
-CREATE MATERIALIZED VIEW big AS SELECT k, v FROM t WHERE v > 50
+CREATE MATERIALIZED VIEW big AS SELECT k, v FROM t WHERE v > 50;
+CREATE MATERIALIZED VIEW events AS SELECT k % 5 AS g, MIN(v) AS lo, MAX(v) AS hi, COUNT(DISTINCT v % 3) AS d,
+    COUNT(*) AS n FROM e GROUP BY k % 5;
+CREATE MATERIALIZED VIEW total AS SELECT MAX(v) AS hi, SUM(v) AS s FROM e
 """
 
 
-@pytest.mark.parametrize("driver_read_rows", [0, 10**9])
-def test_both_read_paths_give_the_same_views(open_db, monkeypatch, driver_read_rows):
+@pytest.mark.parametrize("driver_read_rows,pre_aggregate_rows", [(0, 0), (10**9, 10**9)])
+def test_both_read_paths_give_the_same_views(open_db, monkeypatch, driver_read_rows, pre_aggregate_rows):
+    """Every range through the data source and every aggregation combined map-side first, or
+    every range read by the driver and aggregated after the exchange only."""
     monkeypatch.setattr(build, "DRIVER_READ_ROWS", driver_read_rows)
+    monkeypatch.setattr(build, "PRE_AGGREGATE_ROWS", pre_aggregate_rows)
     db = open_db()
     db.sql(VIEWS)
     everything = []
@@ -28,8 +35,16 @@ def test_both_read_paths_give_the_same_views(open_db, monkeypatch, driver_read_r
         batch = pa.table({"k": pa.array(range(i * 500, i * 500 + 500), pa.int32()),
                           "v": pa.array([(k * 37) % 101 for k in range(i * 500, i * 500 + 500)], pa.int32())})
         db.insert("t", batch)
+        db.insert("e", batch)
         everything.append(batch)
         db.flush()
+    events = pa.concat_tables(everything).to_pylist()
+    per: dict[int, list[int]] = {}
+    for r in events:
+        per.setdefault(r["k"] % 5, []).append(r["v"])
+    assert rows(db.sql("SELECT * FROM events")) == sorted(
+        (g, min(vs), max(vs), len({v % 3 for v in vs}), len(vs)) for g, vs in per.items())
+    assert rows(db.sql("SELECT * FROM total")) == [(max(r["v"] for r in events), sum(r["v"] for r in events))]
     db.sql("DELETE FROM t WHERE k < 100")
     db.flush()
     data = pa.concat_tables(everything).to_pylist()

@@ -36,6 +36,7 @@ from millpond.store.sst import VNODES
 __all__ = ["Builder", "DRIVER_READ_ROWS"]
 
 DRIVER_READ_ROWS = 10_000  # a smaller range is read by the driver and handed to Spark as Arrow
+PRE_AGGREGATE_ROWS = 50_000  # a bigger delta is aggregated map-side before the exchange (one more stage)
 
 
 class Builder:
@@ -146,7 +147,7 @@ class Builder:
             if call.func in VALUE_FUNCS:
                 pre.append(arg.alias(value_col(i)))
                 if node.append_only and call.func in ("min", "max"):  # one value per group, no multiset
-                    extremes.append(getattr(F, call.func)(value_col(i)).alias(value_col(i)))
+                    extremes.append(value_col(i))
                 else:
                     values.append(value_col(i))
             if call.func == "sum":
@@ -160,10 +161,14 @@ class Builder:
             df = df.unionByName(self.spark.range(1).select(
                 *[F.lit(None).cast(f.dataType).alias(f.name) for f in df.schema if f.name != W],
                 F.lit(0).cast("long").alias(W)))
+        def measures() -> list:
+            return [F.sum(W).alias(W), *[F.sum(s).alias(s) for s in sums],
+                    *[getattr(F, node.calls[int(e[2:])].func)(e).alias(e) for e in extremes]]
+        if self._records() > PRE_AGGREGATE_ROWS:  # a big delta: Catalyst combines it map-side before any exchange
+            df = df.groupBy(*[_c(g) for g in group], *values).agg(*measures())
         df = self._exchange(df, group)
         # Catalyst consolidates the delta per (group, min/max/distinct values) before Python sees it.
-        agged = df.groupBy(VN, KH, *[_c(g) for g in group], *values).agg(
-            F.sum(W).alias(W), *[F.sum(s).alias(s) for s in sums], *extremes)
+        agged = df.groupBy(VN, KH, *[_c(g) for g in group], *values).agg(*measures())
         if not node.whole:
             agged = agged.filter(reduce(lambda a, b: a | b, [F.col(c) != 0 for c in (W, *sums)]))
         out_fields = [agged.schema[g] for g in group]
@@ -181,6 +186,10 @@ class Builder:
         op = HashAggregate(tuple(group), node.calls, name=f"{self.consumer.name}#{node.node_id}", whole=node.whole,
                            append_only=node.append_only)
         return agged.mapInArrow(self._task(node.node_id, op, schema), schema)
+
+    def _records(self) -> int:
+        """New records of the epoch over all channels this consumer reads."""
+        return sum(b - a for a, b in self.ranges.values())
 
     def _topn(self, node: P.TopN) -> DataFrame:
         df = self.build(node.input)
