@@ -14,6 +14,7 @@ Layout::
     log/data/<channel id>/<first>-<end>-<tick>.parquet   flushed records (020d numbers)
     log/data/<channel id>/start-<seq:020d>         retention: records below seq were truncated
     log/staging/<channel>/<id>.arrow               Spark sink tasks' rows until the driver commits
+    scan/<channel id>/<k>.json                     the range an epoch's k-th scan of a channel reads (rewritten)
     sst/<version:020d>-e<epoch:020d>.<attempt>/<state>/p<part>.sst   state of one task in one epoch attempt
     sst/<version:020d>-c.<task>/<state>/<n>.sst    outputs of one compaction
     pin/<id>.json                                  a reader's pin (epoch, version): GC keeps its files
@@ -49,6 +50,7 @@ __all__ = [
     "log_ckpt_prefix",
     "log_ckpt_key",
     "log_staging_key",
+    "scan_key",
     "SST_PREFIX",
     "PIN_PREFIX",
     "sst_attempt_prefix",
@@ -159,6 +161,10 @@ def log_ckpt_key(pchannel: int, gen: int, n: int) -> str:
 
 def log_staging_key(channel: str, staged_id: str) -> str:
     return f"log/staging/{channel}/{staged_id}.arrow"
+
+
+def scan_key(channel_id: str, k: int) -> str:
+    return f"scan/{channel_id}/{k}.json"
 
 
 SST_PREFIX = "sst/"

@@ -29,6 +29,7 @@ from millpond.engine.operators import HashAggregate, HashJoin, Materialize, Oper
 from millpond.engine.operators.aggregate import VALUE_FUNCS, nonnull_col, sum_col, value_col
 from millpond.engine.operators.join import SIDE
 from millpond.log import read_pieces
+from millpond.spark.log_source import write_scan
 from millpond.spark.task import CONSUMER, IPC, Task
 from millpond.store.objects import open_store
 from millpond.store.sst import VNODES
@@ -43,10 +44,12 @@ class Builder:
     """Builds one consumer's DataFrame for one epoch."""
 
     def __init__(self, spark: SparkSession, job: EpochJob, consumer: Consumer, ranges: Ranges,
-                 tables: Mapping[str, TableDef], pieces: PieceSource, scans: dict | None = None):
+                 tables: Mapping[str, TableDef], pieces: PieceSource, scans: dict | None = None,
+                 loaded: dict | None = None):
         self.spark, self.job, self.consumer = spark, job, consumer
         self.ranges, self.tables, self.pieces = ranges, tables, pieces
         self.scans = {} if scans is None else scans  # (channel, start, stop) -> DataFrame, shared by an epoch's consumers
+        self.loaded = {} if loaded is None else loaded  # data source DataFrames reused across epochs
 
     def final(self) -> DataFrame:
         return self.build(self.consumer.plan)
@@ -73,11 +76,18 @@ class Builder:
             rows = read_pieces(open_store(self.job.root, self.job.storage), t.channel_id, t.log_schema,
                                self.pieces(t.channel, start, stop), start, stop)
             return self.spark.createDataFrame(rows.select([*(c.name for c in t.columns), ROW_ID, W]), ddl)
-        pieces = [p.to_json() for p in self.pieces(t.channel, start, stop)]
-        return (self.spark.read.format("millpond").option("root", self.job.root).option("channel", t.channel)
-                .option("from", start).option("to", stop).option("pieces", json.dumps([t.channel_id, pieces]))
-                .option("parallelism", self.job.parallelism)
-                .option("schema", ddl).option("storage", json.dumps(self.job.storage)).load())
+        # the k-th range of this channel in the epoch (a backfilling view reads another range)
+        k = sum(1 for s in self.scans if s[0] == t.channel)
+        key = write_scan(open_store(self.job.root, self.job.storage), t.channel_id, k,
+                         self.pieces(t.channel, start, stop), start, stop)
+        slots = max(self.job.parallelism, -(-(stop - start) // 1_000_000))
+        cached = (self.job.root, key, ddl, slots)
+        if cached not in self.loaded:  # loaded once, then reused: it reads whatever range the scan object names
+            self.loaded[cached] = (
+                self.spark.read.format("millpond").option("root", self.job.root).option("channel", t.channel)
+                .option("scan", key).option("slots", slots).option("schema", ddl)
+                .option("storage", json.dumps(self.job.storage)).load())
+        return self.loaded[cached]
 
     def _filter(self, node: P.Filter) -> DataFrame:
         return self.build(node.input).filter(spark_sql(node.predicate))

@@ -32,11 +32,12 @@ class SparkExecutor:
 
     def __init__(self, spark: SparkSession):
         self.spark = spark
+        self._loaded: dict = {}  # the log's data source, loaded once per channel scan (see log_source.write_scan)
 
     def run(self, job: EpochJob, work: Sequence[Work], tables: Mapping[str, TableDef], pieces: PieceSource
             ) -> dict[str, pa.Table | None]:
         scans: dict = {}  # consumers reading the same channel range share its source
-        frames = [Builder(self.spark, job, c, ranges, tables, pieces, scans).final() for c, ranges in work]
+        frames = [Builder(self.spark, job, c, ranges, tables, pieces, scans, self._loaded).final() for c, ranges in work]
         result = reduce(DataFrame.unionByName, frames).toArrow()
         out: dict[str, list[pa.Table]] = {c.key: [] for c, _ in work}
         for consumer, blob in zip(result.column(CONSUMER).to_pylist(), result.column(IPC).to_pylist()):

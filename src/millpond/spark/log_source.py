@@ -10,7 +10,9 @@
 Rows carry the channel's columns plus ``_seq`` (sequence number) and ``_tick`` (time tick,
 microseconds). Planning runs on the driver: it lists the pieces (WAL frames and Parquet files)
 holding the range, and each input partition reads its pieces straight from object storage. The
-engine passes the pieces it already knows (option ``pieces``) so an epoch lists nothing.
+engine's epochs use option ``scan`` instead: a DataFrame loaded once per channel and reused, whose
+partitions are slots that read, when they run, the range the driver wrote for the epoch
+(:func:`write_scan`), so an epoch neither lists nor plans a data source.
 
 The sink stages each task's rows as an Arrow file; the driver's commit appends them as one
 batch with the idempotent producer ``(sink id, batch id)``, so a batch Spark replays after a
@@ -35,7 +37,7 @@ from millpond.columns import SEQ, TICK
 from millpond.log import Channel, Log, Piece, read_pieces
 from millpond.store.objects import open_store
 
-__all__ = ["LogDataSource", "register"]
+__all__ = ["LogDataSource", "register", "write_scan"]
 
 _MAX_PARTITION_ROWS = 1_000_000  # records per input partition, at most ...
 _MIN_PARTITION_ROWS = 50_000  # ... and at least, when a range is split to use every core
@@ -102,6 +104,44 @@ def _partitions(channel_id: str, schema: pa.Schema, pieces: list[Piece], start: 
     return out
 
 
+@dataclass
+class _SlotPartition(InputPartition):
+    """Slot ``slot`` of ``slots`` of whatever range the scan object names when the task runs."""
+
+    scan: str  # object key of the range (see :func:`write_scan`)
+    slot: int
+    slots: int
+    schema: bytes
+
+
+def write_scan(store, channel_id: str, k: int, pieces: list[Piece], start: int, stop: int) -> str:  # noqa: ANN001
+    """Name the range the engine's ``k``-th scan of a channel reads in this epoch; return its key.
+
+    A DataFrame over the data source with option ``scan`` is loaded once and reused every epoch:
+    Spark keeps a data source's reader and partitions with the DataFrame, and loading one costs
+    a Python worker on the driver (~0.3 s). Its partitions are slots; each task reads its slot's
+    share of the range named here, written by the driver before the job."""
+    key = paths.scan_key(channel_id, k)
+    store.put(key, json.dumps({"channel": channel_id, "start": start, "stop": stop,
+                               "pieces": [p.to_json() for p in pieces]}).encode())
+    return key
+
+
+def _read_slot(partition: _SlotPartition, root: str, storage: dict[str, str], columns: list[str]
+               ) -> Iterator[pa.RecordBatch]:
+    store = open_store(root, storage)
+    spec = json.loads(store.get(partition.scan))
+    start, stop = spec["start"], spec["stop"]
+    total = stop - start
+    a, b = start + total * partition.slot // partition.slots, start + total * (partition.slot + 1) // partition.slots
+    if a >= b:
+        return
+    pieces = [Piece(*p) for p in spec["pieces"]]
+    pieces = [p for p in pieces if max(a, p.first) < min(b, p.end)]
+    schema = pa.ipc.read_schema(pa.py_buffer(partition.schema))
+    yield from read_pieces(store, spec["channel"], schema, pieces, a, b).select(columns).to_batches()
+
+
 def _read(partition: _PiecePartition, root: str, storage: dict[str, str], columns: list[str]) -> Iterator[pa.RecordBatch]:
     schema = pa.ipc.read_schema(pa.py_buffer(partition.schema))
     pieces = [Piece(*p) for p in partition.pieces]
@@ -116,23 +156,25 @@ class _BatchReader(DataSourceReader):
         self.start = int(options.get("from", 0))
         stop = int(options.get("to", 2**62))
         parallelism = int(options.get("parallelism", 1))
-        if "pieces" in options:  # the engine's epoch: it knows the channel and its pieces
-            channel_id, raw = json.loads(options["pieces"])
-            pieces = [Piece(*p) for p in raw]
-            arrow = _arrow_schema(schema, exclude=(SEQ, TICK))
-        else:
-            _, ch = _open(options)
-            stop = min(stop, ch.end)
-            self.start = max(self.start, 0)
-            pieces = ch.pieces(self.start, stop) if self.start < stop else []
-            channel_id, arrow = ch.info.id, ch.schema
-        self.parts = _partitions(channel_id, arrow, pieces, self.start, stop, parallelism)
+        if "scan" in options:  # the engine's reused scan: the range is read from the scan object at run time
+            blob = _arrow_schema(schema, exclude=(SEQ, TICK)).serialize().to_pybytes()
+            self.parts = [_SlotPartition(options["scan"], i, int(options["slots"]), blob)
+                          for i in range(int(options["slots"]))]
+            return
+        _, ch = _open(options)
+        stop = min(stop, ch.end)
+        self.start = max(self.start, 0)
+        pieces = ch.pieces(self.start, stop) if self.start < stop else []
+        self.parts = _partitions(ch.info.id, ch.schema, pieces, self.start, stop, parallelism)
 
     def partitions(self) -> list[InputPartition]:
         return self.parts
 
-    def read(self, partition: _PiecePartition) -> Iterator[pa.RecordBatch]:
-        yield from _read(partition, self.root, self.storage, self.columns)
+    def read(self, partition: _PiecePartition | _SlotPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, _SlotPartition):
+            yield from _read_slot(partition, self.root, self.storage, self.columns)
+        else:
+            yield from _read(partition, self.root, self.storage, self.columns)
 
 
 def _arrow_schema(spark_schema, *, exclude: tuple[str, ...] = ()) -> pa.Schema:  # noqa: ANN001
