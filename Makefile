@@ -34,6 +34,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/state_size.py
 	$(PY) benchmarks/throughput.py
 	$(PY) benchmarks/rate.py
+	$(PY) benchmarks/epochs.py
 	$(PY) benchmarks/store.py
 	$(PY) benchmarks/log.py
 

@@ -102,3 +102,17 @@ def test_no_module_imports_itself_in_a_circle():
 def test_no_source_file_is_over_500_lines():
     long = {str(p.relative_to(SRC)): n for p in SRC.rglob("*.py") if (n := len(p.read_text().splitlines())) > 500}
     assert long == {}
+
+
+def test_a_spark_worker_reading_the_log_imports_only_the_log():
+    """Spark loads the ``millpond`` data source in a fresh Python process for every load: the
+    package imports lazily, so that process pays for the log, not the engine and the SQL layer."""
+    import subprocess
+    import sys
+
+    heavy = ("millpond.api", "millpond.engine.coordinator", "millpond.sql", "millpond.spark.executor", "sqlglot",
+             "polars")
+    code = ("import sys, millpond.spark.log_source; "
+            f"print(','.join(m for m in {heavy!r} if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == ""
