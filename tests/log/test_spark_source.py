@@ -117,7 +117,7 @@ def test_a_range_is_cut_into_partitions_that_read_each_record_once(spark, tmp_pa
         _append(ch, list(range(first, first + 300)))
     pieces = ch.pieces(0, 1200)
     monkeypatch.setattr(log_source, "_MIN_PARTITION_ROWS", 100)
-    monkeypatch.setattr(log_source, "_MAX_PARTITION_ROWS", 500)
+    monkeypatch.setattr(log_source, "MAX_PARTITION_ROWS", 500)
     cut = log_source._partitions(ch.info.id, ch.schema, pieces, 50, 1150, parallelism=2)
     assert [(p.start, p.stop, len(p.pieces)) for p in cut] == [(50, 416, 2), (416, 783, 2), (783, 1150, 2)]
     cut = log_source._partitions(ch.info.id, ch.schema, pieces, 0, 150, parallelism=8)  # >= 100 records each

@@ -29,12 +29,12 @@ from millpond.engine.operators import HashAggregate, HashJoin, Materialize, Oper
 from millpond.engine.operators.aggregate import VALUE_FUNCS, nonnull_col, sum_col, value_col
 from millpond.engine.operators.join import SIDE
 from millpond.log import read_pieces
-from millpond.spark.log_source import write_scan
+from millpond.spark.log_source import MAX_PARTITION_ROWS, write_scan
 from millpond.spark.task import CONSUMER, IPC, Task
 from millpond.store.objects import open_store
 from millpond.store.sst import VNODES
 
-__all__ = ["Builder", "DRIVER_READ_ROWS"]
+__all__ = ["Builder", "DRIVER_READ_ROWS", "PRE_AGGREGATE_ROWS"]
 
 DRIVER_READ_ROWS = 10_000  # a smaller range is read by the driver and handed to Spark as Arrow
 PRE_AGGREGATE_ROWS = 50_000  # a bigger delta is aggregated map-side before the exchange (one more stage)
@@ -80,7 +80,7 @@ class Builder:
         k = sum(1 for s in self.scans if s[0] == t.channel)
         key = write_scan(open_store(self.job.root, self.job.storage), t.channel_id, k,
                          self.pieces(t.channel, start, stop), start, stop)
-        slots = max(self.job.parallelism, -(-(stop - start) // 1_000_000))
+        slots = max(self.job.parallelism, -(-(stop - start) // MAX_PARTITION_ROWS))
         cached = (self.job.root, key, ddl, slots)
         if cached not in self.loaded:  # loaded once, then reused: it reads whatever range the scan object names
             self.loaded[cached] = (
@@ -157,7 +157,7 @@ class Builder:
             if call.func in VALUE_FUNCS:
                 pre.append(arg.alias(value_col(i)))
                 if node.append_only and call.func in ("min", "max"):  # one value per group, no multiset
-                    extremes.append(value_col(i))
+                    extremes.append((value_col(i), call.func))
                 else:
                     values.append(value_col(i))
             if call.func == "sum":
@@ -173,7 +173,7 @@ class Builder:
                 F.lit(0).cast("long").alias(W)))
         def measures() -> list:
             return [F.sum(W).alias(W), *[F.sum(s).alias(s) for s in sums],
-                    *[getattr(F, node.calls[int(e[2:])].func)(e).alias(e) for e in extremes]]
+                    *[getattr(F, func)(col).alias(col) for col, func in extremes]]
         if self._records() > PRE_AGGREGATE_ROWS:  # a big delta: Catalyst combines it map-side before any exchange
             df = df.groupBy(*[_c(g) for g in group], *values).agg(*measures())
         df = self._exchange(df, group)

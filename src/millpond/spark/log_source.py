@@ -39,7 +39,7 @@ from millpond.store.objects import open_store
 
 __all__ = ["LogDataSource", "register", "write_scan"]
 
-_MAX_PARTITION_ROWS = 1_000_000  # records per input partition, at most ...
+MAX_PARTITION_ROWS = 1_000_000  # records per input partition, at most ...
 _MIN_PARTITION_ROWS = 50_000  # ... and at least, when a range is split to use every core
 
 
@@ -92,10 +92,10 @@ def _partitions(channel_id: str, schema: pa.Schema, pieces: list[Piece], start: 
                 parallelism: int = 1) -> list[_PiecePartition]:
     """``[start, stop)`` cut into sequence ranges of equal size, each with the pieces it overlaps:
     at least ``parallelism`` ranges when each still holds ``_MIN_PARTITION_ROWS`` records, and
-    none over ``_MAX_PARTITION_ROWS`` (a piece spanning two ranges is read by both, sliced)."""
+    none over ``MAX_PARTITION_ROWS`` (a piece spanning two ranges is read by both, sliced)."""
     blob = schema.serialize().to_pybytes()
     total = max(stop - start, 0)
-    n = max(1, -(-total // _MAX_PARTITION_ROWS), min(parallelism, total // _MIN_PARTITION_ROWS))
+    n = max(1, -(-total // MAX_PARTITION_ROWS), min(parallelism, total // _MIN_PARTITION_ROWS))
     bounds = [start + total * i // n for i in range(n + 1)]
     out = []
     for a, b in zip(bounds, bounds[1:]):
