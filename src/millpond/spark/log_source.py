@@ -96,12 +96,18 @@ def _partitions(channel_id: str, schema: pa.Schema, pieces: list[Piece], start: 
     blob = schema.serialize().to_pybytes()
     total = max(stop - start, 0)
     n = max(1, -(-total // MAX_PARTITION_ROWS), min(parallelism, total // _MIN_PARTITION_ROWS))
-    bounds = [start + total * i // n for i in range(n + 1)]
-    out = []
-    for a, b in zip(bounds, bounds[1:]):
-        mine = [p.to_json() for p in pieces if max(a, p.first) < min(b, p.end)]
-        out.append(_PiecePartition(channel_id, blob, mine, a, b))
-    return out
+    return [_PiecePartition(channel_id, blob, [p.to_json() for p in _overlapping(pieces, a, b)], a, b)
+            for a, b in (_cut(start, stop, n, i) for i in range(n))]
+
+
+def _cut(start: int, stop: int, n: int, i: int) -> tuple[int, int]:
+    """The ``i``-th of ``n`` equal sequence ranges of ``[start, stop)``."""
+    total = max(stop - start, 0)
+    return start + total * i // n, start + total * (i + 1) // n
+
+
+def _overlapping(pieces: list[Piece], a: int, b: int) -> list[Piece]:
+    return [p for p in pieces if max(a, p.first) < min(b, p.end)]
 
 
 @dataclass
@@ -131,13 +137,10 @@ def _read_slot(partition: _SlotPartition, root: str, storage: dict[str, str], co
                ) -> Iterator[pa.RecordBatch]:
     store = open_store(root, storage)
     spec = json.loads(store.get(partition.scan))
-    start, stop = spec["start"], spec["stop"]
-    total = stop - start
-    a, b = start + total * partition.slot // partition.slots, start + total * (partition.slot + 1) // partition.slots
+    a, b = _cut(spec["start"], spec["stop"], partition.slots, partition.slot)
     if a >= b:
         return
-    pieces = [Piece(*p) for p in spec["pieces"]]
-    pieces = [p for p in pieces if max(a, p.first) < min(b, p.end)]
+    pieces = _overlapping([Piece(*p) for p in spec["pieces"]], a, b)
     schema = pa.ipc.read_schema(pa.py_buffer(partition.schema))
     yield from read_pieces(store, spec["channel"], schema, pieces, a, b).select(columns).to_batches()
 
