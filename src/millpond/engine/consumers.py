@@ -1,4 +1,10 @@
-"""The consumers of a catalog: every table's own materialization and every view's stored plan."""
+"""The consumers of a catalog: every table's own materialization and every view's stored plan.
+
+Only a table with a primary key keeps rows of its own (ingest resolves upserts against them). A
+key-less table's log *is* its rows: every record carries the row's identity (``_row_id``) and
+weight, so its consumer only advances offsets and a read consolidates the log
+(:meth:`millpond.engine.runtime.Runtime.snapshot`).
+"""
 
 from __future__ import annotations
 
@@ -19,7 +25,7 @@ def table_plan(table: TableDef) -> P.Materialize:
 def consumers(catalog: Catalog, view_plans: dict[str, P.Materialize]) -> list[Consumer]:
     """Tables first, then views with their plans (``view_plans`` by view name)."""
     out = [Consumer(f"o{t.id}", t.id, t.name, table_plan(t), (*(c.name for c in t.columns), ROW_ID),
-                    log_only=t.append_only)
+                    log_only=not t.primary_key)
            for t in catalog.tables.values()]
     out += [Consumer(f"o{v.id}", v.id, v.name, view_plans[v.name], tuple(v.schema.names))
             for v in catalog.views.values()]

@@ -120,7 +120,7 @@ class Coordinator:
         faults.point("epoch.before_job")
         # 3. the job
         try:
-            run = [(c, r) for c, r in work if not c.log_only]  # an APPEND ONLY table only advances its offsets
+            run = [(c, r) for c, r in work if not c.log_only]  # a key-less table only advances its offsets
             changes = self.executor.run(job, run, catalog.tables, self._pieces) if run else {}
         except MillpondError:
             raise
@@ -132,11 +132,12 @@ class Coordinator:
         for key in self.store.list(paths.sst_attempt_prefix(job.manifest.version, epoch, attempt)):
             new_ssts[paths.parse_sst_state(key)].append(describe_sst(self.store, key))
         live = {c.key for c in consumers}
+        stateful = {c.key for c in consumers if not c.log_only}  # a key-less table's old state goes
         offsets = {k: v for k, v in self.manifest.offsets.items() if k in live}
         for c, ranges in work:
             offsets[c.key] = {**offsets.get(c.key, {}), **{ch: b for ch, (_, b) in ranges.items()}}
         # 5. commit: the one atomic write; 6. maintenance runs inside commit, in the background
-        self.state.commit(epoch, new_ssts, offsets, keep=lambda sid: sid.split(".", 1)[0] in live)
+        self.state.commit(epoch, new_ssts, offsets, keep=lambda sid: sid.split(".", 1)[0] in stateful)
         faults.point("epoch.after_commit")
         names = {c.key: c.name for c in consumers}
         return EpochReport(epoch, {names[k]: v for k, v in changes.items() if v is not None})

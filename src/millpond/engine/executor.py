@@ -30,7 +30,7 @@ class Consumer:
     name: str
     plan: P.Materialize
     columns: tuple[str, ...]  # output columns (the rows state's key)
-    log_only: bool = False  # an APPEND ONLY table: its log is its rows; epochs only advance its offsets
+    log_only: bool = False  # a key-less table: its log is its rows; epochs only advance its offsets
 
 
 Ranges = dict[str, tuple[int, int]]  # channel -> [start, stop) of this epoch

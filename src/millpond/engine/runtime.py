@@ -10,7 +10,9 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from millpond.catalog import Catalog, CatalogStore, TableDef
 from millpond.columns import COUNT, ROW_ID, W
@@ -91,9 +93,9 @@ class Runtime:
         consumer = self._by_name[name]
         schema = rel.log_schema.remove(rel.log_schema.get_field_index(W)) if isinstance(rel, TableDef) \
             else rel.schema
-        if consumer.log_only:  # an APPEND ONLY table: its log up to the last committed epoch
+        if consumer.log_only:  # a key-less table: its log up to the last committed epoch
             stop = self.coordinator.manifest.offsets.get(consumer.key, {}).get(rel.channel, 0)
-            table = self.channel(rel).read(0, stop).select(list(consumer.columns)).cast(schema)
+            table = _consolidate(self.channel(rel).read(0, stop)).select(list(consumer.columns)).cast(schema)
             return table if hidden else table.drop_columns([ROW_ID])
         found = self.coordinator.rows(consumer).scan()
         if found is None or found.height == 0:
@@ -111,3 +113,14 @@ class Runtime:
     def close(self) -> None:
         self.coordinator.close()
         self.log.close()
+
+
+def _consolidate(changes: pa.Table) -> pa.Table:
+    """The rows a changelog leaves: each distinct row once per copy of its net weight (changes
+    that only insert, like every APPEND ONLY table's, are their own rows)."""
+    if not changes.num_rows or pc.min(changes[W]).as_py() > 0:
+        return changes
+    rows = [c for c in changes.column_names if c != W]
+    net = pl.from_arrow(changes).group_by(rows, maintain_order=True).agg(pl.col(W).sum()).filter(pl.col(W) > 0)
+    idx = np.repeat(np.arange(net.height), net[W].to_numpy())
+    return net.to_arrow().take(pa.array(idx)).cast(changes.schema)
