@@ -9,6 +9,7 @@ import duckdb
 import pyarrow as pa
 from sqlglot import exp
 
+from millpond import duck
 from millpond.errors import SqlError
 
 if TYPE_CHECKING:
@@ -16,10 +17,9 @@ if TYPE_CHECKING:
 
 __all__ = ["answer"]
 
-
 def answer(rt: Runtime, query: exp.Expression, *, hidden: bool = False) -> pa.Table:
     """The result of ``query``; ``hidden`` exposes tables' ``_row_id`` (for UPDATE and DELETE)."""
-    con = duckdb.connect()
+    con = duck.cursor()
     try:
         ctes = {c.alias_or_name for c in query.find_all(exp.CTE)}
         for name in {t.name for t in query.find_all(exp.Table)} - ctes:

@@ -25,9 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-import duckdb
 import polars as pl
 
+from millpond import duck
 from millpond.columns import COUNT, KH, W
 from millpond.engine.changelog import consolidate, state_rows
 from millpond.engine.operators.base import Part, lookup
@@ -151,7 +151,7 @@ def _join_rows(spec: HashJoin, left: pl.DataFrame, right: pl.DataFrame, types: p
     sql = (f"SELECT {', '.join([*(f'l.{_dq(c)}' for c in lcols), *(f'r.{_dq(c)}' for c in rcols)])}, "
            f"coalesce(l.{W}, 1) * coalesce(r.{W}, 1) AS {W} "
            f"FROM l {spec.kind.upper()} JOIN r ON {cond}")
-    con = duckdb.connect()
+    con = duck.cursor()
     try:
         con.register("l", left.select(*spec.key_columns, *lcols, W).to_arrow())
         con.register("r", right.select(*spec.key_columns, *rcols, W).to_arrow())

@@ -1,0 +1,25 @@
+"""One in-memory DuckDB per process, for the ad-hoc queries on the driver and the joins in tasks.
+
+Opening a DuckDB database costs ~50 ms; a cursor on an open one ~1 ms. A cursor is a connection
+of its own (registered tables are per connection), so concurrent callers do not see each other.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import duckdb
+
+__all__ = ["cursor"]
+
+_database: duckdb.DuckDBPyConnection | None = None
+_lock = threading.Lock()
+
+
+def cursor() -> duckdb.DuckDBPyConnection:
+    """A new connection to the process's DuckDB; close it when done."""
+    global _database
+    with _lock:
+        if _database is None:
+            _database = duckdb.connect()
+        return _database.cursor()
