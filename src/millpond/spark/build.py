@@ -16,7 +16,6 @@ from typing import Mapping
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from sqlglot import exp
 
@@ -96,17 +95,16 @@ class Builder:
         return self.build(node.input).selectExpr(*[f"{spark_sql(e)} AS {_quote(n)}" for e, n in node.exprs], W)
 
     def _window(self, node: P.Window) -> DataFrame:
-        df = self.build(node.input)
-        ts = _c(node.time)
-        slide = f"{node.slide_us} microseconds"
-        win = F.window(ts, f"{node.size_us} microseconds", slide if node.slide_us != node.size_us else None)
-        return df.filter(ts.isNotNull()).select("*", win.alias("_win")).select(
-            *[_c(c) for c in df.columns], F.col("_win.start").alias(node.start), F.col("_win.end").alias(node.end))
+        df, ts = self.build(node.input), _quote(node.time)
+        durations = f"'{node.size_us} microseconds'" + (
+            f", '{node.slide_us} microseconds'" if node.slide_us != node.size_us else "")
+        return df.filter(f"{ts} IS NOT NULL").selectExpr("*", f"window({ts}, {durations}) AS _win").selectExpr(
+            *map(_quote, df.columns), f"_win.`start` AS {_quote(node.start)}", f"_win.`end` AS {_quote(node.end)}")
 
     def _union(self, node: P.Union) -> DataFrame:
         frames = [self.build(i) for i in node.inputs]
-        cols = frames[0].columns
-        return reduce(DataFrame.unionByName, [f.select(*[_c(c) for c in cols]) for f in frames])
+        cols = list(map(_quote, frames[0].columns))
+        return reduce(DataFrame.unionByName, [f.selectExpr(*cols) for f in frames])
 
     # -- stateful -----------------------------------------------------------------------------
     def _exchange(self, df: DataFrame, keys: list[str]) -> DataFrame:
@@ -130,14 +128,15 @@ class Builder:
         lcols = [c for c in left.columns if c != W]
         rcols = [c for c in right.columns if c != W]
         lsql, rsql = [spark_sql(k) for k in node.left_keys], [spark_sql(k) for k in node.right_keys]
-        lk, rk = [F.expr(k) for k in lsql], [F.expr(k) for k in rsql]
         ltypes, rtypes = _types(left, lsql), _types(right, rsql)
-        kcols = [f"_k{i}" for i in range(len(lk))]
-        casts = [_common_type(a, b) for a, b in zip(ltypes, rtypes)]
-        lsel = left.select(F.lit(0).cast("byte").alias(SIDE),
-                           *[k.cast(t).alias(n) for k, t, n in zip(lk, casts, kcols)], *lcols, W)
-        rsel = right.select(F.lit(1).cast("byte").alias(SIDE),
-                            *[k.cast(t).alias(n) for k, t, n in zip(rk, casts, kcols)], *rcols, W)
+        kcols = [f"_k{i}" for i in range(len(lsql))]
+        casts = [_common_type(a, b).simpleString() for a, b in zip(ltypes, rtypes)]
+
+        def side(df: DataFrame, n: int, keys: list[str], cols: list[str]) -> DataFrame:
+            return df.selectExpr(f"CAST({n} AS TINYINT) AS {SIDE}",
+                                 *[f"CAST(({k}) AS {t}) AS {c}" for k, t, c in zip(keys, casts, kcols)],
+                                 *map(_quote, cols), W)
+        lsel, rsel = side(left, 0, lsql, lcols), side(right, 1, rsql, rcols)
         both = self._exchange(lsel.unionByName(rsel, allowMissingColumns=True), kcols)
         schema = T.StructType([*[left.schema[c] for c in lcols], *[right.schema[c] for c in rcols],
                                T.StructField(W, T.LongType())])
@@ -149,38 +148,37 @@ class Builder:
         return both.mapInArrow(self._task(node.node_id, op, schema), schema)
 
     def _aggregate(self, node: P.Aggregate) -> DataFrame:
+        """Built from SQL text, as :meth:`_exchange` (a Column object costs a JVM round trip)."""
         df = self.build(node.input)
         group = list(node.group)
         pre, sums, values, extremes = [], [], [], []
         for i, call in enumerate(node.calls):
-            arg = F.col(call.arg) if call.arg else None
+            arg = _quote(call.arg) if call.arg else None
             if call.func in VALUE_FUNCS:
-                pre.append(arg.alias(value_col(i)))
+                pre.append(f"{arg} AS {_quote(value_col(i))}")
                 if node.append_only and call.func in ("min", "max"):  # one value per group, no multiset
                     extremes.append((value_col(i), call.func))
                 else:
                     values.append(value_col(i))
             if call.func == "sum":
-                pre.append((arg * F.col(W)).alias(sum_col(i)))
+                pre.append(f"{arg} * {W} AS {_quote(sum_col(i))}")
                 sums.append(sum_col(i))
             if call.func in ("sum", "count"):
-                pre.append(F.when(arg.isNotNull(), F.col(W)).otherwise(F.lit(0)).cast("long").alias(nonnull_col(i)))
+                pre.append(f"CAST(CASE WHEN {arg} IS NOT NULL THEN {W} ELSE 0 END AS BIGINT) AS {_quote(nonnull_col(i))}")
                 sums.append(nonnull_col(i))
-        df = df.select(*[_c(g) for g in group], *pre, W)
+        df = df.selectExpr(*[_quote(g) for g in group], *pre, W)
         if node.whole:  # one zero-weight row per epoch: the single group exists from the first epoch
-            df = df.unionByName(self.spark.range(1).select(
-                *[F.lit(None).cast(f.dataType).alias(f.name) for f in df.schema if f.name != W],
-                F.lit(0).cast("long").alias(W)))
-        def measures() -> list:
-            return [F.sum(W).alias(W), *[F.sum(s).alias(s) for s in sums],
-                    *[getattr(F, func)(col).alias(col) for col, func in extremes]]
+            df = df.unionByName(self.spark.range(1).selectExpr(
+                *[f"CAST(NULL AS {f.dataType.simpleString()}) AS {_quote(f.name)}" for f in df.schema if f.name != W],
+                f"CAST(0 AS BIGINT) AS {W}"))
+        measures = [f"sum({W}) AS {W}", *[f"sum({_quote(c)}) AS {_quote(c)}" for c in sums],
+                    *[f"{func}({_quote(c)}) AS {_quote(c)}" for c, func in extremes]]
         if self._records() > PRE_AGGREGATE_ROWS:  # a big delta: Catalyst combines it map-side before any exchange
-            df = df.groupBy(*[_c(g) for g in group], *values).agg(*measures())
+            df = self._group(df, [*group, *values], measures)
         df = self._exchange(df, group)
         # Catalyst consolidates the delta per (group, min/max/distinct values) before Python sees it.
-        agged = df.groupBy(VN, KH, *[_c(g) for g in group], *values).agg(*measures())
-        if not node.whole:
-            agged = agged.filter(reduce(lambda a, b: a | b, [F.col(c) != 0 for c in (W, *sums)]))
+        agged = self._group(df, [VN, KH, *group, *values], measures,
+                            having=None if node.whole else [W, *sums])
         out_fields = [agged.schema[g] for g in group]
         for i, call in enumerate(node.calls):
             if call.func in ("count", "count_star", "count_distinct"):
@@ -196,6 +194,18 @@ class Builder:
         op = HashAggregate(tuple(group), node.calls, name=f"{self.consumer.name}#{node.node_id}", whole=node.whole,
                            append_only=node.append_only)
         return agged.mapInArrow(self._task(node.node_id, op, schema), schema)
+
+    def _group(self, df: DataFrame, keys: list[str], measures: list[str], having: list[str] | None = None
+               ) -> DataFrame:
+        """``SELECT keys, measures FROM df GROUP BY keys`` [keeping groups where a ``having`` column is
+        not 0], as one SQL statement."""
+        def text(sql: str) -> str:  # spark.sql formats the text with str.format: a brace in a name is doubled
+            return sql.replace("{", "{{").replace("}", "}}")
+        sql = text(f"SELECT {', '.join([*map(_quote, keys), *measures])}") + " FROM {df}" \
+            + (text(f" GROUP BY {', '.join(map(_quote, keys))}") if keys else "")
+        if having:
+            sql = f"SELECT * FROM ({sql}) WHERE " + text(" OR ".join(f"{_quote(c)} != 0" for c in having))
+        return self.spark.sql(sql, df=df)
 
     def _records(self) -> int:
         """New records of the epoch over all channels this consumer reads."""
@@ -236,17 +246,12 @@ def _renames(columns: tuple[tuple[str, str], ...]) -> list[str]:
     return [f"{_quote(src)} AS {_quote(out)}" for out, src in columns]
 
 
-def _c(name: str):  # noqa: ANN202
-    """A column by exact name (dots and spaces are not struct paths)."""
-    return F.col(_quote(name))
-
-
 def _types(df: DataFrame, exprs: list[str]) -> list[T.DataType]:
     """Types of expressions over ``df``; plain column references need no Spark analysis."""
     fields = {f"`{f.name}`": f.dataType for f in df.schema}
     if all(e in fields for e in exprs):
         return [fields[e] for e in exprs]
-    return [f.dataType for f in df.select(*[F.expr(e) for e in exprs]).schema]
+    return [f.dataType for f in df.selectExpr(*exprs).schema]
 
 
 def _common_type(a: T.DataType, b: T.DataType) -> T.DataType:
