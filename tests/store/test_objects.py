@@ -40,3 +40,13 @@ def test_unreachable_storage_is_a_clear_error():
                                            "secret_access_key": "s", "region": "us-east-1", "allow_http": "true"})
     with pytest.raises(StorageError, match="cannot"):
         store.list("manifest/")
+
+
+def test_a_relative_local_root_is_made_absolute(tmp_path, monkeypatch):
+    # Spark tasks reopen the store by its root in their own working directory (an executor's work dir)
+    monkeypatch.chdir(tmp_path)
+    store = ObjectStore("data")
+    assert store.root == str(tmp_path.resolve() / "data")
+    store.put("k", b"v")
+    monkeypatch.chdir("/")
+    assert ObjectStore(store.root).get("k") == b"v"

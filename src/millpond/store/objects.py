@@ -45,6 +45,9 @@ class ObjectStore:
             self._local_dir = Path(root).expanduser().resolve()
             self._local_dir.mkdir(parents=True, exist_ok=True)
             url = self._local_dir.as_uri()
+            # Spark tasks reopen the store by this root, in their own working directory (an executor's
+            # work dir, or where the JVM started): a relative root would be a different folder there.
+            self.root = str(self._local_dir)
         elif root.startswith("file://"):
             self._local_dir = Path(root[len("file://"):])
             self._local_dir.mkdir(parents=True, exist_ok=True)
