@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import math
 import socket
 
 import pyarrow as pa
@@ -41,6 +42,21 @@ def rows(table: pa.Table) -> list[tuple]:
     cols = table.to_pydict()
     out = list(zip(*cols.values())) if cols else []
     return sorted(out, key=lambda r: tuple((v is not None, v) for v in r))
+
+
+def canonical(table: pa.Table) -> list[tuple]:
+    """Rows as a sorted multiset; floats sort by 6 significant digits and compare with
+    :func:`same_rows` (an AVG sums in another order in millpond and in DuckDB)."""
+    return sorted(rows(table), key=lambda r: tuple(
+        (v is not None, float(f"{v:.6g}") if isinstance(v, float) else v) for v in r))
+
+
+def same_rows(got: list[tuple], want: list[tuple]) -> bool:
+    """Two :func:`canonical` row lists are equal, floats up to a relative 1e-9."""
+    return len(got) == len(want) and all(
+        len(g) == len(w) and all(math.isclose(a, b, rel_tol=1e-9) if isinstance(a, float) and isinstance(b, float)
+                                 else a == b for a, b in zip(g, w))
+        for g, w in zip(got, want))
 
 
 S3_PORT = [0]
