@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test chaos bench clean
+.PHONY: setup demo test chaos cluster bench clean
 
 setup: $(STAMP)
 
@@ -24,16 +24,21 @@ demo: $(STAMP)
 	$(PY) examples/demo.py
 
 test: $(STAMP)
-	$(PY) -m pytest -q -m "not chaos" tests
+	$(PY) -m pytest -q -m "not chaos and not cluster" tests
 
 chaos: $(STAMP)
-	$(PY) -m pytest -q -m chaos tests
+	$(PY) -m pytest -q -m "chaos and not cluster" tests
+
+# A Spark standalone master and two workers from the installed PySpark, the root on S3 (moto).
+cluster: $(STAMP)
+	$(PY) -m pytest -q -m cluster tests/cluster
 
 bench: $(STAMP)
 	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) benchmarks/state_size.py
 	$(PY) benchmarks/throughput.py
 	$(PY) benchmarks/rate.py
+	$(PY) benchmarks/nexmark.py
 	$(PY) benchmarks/epochs.py
 	$(PY) benchmarks/store.py
 	$(PY) benchmarks/log.py

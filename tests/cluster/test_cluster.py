@@ -1,0 +1,281 @@
+"""millpond on a real Spark cluster (``make cluster``): a standalone master with two workers, the
+root on S3 (a moto server), the driver in this process. Tasks (epochs' stateful stages, log scans,
+compaction) run in the executors' Python workers and read and write the root themselves, with the
+storage options millpond ships to them.
+
+Every view is checked against DuckDB recomputing its SQL over its own copy of the base tables
+after every epoch: the seed example, then Nexmark's q4 (a join and two aggregations) and q17.
+The last test SIGKILLs one worker's executor JVM while an epoch's job runs:
+Spark retries the lost tasks (and recomputes the shuffle output that died with the executor), the
+epoch commits once, and the views still equal the oracle (a bid applied twice or lost would show
+in q17's COUNT and SUM per auction).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import uuid
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+import millpond
+from millpond.store.compaction import Policy
+from tests.cluster.conftest import EXECUTORS, executor_count, wait_for_executors
+from tests.cluster.standalone import Standalone
+from tests.conftest import canonical, rows, same_rows
+from tests.test_seed import SCHEMA as SEED_SCHEMA
+
+pytestmark = pytest.mark.cluster
+
+
+class Oracle:
+    """DuckDB's own copy of the base tables; ``check`` compares views with their SQL run here."""
+
+    def __init__(self, ddl: str):
+        self.con = duckdb.connect()
+        self.con.execute(ddl)
+
+    def insert(self, table: str, data: pa.Table) -> None:
+        keyed = self.con.execute("SELECT count(*) FROM duckdb_constraints() WHERE table_name = ? "
+                                 "AND constraint_type = 'PRIMARY KEY'", [table]).fetchall()[0][0]
+        self.con.register("incoming", data)
+        self.con.execute(f'INSERT {"OR REPLACE " if keyed else ""}INTO "{table}" SELECT * FROM incoming')
+        self.con.unregister("incoming")
+
+    def sql(self, text: str) -> None:
+        self.con.execute(text)
+
+    def check(self, db: millpond.Database, views: dict[str, str], tables: tuple[str, ...] = ()) -> None:
+        for name in tables:
+            assert rows(db.sql(f'SELECT * FROM "{name}"')) == rows(self.con.sql(f'SELECT * FROM "{name}"').to_arrow_table()), \
+                f"table {name} differs from DuckDB at epoch {db.epoch}"
+        for name, query in views.items():
+            got, want = rows(db.sql(f'SELECT * FROM "{name}"')), rows(self.con.sql(query).to_arrow_table())
+            assert got == want, f"view {name} differs from DuckDB at epoch {db.epoch}:\n{got[:20]}\n{want[:20]}"
+
+
+def _root(s3_url: str) -> str:
+    return f"{s3_url}/cluster-{uuid.uuid4().hex[:8]}"
+
+
+def _flush_one(db: millpond.Database) -> None:
+    """Flush; the input was appended before, so exactly one epoch runs."""
+    before, started = db.epoch, time.monotonic()
+    reports = db.flush()
+    print(f"epoch {db.epoch}: {time.monotonic() - started:.1f} s")
+    assert [r.epoch for r in reports] == [before + 1]
+
+
+def _session_alive(spark) -> bool:  # noqa: ANN001
+    return not spark.sparkContext._jsc.sc().isStopped() and spark.range(5).count() == 5
+
+
+# -- the seed example ---------------------------------------------------------------------------
+def test_seed_example_on_a_standalone_cluster(cluster_spark, s3_url, s3_options):
+    assert cluster_spark.sparkContext.master.startswith("spark://")
+    assert executor_count(cluster_spark) == EXECUTORS
+    root = _root(s3_url)
+    ref = Oracle(SEED_SCHEMA.split("CREATE MATERIALIZED VIEW")[0])
+    view = {"result": SEED_SCHEMA.split(" AS", 1)[1].strip().rstrip(";")}
+    db = millpond.connect(root, spark=cluster_spark, parallelism=4, interval=None, storage_options=s3_options,
+                          compaction="spark")  # compaction tasks on the executors, too
+    db.runtime.coordinator.state.policy = Policy(l0_trigger=2)
+    try:
+        db.sql(SEED_SCHEMA)
+        info = "INSERT INTO info VALUES ('Apple','Fruit'),('Banana','Fruit'),('Carrot','Vegetable'),('Potato','Vegetable')"
+        visits = pa.table({"product": ["Apple", "Apple", "Carrot", "Banana", "Potato"],
+                           "user": ["Alice", "Bob", "Bob", "Alice", "Eve"],
+                           "length": pa.array([10, 20, 50, 40, 60], pa.int32())})
+        db.sql(info)
+        db.insert("visit", visits)
+        ref.sql(info)
+        ref.insert("visit", visits)
+        _flush_one(db)
+        ref.check(db, view, ("info", "visit"))
+        assert rows(db.sql("SELECT * FROM result")) == [("Fruit", 40), ("Vegetable", 60)]
+        for step in ["""DELETE FROM visit WHERE product = 'Banana' AND "user" = 'Alice'""",
+                     "UPDATE info SET category = 'Vegetable' WHERE product = 'Apple'",
+                     "UPDATE info SET category = 'Fruit' WHERE product = 'Carrot'"]:
+            db.sql(step)
+            ref.sql(step)
+            _flush_one(db)
+            ref.check(db, view, ("info", "visit"))
+        assert rows(db.sql("SELECT * FROM result")) == [("Fruit", 50), ("Vegetable", 60)]
+        state = db.runtime.coordinator.state
+        state.compact()
+        assert state.stats["compactions"] > 0 and state.stats["compaction_failures"] == 0
+    finally:
+        db.close()
+    assert _session_alive(cluster_spark), "millpond stopped a Spark session it did not start"
+    again = millpond.connect(root, spark=cluster_spark, parallelism=2, interval=None, storage_options=s3_options)
+    try:
+        assert rows(again.sql("SELECT * FROM result")) == [("Fruit", 50), ("Vegetable", 60)]
+        assert sorted(map(tuple, again.table("result").collect())) == [("Fruit", 50), ("Vegetable", 60)]
+    finally:
+        again.close()
+    assert _session_alive(cluster_spark)
+
+
+def test_a_relative_local_root_on_a_shared_filesystem(cluster_spark, tmp_path, monkeypatch):
+    """A folder root works on a cluster only on a filesystem every worker mounts at the same path
+    (here: one machine). Executors work in their own directories, so a relative root must reach
+    them resolved (it used to reach them as given: state written under the workers' work dirs,
+    and the view silently empty)."""
+    monkeypatch.chdir(tmp_path)
+    db = millpond.connect("pond", spark=cluster_spark, parallelism=2, interval=None)
+    try:
+        db.sql("CREATE TABLE t (k VARCHAR, v INT); CREATE MATERIALIZED VIEW s AS SELECT k, SUM(v) AS total FROM t GROUP BY k")
+        db.insert("t", pa.table({"k": ["a", "a", "b"], "v": pa.array([1, 2, 3], pa.int32())}))
+        _flush_one(db)
+        assert rows(db.sql("SELECT * FROM s")) == [("a", 3), ("b", 3)]
+    finally:
+        db.close()
+    assert (tmp_path / "pond" / "sst").is_dir()
+    assert _session_alive(cluster_spark)
+
+
+# -- Nexmark -------------------------------------------------------------------------------------
+VIEWS = ("q4", "q17")  # q4: a join, then two aggregations; q17: COUNT and SUM per auction (a doubled bid shows)
+EVENTS = 4_000  # per small epoch
+BIG_EPOCH = 260_000  # events of the epoch that loses an executor: four stateful tasks per stage
+
+
+class NexmarkOracle:
+    """DuckDB over every event inserted so far, running the views' queries."""
+
+    def __init__(self) -> None:
+        self.con = duckdb.connect()
+        self.sent: dict[str, list[pa.Table]] = {}
+
+    def insert(self, db: millpond.Database, events: dict[str, pa.Table]) -> None:
+        for name, table in events.items():
+            db.insert(name, table)
+            self.sent.setdefault(name, []).append(table)
+            self.con.register(name, pa.concat_tables(self.sent[name]))
+
+    def check(self, db: millpond.Database) -> None:
+        from millpond import nexmark
+
+        for name in VIEWS:
+            got = canonical(db.sql(f"SELECT * FROM {name}"))
+            want = canonical(self.con.sql(nexmark.duckdb_sql(nexmark.QUERIES[name])).to_arrow_table())
+            assert want, f"{name} is empty in DuckDB: the check would check nothing"
+            assert same_rows(got, want), (f"{name} differs from DuckDB at epoch {db.epoch}: {len(got)} rows, DuckDB "
+                                      f"{len(want)}; only in millpond: {[r for r in got if r not in want][:3]}, "
+                                      f"only in DuckDB: {[r for r in want if r not in got][:3]}")
+
+
+# -- an executor killed mid-epoch -----------------------------------------------------------------
+class ExecutorKiller(threading.Thread):
+    """SIGKILLs the executor JVM of ``worker`` once a stage has finished since :meth:`start` (its
+    shuffle output is on both executors) and a stage runs tasks on both executors, then records
+    the jobs that run until :attr:`done` is set. (With adaptive execution every shuffle stage is a
+    job of its own, so this watches stages, not one job.)"""
+
+    def __init__(self, spark, cluster: Standalone, worker: int, timeout: float = 300.0):  # noqa: ANN001
+        super().__init__(daemon=True, name="executor-killer")
+        self.spark, self.cluster, self.worker = spark, cluster, cluster.workers[worker]
+        self.timeout = timeout
+        self.done = threading.Event()
+        self.killed: int | None = None  # the executor's pid
+        self.jobs: set[int] = set()  # the jobs seen running
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+    def _run(self) -> None:
+        tracker = self.spark.sparkContext.statusTracker()
+        deadline = time.monotonic() + self.timeout
+        watched: set[int] = set()
+        while not self.done.is_set() and time.monotonic() < deadline:
+            self.jobs.update(tracker.getActiveJobsIds())
+            active = [s for s in map(tracker.getStageInfo, tracker.getActiveStageIds()) if s]
+            if self.killed is None:
+                finished = any(s and s.numTasks and s.numCompletedTasks == s.numTasks
+                               for s in map(tracker.getStageInfo, watched - {s.stageId for s in active}))
+                watched.update(s.stageId for s in active)
+                if finished and any(s.numActiveTasks >= EXECUTORS for s in active):
+                    pids = self.cluster.executor_pids(self.worker)
+                    assert len(pids) == 1, f"{self.worker.name} runs executors {pids}"
+                    self.cluster.track()  # its Python workers, checked for leaks at the end
+                    os.kill(pids[0], signal.SIGKILL)
+                    self.killed = pids[0]
+            time.sleep(0.02)
+
+
+def _stage_retries(spark, jobs: set[int]) -> list[tuple[int, int, int]]:  # noqa: ANN001
+    """(stage, attempt, failed tasks) of the jobs' stages that failed tasks or ran again."""
+    tracker = spark.sparkContext.statusTracker()
+    stages = {i for j in jobs if (info := tracker.getJobInfo(j)) for i in info.stageIds}
+    return sorted((s.stageId, s.currentAttemptId, s.numFailedTasks) for s in map(tracker.getStageInfo, stages)
+                  if s and (s.currentAttemptId > 0 or s.numFailedTasks > 0))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_nexmark_after_every_epoch_and_an_executor_killed_mid_epoch(cluster, cluster_spark, s3_url, s3_options):
+    from millpond import nexmark
+
+    db = millpond.connect(_root(s3_url), spark=cluster_spark, parallelism=4, interval=None, storage_options=s3_options)
+    try:
+        db.sql(";\n".join(nexmark.DDL))
+        for name in VIEWS:
+            db.sql(f"CREATE MATERIALIZED VIEW {name} AS {nexmark.QUERIES[name]}")
+        ref = NexmarkOracle()
+        first = 0
+        for _ in range(3):
+            ref.insert(db, nexmark.generate(first, EVENTS, seed=7))
+            first += EVENTS
+            _flush_one(db)
+            ref.check(db)
+
+        # a big epoch (four stateful tasks per stage); worker 0's executor dies while its job runs
+        epoch = db.epoch
+        ref.insert(db, nexmark.generate(first, BIG_EPOCH, seed=7))
+        first += BIG_EPOCH
+        killer = ExecutorKiller(cluster_spark, cluster, worker=0)
+        killer.start()
+        started = time.monotonic()
+        try:
+            reports = db.flush()
+        finally:
+            killer.done.set()
+            killer.join()
+        took = time.monotonic() - started
+        assert killer.error is None, f"the killer failed: {killer.error!r}"
+        assert killer.killed is not None, f"the epoch ({took:.1f} s) ended before an executor could be killed"
+        assert not _alive(killer.killed)
+        retried = _stage_retries(cluster_spark, killer.jobs)
+        assert retried, "no stage of the epoch's job failed a task or ran again: the kill was not felt"
+        assert [r.epoch for r in reports] == [epoch + 1], "the epoch must commit once, as one epoch"
+        ref.check(db)  # exactly once: q17's COUNT and SUM per auction would show a bid applied twice or lost
+        print(f"\nkilled executor pid {killer.killed}; the epoch took {took:.1f} s (jobs {sorted(killer.jobs)}); "
+              f"(stage, attempt, failed tasks) of the stages that failed tasks or ran again: {retried}")
+
+        # the worker starts a new executor; the next epoch runs on both again
+        deadline = time.monotonic() + 120
+        while not cluster.executor_pids(cluster.workers[0]) and time.monotonic() < deadline:
+            time.sleep(0.25)
+        assert cluster.executor_pids(cluster.workers[0]), f"worker 0 started no new executor:\n{cluster.logs()}"
+        wait_for_executors(cluster_spark, EXECUTORS, cluster)
+        ref.insert(db, nexmark.generate(first, EVENTS, seed=7))
+        _flush_one(db)
+        ref.check(db)
+    finally:
+        db.close()
+    assert _session_alive(cluster_spark)
