@@ -110,7 +110,7 @@ class Builder:
     def _exchange(self, df: DataFrame, keys: list[str]) -> DataFrame:
         """Rows hashed on ``keys`` (column names) to their vnode, and exchanged on it. Built from SQL
         text: every Column object is a round trip to the JVM, and an epoch builds many exchanges."""
-        kh = f"xxhash64({', '.join(_quote(k) for k in keys)})" if keys else "CAST(0 AS BIGINT)"
+        kh = _hash(keys)
         df = df.selectExpr("*", f"{kh} AS {KH}", f"CAST(pmod({kh}, {VNODES}) AS INT) AS {VN}")
         return df.repartition(self.job.parallelism, VN)
 
@@ -226,7 +226,10 @@ class Builder:
     def _materialize(self, node: P.Materialize) -> DataFrame:
         df = self.build(node.input)
         cols = [c for c in df.columns if c != W]
-        df = self._exchange(df, cols)
+        if _keyed(node.input):  # no exchange: the rows stay in the stateful task that made them
+            df = df.selectExpr("*", f"{_hash(cols)} AS {KH}")
+        else:
+            df = self._exchange(df, cols)
         op = Materialize(tuple(cols), name=self.consumer.name)
         out = T.StructType([T.StructField(CONSUMER, T.StringType()), T.StructField(IPC, T.BinaryType())])
         return df.mapInArrow(self._task(node.node_id, op, out, final=True, emit=self.consumer.name not in self.tables),
@@ -236,6 +239,22 @@ class Builder:
 def spark_sql(e: exp.Expression) -> str:
     """A plan expression as Spark SQL: generated here, where Spark evaluates it."""
     return e.sql(dialect="spark")
+
+
+def _keyed(node: P.Node) -> bool:
+    """Whether ``node``'s rows come from a stateful operator (through filters and projections).
+    Such rows need no exchange before the view's rows are kept: the rows a retraction cancels were
+    counted by an earlier epoch, or made by the same task in this one (the operator's key
+    partitions them). Rows straight from a table need it: an insert and a delete of one row in one
+    epoch may be read by two tasks."""
+    while isinstance(node, (P.Project, P.Filter)):
+        node = node.input
+    return isinstance(node, (P.Aggregate, P.Join, P.TopN))
+
+
+def _hash(keys: list[str]) -> str:
+    """The SQL of the 64-bit key hash of ``keys`` (its vnode is the hash modulo ``VNODES``)."""
+    return f"xxhash64({', '.join(_quote(k) for k in keys)})" if keys else "CAST(0 AS BIGINT)"
 
 
 def _quote(name: str) -> str:

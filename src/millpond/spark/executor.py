@@ -12,6 +12,7 @@ from __future__ import annotations
 from functools import reduce
 from typing import Mapping, Sequence
 
+import polars as pl
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
@@ -19,6 +20,7 @@ from pyspark.sql import types as T
 from millpond.catalog import TableDef
 from millpond.columns import W
 from millpond.engine import plan as P
+from millpond.engine.changelog import consolidate
 from millpond.engine.executor import Consumer, EpochJob, PieceSource, Work
 from millpond.spark.build import Builder
 from millpond.spark.task import CONSUMER, IPC
@@ -42,7 +44,9 @@ class SparkExecutor:
         out: dict[str, list[pa.Table]] = {c.key: [] for c, _ in work}
         for consumer, blob in zip(result.column(CONSUMER).to_pylist(), result.column(IPC).to_pylist()):
             out[consumer].append(pa.ipc.open_stream(blob).read_all())
-        return {k: pa.concat_tables(v, promote_options="permissive") if v else None for k, v in out.items()}
+        # tasks consolidate their own rows; one row may change in two tasks (build._keyed): net it here
+        return {k: consolidate(pl.from_arrow(pa.concat_tables(v, promote_options="permissive"))).to_arrow()
+                if v else None for k, v in out.items()}
 
     def output_schema(self, plan: P.Materialize, tables: Mapping[str, TableDef]) -> pa.Schema:
         """From Spark's analysis of the plan over empty inputs (runs no job)."""
