@@ -75,6 +75,20 @@ def test_primary_key_insert_is_an_upsert(open_db):
     assert rows(db.sql("SELECT * FROM result")) == [("Fruit", 20), ("Vegetable", 60)]
 
 
+def test_upserts_resolve_against_changes_no_epoch_has_committed(open_db):
+    """An insert into a keyed table runs no epoch: it replaces the rows appended before it too."""
+    db = open_db()
+    seed(db)  # nothing committed yet
+    db.sql("INSERT INTO info VALUES ('Banana', 'Vegetable')")
+    db.sql("INSERT INTO info VALUES ('Banana', 'Fruit'), ('Kiwi', 'Fruit')")
+    db.sql("INSERT INTO info VALUES ('Kiwi', 'Vegetable')")
+    assert db.epoch == 0
+    assert len(db.flush()) == 1
+    assert rows(db.sql("SELECT * FROM info")) == [("Apple", "Fruit"), ("Banana", "Fruit"), ("Carrot", "Vegetable"),
+                                                   ("Kiwi", "Vegetable"), ("Potato", "Vegetable")]
+    assert rows(db.sql("SELECT * FROM result")) == [("Fruit", 40), ("Vegetable", 60)]
+
+
 def test_flush_statement_and_nothing_to_do(open_db):
     db = open_db()
     seed(db)

@@ -142,11 +142,13 @@ class Coordinator:
         names = {c.key: c.name for c in consumers}
         return EpochReport(epoch, {names[k]: v for k, v in changes.items() if v is not None})
 
-    def rows(self, consumer: Consumer) -> StateTable:
-        """The committed rows of a consumer (its final materialize state)."""
+    def rows(self, consumer: Consumer, manifest: Manifest | None = None) -> StateTable:
+        """The committed rows of a consumer (its final materialize state) in ``manifest`` (default:
+        the last committed one)."""
         part = Materialize(consumer.columns, consumer.name).parts()["rows"]
         sid = state_id(consumer.object_id, consumer.plan.node_id, "rows")
-        return StateTable(self.store, self.manifest.state(sid), part.keys, additive=part.additive, name=sid)
+        levels = (manifest or self.manifest).state(sid)
+        return StateTable(self.store, levels, part.keys, additive=part.additive, name=sid)
 
     def _pieces(self, channel: str, start: int, stop: int) -> list[Piece]:
         return self.log.channel(channel).pieces(start, stop)

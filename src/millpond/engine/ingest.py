@@ -3,9 +3,10 @@
 A table's channel holds its changelog: each record is a row with ``_w`` = +1 (insert) or -1
 (delete) and ``_row_id``, a row's identity. A table without a primary key numbers new rows by
 their sequence number in the channel, so an append reads nothing. A table with a primary key
-upserts: the epochs in flight are committed first, and the batch retracts the committed rows
-with the same keys (within one batch the last row of a key wins); a change that would leave two
-rows with one key is refused before anything is appended.
+upserts: the batch retracts the table's current rows with the same keys — its committed rows
+and the changes appended since, which no epoch has to commit first (within one batch the last
+row of a key wins); a change that would leave two rows with one key is refused before anything
+is appended.
 """
 
 from __future__ import annotations
@@ -54,10 +55,9 @@ def conform_rows(table: TableDef, rows: pa.Table) -> pa.Table:
 def insert(rt: Runtime, table: TableDef, rows: pa.Table) -> None:
     """Append ``rows`` (already conformed) to ``table``: new rows, or upserts with a primary key."""
     if table.primary_key:
-        rt.flush()  # resolve upserts against the committed table
         key = list(table.primary_key)
         rows = pl.from_arrow(rows).unique(subset=key, keep="last", maintain_order=True).to_arrow().cast(rows.schema)
-        current = rt.snapshot(table.name, hidden=True)
+        current = rt.snapshot(table.name, hidden=True, pending=True)  # committed rows and changes not yet in an epoch
         old = pl.from_arrow(current).join(pl.from_arrow(rows).select(key), on=key, how="semi").to_arrow()
         append_changes(rt, table, old, rows.append_column(ROW_ID, pa.nulls(rows.num_rows, pa.int64())),
                        current=current)
@@ -83,7 +83,7 @@ def append_changes(rt: Runtime, table: TableDef, old: pa.Table | None, new: pa.T
         return
     batch = pa.concat_tables(parts)
     if table.primary_key and new is not None:
-        current = current if current is not None else rt.snapshot(table.name, hidden=True)
+        current = current if current is not None else rt.snapshot(table.name, hidden=True, pending=True)
         _check_unique(table, pl.from_arrow(current).select(table.primary_key), pl.from_arrow(batch))
     rt.channel(table).append(batch)
 

@@ -87,22 +87,32 @@ class Runtime:
         return rel.log_schema if isinstance(rel, TableDef) else rel.schema.append(pa.field(W, pa.int64()))
 
     # -- reads and channels -------------------------------------------------------------------
-    def snapshot(self, name: str, *, hidden: bool = False) -> pa.Table:
-        """The committed rows of a table or view; ``hidden`` keeps a table's ``_row_id``."""
+    def snapshot(self, name: str, *, hidden: bool = False, pending: bool = False) -> pa.Table:
+        """The committed rows of a table or view; ``hidden`` keeps a table's ``_row_id``;
+        ``pending`` (tables only) adds the changes appended to its log that no epoch has committed
+        yet: the table as of now, with no epoch to wait for."""
         rel = self.catalog.relation(name)
         consumer = self._by_name[name]
         schema = rel.log_schema.remove(rel.log_schema.get_field_index(W)) if isinstance(rel, TableDef) \
             else rel.schema
-        if consumer.log_only:  # a key-less table: its log up to the last committed epoch
-            stop = self.coordinator.manifest.offsets.get(consumer.key, {}).get(rel.channel, 0)
-            table = _consolidate(self.channel(rel).read(0, stop)).select(list(consumer.columns)).cast(schema)
+        manifest = self.coordinator.manifest  # one version: its rows and its offsets agree
+        stop = manifest.offsets.get(consumer.key, {}).get(rel.channel, 0) if isinstance(rel, TableDef) else 0
+        end = None if pending else stop
+        if consumer.log_only:  # a key-less table: its log up to the last committed epoch (or the end)
+            table = _consolidate(self.channel(rel).read(0, end)).select(list(consumer.columns)).cast(schema)
             return table if hidden else table.drop_columns([ROW_ID])
-        found = self.coordinator.rows(consumer).scan()
+        found = self.coordinator.rows(consumer, manifest).scan()
         if found is None or found.height == 0:
             table = schema.empty_table()
         else:
             idx = np.repeat(np.arange(found.height), found[COUNT].to_numpy())  # a multiset: one row per copy
             table = found.select(list(consumer.columns)).to_arrow().take(pa.array(idx)).cast(schema)
+        if pending and isinstance(rel, TableDef):
+            changes = self.channel(rel).read(stop, None)
+            if changes.num_rows:
+                ones = pa.array(np.ones(table.num_rows, dtype=np.int64))
+                table = _consolidate(pa.concat_tables([table.append_column(W, ones).cast(changes.schema), changes])
+                                     ).select(list(consumer.columns)).cast(schema)
         if isinstance(rel, TableDef) and not hidden:
             table = table.drop_columns([ROW_ID])
         return table
