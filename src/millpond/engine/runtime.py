@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 from millpond.catalog import Catalog, CatalogStore, TableDef
 from millpond.columns import COUNT, ROW_ID, W
 from millpond.engine import plan as P
+from millpond.engine.changelog import consolidate
 from millpond.engine.consumers import consumers
 from millpond.engine.coordinator import Coordinator, EpochReport
 from millpond.engine.executor import Consumer
@@ -130,7 +131,6 @@ def _consolidate(changes: pa.Table) -> pa.Table:
     that only insert, like every APPEND ONLY table's, are their own rows)."""
     if not changes.num_rows or pc.min(changes[W]).as_py() > 0:
         return changes
-    rows = [c for c in changes.column_names if c != W]
-    net = pl.from_arrow(changes).group_by(rows, maintain_order=True).agg(pl.col(W).sum()).filter(pl.col(W) > 0)
+    net = consolidate(pl.from_arrow(changes)).filter(pl.col(W) > 0)
     idx = np.repeat(np.arange(net.height), net[W].to_numpy())
     return net.to_arrow().take(pa.array(idx)).cast(changes.schema)

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 __all__ = ["answer"]
 
+
 def answer(rt: Runtime, query: exp.Expression, *, hidden: bool = False) -> pa.Table:
     """The result of ``query``; ``hidden`` exposes tables' ``_row_id`` (for UPDATE and DELETE)."""
     con = duck.cursor()
