@@ -32,6 +32,7 @@ import pytest
 from tests import crash_worker, workload
 
 REPO = Path(__file__).resolve().parent.parent
+WORKER_PATH = os.pathsep.join([str(REPO / "src"), str(REPO)])  # workers import this checkout's millpond
 
 # The largest n drawn for each point's n-th pass: small enough that a worker reaches it within BUDGET
 # steps (a step is one log append and one epoch; an epoch runs several stateful tasks per worker).
@@ -90,7 +91,7 @@ class Chain:
         started = time.monotonic()
         where = f"seed {self.seed}, cycle {self.cycle}, crash point {point}:{nth} (root {self.root})"
         stop = self.hi + BUDGET
-        env = {**os.environ, **self.env, "MILLPOND_CRASH_AT": f"{point}:{nth}", "PYTHONPATH": str(REPO)}
+        env = {**os.environ, **self.env, "MILLPOND_CRASH_AT": f"{point}:{nth}", "PYTHONPATH": WORKER_PATH}
         env.pop("MILLPOND_CRASH_PID", None)
         cmd = [sys.executable, "-m", "tests.crash_worker", self.root, str(self.seed), str(self.lo), str(self.hi),
                str(stop)]
@@ -235,7 +236,7 @@ def class_archive(tmp_path_factory) -> dict[str, str]:  # noqa: ANN001
     exit: every later worker starts seconds sooner. Without an archive (the JVM wrote none), none."""
     folder = tmp_path_factory.mktemp("jvm")
     archive = folder / "worker.jsa"
-    env = {**os.environ, "MILLPOND_TEST_CDS_DUMP": str(archive), "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "MILLPOND_TEST_CDS_DUMP": str(archive), "PYTHONPATH": WORKER_PATH}
     for name in ("MILLPOND_CRASH_AT", "MILLPOND_CRASH_PID", "PYSPARK_SUBMIT_ARGS"):
         env.pop(name, None)
     proc = subprocess.run([sys.executable, "-m", "tests.crash_worker", str(folder / "root"), "1", "0", "0", "1"],

@@ -12,6 +12,10 @@ from dataclasses import dataclass
 import duckdb
 import pyarrow as pa
 
+from millpond.engine.expressions import to_duckdb
+from millpond.sql.query import bind_select, tables_read
+from millpond.sql.semantics import from_arrow
+from millpond.sql.statements import parse
 from tests.conftest import rows
 
 TABLES = """
@@ -105,7 +109,13 @@ class Reference:
         else:
             self.con.execute(step.payload)
 
-    def query(self, sql: str) -> list[tuple]:
+    def query(self, sql: str, *, postgres: bool = True) -> list[tuple]:
+        """The rows of ``sql`` over DuckDB's copy; ``postgres`` (a view's SQL) gives it PostgreSQL's
+        meaning as millpond does (integer division, numeric AVG...), else it runs as DuckDB SQL."""
+        if postgres:
+            types = {t: {f.name: from_arrow(f.type) for f in self.con.sql(f"SELECT * FROM {t} LIMIT 0").arrow().schema}
+                     for t in tables_read(parse(sql)[0])}
+            sql = to_duckdb(bind_select(parse(sql)[0], types))
         return norm(self.con.sql(sql).to_arrow_table())
 
 

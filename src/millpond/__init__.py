@@ -12,6 +12,7 @@ from millpond.errors import (
     FencedError,
     InvariantError,
     MillpondError,
+    ReadOnlyError,
     SchemaError,
     SqlError,
     StorageError,
@@ -31,6 +32,7 @@ __all__ = [
     "FencedError",
     "TruncatedError",
     "InvariantError",
+    "ReadOnlyError",
 ]
 
 

@@ -4,18 +4,26 @@
     >>> db.sql("CREATE TABLE t (k VARCHAR PRIMARY KEY, v INT)")   # doctest: +SKIP
     >>> db.insert("t", pyarrow.table({"k": ["a"], "v": [1]}))     # doctest: +SKIP
     >>> db.flush(); db.sql("SELECT * FROM t")                      # doctest: +SKIP
+    >>> reader = millpond.connect("./data", read_only=True)      # doctest: +SKIP
 
 An entry point: it wires the parts together (Spark as the epoch executor and compaction runner,
 the store, the log, the catalog's checked plans) and serializes calls; the work is done by
 :mod:`millpond.sql.session` (statements), :mod:`millpond.engine.ingest` (inserts) and
 :class:`millpond.engine.runtime.Runtime` (epochs and snapshots).
+
+A guest in the user's process: it stops only a Spark session it started
+(:func:`millpond.spark.session.lease`), is quiet unless asked (``log_level``), and raises only
+:class:`~millpond.errors.MillpondError` s (an unexpected Python or Spark exception is chained as
+the cause of one).
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import re
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 import pyarrow as pa
 
@@ -23,9 +31,11 @@ from millpond.catalog import Catalog, CatalogStore
 from millpond.engine import ingest
 from millpond.engine.background import EpochLoop
 from millpond.engine.coordinator import Coordinator, EpochReport
+from millpond.engine.readonly import ReadOnlyRuntime
 from millpond.engine.runtime import Runtime
-from millpond.errors import FencedError, MillpondError
+from millpond.errors import FencedError, MillpondError, ReadOnlyError, unexpected
 from millpond.log import Log
+from millpond.spark.session import LOG_LEVELS, Lease, log_level_from
 from millpond.sql import session
 from millpond.sql.plans import bind_plans
 from millpond.store.objects import ObjectStore
@@ -33,13 +43,17 @@ from millpond.store.store import run_in_process
 
 __all__ = ["connect", "Database"]
 
+T = TypeVar("T")
+
 
 def connect(root: str, *, spark: Any = None, parallelism: int | None = None,
             interval: str | float | None = "1s", storage_options: dict[str, str] | None = None,
-            compaction: str = "local", plans: str = "verify") -> "Database":
+            compaction: str = "local", plans: str = "verify", read_only: bool = False,
+            log_level: str | None = None) -> "Database":
     """Open (or create) the database at ``root``: a folder, ``file://...`` or ``s3://bucket/prefix``.
 
-    ``spark``: a SparkSession to run on (default: an embedded ``local[*]`` session).
+    ``spark``: a SparkSession to run on (default: the session already running in this process, else
+    an embedded ``local[*]`` session). ``close()`` stops only a session millpond started.
     ``parallelism``: Spark partitions of stateful stages (default: the session's parallelism).
     ``interval``: run epochs in the background this often ("1s", "500ms", 2.0); None turns it off.
     ``storage_options``: object-store settings for remote roots (``endpoint``, ``access_key_id``,
@@ -48,9 +62,17 @@ def connect(root: str, *, spark: Any = None, parallelism: int | None = None,
     thread of this process) or ``"spark"`` (a Spark job over the same root: remote compaction).
     ``plans``: ``"verify"`` checks every view's stored plan against its SQL and refuses a view this
     version would plan differently; ``"stored"`` runs the stored plans as they are.
+    ``read_only``: follow a root another process (or Database) writes: queries answer from its
+    last committed epoch; no epochs, no writer lock, nothing written; writes raise
+    :class:`~millpond.errors.ReadOnlyError`. Spark starts only if :attr:`Database.spark` is used.
+    ``log_level``: ``"ERROR"`` (the default: Spark's banner, WARN lines and Java stack traces are
+    not shown), ``"OFF"``, ``"WARN"``, ``"INFO"`` or ``"DEBUG"``; default ``$MILLPOND_LOG_LEVEL``.
+    Applies to a session millpond starts and to millpond's loggers; a session the user passed in
+    (or that was running already) keeps its level unless this is set.
     """
     return Database(root, spark=spark, parallelism=parallelism, interval=interval,
-                    storage_options=storage_options, compaction=compaction, plans=plans)
+                    storage_options=storage_options, compaction=compaction, plans=plans, read_only=read_only,
+                    log_level=log_level)
 
 
 def _seconds(interval: str | float | None) -> float | None:
@@ -58,45 +80,71 @@ def _seconds(interval: str | float | None) -> float | None:
         return None if interval is None else float(interval)
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*", interval)
     if not m:
-        raise ValueError(f"interval {interval!r}: use e.g. '1s', '250ms', '2m' or a number of seconds")
+        raise MillpondError(f"interval {interval!r}: use e.g. '1s', '250ms', '2m' or a number of seconds")
     return float(m.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}[m.group(2)]
+
+
+def _check_root(root: Any) -> str:
+    if isinstance(root, os.PathLike):
+        root = os.fspath(root)
+    if not isinstance(root, str) or not root.strip():
+        raise MillpondError(f"root {root!r}: name the database's folder, file://... or s3://bucket/prefix "
+                            "(an empty root would be the current folder)")
+    return root
 
 
 class Database:
     def __init__(self, root: str, *, spark: Any = None, parallelism: int | None = None,
                  interval: str | float | None = "1s", storage_options: dict[str, str] | None = None,
-                 compaction: str = "local", plans: str = "verify"):
-        from millpond.spark import SparkExecutor, local_session, register, spark_runner
-
+                 compaction: str = "local", plans: str = "verify", read_only: bool = False,
+                 log_level: str | None = None):
+        root = _check_root(root)
         if compaction not in ("local", "spark"):
             raise MillpondError(f"compaction={compaction!r}: use 'local' (a background thread) or 'spark' "
                                 "(a Spark job over the same root)")
-        period = _seconds(interval)
-        self.root = root
-        self._own_spark = spark is None
-        self.spark = spark or local_session()
-        register(self.spark)
+        period = None if read_only else _seconds(interval)
+        self._log_level = log_level_from(log_level)
+        _configure_logging(self._log_level)
+        self.root, self.read_only, self._plans = root, read_only, plans
+        self._spark_arg = spark
+        self._lease: Lease | None = None
+        self._closed = False
+        self._fenced: FencedError | None = None
+        self._loop: EpochLoop | None = None
         try:
-            store = ObjectStore(root, storage_options)
+            store = ObjectStore(root, storage_options, create=not read_only)  # a bad root fails before Spark starts
+            if not read_only:
+                store.check_writable()
             catalogs = CatalogStore(store)
             catalog = bind_plans(catalogs.load(), mode=plans)
             log = Log(store)
-            coordinator = Coordinator(SparkExecutor(self.spark), store, log,
-                                      parallelism=parallelism or self.spark.sparkContext.defaultParallelism,
-                                      compaction=spark_runner(self.spark) if compaction == "spark" else run_in_process)
-            self.runtime = Runtime(catalogs, catalog, log, coordinator)
-        except BaseException:
-            if self._own_spark:  # a root that cannot be opened leaves nothing of ours running
-                self.spark.stop()
+            if read_only:  # no Spark: SELECTs are answered from the snapshots by DuckDB
+                coordinator = Coordinator(_NoEpochs(), store, log, parallelism=parallelism or 1)
+                self.runtime: Runtime = ReadOnlyRuntime(catalogs, catalog, log, coordinator)
+            else:
+                from millpond.spark import SparkExecutor, spark_runner
+
+                spark = self.spark
+                coordinator = Coordinator(SparkExecutor(spark), store, log,
+                                          parallelism=parallelism or spark.sparkContext.defaultParallelism,
+                                          compaction=spark_runner(spark) if compaction == "spark" else run_in_process)
+                self.runtime = Runtime(catalogs, catalog, log, coordinator)
+                ingest.serve(self.runtime)  # the root's log writer while open: other writers go through it
+        except BaseException as exc:
+            if self._lease is not None:  # a root that cannot be opened leaves nothing of ours running
+                self._lease.release()
+            if isinstance(exc, Exception) and not isinstance(exc, MillpondError):
+                raise unexpected(exc) from exc
             raise
-        self._closed = False
-        self._fenced: FencedError | None = None
         self._loop = EpochLoop(self.runtime.run_epoch, period, self.runtime.lock) if period else None
 
     # -- public API ---------------------------------------------------------------------------
     @property
     def epoch(self) -> int:
-        """The last committed epoch."""
+        """The last committed epoch (read-only: the newest the writer committed)."""
+        if self.read_only and not self._closed:
+            with self._guard():
+                self.runtime.coordinator.state.follow()
         return self.runtime.coordinator.manifest.epoch
 
     @property
@@ -108,40 +156,72 @@ class Database:
         """The tables and views in force."""
         return self.runtime.catalog
 
-    def sql(self, text: str) -> pa.Table | None:
-        """Run one or more statements; return the result of the last query (None for DDL/DML)."""
+    @property
+    def spark(self):  # noqa: ANN201
+        """The SparkSession this database runs on (a read-only database starts one only now)."""
+        if self._lease is None:
+            from millpond.spark import register
+            from millpond.spark.session import lease
+
+            self._lease = lease(self._spark_arg, log_level=self._log_level)
+            register(self._lease.spark)
+        return self._lease.spark
+
+    def sql(self, text: str, *, progress: bool = False) -> pa.Table | None:
+        """Run one or more statements; return the result of the last query (None for DDL/DML).
+
+        A script runs statement by statement: if one fails, the ones before it stay applied and the
+        error says so (``statement 3 of 4 failed (statements 1-2 were applied): ...``; its
+        ``statement`` attribute is the number). A syntax error anywhere runs nothing. ``progress``
+        shows a progress display while a ``FLUSH`` runs (:mod:`millpond.progress`)."""
         with self._guard():
-            return session.run(self.runtime, text)
+            if self.read_only:
+                return self._read(lambda: session.run(self.runtime, text))
+            with self._progress(progress):
+                return session.run(self.runtime, text)
 
     def insert(self, table: str, data: Any) -> None:
         """Append rows (pyarrow Table/RecordBatch, pandas or Spark DataFrame, dict of columns)."""
         with self._guard():
+            self._writable("insert()")
             t = self.runtime.catalog.table(table)
             ingest.insert(self.runtime, t, ingest.conform_rows(t, ingest.to_arrow(data)))
 
-    def flush(self) -> list[EpochReport]:
-        """Run epochs until every view reflects all input appended so far; return their reports."""
+    def flush(self, *, progress: bool = False) -> list[EpochReport]:
+        """Run epochs until every view reflects all input appended so far; return their reports.
+        ``progress`` shows the epochs committed and the running Spark tasks meanwhile (a terminal
+        line, or a notebook widget)."""
         with self._guard():
-            return self.runtime.flush()
+            self._writable("flush()")
+            with self._progress(progress):
+                return self.runtime.flush()
 
     def read(self, name: str) -> pa.Table:
         """The committed snapshot of a table or view as Arrow."""
         with self._guard():
+            if self.read_only:
+                return self._read(lambda: self.runtime.snapshot(name))
             return self.runtime.snapshot(name)
 
     def table(self, name: str):  # noqa: ANN201
         """A Spark DataFrame over the committed snapshot of a table or view."""
-        return self.spark.createDataFrame(self.read(name))
+        rows = self.read(name)
+        with self._guard():
+            return self.spark.createDataFrame(rows)
 
     def close(self) -> None:
+        """Stop the background epochs and release the root; stop the Spark session only if millpond
+        started it and no other database of this process uses it."""
         if self._closed:
             return
         self._closed = True
-        if self._loop is not None:
-            self._loop.close()
-        self.runtime.close()
-        if self._own_spark:
-            self.spark.stop()
+        try:
+            if self._loop is not None:
+                self._loop.close()
+            self.runtime.close()
+        finally:
+            if self._lease is not None:
+                self._lease.release()
 
     def __enter__(self) -> "Database":
         return self
@@ -149,12 +229,44 @@ class Database:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"epoch {self.runtime.coordinator.manifest.epoch}"
+        return f"<millpond.Database {self.root!r} {state}{' read-only' if self.read_only else ''}>"
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _writable(self, what: str) -> None:
+        if self.read_only:
+            raise ReadOnlyError(f"the database is open read-only: {what} is refused (open it with "
+                                "millpond.connect(root) to write)")
+
+    def _read(self, run: Callable[[], T]) -> T:
+        """A read on a read-only database: follow the writer, then read one committed state."""
+        assert isinstance(self.runtime, ReadOnlyRuntime)
+        self.runtime.follow(self._newest_catalog())
+        return self.runtime.read(run, self._newest_catalog)
+
+    def _newest_catalog(self) -> Catalog | None:
+        latest = self.runtime.catalogs.load()
+        if latest.version == self.runtime.catalog.version:
+            return None
+        return bind_plans(latest, mode=self._plans)
+
+    @contextmanager
+    def _progress(self, show: bool) -> Iterator[None]:
+        if not show:
+            yield
+            return
+        from millpond.progress import FlushProgress
+
+        with FlushProgress(self.runtime.coordinator, self.spark):
+            yield
+
     @contextmanager
     def _guard(self) -> Iterator[None]:
-        """Serialize API calls; refuse them once closed, fenced, or after a background failure."""
-        error = self._loop.error if self._loop is not None else None
-        if error is not None:
-            raise MillpondError(f"a background epoch failed: {error}") from error
+        """Serialize API calls; refuse them once closed or fenced (also by a background epoch);
+        turn an unexpected exception into a MillpondError (chaining it)."""
+        if self._loop is not None and self._loop.fenced is not None:  # other background errors are retried
+            self._fenced = self._loop.fenced
         if self._closed:
             raise MillpondError("the database is closed")
         if self._fenced is not None:
@@ -165,3 +277,35 @@ class Database:
             except FencedError as exc:
                 self._fenced = exc
                 raise
+            except MillpondError:
+                raise
+            except Exception as exc:
+                raise unexpected(exc) from exc
+
+
+class _NoEpochs:
+    """The executor of a read-only database: it runs nothing (the writer runs the epochs)."""
+
+    def run(self, *args: object) -> dict:
+        raise ReadOnlyError("the database is open read-only: it runs no epochs")
+
+    def output_schema(self, *args: object) -> pa.Schema:
+        raise ReadOnlyError("the database is open read-only: CREATE is refused")
+
+
+def _configure_logging(level: str | None) -> None:
+    """millpond's loggers print nothing unless asked (a NullHandler keeps Python's last-resort
+    handler from printing warnings and tracebacks); with ``level`` they print to stderr from it."""
+    logger = logging.getLogger("millpond")
+    if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+        logger.addHandler(logging.NullHandler())
+    if level is None:
+        return
+    handler = next((h for h in logger.handlers if h.get_name() == "millpond-stderr"), None)
+    if handler is None:
+        handler = logging.StreamHandler()
+        handler.set_name("millpond-stderr")
+        handler.setFormatter(logging.Formatter("millpond %(levelname)s %(name)s: %(message)s"))
+        logger.addHandler(handler)
+    handler.setLevel(LOG_LEVELS[level][1])
+    logger.setLevel(LOG_LEVELS[level][1])

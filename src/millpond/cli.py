@@ -1,8 +1,13 @@
-"""The ``millpond`` command line: the log, for scripting and debugging.
+"""The ``millpond`` command line: a SQL shell, and the log for scripting and debugging.
 
+    millpond sql ROOT [-c SQL] [--read-only] [--format table|csv|json] [--interval 1s] [--log-level L]
     millpond log info ROOT [CHANNEL]
     millpond log append ROOT CHANNEL [FILE] [--schema "x:int64,s:string"] [--producer ID:SEQ]
     millpond log tail ROOT CHANNEL [--from N] [--follow] [--timeout SECONDS]
+
+``sql`` is :mod:`millpond.shell`: interactive with history and multi-line statements, or one-shot
+with ``-c`` (or a script on standard input). Every error is printed as one line, ``millpond: ...``
+on stderr, with a non-zero exit code (1; 130 when interrupted); never a traceback.
 
 ``append`` reads JSON lines (one record per line) from FILE or stdin, or a ``.parquet`` file,
 and appends them as one batch: a malformed line or a record that does not fit the channel's
@@ -23,7 +28,8 @@ import pyarrow.json as pj
 import pyarrow.parquet as pq
 
 from millpond.errors import MillpondError, SchemaError
-from millpond.log import Log
+from millpond.log import Channel, Log
+from millpond.log.tables import is_table
 from millpond.store.objects import ObjectStore
 
 __all__ = ["main"]
@@ -32,6 +38,15 @@ __all__ = ["main"]
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="millpond", description="millpond command line")
     groups = parser.add_subparsers(dest="group", required=True)
+    sql = groups.add_parser("sql", help="a SQL shell (interactive, or -c SQL)")
+    sql.add_argument("root")
+    sql.add_argument("-c", "--command", help="run these statements and exit (default: interactive, or a script on stdin)")
+    sql.add_argument("--read-only", action="store_true", help="follow the root without writing (another process writes)")
+    sql.add_argument("--format", choices=("table", "csv", "json"), default="table", help="how results are printed")
+    sql.add_argument("--interval", default=None,
+                     help="background epochs this often, e.g. 1s (default: 1s interactive, none with -c; 'none': off)")
+    sql.add_argument("--log-level", default=None, help="OFF, ERROR (default), WARN, INFO, DEBUG: Spark's and millpond's logs")
+
     log_cmd = groups.add_parser("log", help="the write-ahead log").add_subparsers(dest="cmd", required=True)
 
     info = log_cmd.add_parser("info", help="channels, ranges and schemas")
@@ -54,14 +69,48 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     try:
-        log = Log(ObjectStore(args.root))
+        if args.group == "sql":
+            return _sql(args)
+        log = Log(ObjectStore(_root(args.root)))
         try:
             return {"info": _info, "append": _append, "tail": _tail}[args.cmd](log, args)
         finally:
             log.close()
-    except MillpondError as exc:
-        print(f"millpond: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("millpond: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # e.g. piped into head: the reader is gone
         return 1
+    except Exception as exc:  # noqa: BLE001 - one line, never a traceback
+        from millpond.errors import unexpected
+        from millpond.shell import one_line
+
+        print(f"millpond: {one_line(unexpected(exc))}", file=sys.stderr)
+        return 1
+
+
+def _root(root: str) -> str:
+    if not root.strip():
+        raise MillpondError("ROOT is empty: name the database's folder, file://... or s3://bucket/prefix")
+    return root
+
+
+def _sql(args: argparse.Namespace) -> int:
+    import millpond
+    from millpond.shell import Printer, interactive, run_script
+
+    script = args.command
+    if script is None and not sys.stdin.isatty():
+        script = sys.stdin.read()
+    interval = args.interval if args.interval is not None else (None if script is not None else "1s")
+    if isinstance(interval, str) and interval.lower() in ("none", "off", "0"):
+        interval = None
+    printer = Printer(sys.stdout, sys.stderr, fmt=args.format, prefix="error: " if script is None else "millpond: ")
+    with millpond.connect(_root(args.root), read_only=args.read_only, interval=interval,
+                          log_level=args.log_level) as db:
+        if script is None:
+            return interactive(db, printer)
+        return 0 if run_script(db, script, printer, progress=sys.stderr.isatty()) else 1
 
 
 def _info(log: Log, args: argparse.Namespace) -> int:
@@ -80,17 +129,21 @@ def _info(log: Log, args: argparse.Namespace) -> int:
 
 
 def _append(log: Log, args: argparse.Namespace) -> int:
-    try:
-        ch = log.channel(args.channel)
-    except MillpondError:
-        if not args.schema:
-            raise
-        ch = log.create_channel(args.channel, _parse_schema(args.schema))
+    """Into a SQL table's channel, records are rows of the table (its columns); while a Database
+    is open on the root, the append goes through it (millpond.log.forward)."""
+    ch = _table_channel(log, args.channel)
+    if ch is None:
+        try:
+            ch = log.channel(args.channel)
+        except MillpondError:
+            if not args.schema:
+                raise
+            ch = log.create_channel(args.channel, _parse_schema(args.schema))
     if args.file and args.file.endswith(".parquet"):
         table = pq.read_table(args.file)
     else:
         data = open(args.file, "rb").read() if args.file else sys.stdin.buffer.read()
-        table = _read_json_lines(data, ch.schema, args.file or "stdin")
+        table = _read_json_lines(data, ch.row_schema, args.file or "stdin")
     producer = None
     if args.producer:
         pid, _, seq = args.producer.rpartition(":")
@@ -101,6 +154,21 @@ def _append(log: Log, args: argparse.Namespace) -> int:
     print(json.dumps({"channel": ch.name, "first": result.first, "end": result.end, "tick": result.tick,
                       "duplicate": result.duplicate}))
     return 0
+
+
+def _table_channel(log: Log, name: str) -> Channel | None:
+    """The channel of the SQL table ``name``, with the table's key recorded on it (a root written by
+    an older millpond may lack the channel or the key); None if there is no such table."""
+    if name in log.channel_names():
+        info = log.channel(name).info
+        if not is_table(info) or info.table_key is not None:
+            return None
+    from millpond.catalog import CatalogStore
+
+    table = CatalogStore(log.store).load().tables.get(name)
+    if table is None:
+        return None
+    return log.create_channel(table.channel, table.log_schema, id=table.channel_id, table_key=table.primary_key)
 
 
 def _tail(log: Log, args: argparse.Namespace) -> int:

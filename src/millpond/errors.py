@@ -11,6 +11,8 @@ __all__ = [
     "FencedError",
     "TruncatedError",
     "InvariantError",
+    "ReadOnlyError",
+    "unexpected",
 ]
 
 
@@ -53,3 +55,22 @@ class TruncatedError(MillpondError):
 
 class InvariantError(MillpondError):
     """An internal invariant broke (e.g. a retraction of a row that is not there)."""
+
+
+class ReadOnlyError(MillpondError):
+    """A write (INSERT, CREATE, DROP, FLUSH...) on a database opened with ``read_only=True``."""
+
+
+def unexpected(exc: BaseException) -> MillpondError:
+    """An exception millpond did not raise on purpose (a Python or Spark error) as a MillpondError
+    with a one-line message; raise it ``from exc`` so the original stays chained as the cause."""
+    if isinstance(exc, MillpondError):
+        return exc
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    errors = [ln for ln in lines if "Error:" in ln or "Exception:" in ln]  # a Spark error's innermost cause
+    line = (errors[-1] if errors else lines[0] if lines else type(exc).__name__)[:500]
+    if isinstance(exc, OSError):
+        return StorageError(f"{exc.strerror or line}" + (f": {exc.filename!r}" if exc.filename else ""))
+    if type(exc).__module__.startswith(("pyspark", "py4j")):
+        return MillpondError(f"Spark failed: {line}")
+    return MillpondError(f"unexpected {type(exc).__name__}: {line}")

@@ -13,7 +13,9 @@ Layout::
     log/p<k>/ckpt/<gen:010d>-<n:06d>.json          flushed through this segment: producers, tick
     log/data/<channel id>/<first>-<end>-<tick>.parquet   flushed records (020d numbers)
     log/data/<channel id>/start-<seq:020d>         retention: records below seq were truncated
-    log/staging/<channel>/<id>.arrow               Spark sink tasks' rows until the driver commits
+    log/staging/<channel>/<id>.arrow               Spark sink tasks' rows until the driver commits; forwarded rows
+    log/p<k>/inbox/<forwarder>-<n:012d>.json       an append forwarded to the writer of p<k> (log/forward.py)
+    log/p<k>/inbox/<forwarder>-<n:012d>.done       the writer's answer to it
     scan/<channel id>/<k>.json                     the range an epoch's k-th scan of a channel reads (rewritten)
     sst/<version:020d>-e<epoch:020d>.<attempt>/<state>/p<part>.sst   state of one task in one epoch attempt
     sst/<version:020d>-c.<task>/<state>/<n>.sst    outputs of one compaction
@@ -50,6 +52,9 @@ __all__ = [
     "log_ckpt_prefix",
     "log_ckpt_key",
     "log_staging_key",
+    "log_inbox_prefix",
+    "log_request_key",
+    "log_answer_key",
     "scan_key",
     "SST_PREFIX",
     "PIN_PREFIX",
@@ -161,6 +166,19 @@ def log_ckpt_key(pchannel: int, gen: int, n: int) -> str:
 
 def log_staging_key(channel: str, staged_id: str) -> str:
     return f"log/staging/{channel}/{staged_id}.arrow"
+
+
+def log_inbox_prefix(pchannel: int) -> str:
+    return f"log/p{pchannel}/inbox/"
+
+
+def log_request_key(pchannel: int, forwarder: str, n: int) -> str:
+    """Sorted by name, one forwarder's requests are in the order it made them."""
+    return f"{log_inbox_prefix(pchannel)}{forwarder}-{n:012d}.json"
+
+
+def log_answer_key(request_key: str) -> str:
+    return request_key[:-len(".json")] + ".done"
 
 
 def scan_key(channel_id: str, k: int) -> str:

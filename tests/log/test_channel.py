@@ -145,16 +145,20 @@ def test_corrupt_frame_ends_the_valid_prefix(tmp_path):
     assert _xs(_open(tmp_path).channel("visit").read()) == [0, 1, 2]
 
 
-def test_a_second_live_writer_gets_a_clear_error(tmp_path):
+def test_a_second_writer_appends_through_the_live_one(tmp_path):
+    """While a physical channel's lock is held, another Log's appends are forwarded to its holder
+    (log/forward.py) and acknowledged once they are durable there."""
     a = _open(tmp_path)
     a.create_channel("visit", SCHEMA).append(_batch([1]))
     b = _open(tmp_path)
-    with pytest.raises(FencedError, match=r"p\d+ .* held by another writer \(process \d+\)"):
-        b.channel("visit").append(_batch([2]))
-    assert a.channel("visit").append(_batch([3])).first == 1
+    got = b.channel("visit").append(_batch([2]))
+    assert (got.first, got.end, got.duplicate) == (1, 2, False)
+    assert a.channel("visit").append(_batch([3])).first == 2  # the holder numbers both
+    assert not list(Path(tmp_path, "log").glob("p*/inbox/*"))  # requests and answers are cleaned up
+    assert not list(Path(tmp_path, "log", "staging").rglob("*.arrow"))
     a.close()
-    assert b.channel("visit").append(_batch([4])).first == 2  # a closed (or crashed) writer lets go
-    assert _xs(b.channel("visit").read()) == [1, 3, 4]
+    assert b.channel("visit").append(_batch([4])).first == 3  # a closed (or crashed) writer lets go
+    assert _xs(b.channel("visit").read()) == [1, 2, 3, 4]
 
 
 def test_a_newer_generation_fences_the_old_writer(tmp_path, monkeypatch):

@@ -72,6 +72,7 @@ class ViewDef:
     schema_b64: str  # Arrow schema of the view's rows
     depends_on: tuple[str, ...]
     plan: dict | None = None  # the encoded plan (millpond.engine.plan.encode); None in format 1
+    on_error: str = "fail"  # a data error (e.g. division by zero): "fail" isolates the view, "null" yields NULL
 
     @property
     def schema(self) -> pa.Schema:
@@ -116,10 +117,10 @@ class Catalog:
         t = TableDef(self.next_id, name, columns, primary_key, append_only)
         return replace(self, next_id=self.next_id + 1, tables={**self.tables, name: t})
 
-    def with_view(self, name: str, sql: str, schema: pa.Schema, depends_on: tuple[str, ...], plan: dict | None
-                  ) -> "Catalog":
+    def with_view(self, name: str, sql: str, schema: pa.Schema, depends_on: tuple[str, ...], plan: dict | None,
+                  *, on_error: str = "fail") -> "Catalog":
         self._check_free(name)
-        v = ViewDef(self.next_id, name, sql, ViewDef.encode_schema(schema), depends_on, plan)
+        v = ViewDef(self.next_id, name, sql, ViewDef.encode_schema(schema), depends_on, plan, on_error)
         return replace(self, next_id=self.next_id + 1, views={**self.views, name: v})
 
     def without(self, name: str) -> "Catalog":
@@ -147,7 +148,8 @@ class Catalog:
                 ],
                 "views": [
                     {"id": v.id, "name": v.name, "sql": v.sql, "schema": v.schema_b64,
-                     "depends_on": list(v.depends_on), "plan": v.plan}
+                     "depends_on": list(v.depends_on), "plan": v.plan,
+                     **({"on_error": v.on_error} if v.on_error != "fail" else {})}
                     for v in self.views.values()
                 ],
             },
@@ -166,7 +168,8 @@ class Catalog:
             for t in body["tables"]
         }
         views = {
-            v["name"]: ViewDef(v["id"], v["name"], v["sql"], v["schema"], tuple(v["depends_on"]), v.get("plan"))
+            v["name"]: ViewDef(v["id"], v["name"], v["sql"], v["schema"], tuple(v["depends_on"]), v.get("plan"),
+                               v.get("on_error", "fail"))
             for v in body["views"]
         }
         return cls(version=body["version"], next_id=body["next_id"], tables=tables, views=views)

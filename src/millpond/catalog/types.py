@@ -47,9 +47,11 @@ def normalize_type(sql_type: str | exp.DataType) -> str:
 
 
 def _decimal_args(dt: exp.DataType) -> tuple[int, int]:
+    """DECIMAL(p,s); DECIMAL(p) has scale 0; a bare DECIMAL/NUMERIC is DECIMAL(38,10), as in casts
+    (millpond.sql.semantics): PostgreSQL's unconstrained NUMERIC keeps fractions."""
     args = [int(e.name) for e in dt.expressions]
     precision = args[0] if args else 38
-    scale = args[1] if len(args) > 1 else 0
+    scale = args[1] if len(args) > 1 else 0 if args else 10
     return precision, scale
 
 

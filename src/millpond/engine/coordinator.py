@@ -44,19 +44,32 @@ step point here by number.
    garbage; while a state's L0 is past its bound, commits wait (backpressure).
 
 A failure in steps 1–4 commits nothing and is raised as ``epoch e failed and was not committed``.
+
+**Fault isolation.** One exception: a *data error* in a view (an error of SQLSTATE class 22 —
+division by zero, a bad cast, an overflow — raised by the view's expressions over its input) fails
+that view, not the epoch. The coordinator finds the failing views (step 3 again on halves of the
+set, as probe jobs under throwaway attempts), narrows each one's input to the record that raises
+(probes on prefixes of its ranges), and runs the job over the others. The commit (step 5) records
+each failed view in the manifest (:attr:`Manifest.failed`: the error class, the expression, the
+record); from then on the view sits out epochs, its state and offsets stay at its last good epoch,
+until it is dropped. Any other error (storage, a lost executor, a bug) still fails the whole epoch,
+which is then retried as a whole.
 """
 
 from __future__ import annotations
 
+import logging
+import re
 from collections import defaultdict
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field, replace
+from typing import Callable, Mapping
 
 import pyarrow as pa
 
 from millpond import faults, paths
-from millpond.catalog import Catalog
-from millpond.engine.executor import Consumer, EpochExecutor, EpochJob
+from millpond.catalog import Catalog, TableDef
+from millpond.columns import ROW_ID, W
+from millpond.engine.executor import Consumer, EpochExecutor, EpochJob, Work
 from millpond.engine.operators import Materialize
 from millpond.engine.plan import sources as _sources
 from millpond.engine.plan import state_id
@@ -71,6 +84,9 @@ from millpond.store.store import Runner, StateStore, run_in_process
 __all__ = ["Coordinator", "EpochReport", "ROWS_PER_TASK"]
 
 ROWS_PER_TASK = 50_000  # an epoch's stateful stages get one task per this many new records, up to parallelism
+PROBES = 12  # jobs spent per channel narrowing a failed view's input to the record that raised
+
+log = logging.getLogger("millpond")
 
 
 @dataclass(frozen=True)
@@ -83,6 +99,8 @@ class EpochReport:
 
     epoch: int
     changes: dict[str, pa.Table]  # view name -> changelog (views that changed)
+    failed: dict[str, dict] = field(default_factory=dict)  # view name -> its failure (views that failed in it)
+    rows_in: dict[str, int] = field(default_factory=dict)  # consumer name -> records it read (consumers that ran)
 
 
 class Coordinator:
@@ -105,6 +123,8 @@ class Coordinator:
         _, ends = self.log.snapshot([t.channel for t in catalog.tables.values()])  # one tick: whole transactions
         work = []
         for c in consumers:
+            if c.key in self.manifest.failed:  # isolated: it sits out until it is dropped
+                continue
             done = self.manifest.offsets.get(c.key, {})
             channels = {catalog.tables[s.table].channel for s in _sources(c.plan)}
             ranges = {ch: (done.get(ch, 0), ends[ch]) for ch in channels}
@@ -121,15 +141,16 @@ class Coordinator:
         # 3. the job
         try:
             run = [(c, r) for c, r in work if not c.log_only]  # a key-less table only advances its offsets
-            changes = self.executor.run(job, run, catalog.tables, self._pieces) if run else {}
+            changes, job, failures = self._job(job, run, catalog.tables)
         except MillpondError:
             raise
         except Exception as exc:  # a task failed: the epoch is not committed, nothing is visible
             raise MillpondError(f"epoch {epoch} failed and was not committed: {_cause(exc)}") from exc
+        work = [(c, r) for c, r in work if c.key not in failures]
         faults.point("epoch.after_job")
         # 4. this attempt's SSTs (their footers say what they hold)
         new_ssts: dict[str, list[SstRef]] = defaultdict(list)
-        for key in self.store.list(paths.sst_attempt_prefix(job.manifest.version, epoch, attempt)):
+        for key in self.store.list(paths.sst_attempt_prefix(job.manifest.version, epoch, job.attempt)):
             new_ssts[paths.parse_sst_state(key)].append(describe_sst(self.store, key))
         live = {c.key for c in consumers}
         stateful = {c.key for c in consumers if not c.log_only}  # a key-less table's old state goes
@@ -137,10 +158,80 @@ class Coordinator:
         for c, ranges in work:
             offsets[c.key] = {**offsets.get(c.key, {}), **{ch: b for ch, (_, b) in ranges.items()}}
         # 5. commit: the one atomic write; 6. maintenance runs inside commit, in the background
-        self.state.commit(epoch, new_ssts, offsets, keep=lambda sid: sid.split(".", 1)[0] in stateful)
+        failed = {k: v for k, v in {**self.manifest.failed, **failures}.items() if k in live}  # dropped: gone
+        self.state.commit(epoch, new_ssts, offsets, keep=lambda sid: sid.split(".", 1)[0] in stateful, failed=failed)
         faults.point("epoch.after_commit")
         names = {c.key: c.name for c in consumers}
-        return EpochReport(epoch, {names[k]: v for k, v in changes.items() if v is not None})
+        for f in failures.values():
+            log.warning("%s", describe_failure(f))
+        return EpochReport(epoch, {names[k]: v for k, v in changes.items() if v is not None},
+                           {names[k]: f for k, f in failures.items()},
+                           {c.name: sum(b - a for a, b in r.values()) for c, r in work})
+
+    # -- fault isolation (module docstring) ------------------------------------------------------
+    def _job(self, job: EpochJob, run: list[Work], tables: Mapping[str, TableDef]
+             ) -> tuple[dict[str, pa.Table | None], EpochJob, dict[str, dict]]:
+        """Step 3 over ``run``; if a view's data raises, step 3 again without the failing views
+        (under a fresh attempt: the failed attempt's files are never committed). Returns the
+        changelogs, the job whose files to commit, and the failures by consumer key."""
+        try:
+            return (self.executor.run(job, run, tables, self._pieces) if run else {}), job, {}
+        except Exception as exc:
+            if _data_error(exc) is None:
+                raise
+            failures = self._failing(job, run, tables, exc)
+            if not failures:  # no part fails alone: not one view's data after all
+                raise
+        rest = [w for w in run if w[0].key not in failures]
+        job = replace(job, attempt=self.ids()[:12])
+        return (self.executor.run(job, rest, tables, self._pieces) if rest else {}), job, failures
+
+    def _probe(self, job: EpochJob, run: list[Work], tables: Mapping[str, TableDef]) -> BaseException | None:
+        """The data error step 3 over ``run`` raises, under a throwaway attempt (None: it passes)."""
+        try:
+            self.executor.run(replace(job, attempt=self.ids()[:12]), run, tables, self._pieces)
+        except Exception as exc:
+            if _data_error(exc) is None:
+                raise
+            return exc
+        return None
+
+    def _failing(self, job: EpochJob, run: list[Work], tables: Mapping[str, TableDef], exc: BaseException
+                 ) -> dict[str, dict]:
+        """The consumers of ``run`` (which raised ``exc``) that raise a data error on their own."""
+        if len(run) == 1:
+            return {run[0][0].key: self._failure(job, run[0], tables, exc)}
+        found: dict[str, dict] = {}
+        for part in (run[:len(run) // 2], run[len(run) // 2:]):
+            if (error := self._probe(job, part, tables)) is not None:
+                found.update(self._failing(job, part, tables, error))
+        return found
+
+    def _failure(self, job: EpochJob, work: Work, tables: Mapping[str, TableDef], exc: BaseException) -> dict:
+        """What a failed consumer's manifest entry says: the error, and the record that raised it
+        (the shortest failing prefix of each channel's range, by bisection)."""
+        consumer, ranges = work
+        info = _data_error(exc) or {}
+        narrowed, rows = dict(ranges), []
+        for channel, (start, stop) in ranges.items():
+            lo, hi = start, stop  # the prefix [start, lo) passes (or is empty), [start, hi) fails
+            for _ in range(PROBES):
+                if hi - lo <= 1:
+                    break
+                mid = (lo + hi) // 2
+                if self._probe(job, [(consumer, {**narrowed, channel: (start, mid)})], tables) is None:
+                    lo = mid
+                else:
+                    hi = mid
+            narrowed[channel] = (start, hi)
+            table = next(t.name for t in tables.values() if t.channel == channel)
+            if hi - lo == 1 and hi > start:
+                record = self.log.channel(channel).read(lo, hi).drop_columns([ROW_ID, W]).to_pylist()[0]
+                rows.append(f"{table}: " + ", ".join(f"{k}={v!r}" for k, v in record.items()))
+            elif hi > start:
+                rows.append(f"{table}: one of records [{lo}, {hi})")
+        return {"name": consumer.name, "epoch": job.manifest.epoch, "failed_epoch": job.epoch, **info,
+                "rows": rows}
 
     def rows(self, consumer: Consumer, manifest: Manifest | None = None) -> StateTable:
         """The committed rows of a consumer (its final materialize state) in ``manifest`` (default:
@@ -167,8 +258,41 @@ class Coordinator:
         self.state.close()
 
 
+_ERROR = re.compile(r"\[([A-Z][A-Z0-9_.]*)\] ([^\n]*?) ?SQLSTATE: (\w{5})")
+_CONTEXT = re.compile(r"== SQL \(line \d+, position \d+\) ==\n(.*)")
+
+
+def _data_error(exc: BaseException) -> dict | None:
+    """A Spark error of SQLSTATE class 22 (data exception) as {error_class, sqlstate, message,
+    expression}; None for any other error."""
+    text = str(exc)
+    m = _ERROR.search(text)
+    if m is None or not m.group(3).startswith("22"):
+        return None
+    message = m.group(2).split(". ")[0].rstrip(".")  # Spark's advice (try_divide, ansi) does not apply here
+    context = _CONTEXT.search(text[m.end():])
+    expression = None
+    if context:  # the fragment of the SQL millpond generated, back in the user's column names
+        expression = re.sub(r"\s+AS\s+`[^`]*`\s*$", "", context.group(1).strip())
+        expression = re.sub(r"`(?:[^`]*__)?([^`]*)`", r"\1", expression)
+    return {"error_class": m.group(1), "sqlstate": m.group(3), "message": message, "expression": expression}
+
+
+def describe_failure(f: dict) -> str:
+    """One line: which view failed, where, why, on which input."""
+    where = f" in {f['expression']!r}" if f.get("expression") else ""
+    rows = f"; input: {'; '.join(f['rows'])}" if f.get("rows") else ""
+    return (f"view {f['name']!r} failed at epoch {f['failed_epoch']} (its rows stay as of epoch {f['epoch']}): "
+            f"[{f.get('error_class')}] {f.get('message')}{where}{rows}. Drop it, or drop and recreate it "
+            "(e.g. with NULLIF, or WITH (on_error = 'null'))")
+
+
 def _cause(exc: BaseException) -> str:
-    """The innermost error line of a (possibly Spark-wrapped) exception."""
+    """The innermost error line of a (possibly Spark-wrapped) exception: Spark's error class line
+    when there is one (never its caret line)."""
+    m = _ERROR.search(str(exc))
+    if m is not None:
+        return f"[{m.group(1)}] {m.group(2)}".strip()
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     errors = [ln for ln in lines if "Error:" in ln or "Exception:" in ln]
     return (errors[-1] if errors else lines[-1] if lines else type(exc).__name__)[:500]

@@ -31,6 +31,7 @@ class Consumer:
     plan: P.Materialize
     columns: tuple[str, ...]  # output columns (the rows state's key)
     log_only: bool = False  # a key-less table: its log is its rows; epochs only advance its offsets
+    on_error: str = "fail"  # a data error in its expressions: "fail" (the view is isolated) or "null"
 
 
 Ranges = dict[str, tuple[int, int]]  # channel -> [start, stop) of this epoch

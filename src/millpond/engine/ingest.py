@@ -17,15 +17,17 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from millpond import paths
 from millpond.catalog import TableDef
 from millpond.columns import ROW_ID, W
-from millpond.errors import SchemaError
+from millpond.errors import FencedError, SchemaError
+from millpond.log import Appended, ChannelInfo
 from millpond.log.conform import conform
 
 if TYPE_CHECKING:
     from millpond.engine.runtime import Runtime
 
-__all__ = ["to_arrow", "conform_rows", "insert", "append_changes"]
+__all__ = ["to_arrow", "conform_rows", "insert", "append_changes", "serve"]
 
 
 def to_arrow(data: Any) -> pa.Table:
@@ -52,25 +54,28 @@ def conform_rows(table: TableDef, rows: pa.Table) -> pa.Table:
                    types={c.name: c.type for c in table.columns})
 
 
-def insert(rt: Runtime, table: TableDef, rows: pa.Table) -> None:
-    """Append ``rows`` (already conformed) to ``table``: new rows, or upserts with a primary key."""
+def insert(rt: Runtime, table: TableDef, rows: pa.Table, *, producer: tuple[str, int] | None = None
+           ) -> Appended | None:
+    """Append ``rows`` (already conformed) to ``table``: new rows, or upserts with a primary key.
+    ``producer`` (id, seq) makes the append idempotent (a retry is applied once)."""
     if table.primary_key:
         key = list(table.primary_key)
         rows = pl.from_arrow(rows).unique(subset=key, keep="last", maintain_order=True).to_arrow().cast(rows.schema)
         current = rt.snapshot(table.name, hidden=True, pending=True)  # committed rows and changes not yet in an epoch
         old = pl.from_arrow(current).join(pl.from_arrow(rows).select(key), on=key, how="semi").to_arrow()
-        append_changes(rt, table, old, rows.append_column(ROW_ID, pa.nulls(rows.num_rows, pa.int64())),
-                       current=current)
-        return
-    first = rt.channel(table).end
-    ids = pa.array(np.arange(first, first + rows.num_rows, dtype=np.int64))
-    append_changes(rt, table, None, rows.append_column(ROW_ID, ids))
+        return append_changes(rt, table, old, rows.append_column(ROW_ID, pa.nulls(rows.num_rows, pa.int64())),
+                              current=current, producer=producer)
+    # A key-less row's id is its sequence number: the log fills it in while it numbers the records
+    # (millpond.log.tables), so appends forwarded by other processes never share an id with these.
+    return append_changes(rt, table, None, rows.append_column(ROW_ID, pa.nulls(rows.num_rows, pa.int64())),
+                          producer=producer)
 
 
 def append_changes(rt: Runtime, table: TableDef, old: pa.Table | None, new: pa.Table | None, *,
-                   current: pa.Table | None = None) -> None:
+                   current: pa.Table | None = None, producer: tuple[str, int] | None = None) -> Appended | None:
     """Append retractions of ``old`` and insertions of ``new`` (both with ``_row_id``) as one
-    durable batch. ``current`` is the committed table, if the caller already read it."""
+    durable batch (with ``producer``, at most once). ``current`` is the committed table, if the
+    caller already read it."""
     if table.append_only and old is not None and old.num_rows:
         raise SchemaError(f"table {table.name!r} is APPEND ONLY: its rows cannot be deleted or replaced")
     parts = []
@@ -80,12 +85,41 @@ def append_changes(rt: Runtime, table: TableDef, old: pa.Table | None, new: pa.T
             weights = pa.array(np.full(rows.num_rows, w, dtype=np.int64))
             parts.append(rows.append_column(W, weights).cast(table.log_schema))
     if not parts:
-        return
+        return None
     batch = pa.concat_tables(parts)
     if table.primary_key and new is not None:
         current = current if current is not None else rt.snapshot(table.name, hidden=True, pending=True)
         _check_unique(table, pl.from_arrow(current).select(table.primary_key), pl.from_arrow(batch))
-    rt.channel(table).append(batch)
+    return rt.channel(table).append(batch, producer=producer)
+
+
+def serve(rt: Runtime) -> None:
+    """Make the Database the writer of its root's log while it is open (:meth:`millpond.log.Log.serve`):
+    rows that other processes append to a table's channel (a Spark sink, ``millpond log append``, the
+    Python log API) are inserted here, as :func:`insert` does, one append at a time."""
+
+    def upsert(channel: ChannelInfo, rows: pa.Table, producer: tuple[str, int] | None) -> Appended:
+        with rt.lock:
+            versions = rt.catalogs.store.list(paths.CATALOG_PREFIX)
+            if versions and paths.parse_numbered(versions[-1]) > rt.catalog.version:
+                raise FencedError(f"the catalog of {rt.log.store.root!r} was changed by another writer since this "
+                                  "Database opened it: it no longer takes appends (reopen the root)")
+            table = next((t for t in rt.catalog.tables.values() if t.channel_id == channel.id), None)
+            if table is None:
+                raise SchemaError(f"log channel {channel.name!r} is not a table's channel under {rt.log.store.root!r}")
+            appended = insert(rt, table, conform_rows(table, rows), producer=producer)
+            if appended is None:
+                end = rt.channel(table).end
+                return Appended(end, end, rt.log.tick())
+            return appended
+
+    try:
+        for t in rt.catalog.tables.values():  # tables record their key on their channel (older roots did not)
+            rt.log.create_channel(t.channel, t.log_schema, id=t.channel_id, table_key=t.primary_key)
+        rt.log.serve(upsert)
+    except BaseException:
+        rt.log.close()  # a Database that cannot open holds no writer
+        raise
 
 
 def _check_unique(table: TableDef, current: pl.DataFrame, changes: pl.DataFrame) -> None:

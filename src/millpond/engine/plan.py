@@ -27,7 +27,7 @@ from typing import Union as Union_
 from sqlglot import exp
 
 __all__ = ["Source", "Filter", "Project", "Window", "Union", "Join", "AggCall", "Aggregate", "TopN", "Materialize",
-           "Node", "state_id", "sources", "encode", "decode", "canonical", "explain", "PLAN_FORMAT"]
+           "Node", "state_id", "keyed_by", "sources", "encode", "decode", "canonical", "explain", "describe", "PLAN_FORMAT"]
 
 PLAN_FORMAT = 1  # the encoding of a stored plan; another one is refused by name
 
@@ -154,6 +154,17 @@ def inputs(node: Node) -> tuple[Node, ...]:
     if isinstance(node, Union):
         return node.inputs
     return (node.input,)
+
+
+def keyed_by(node: Node) -> Node | None:
+    """The stateful operator ``node``'s rows come from (through filters and projections), if any.
+    A view's rows need no exchange before they are kept when they come from one: the rows a
+    retraction cancels were counted by an earlier epoch, or made by the same task in this one (the
+    operator's key partitions them). Rows straight from a table need it: an insert and a delete of
+    one row in one epoch may be read by two tasks."""
+    while isinstance(node, (Project, Filter)):
+        node = node.input
+    return node if isinstance(node, (Aggregate, Join, TopN)) else None
 
 
 def sources(node: Node) -> list[Source]:
@@ -287,14 +298,15 @@ def explain(plan: Node) -> str:
     lines: list[str] = []
 
     def walk(node: Node, depth: int) -> None:
-        lines.append("  " * depth + _describe(node))
+        lines.append("  " * depth + describe(node))
         for i in inputs(node):
             walk(i, depth + 1)
     walk(plan, 0)
     return "\n".join(lines)
 
 
-def _describe(node: Node) -> str:
+def describe(node: Node) -> str:
+    """One node in one line (without its inputs), as :func:`explain` prints it."""
     if isinstance(node, Source):
         cols = ", ".join(out if out == src else f"{out} := {src}" for out, src in node.columns)
         return f"Source {node.table} [{cols}]"

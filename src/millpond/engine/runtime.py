@@ -8,6 +8,10 @@ the plan stored with it in the catalog. Callers serialize access with :attr:`Run
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
+import time
+from collections import deque
+from datetime import datetime, timezone
 
 import numpy as np
 import polars as pl
@@ -19,18 +23,29 @@ from millpond.columns import COUNT, ROW_ID, W
 from millpond.engine import plan as P
 from millpond.engine.changelog import consolidate
 from millpond.engine.consumers import consumers
-from millpond.engine.coordinator import Coordinator, EpochReport
+from millpond.engine.coordinator import Coordinator, EpochReport, describe_failure
 from millpond.engine.executor import Consumer
-from millpond.errors import CatalogError
+from millpond.errors import CatalogError, MillpondError
 from millpond.log import Channel, Log
 
-__all__ = ["Runtime"]
+__all__ = ["Runtime", "SYSTEM_VIEWS"]
+
+HISTORY = 1000  # epochs of this process kept for ``millpond_epochs``
+
+_VIEWS_SCHEMA = pa.schema([
+    ("name", pa.string()), ("status", pa.string()), ("epoch", pa.int64()), ("lag", pa.int64()),
+    ("state_bytes", pa.int64()), ("on_error", pa.string()), ("error", pa.string())])
+_EPOCHS_SCHEMA = pa.schema([
+    ("epoch", pa.int64()), ("committed_at", pa.timestamp("us", tz="UTC")), ("seconds", pa.float64()),
+    ("name", pa.string()), ("rows_in", pa.int64()), ("rows_out", pa.int64()), ("state_bytes", pa.int64())])
 
 
 class Runtime:
     def __init__(self, catalogs: CatalogStore, catalog: Catalog, log: Log, coordinator: Coordinator):
         self.catalogs, self.log, self.coordinator = catalogs, log, coordinator
         self.lock = threading.RLock()
+        self.on_error = "fail"  # what a data error does in views created from now on (SET on_error)
+        self._history: deque[dict] = deque(maxlen=HISTORY)  # one row per (epoch, consumer that ran)
         self._plans: dict[int, P.Materialize] = {}  # decoded view plans by view id
         self._install(catalog)
 
@@ -70,11 +85,18 @@ class Runtime:
     # -- epochs -------------------------------------------------------------------------------
     def run_epoch(self) -> EpochReport | None:
         """One epoch over all consumers (the protocol in :mod:`millpond.engine.coordinator`)."""
+        started = time.perf_counter()
         report = self.coordinator.run_epoch(self.catalog, self.consumers)
         if report is None:
             return None
-        return EpochReport(report.epoch, {name: change.cast(self._changelog_schema(name))
-                                          for name, change in report.changes.items()})
+        seconds, now = time.perf_counter() - started, datetime.now(timezone.utc)
+        for name, rows_in in report.rows_in.items():
+            change = report.changes.get(name)
+            self._history.append({"epoch": report.epoch, "committed_at": now, "seconds": seconds, "name": name,
+                                  "rows_in": rows_in, "rows_out": change.num_rows if change is not None else None,
+                                  "state_bytes": self._state_bytes(self._by_name[name])})
+        return replace(report, changes={name: change.cast(self._changelog_schema(name))
+                                        for name, change in report.changes.items()})
 
     def flush(self) -> list[EpochReport]:
         """Run epochs until every view reflects all input appended so far."""
@@ -92,8 +114,12 @@ class Runtime:
         """The committed rows of a table or view; ``hidden`` keeps a table's ``_row_id``;
         ``pending`` (tables only) adds the changes appended to its log that no epoch has committed
         yet: the table as of now, with no epoch to wait for."""
+        if name in SYSTEM_VIEWS:
+            return SYSTEM_VIEWS[name](self)
         rel = self.catalog.relation(name)
         consumer = self._by_name[name]
+        if (failure := self.coordinator.manifest.failed.get(consumer.key)) is not None:
+            raise MillpondError(describe_failure(failure))
         schema = rel.log_schema.remove(rel.log_schema.get_field_index(W)) if isinstance(rel, TableDef) \
             else rel.schema
         manifest = self.coordinator.manifest  # one version: its rows and its offsets agree
@@ -118,6 +144,35 @@ class Runtime:
             table = table.drop_columns([ROW_ID])
         return table
 
+    # -- what the system looks like (the system views) ----------------------------------------
+    def views_status(self) -> pa.Table:
+        """``millpond_views``: each view's status (running, backfilling: no epoch yet, failed),
+        the epoch its rows are as of, how many records of its tables it has still to read, its
+        state bytes and its error."""
+        manifest = self.coordinator.manifest
+        rows = []
+        for v in self.catalog.views.values():
+            c = self._by_name[v.name]
+            failure = manifest.failed.get(c.key)
+            done = manifest.offsets.get(c.key)
+            tables = {self.catalog.tables[s.table] for s in P.sources(c.plan)}
+            lag = sum(max(0, self.channel(t).end - (done or {}).get(t.channel, 0)) for t in tables)
+            rows.append({"name": v.name, "status": "failed" if failure else "running" if done is not None
+                         else "backfilling", "epoch": failure["epoch"] if failure else manifest.epoch if done is not None
+                         else None, "lag": lag, "state_bytes": self._state_bytes(c), "on_error": v.on_error,
+                         "error": describe_failure(failure) if failure else None})
+        return pa.Table.from_pylist(rows, schema=_VIEWS_SCHEMA)
+
+    def epochs(self) -> pa.Table:
+        """``millpond_epochs``: the epochs this process committed (the last 1,000), one row per
+        table or view that ran in each: records read, changes out (views), state bytes after it."""
+        return pa.Table.from_pylist(list(self._history), schema=_EPOCHS_SCHEMA)
+
+    def _state_bytes(self, consumer: Consumer) -> int:
+        prefix = consumer.key + "."
+        return sum(ref.size for sid, levels in self.coordinator.manifest.states.items() if sid.startswith(prefix)
+                   for ref in levels.files())
+
     def channel(self, table: TableDef) -> Channel:
         return self.log.create_channel(table.channel, table.log_schema, id=table.channel_id)
 
@@ -134,3 +189,6 @@ def _consolidate(changes: pa.Table) -> pa.Table:
     net = consolidate(pl.from_arrow(changes)).filter(pl.col(W) > 0)
     idx = np.repeat(np.arange(net.height), net[W].to_numpy())
     return net.to_arrow().take(pa.array(idx)).cast(changes.schema)
+
+
+SYSTEM_VIEWS = {"millpond_views": Runtime.views_status, "millpond_epochs": Runtime.epochs}

@@ -10,7 +10,8 @@
 **Channels.** A channel (virtual channel) has a name, an id and an Arrow schema
 (``log/channels/<name>.json``). It is mapped for life onto one of the root's physical channels
 (``log/config.json`` fixes how many). Records of a channel are numbered from 0; every record
-carries the time tick of the group commit that made it durable.
+carries the time tick of the group commit that made it durable. A SQL table's channel takes the
+table's rows and writes them as its changelog (:mod:`millpond.log.tables`).
 
 **Appending** (one physical channel, one writer):
 
@@ -23,10 +24,12 @@ carries the time tick of the group commit that made it durable.
    channel); only then are the records visible and the appends acknowledged.
 
 **Writers.** The first append to a physical channel claims it: on a local root it takes an
-``flock`` (a second live writer gets a clear error at once; a crashed writer's lock dies with
-it), and on every root it writes the next *writer generation* with put-if-absent, which fences
-any older writer at its next group commit. The claim then seals the older generations'
-segments at their last whole frame: a torn tail is cut there (:mod:`millpond.log.writer`).
+``flock`` (a crashed writer's lock dies with it), and on every root it writes the next *writer
+generation* with put-if-absent, which fences any older writer at its next group commit. The claim
+then seals the older generations' segments at their last whole frame: a torn tail is cut there
+(:mod:`millpond.log.writer`). While another process holds the lock, appends are forwarded to it
+(:mod:`millpond.log.forward`); a Database holds every physical channel while it is open
+(:meth:`Log.serve`), so producers beside it write through it.
 
 **Transactions** put every entry in one frame of the lowest physical channel involved, while
 leading all of them (the same commit path as an append, :meth:`Writer.commit`): a frame is atomic,
@@ -55,25 +58,35 @@ import threading
 import time
 import zlib
 from collections import defaultdict
-from typing import Any, Callable, Iterator
+from dataclasses import replace
+from typing import Callable
 
 import pyarrow as pa
 
-from millpond import faults, paths
-from millpond.columns import SEQ, TICK
-from millpond.errors import FencedError, MillpondError, StorageError, TruncatedError
-from millpond.log.conform import conform
+from millpond import paths
+from millpond.errors import FencedError, MillpondError, StorageError
+from millpond.log.appends import Part, records, upserts
+from millpond.log.channel import Channel, Transaction, check_channel_name
 from millpond.log.flush import Flusher
+from millpond.log.forward import Forwarder, Inbox
 from millpond.log.live import Live
-from millpond.log.state import Appended, ChannelInfo, Piece, read_pieces, read_state, with_hidden
+from millpond.log.state import Appended, ChannelInfo, read_state
+from millpond.log.tables import is_table, number_rows, numbers_rows
 from millpond.log.wal import SegmentName
-from millpond.log.writer import Writer
+from millpond.log.writer import HeldError, Writer
 from millpond.store.objects import AlreadyExists, ObjectStore
 
-__all__ = ["Log", "Channel", "Appended", "Transaction", "DEFAULT_PHYSICAL_CHANNELS"]
+__all__ = ["Log", "Channel", "Appended", "Transaction", "DEFAULT_PHYSICAL_CHANNELS", "check_channel_name",
+           "UpsertFn"]
+
+# The Database's ingest of a table's rows (with a primary key: upserts): (the table's channel,
+# conformed rows, producer) -> the range appended. It appends through this Log, with the producer.
+UpsertFn = Callable[[ChannelInfo, pa.Table, "tuple[str, int] | None"], Appended]
 
 DEFAULT_PHYSICAL_CHANNELS = 2
 DEFAULT_SEGMENT_BYTES = 64 << 20
+FORWARD_TIMEOUT = 300.0  # seconds a forwarded append waits for the writer (it may be running an epoch)
+INBOX_POLL = 0.02  # seconds between a writer's looks for forwarded appends (a local listing: microseconds)
 
 
 class Log:
@@ -82,17 +95,22 @@ class Log:
 
     def __init__(self, store: ObjectStore, *, physical_channels: int | None = None,
                  segment_bytes: int = DEFAULT_SEGMENT_BYTES, clock: Callable[[], int] = time.time_ns,
-                 ids: Callable[[], str] = paths.random_id):
+                 ids: Callable[[], str] = paths.random_id, forward_timeout: float = FORWARD_TIMEOUT):
         self.store, self.segment_bytes, self.clock, self.ids = store, segment_bytes, clock, ids
+        self.forward_timeout = forward_timeout
         self._requested_pchannels = physical_channels
         self._pcount: int | None = None
-        self.live = Live(clock)
+        self._live = Live(clock)
+        self._read = False  # whether storage was read: at the first read (a forwarding writer never does)
         self._infos: dict[str, ChannelInfo] = {}  # guarded by live.cv, like the index
+        self._by_id: dict[str, ChannelInfo] = {}
         self._writers: dict[int, Writer] = {}
+        self._upsert: UpsertFn | None = None  # set by the Database that serves this root (serve)
+        self._forwarder: Forwarder | None = None
+        self._inbox: Inbox | None = None
         self._claiming = threading.Lock()
         self._flusher: Flusher | None = None
         self._closed = False
-        self.refresh()
 
     # -- channels ------------------------------------------------------------------------------
     @property
@@ -112,31 +130,53 @@ class Log:
                 self.store.put_if_absent(paths.LOG_CONFIG_KEY, json.dumps({"physical_channels": n}).encode())
         return self.physical_channels
 
-    def create_channel(self, name: str, schema: pa.Schema, *, id: str | None = None) -> Channel:
+    def create_channel(self, name: str, schema: pa.Schema, *, id: str | None = None,
+                       table_key: tuple[str, ...] | None = None) -> Channel:
         """Create ``name`` (or return it, if it exists with this schema and id).
 
-        An existing channel with another ``id`` is a dropped incarnation: it is replaced."""
-        _check_name(name)
-        with self.live.cv:
+        ``table_key``: the channel is a table's changelog with this primary key (``()``: key-less),
+        see :mod:`millpond.log.tables`; it is recorded on an existing channel that lacks it. An
+        existing table's channel with another ``id`` is a dropped incarnation: it is replaced; a
+        plain channel is never replaced (its records would be lost)."""
+        check_channel_name(name)
+        with self._live.cv:
             found = self._infos.get(name) or self._load_info(name)
             if found is not None and (id is None or found.id == id):
                 if not found.schema.equals(schema):
                     raise MillpondError(f"log channel {name!r} exists with another schema: {found.schema}")
+                if table_key is not None and found.table_key != tuple(table_key):
+                    found = replace(found, table_key=tuple(table_key))
+                    self.store.put(paths.log_channel_key(name), found.encode())
+                    self._remember(found)
                 return Channel(self, found)
+            if found is not None and not is_table(found):
+                raise MillpondError(f"log channel {name!r} exists as a plain channel (id {found.id}), not as a table's "
+                                    "changelog: drop it first (Log.drop_channel) or choose another name")
             pcount = self._fix_physical_channels()
-            info = ChannelInfo(name, id or self.ids()[:16], zlib.crc32(name.encode()) % pcount, schema)
+            info = ChannelInfo(name, id or self.ids()[:16], zlib.crc32(name.encode()) % pcount, schema,
+                               None if table_key is None else tuple(table_key))
             if found is None:
                 try:
                     self.store.put_if_absent(paths.log_channel_key(name), info.encode())
                 except AlreadyExists:
-                    return self.create_channel(name, schema, id=id)
+                    return self.create_channel(name, schema, id=id, table_key=table_key)
             else:
                 self.store.put(paths.log_channel_key(name), info.encode())
-            self._infos[name] = info
+            self._remember(info)
             return Channel(self, info)
 
+    def check_table_name(self, name: str) -> None:
+        """Raise unless a new table ``name`` can have its channel: a name the log can store, not
+        taken by a plain channel (a dropped table's leftover channel is replaced)."""
+        check_channel_name(name)
+        with self._live.cv:
+            found = self._infos.get(name) or self._load_info(name)
+        if found is not None and not is_table(found):
+            raise MillpondError(f"a plain log channel named {name!r} exists (a table's channel has the table's "
+                                "name): drop it first (Log.drop_channel) or choose another name")
+
     def channel(self, name: str) -> Channel:
-        with self.live.cv:
+        with self._live.cv:
             info = self._infos.get(name) or self._load_info(name)
         if info is None:
             raise MillpondError(f"log channel {name!r} does not exist under {self.store.root!r} "
@@ -149,32 +189,45 @@ class Log:
 
     def drop_channel(self, name: str) -> None:
         """Forget ``name``: its flushed files go now, its WAL records with their segments."""
-        with self.live.cv:
+        with self._live.cv:
             info = self._infos.pop(name, None) or self._load_info(name)
             if info is None:
                 return
             self._infos.pop(name, None)
+            self._by_id.pop(info.id, None)
             self.store.delete(paths.log_channel_key(name))
             for key in self.store.list(paths.log_data_prefix(info.id)):
                 self.store.delete(key)
-            self.live.drop(info.id)
+            self._live.drop(info.id)
 
     def _load_info(self, name: str) -> ChannelInfo | None:
         try:
             info = ChannelInfo.decode(self.store.get(paths.log_channel_key(name)))
         except StorageError:
             return None
-        self._infos[name] = info
+        self._remember(info)
         return info
 
+    def _remember(self, info: ChannelInfo) -> None:
+        self._infos[info.name] = info
+        self._by_id[info.id] = info
+
     # -- reading -------------------------------------------------------------------------------
+    @property
+    def live(self) -> Live:
+        """What this process knows of the log (storage is read at the first use)."""
+        if not self._read:
+            self.refresh()
+        return self._live
+
     def refresh(self) -> None:
         """Read what other writers appended since (a no-op for channels this process writes)."""
+        self._read = True
         if self._writers and len(self._writers) == self.physical_channels:
             return
         state = read_state(self.store, self.physical_channels)
-        with self.live.cv:  # keep our own physical channels' view: it is newer than storage's
-            self.live.refresh(state, set(self._writers), {i.id: i.pchannel for i in self._infos.values()})
+        with self._live.cv:  # keep our own physical channels' view: it is newer than storage's
+            self._live.refresh(state, set(self._writers), {i.id: i.pchannel for i in self._infos.values()})
 
     def tick(self) -> int:
         """Every record with a tick <= the returned one has arrived (durable and visible)."""
@@ -213,9 +266,103 @@ class Log:
             if w is not None:  # an I/O failure: claim again, which recovers the tail
                 w.release()
             w = self._writers[pchannel] = Writer(
-                self.store, pchannel, self.live, physical_channels=self.physical_channels,
-                segment_bytes=self.segment_bytes, on_closed=self._closed_segment, clock=self.clock)
+                self.store, pchannel, self._live, physical_channels=self.physical_channels,
+                segment_bytes=self.segment_bytes, on_closed=self._closed_segment, clock=self.clock,
+                number=self._number)
+            self._start_inbox()
         return w
+
+    def _start_inbox(self) -> None:
+        """A writer serves the appends forwarded to it (only a local root's lock tells others it lives)."""
+        if self._inbox is None and self.store.local_path("") is not None:
+            self._inbox = Inbox(self.store, held=lambda: sorted(list(self._writers)), channel=self._info,
+                                apply=self._apply, tend=self._tend, poll=INBOX_POLL)
+
+    def serve(self, upsert: UpsertFn) -> None:
+        """Be the writer of the root while this Log is open (a Database calls this when it opens):
+        take every physical channel whose lock is free (and, on a local root, keep taking those
+        that come free), serve the appends other processes forward, and resolve rows appended to a
+        table's channel with ``upsert`` (the Database's ingest, so a table with a primary key
+        gets upserts). A physical channel held by another Database stays with it."""
+        self._upsert = upsert
+        self._tend()
+        with self._claiming:
+            self._start_inbox()  # also when another writer holds them all: it takes them when they come free
+
+    @property
+    def serving(self) -> bool:
+        """Whether a Database serves the root through this Log (:meth:`serve`): only it appends a
+        table's own changelog records (``_row_id``, ``_w``)."""
+        return self._upsert is not None
+
+    def _tend(self) -> None:
+        if self._upsert is None:
+            return
+        for p in range(self._fix_physical_channels()):
+            if p not in self._writers and not self._closed:
+                try:
+                    self.writer(p)
+                except HeldError:
+                    pass  # another live writer (a second Database): it keeps it
+                except MillpondError:
+                    if not self._closed:
+                        raise
+
+    def _append(self, parts: list[Part], producer: tuple[str, int] | None) -> list[Appended]:
+        """Append ``parts`` (prepared: :func:`millpond.log.appends.prepare`) as one append: as this
+        process's writer, or forwarded to the live writer of another (:mod:`millpond.log.forward`).
+        The Database's own changelog records are never forwarded."""
+        pchannels = sorted({p.info.pchannel for p in parts})
+        try:
+            for p in pchannels:
+                self.writer(p)
+        except HeldError:  # a transaction across physical channels held apart cannot be forwarded either
+            if any(p in self._writers for p in pchannels) or any(p.changes for p in parts):
+                raise
+            return self._forwarding().forward(pchannels[0], parts, producer, claim=lambda: self._try_claim(pchannels),
+                                               timeout=self.forward_timeout)
+        return self._apply(parts, producer)
+
+    def _apply(self, parts: list[Part], producer: tuple[str, int] | None) -> list[Appended]:
+        """Append ``parts`` as this process's writer (it takes the writers it lacks)."""
+        rows = upserts(parts)
+        if rows is not None and self._upsert is not None:
+            return [self._upsert(rows.info, rows.table, producer)]
+        entries = records(parts)
+        by_p: dict[int, list[tuple[str, pa.Table]]] = defaultdict(list)
+        for info, table in entries:
+            by_p[info.pchannel].append((info.id, table))
+        writers = [self.writer(p) for p in sorted(by_p)]
+        flat = [e for p in sorted(by_p) for e in by_p[p]]
+        appended = writers[0].commit(flat, producer=producer, also=writers[1:])
+        at = {ch: a for (ch, _), a in zip(flat, appended)}
+        return [at.get(info.id, appended[0]) for info, _ in entries]
+
+    def _try_claim(self, pchannels: list[int]) -> bool:
+        try:
+            for p in pchannels:
+                self.writer(p)
+            return True
+        except HeldError:
+            return False
+
+    def _forwarding(self) -> Forwarder:
+        with self._claiming:
+            if self._forwarder is None:
+                self._forwarder = Forwarder(self.store, ids=self.ids)
+            return self._forwarder
+
+    def _info(self, name: str, id: str) -> ChannelInfo:
+        """The definition of ``name`` as of incarnation ``id`` (re-read if this process knew an older one)."""
+        info = self.channel(name).info
+        if info.id != id:
+            with self._live.cv:
+                info = self._load_info(name) or info
+        return info
+
+    def _number(self, channel_id: str, first: int, table: pa.Table) -> pa.Table:
+        info = self._by_id.get(channel_id)
+        return number_rows(table, first) if info is not None and numbers_rows(info) else table
 
     def flush(self) -> None:
         """Close every open segment and wait until everything is flushed to Parquet."""
@@ -226,154 +373,18 @@ class Log:
 
     def _closed_segment(self, name: SegmentName) -> None:
         if self._flusher is None:
-            self._flusher = Flusher(self.store, self.live)
+            self._flusher = Flusher(self.store, self._live)
         self._flusher.submit(name)
 
     def close(self) -> None:
-        """Stop writing: release the physical channels (unflushed records stay in the WAL)."""
+        """Stop writing: release the physical channels (unflushed records stay in the WAL).
+        Requests forwarded to this process and not yet served wait for the next writer."""
         self._closed = True
+        if self._inbox:
+            self._inbox.stop()
         if self._flusher:
             self._flusher.drain()
             self._flusher.stop()
         for w in self._writers.values():
             w.release()
         self._writers.clear()
-
-
-class Channel:
-    """A handle on one channel of a :class:`Log`."""
-
-    def __init__(self, log_: Log, info: ChannelInfo):
-        self.log, self.info = log_, info
-
-    @property
-    def name(self) -> str:
-        return self.info.name
-
-    @property
-    def schema(self) -> pa.Schema:
-        return self.info.schema
-
-    @property
-    def end(self) -> int:
-        """The sequence number the next record gets."""
-        return self.log.live.end(self.info.id)
-
-    @property
-    def start(self) -> int:
-        """The first sequence number still readable (records below it were truncated)."""
-        return self.log.live.start(self.info.id)
-
-    @property
-    def tick(self) -> int:
-        return self.log.tick()
-
-    def append(self, data: Any, *, producer: tuple[str, int] | None = None) -> Appended:
-        """Durably append one batch; ``producer=(id, seq)`` makes a retried append apply once."""
-        table = conform(f"channel {self.name!r}", self.schema, data)
-        if producer is not None:
-            producer = (str(producer[0]), int(producer[1]))
-        return self.log.writer(self.info.pchannel).commit([(self.info.id, table)], producer=producer)[0]
-
-    def pieces(self, start: int, stop: int) -> list[Piece]:
-        """The pieces holding ``[start, stop)``; a range below :attr:`start` is an error."""
-        self._check_range(start)
-        return self.log.live.pieces(self.info.id, start, stop)
-
-    def read(self, start: int | None = None, stop: int | None = None, *, hidden: bool = False) -> pa.Table:
-        """Records ``[start, stop)`` (default: all) in sequence order; ``hidden`` adds ``_seq`` and ``_tick``."""
-        start = self.start if start is None else start
-        stop = self.end if stop is None else min(stop, self.end)
-        if start >= stop:
-            self._check_range(start)
-            return with_hidden(self.schema.empty_table(), 0, 0) if hidden else self.schema.empty_table()
-        table = read_pieces(self.log.store, self.info.id, self.schema, self.pieces(start, stop), start, stop)
-        return table if hidden else table.drop_columns([SEQ, TICK])
-
-    def wait(self, position: int, timeout: float | None = None) -> bool:
-        """Block until the channel has a record at or past ``position`` (True) or ``timeout`` passes."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            with self.log.live.cv:
-                if self.end > position:
-                    return True
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return False
-                if self.log.writes(self.info.pchannel):  # we write it: appends notify us
-                    self.log.live.cv.wait(remaining)
-                    continue
-            time.sleep(min(0.05, remaining) if remaining is not None else 0.05)
-            self.log.refresh()
-
-    def tail(self, start: int = 0, *, timeout: float | None = None, max_records: int = 100_000) -> Iterator[pa.Table]:
-        """Batches from ``start`` on, waiting for new ones; stops after ``timeout`` idle seconds."""
-        pos = start
-        while self.wait(pos, timeout):
-            stop = min(self.end, pos + max_records)
-            yield self.read(pos, stop, hidden=True)
-            pos = stop
-
-    def truncate(self, upto: int) -> None:
-        """Drop records below ``upto``; they must be flushed already (so no WAL frame is lost)."""
-        with self.log.live.cv:
-            pieces = self.log.live.pieces(self.info.id)
-            flushed = self.start
-            for p in pieces:  # the flushed prefix (a transaction's frame may flush out of order)
-                if p.offset >= 0:
-                    break
-                flushed = p.end
-            if upto > flushed:
-                raise MillpondError(f"log channel {self.name!r}: cannot truncate to {upto}: records from {flushed} "
-                                    "are not flushed yet (Log.flush() first)")
-            if upto <= self.start:
-                return
-            self.log.store.put(paths.log_start_key(self.info.id, upto), b"")
-            for p in self.log.live.truncated(self.info.id, upto):
-                self.log.store.delete(p.key)
-
-    def _check_range(self, start: int) -> None:
-        if start < self.start:
-            raise TruncatedError(f"log channel {self.name!r}: records [{start}, {self.start}) were truncated; "
-                                 f"the channel now starts at {self.start}", channel=self.name, start=self.start)
-
-
-class Transaction:
-    """Appends that become durable and visible together, or not at all (also across channels on
-    different physical channels). Use as a context manager, or call :meth:`commit`."""
-
-    def __init__(self, log_: Log):
-        self.log = log_
-        self._parts: list[tuple[ChannelInfo, pa.Table]] = []
-
-    def append(self, channel: str, data: Any) -> None:
-        ch = self.log.channel(channel)
-        self._parts.append((ch.info, conform(f"channel {channel!r}", ch.schema, data)))
-
-    def __enter__(self) -> Transaction:
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:  # noqa: ANN001
-        if exc_type is None:
-            self.commit()
-
-    def commit(self) -> dict[str, Appended]:
-        """Append everything as one frame; return each channel's range (one tick for all)."""
-        by_p: dict[int, list[tuple[str, pa.Table]]] = defaultdict(list)
-        names = {}
-        for info, table in self._parts:
-            if table.num_rows:
-                by_p[info.pchannel].append((info.id, table))
-                names[info.id] = info.name
-        if not by_p:
-            return {}
-        self._parts = []
-        writers = [self.log.writer(p) for p in sorted(by_p)]
-        entries = [e for p in sorted(by_p) for e in by_p[p]]
-        appended = writers[0].commit(entries, also=writers[1:])
-        return {names[ch]: a for (ch, _), a in zip(entries, appended)}
-
-
-def _check_name(name: str) -> None:
-    if not name or "/" in name or name.startswith(".") or len(name) > 200:
-        raise MillpondError(f"log channel name {name!r}: use 1-200 characters, no '/' and no leading '.'")

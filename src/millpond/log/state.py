@@ -33,16 +33,24 @@ class ChannelInfo:
     id: str  # a new id per incarnation: a dropped and recreated channel never sees old records
     pchannel: int
     schema: pa.Schema
+    # A table's channel: its primary key columns (``()``: key-less); None: a plain channel (or a
+    # table's channel written before tables recorded their key: see :mod:`millpond.log.tables`).
+    table_key: tuple[str, ...] | None = None
 
     def encode(self) -> bytes:
-        return json.dumps({"name": self.name, "id": self.id, "pchannel": self.pchannel,
-                           "schema": base64.b64encode(self.schema.serialize().to_pybytes()).decode()}).encode()
+        d = {"name": self.name, "id": self.id, "pchannel": self.pchannel,
+             "schema": base64.b64encode(self.schema.serialize().to_pybytes()).decode()}
+        if self.table_key is not None:
+            d["table"] = {"key": list(self.table_key)}
+        return json.dumps(d).encode()
 
     @staticmethod
     def decode(data: bytes) -> ChannelInfo:
         d = json.loads(data)
+        table = d.get("table")
         return ChannelInfo(d["name"], d["id"], d["pchannel"],
-                           pa.ipc.read_schema(pa.py_buffer(base64.b64decode(d["schema"]))))
+                           pa.ipc.read_schema(pa.py_buffer(base64.b64decode(d["schema"]))),
+                           tuple(table["key"]) if table is not None else None)
 
 
 @dataclass(frozen=True)

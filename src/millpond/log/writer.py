@@ -33,9 +33,14 @@ from millpond.log.state import Appended, State, read_state
 from millpond.log.wal import Entry, Frame, SegmentName, SegmentWriter, encode_frame, list_segments
 from millpond.store.objects import AlreadyExists, ObjectStore
 
-__all__ = ["Writer", "lock"]
+__all__ = ["Writer", "HeldError", "lock"]
 
 log = logging.getLogger(__name__)
+
+
+class HeldError(FencedError):
+    """The physical channel's lock is held by another live writer (a local root): forward the
+    append to it (:mod:`millpond.log.forward`) rather than fight it."""
 
 
 @dataclass
@@ -50,9 +55,13 @@ class Writer:
     """The single writer of one physical channel in this process."""
 
     def __init__(self, store: ObjectStore, pchannel: int, live: Live, *, physical_channels: int,
-                 segment_bytes: int, on_closed: Callable[[SegmentName], None], clock: Callable[[], int]):
+                 segment_bytes: int, on_closed: Callable[[SegmentName], None], clock: Callable[[], int],
+                 number: Callable[[str, int, pa.Table], pa.Table] | None = None):
+        """``number(channel id, first seq, records)``: the records as numbered (a key-less table's
+        ``_row_id`` is its sequence number, :mod:`millpond.log.tables`), called while leading."""
         self.store, self.pchannel, self.live = store, pchannel, live
         self.segment_bytes, self.on_closed, self.clock = segment_bytes, on_closed, clock
+        self.number = number
         self.broken: BaseException | None = None
         self._lock_fd = lock(self.store, pchannel)
         try:
@@ -224,6 +233,8 @@ class Writer:
         for entries, producer in frames:
             numbered = []
             for ch, table in entries:
+                if self.number is not None:
+                    table = self.number(ch, nxt[ch], table)
                 numbered.append((ch, nxt[ch], table))
                 nxt[ch] += table.num_rows
             encoded.append((encode_frame(tick, numbered, producer=producer), numbered, producer))
@@ -289,8 +300,8 @@ def lock(store: ObjectStore, pchannel: int) -> int | None:
     except BlockingIOError:
         holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
         os.close(fd)
-        raise FencedError(f"log physical channel p{pchannel} under {store.root!r} is held by another writer "
-                          f"(process {holder}); close it first (one writer per physical channel)") from None
+        raise HeldError(f"log physical channel p{pchannel} under {store.root!r} is held by another writer "
+                        f"(process {holder}); close it first (one writer per physical channel)") from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, str(os.getpid()).encode(), 0)
     return fd

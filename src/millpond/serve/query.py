@@ -1,5 +1,8 @@
 """Ad-hoc queries: a SELECT answered by DuckDB over the committed snapshots of the tables and
-views it reads (read-your-writes after ``FLUSH``). DuckDB SQL is generated here, where it runs."""
+views it reads (read-your-writes after ``FLUSH``). DuckDB SQL is generated here, where it runs.
+
+The query comes bound (:func:`millpond.sql.query.bind_query`): its internal calls expand to
+DuckDB's spelling of PostgreSQL's meaning (:mod:`millpond.engine.expressions`)."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from millpond import duck
+from millpond.engine.expressions import to_duckdb
 from millpond.errors import SqlError
 
 if TYPE_CHECKING:
@@ -23,10 +27,10 @@ def answer(rt: Runtime, query: exp.Expression, *, hidden: bool = False) -> pa.Ta
     con = duck.cursor()
     try:
         ctes = {c.alias_or_name for c in query.find_all(exp.CTE)}
-        for name in {t.name for t in query.find_all(exp.Table)} - ctes:
+        for name in {t.name for t in query.find_all(exp.Table) if isinstance(t.this, exp.Identifier)} - ctes:
             con.register(name, rt.snapshot(name, hidden=hidden))
         try:
-            return con.sql(query.sql(dialect="duckdb")).to_arrow_table()
+            return con.sql(to_duckdb(query)).to_arrow_table()
         except duckdb.Error as exc:
             raise SqlError(f"query failed: {exc}") from None
     finally:

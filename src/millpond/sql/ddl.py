@@ -14,7 +14,7 @@ from millpond.catalog.types import normalize_type
 from millpond.columns import RESERVED_PREFIX
 from millpond.engine import plan as P
 from millpond.engine.runtime import Runtime
-from millpond.errors import CatalogError, SqlError
+from millpond.errors import CatalogError, MillpondError, SqlError
 from millpond.sql.planner import plan_view
 from millpond.sql.statements import source
 
@@ -37,6 +37,10 @@ def _create_table(rt: Runtime, s: exp.Create) -> None:
     name = schema.this.name
     if s.args.get("exists") and name in rt.catalog.tables:
         return
+    try:  # the name names the table's log channel, and so object keys
+        rt.log.check_table_name(name)
+    except MillpondError as exc:
+        raise CatalogError(f"table name not allowed (a table's name is its log channel's): {exc}") from None
     cols, pk = [], []
     for d in schema.expressions:
         if isinstance(d, exp.ColumnDef):
@@ -57,6 +61,8 @@ def _create_table(rt: Runtime, s: exp.Create) -> None:
         raise SqlError(f"table {name!r}: invalid column {bad!r} (unknown primary key column, "
                        f"or a name starting with {RESERVED_PREFIX!r}, which millpond reserves)")
     rt.commit_catalog(rt.catalog.with_table(name, tuple(cols), tuple(pk), append_only=append_only))
+    t = rt.catalog.tables[name]  # its channel, now: a writer outside the database finds it, with its key
+    rt.log.create_channel(t.channel, t.log_schema, id=t.channel_id, table_key=t.primary_key)
 
 
 def _append_only_property(table: str, s: exp.Create) -> bool:
@@ -80,9 +86,30 @@ def _create_view(rt: Runtime, s: exp.Create) -> None:
     name = s.this.name
     if s.args.get("exists") and name in rt.catalog.views:
         return
+    on_error = _on_error_property(name, props, rt.on_error)
     plan, depends = plan_view(s.expression, rt.catalog)
     schema = rt.coordinator.executor.output_schema(plan, rt.catalog.tables)
-    rt.commit_catalog(rt.catalog.with_view(name, source(s), schema, depends, P.encode(plan)))
+    rt.commit_catalog(rt.catalog.with_view(name, source(s), schema, depends, P.encode(plan), on_error=on_error))
+
+
+ON_ERROR = ("fail", "null")
+
+
+def _on_error_property(view: str, props: exp.Properties, default: str) -> str:
+    """``WITH (on_error = 'fail' | 'null')``: what a data error in the view's expressions does
+    (README, "When a view fails"); any other view option is refused."""
+    found = default
+    for p in props.expressions:
+        if isinstance(p, exp.MaterializedProperty):
+            continue
+        value = p.args.get("value")
+        if isinstance(p, exp.Property) and p.name.lower() == "on_error" and isinstance(value, exp.Literal) \
+                and value.is_string and value.this.lower() in ON_ERROR:
+            found = value.this.lower()
+        else:
+            raise SqlError(f"view {view!r}: unsupported view option {p.sql('postgres')!r} "
+                           "(known: WITH (on_error = 'fail' | 'null'))")
+    return found
 
 
 def drop(rt: Runtime, s: exp.Drop) -> None:
@@ -107,5 +134,10 @@ def set_(rt: Runtime, s: exp.Set) -> None:
             if n < 1:
                 raise SqlError("parallelism must be at least 1")
             rt.coordinator.with_parallelism(n)
+        elif isinstance(eq, exp.EQ) and eq.this.name.lower() == "on_error":
+            value = eq.expression.name.lower()
+            if value not in ON_ERROR:
+                raise SqlError(f"on_error must be one of {', '.join(map(repr, ON_ERROR))}, got {value!r}")
+            rt.on_error = value  # the default of views created from now on
         else:
-            raise SqlError(f"unknown setting {item.sql('postgres')!r} (known: parallelism)")
+            raise SqlError(f"unknown setting {item.sql('postgres')!r} (known: parallelism, on_error)")

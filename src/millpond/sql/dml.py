@@ -17,7 +17,7 @@ from millpond.columns import ROW_ID
 from millpond.engine import ingest
 from millpond.engine.runtime import Runtime
 from millpond.errors import SqlError
-from millpond.serve import answer
+from millpond.sql.query import run_query
 
 __all__ = ["insert", "delete", "update"]
 
@@ -41,7 +41,7 @@ def insert(rt: Runtime, s: exp.Insert) -> None:
             exp.Values(expressions=body.expressions, alias=alias))
     else:
         query = body
-    rows = answer(rt, query)
+    rows = run_query(rt, query)
     if rows.num_columns != len(names):
         raise SqlError(f"INSERT INTO {t.name}: {rows.num_columns} values for {len(names)} columns")
     rows = rows.rename_columns(names)
@@ -62,7 +62,7 @@ def delete(rt: Runtime, s: exp.Delete) -> None:
     t = _changeable(rt, s.this.name, "DELETE")
     rt.flush()
     where = s.args.get("where")
-    old = answer(rt, exp.select("*").from_(t.name).where(where.this if where else None), hidden=True)
+    old = run_query(rt, exp.select("*").from_(t.name).where(where.this if where else None), hidden=True)
     ingest.append_changes(rt, t, old, None)
 
 
@@ -75,9 +75,9 @@ def update(rt: Runtime, s: exp.Update) -> None:
         raise SqlError(f"UPDATE {t.name}: no column {sorted(unknown)[0]!r}")
     where = s.args.get("where")
     cond = where.this if where else None
-    old = answer(rt, exp.select("*").from_(t.name).where(cond), hidden=True)
+    old = run_query(rt, exp.select("*").from_(t.name).where(cond), hidden=True)
     projections = [exp.alias_(sets[c.name].copy() if c.name in sets else exp.column(c.name, quoted=True),
                               c.name, quoted=True) for c in t.columns]
-    new = answer(rt, exp.select(*projections, exp.column(ROW_ID)).from_(t.name).where(cond), hidden=True)
+    new = run_query(rt, exp.select(*projections, exp.column(ROW_ID)).from_(t.name).where(cond), hidden=True)
     rows = ingest.conform_rows(t, new.select([c.name for c in t.columns]))
     ingest.append_changes(rt, t, old, rows.append_column(ROW_ID, new.column(ROW_ID)))

@@ -1,25 +1,102 @@
-"""Statement dispatch: each parsed statement goes to the module that executes its kind."""
+"""Statement dispatch: each parsed statement goes to the module that executes its kind.
+
+A script of several statements is parsed whole first (a syntax error anywhere runs nothing), then
+run statement by statement. Each statement is atomic, the script is not: if statement ``i`` fails,
+statements ``1..i-1`` stay applied, the rest do not run, and the error says so
+(``statement 3 of 4 failed (statements 1-2 were applied, the rest were not run): ...``) and
+carries ``statement = i``. On a read-only runtime a script with any write is refused before
+anything runs.
+"""
 
 from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+from typing import Iterator
 
 import pyarrow as pa
 from sqlglot import exp
 
 from millpond.engine.runtime import Runtime
-from millpond.errors import SqlError
-from millpond.serve import answer
-from millpond.sql import ddl, dml
+from millpond.errors import MillpondError, ReadOnlyError, SqlError, unexpected
+from millpond.sql import ddl, dml, introspect
+from millpond.sql.query import run_query
 from millpond.sql.statements import keyword, parse
 
-__all__ = ["run", "execute"]
+__all__ = ["run", "execute", "statements", "locate", "verb"]
+
+
+def statements(text: str) -> list[exp.Expression]:
+    """The statements of ``text`` (``SHOW``, ``EXPLAIN``... included, without sqlglot's warning
+    that it keeps them as commands)."""
+    with _no_command_warning():
+        return parse(text)
 
 
 def run(rt: Runtime, text: str) -> pa.Table | None:
     """Run one or more statements; return the result of the last query (None for DDL/DML)."""
+    parsed = statements(text)
+    if getattr(rt, "read_only", False):
+        for i, statement in enumerate(parsed, 1):
+            if not _reads(statement):
+                where = f" (statement {i} of {len(parsed)}; nothing was run)" if len(parsed) > 1 else ""
+                raise ReadOnlyError(f"the database is open read-only: {verb(statement)} is refused{where}; "
+                                    "open it with millpond.connect(root) to write")
     result = None
-    for statement in parse(text):
-        result = execute(rt, statement)
+    for i, statement in enumerate(parsed, 1):
+        try:
+            result = execute(rt, statement)
+        except Exception as exc:
+            if len(parsed) == 1:
+                raise
+            error = unexpected(exc)
+            locate(error, i, len(parsed))
+            if error is exc:
+                raise
+            raise error from exc
     return result
+
+
+def locate(error: MillpondError, i: int, n: int) -> None:
+    """Say which statement of a script failed and what the ones before it did."""
+    applied = ("nothing was applied" if i == 1 else "statement 1 was applied" if i == 2
+               else f"statements 1-{i - 1} were applied")
+    rest = ", the rest were not run" if i < n else ""
+    error.args = (f"statement {i} of {n} failed ({applied}{rest}): {error}",)
+    error.statement = i  # type: ignore[attr-defined]
+
+
+def _reads(s: exp.Expression) -> bool:
+    return isinstance(s, (exp.Select, exp.Union, exp.Describe)) or keyword(s) in ("SHOW", "EXPLAIN")
+
+
+def verb(s: exp.Expression) -> str:
+    """What a statement does, in its own words: ``CREATE MATERIALIZED VIEW``, ``INSERT``, ``FLUSH``."""
+    word = keyword(s)
+    if word:
+        return word
+    if isinstance(s, (exp.Create, exp.Drop)):
+        kind = (s.args.get("kind") or "").upper()
+        props = s.args.get("properties")
+        materialized = s.args.get("materialized") or (props is not None and any(
+            isinstance(p, exp.MaterializedProperty) for p in props.expressions))
+        return f"{type(s).__name__.upper()} {'MATERIALIZED ' if materialized and kind == 'VIEW' else ''}{kind}".strip()
+    return type(s).__name__.upper()
+
+
+class _CommandFallback(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Falling back to parsing as a 'Command'" not in record.getMessage()
+
+
+@contextmanager
+def _no_command_warning() -> Iterator[None]:
+    logger, quiet = logging.getLogger("sqlglot"), _CommandFallback()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
 
 
 # statement kind -> what executes it (queries return their result; the rest return None)
@@ -30,15 +107,20 @@ _EXECUTE = {
     exp.Insert: dml.insert,
     exp.Delete: dml.delete,
     exp.Update: dml.update,
-    exp.Select: answer,
-    exp.Union: answer,
+    exp.Select: run_query,
+    exp.Union: run_query,
+    exp.Describe: introspect.describe,
 }
+_COMMANDS = {"SHOW": introspect.show, "EXPLAIN": introspect.explain}
 
 
 def execute(rt: Runtime, s: exp.Expression) -> pa.Table | None:
-    if keyword(s) == "FLUSH":
+    word = keyword(s)
+    if word == "FLUSH":
         rt.flush()
         return None
+    if isinstance(s, exp.Command) and word in _COMMANDS:
+        return _COMMANDS[word](rt, s)
     run_it = _EXECUTE.get(type(s))
     if run_it is None:
         raise SqlError(f"unsupported statement: {s.sql('postgres')[:80]!r}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sqlglot
 from sqlglot import exp
+from sqlglot.dialects.postgres import Postgres
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 from sqlglot.tokens import TokenType
@@ -16,7 +17,28 @@ from millpond.errors import SqlError
 
 __all__ = ["parse", "keyword", "view_query", "source"]
 
-_DIALECT = "postgres"
+
+class MillpondPostgres(Postgres):
+    """PostgreSQL as written: ``date_part`` and ``to_char`` stay the calls they are (sqlglot turns
+    ``date_part`` into EXTRACT, which has another result type, and rewrites ``to_char``'s PostgreSQL
+    pattern into a strftime format), and an interval constant keeps its whole text (sqlglot reads
+    ``INTERVAL '1 day 02:00:00'`` as one day); :mod:`millpond.sql.semantics` gives them their meaning."""
+
+    class Parser(Postgres.Parser):
+        FUNCTIONS = {k: v for k, v in Postgres.Parser.FUNCTIONS.items() if k not in ("TO_CHAR", "DATE_PART")}
+        FUNCTION_PARSERS = {k: v for k, v in Postgres.Parser.FUNCTION_PARSERS.items() if k != "DATE_PART"}
+
+        def _parse_interval_span(self, this: exp.Expression, parse_function_unit: bool = True) -> exp.Interval:
+            text = this.name if isinstance(this, exp.Literal) and this.is_string else None
+            interval = super()._parse_interval_span(this, parse_function_unit=parse_function_unit)
+            unit = interval.args.get("unit")
+            if text is not None and interval.this is not None and interval.this.name != text \
+                    and unit is not None and not isinstance(unit, exp.IntervalSpan):
+                return exp.Interval(this=exp.Literal.string(text))
+            return interval
+
+
+_DIALECT = MillpondPostgres
 
 
 def parse(text: str) -> list[exp.Expression]:
@@ -66,7 +88,7 @@ def _sources(text: str) -> list[str]:
 
 def source(statement: exp.Expression) -> str:
     """The text the user wrote for ``statement`` (a re-generation only for built statements)."""
-    return statement.meta.get("sql") or statement.sql(_DIALECT)
+    return statement.meta.get("sql") or statement.sql("postgres")
 
 
 def keyword(statement: exp.Expression) -> str | None:

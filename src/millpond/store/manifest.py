@@ -68,6 +68,9 @@ class Manifest:
     safe_epoch: int = 0  # reads below it may see compacted (merged) history: refused
     states: dict[str, Levels] = field(default_factory=dict)
     offsets: dict[str, dict[str, int]] = field(default_factory=dict)  # consumer -> channel -> end
+    # consumer -> why it stopped (a view's data error): it sits out epochs, its state and offsets
+    # stay at its last good epoch (the coordinator's fault isolation)
+    failed: dict[str, dict] = field(default_factory=dict)
 
     def to_json(self) -> bytes:
         body = {
@@ -77,6 +80,7 @@ class Manifest:
             "safe_epoch": self.safe_epoch,
             "states": {sid: levels.to_json() for sid, levels in sorted(self.states.items())},
             "offsets": self.offsets,
+            "failed": self.failed,
         }
         return json.dumps(body, sort_keys=True).encode()
 
@@ -93,6 +97,7 @@ class Manifest:
             safe_epoch=body["safe_epoch"],
             states={sid: Levels.from_json(lv) for sid, lv in body["states"].items()},
             offsets=body["offsets"],
+            failed=body.get("failed", {}),
         )
 
     def state(self, state_id: str) -> Levels:

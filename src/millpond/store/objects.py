@@ -8,6 +8,7 @@ put is followed by an fsync of the file and its directory, so a returned put is 
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -35,7 +36,8 @@ class ObjectStore:
     workers never depend on their own environment for credentials.
     """
 
-    def __init__(self, root: str, options: dict[str, str] | None = None):
+    def __init__(self, root: str, options: dict[str, str] | None = None, *, create: bool = True):
+        """``create=False`` opens a local root only if its folder exists (a reader creates nothing)."""
         self.root = root
         self.options = dict(options or {})
         self.retries = 0  # transient failures retried so far (a metric)
@@ -43,14 +45,14 @@ class ObjectStore:
         self._local_dir: Path | None = None
         if "://" not in root:
             self._local_dir = Path(root).expanduser().resolve()
-            self._local_dir.mkdir(parents=True, exist_ok=True)
+            _make_folder(root, self._local_dir, create)
             url = self._local_dir.as_uri()
             # Spark tasks reopen the store by this root, in their own working directory (an executor's
             # work dir, or where the JVM started): a relative root would be a different folder there.
             self.root = str(self._local_dir)
         elif root.startswith("file://"):
             self._local_dir = Path(root[len("file://"):])
-            self._local_dir.mkdir(parents=True, exist_ok=True)
+            _make_folder(root, self._local_dir, create)
             url = root
         else:
             url = root
@@ -63,6 +65,17 @@ class ObjectStore:
                 self._store = from_url(url, config=config or None, client_options=client or None)
         except Exception as exc:  # obstore raises several types for bad URLs/config
             raise StorageError(f"cannot open object storage at {root!r}: {exc}") from exc
+
+    def check_writable(self) -> None:
+        """A :class:`StorageError` now, rather than at the first write, if a local root cannot be
+        written (a read-only folder or filesystem). Remote roots are checked by their first write."""
+        if self._local_dir is None:
+            return
+        try:
+            with tempfile.TemporaryFile(dir=self._local_dir):
+                pass
+        except OSError as exc:
+            raise StorageError(f"cannot write under {self.root!r}: {exc.strerror or exc}") from None
 
     # -- writes -----------------------------------------------------------------------------
     def put(self, key: str, data: bytes) -> None:
@@ -184,6 +197,20 @@ class ObjectStore:
                 os.fsync(fd)
             finally:
                 os.close(fd)
+
+
+def _make_folder(root: str, folder: Path, create: bool) -> None:
+    """The root's folder, created if missing (``create``); an unusable path is a StorageError."""
+    if folder.is_dir():
+        return
+    if folder.exists():
+        raise StorageError(f"root {root!r} is a file, not a folder")
+    if not create:
+        raise StorageError(f"no database at {root!r}: the folder does not exist")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StorageError(f"cannot create the root folder {root!r}: {exc.strerror or exc}") from None
 
 
 RETRY_ATTEMPTS = 6

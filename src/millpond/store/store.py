@@ -82,16 +82,18 @@ class StateStore:
 
     # -- commit -------------------------------------------------------------------------------
     def commit(self, epoch: int, new: dict[str, list[SstRef]], offsets: dict, *,
-               keep: Callable[[str], bool] = lambda _sid: True) -> Manifest:
+               keep: Callable[[str], bool] = lambda _sid: True, failed: dict[str, dict] | None = None) -> Manifest:
         """Commit ``epoch``: ``new`` files go on top of each state's L0; states for which ``keep``
-        is false are dropped from the version (a dropped view's state)."""
+        is false are dropped from the version (a dropped view's state); ``failed`` replaces the
+        failed consumers (default: they stay as they are)."""
         if epoch <= self.manifest.epoch:
             raise MillpondError(f"epoch {epoch} is not after the committed epoch {self.manifest.epoch}")
         states = {sid: lv for sid, lv in self.manifest.states.items() if keep(sid)}
         for sid, refs in new.items():
             old = states.get(sid, Levels())
             states[sid] = Levels((*sorted(refs, key=lambda r: r.key), *old.l0), old.levels)
-        self._write(Manifest(self.manifest.version + 1, epoch, self.manifest.safe_epoch, states, offsets))
+        failed = self.manifest.failed if failed is None else failed
+        self._write(Manifest(self.manifest.version + 1, epoch, self.manifest.safe_epoch, states, offsets, failed))
         self.maintain()
         return self.manifest
 
@@ -172,7 +174,8 @@ class StateStore:
         if not applied:
             return
         safe = max(self.manifest.safe_epoch, max(t.safe_epoch for t in tasks))
-        self._write(Manifest(self.manifest.version + 1, self.manifest.epoch, safe, states, self.manifest.offsets))
+        self._write(Manifest(self.manifest.version + 1, self.manifest.epoch, safe, states, self.manifest.offsets,
+                             self.manifest.failed))
         self.stats["compactions"] += applied
         faults.point("compaction.after_commit")
         self.collect_garbage()
@@ -236,6 +239,21 @@ class StateStore:
         self._pool.shutdown(wait=True)
 
     # -- reads --------------------------------------------------------------------------------
+    def follow(self) -> Manifest:
+        """Adopt the newest manifest version another writer committed (a read-only follower; a
+        writer never calls this: it holds its own version). A version may be collected between
+        listing and reading it: then a newer one exists, and that one is read."""
+        for _ in range(8):
+            try:
+                latest = self.manifests.latest()
+            except StorageError:
+                continue
+            with self._lock:
+                if latest.version >= self.manifest.version:
+                    self.manifest = latest
+            return self.manifest
+        raise StorageError(f"cannot read the newest manifest version under {self.store.root!r}")
+
     def table(self, state: str, keys: tuple[str, ...] = (), *, additive: bool = False,
               epoch: int | None = None) -> StateTable:
         """A state table as of ``epoch`` (default: latest), including this writer's shared buffer."""

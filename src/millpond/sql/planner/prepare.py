@@ -1,7 +1,8 @@
 """Binding: the rules that turn a view's query into a checked, fully qualified tree.
 
 Applied in order (:data:`RULES`), each a function ``(context, query) -> query``. After them,
-every column names the FROM item (alias) of its scope, and every table exists.
+every column names the FROM item (alias) of its scope, every table exists, and every expression
+has PostgreSQL's meaning made explicit (:mod:`millpond.sql.semantics`), or the query is refused.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from sqlglot.errors import OptimizeError
 from sqlglot.optimizer.qualify import qualify
 
 from millpond.errors import CatalogError
+from millpond.sql import semantics
 from millpond.sql.planner.context import Context, err
 from millpond.sql.planner.windows import expand_table_functions
 
@@ -43,22 +45,39 @@ def reject_subqueries(ctx: Context, query: exp.Expression) -> exp.Expression:
     return query
 
 
+def name_outputs(ctx: Context, query: exp.Expression) -> exp.Expression:
+    """Unnamed output columns get PostgreSQL's names (``count``, ``upper``, ``?column?``)."""
+    return semantics.name_outputs(query)
+
+
+def column_types(ctx: Context) -> dict[str, dict[str, semantics.SqlType]]:
+    """The column types of every table and view in the catalog."""
+    types = {t.name: {c.name: semantics.from_catalog(c.type) for c in t.columns} for t in ctx.catalog.tables.values()}
+    types.update({v.name: {f.name: semantics.from_arrow(f.type) for f in v.schema} for v in ctx.catalog.views.values()})
+    return types
+
+
 def qualify_columns(ctx: Context, query: exp.Expression) -> exp.Expression:
     """sqlglot's ``qualify``: each column gets the alias of the FROM item it comes from."""
-    schema = {t.name: {c.name: c.type for c in t.columns} for t in ctx.catalog.tables.values()}
-    schema.update({v.name: {n: "VARCHAR" for n in v.schema.names} for v in ctx.catalog.views.values()})
     try:
-        return qualify(query, schema=schema, dialect="postgres", validate_qualify_columns=True,
-                       quote_identifiers=False)
+        return qualify(query, schema=semantics.sqlglot_schema(column_types(ctx)), dialect="postgres",
+                       validate_qualify_columns=True, quote_identifiers=False)
     except OptimizeError as exc:
         raise err(f"cannot resolve the query: {exc}", query) from None
+
+
+def bind_semantics(ctx: Context, query: exp.Expression) -> exp.Expression:
+    """PostgreSQL's meaning, explicit in every expression (or the construct refused by name)."""
+    return semantics.bind(query, column_types(ctx), view=True)
 
 
 RULES: tuple[Callable[[Context, exp.Expression], exp.Expression], ...] = (
     expand_table_functions,
     check_tables,
     reject_subqueries,
+    name_outputs,
     qualify_columns,
+    bind_semantics,
 )
 
 

@@ -1,0 +1,318 @@
+"""Plan expressions as engine SQL.
+
+A plan's expressions are bound by :mod:`millpond.sql.semantics`: where PostgreSQL's meaning needs
+a different expression in each engine, the tree holds an internal call ``MP_<NAME>(args)`` (a
+plain sqlglot call, so a stored plan encodes it as any function, and its meaning is part of the
+plan format). Here each internal call expands to the expression that evaluates it in Spark or in
+DuckDB; the rest prints as sqlglot prints it.
+
+    >>> to_duckdb(mp("ROUND_EVEN", exp.column("x")))
+    '(ROUND_EVEN(x, 0))'
+    >>> to_spark(mp("ROUND_EVEN", exp.column("x")))
+    '(BROUND(x))'
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from sqlglot import exp
+
+__all__ = ["to_spark", "to_duckdb", "generate", "mp", "is_mp", "PREFIX"]
+
+PREFIX = "MP_"
+
+
+def mp(name: str, *args: exp.Expression) -> exp.Anonymous:
+    """The internal call ``MP_<name>(args)``."""
+    return exp.Anonymous(this=f"{PREFIX}{name}", expressions=list(args))
+
+
+def is_mp(node: exp.Expression, name: str | None = None) -> bool:
+    if not isinstance(node, exp.Anonymous) or not isinstance(node.this, str):
+        return False
+    return node.this.upper() == f"{PREFIX}{name}" if name else node.this.upper().startswith(PREFIX)
+
+Render = Callable[[list[str], list[exp.Expression]], str]
+
+
+def to_spark(e: exp.Expression) -> str:
+    return generate(e, "spark")
+
+
+def to_duckdb(e: exp.Expression) -> str:
+    return generate(e, "duckdb")
+
+
+def generate(e: exp.Expression, dialect: str) -> str:
+    if not any(_expands(n, dialect) for n in e.walk()):  # nothing to expand: no copy (a big VALUES list)
+        return e.sql(dialect=dialect)
+    tree = e.copy()
+    nodes = [n for n in tree.walk() if _expands(n, dialect)]
+    nodes.sort(key=_depth, reverse=True)  # innermost first: an outer node prints its arguments' expansion
+    for node in nodes:
+        text = exp.Var(this=f"({_expand(node, dialect)})")
+        if node is tree:
+            tree = text
+        else:
+            node.replace(text)
+    return tree.sql(dialect=dialect)
+
+
+def _expands(node: exp.Expression, dialect: str) -> bool:
+    if is_mp(node):
+        return not is_mp(node, "WINDOW")
+    # DuckDB answers NULL or infinity where PostgreSQL (and Spark) raise "division by zero", and
+    # divides decimals as doubles
+    return dialect == "duckdb" and isinstance(node, (exp.IntDiv, exp.Div, exp.Mod))
+
+
+def _expand(node: exp.Expression, dialect: str) -> str:
+    if not is_mp(node):
+        return _duckdb_arithmetic(node)
+    name = node.this.upper()[len(PREFIX):]
+    rules = _SPARK if dialect == "spark" else _DUCKDB
+    rule = rules.get(name) or _SHARED.get(name)
+    if rule is None:
+        raise ValueError(f"no {dialect} expansion for internal function {node.this}")
+    return rule([_atom(a, dialect) for a in node.expressions], node.expressions)
+
+
+def _duckdb_arithmetic(node: exp.Expression) -> str:
+    a, b = _atom(node.this, "duckdb"), _atom(node.expression, "duckdb")
+    if isinstance(node, exp.IntDiv):
+        return _guard("error", b, f"{a} // {b}", a)
+    if isinstance(node, exp.Mod):
+        return _guard("error", b, f"{a} % {b}", a)
+    scales = _decimal_division(node)
+    if scales is not None:
+        return _duckdb_numeric_div([a, b], scales)
+    return _guard("error", b, f"{a} / {b}", a)
+
+
+def _decimal_scale(node: exp.Expression) -> tuple[int, int] | None:
+    """(precision, scale) of a CAST to DECIMAL(p,s)."""
+    if isinstance(node, exp.Cast) and node.args["to"].this == exp.DataType.Type.DECIMAL:
+        params = node.args["to"].expressions
+        if len(params) == 2:
+            return int(params[0].name), int(params[1].name)
+    return None
+
+
+def _decimal_division(node: exp.Expression) -> tuple[int, int, int, int] | None:
+    """(s1, s2, p, s) of the bound form of a numeric quotient: CAST(CAST(a AS DECIMAL(p1,s1)) /
+    CAST(b AS DECIMAL(p2,s2)) AS DECIMAL(p,s))."""
+    left, right, out = _decimal_scale(node.this), _decimal_scale(node.expression), _decimal_scale(node.parent)
+    if left is None or right is None or out is None:
+        return None
+    return left[1], right[1], out[0], out[1]
+
+
+def _atom(node: exp.Expression, dialect: str) -> str:
+    """An argument's SQL, parenthesized unless it cannot be split by an operator around it."""
+    text = node.sql(dialect=dialect)
+    if isinstance(node, (exp.Column, exp.Literal, exp.Null, exp.Boolean, exp.Paren)) or (
+            isinstance(node, exp.Var) and text.startswith("(")):
+        return text
+    return f"({text})"
+
+
+def _depth(node: exp.Expression) -> int:
+    d = 0
+    while node.parent is not None:
+        node, d = node.parent, d + 1
+    return d
+
+
+def _int(node: exp.Expression) -> int:
+    if isinstance(node, exp.Neg):
+        return -_int(node.this)
+    return int(node.this)
+
+
+def _str(node: exp.Expression) -> str:
+    return node.this
+
+
+def _guard(raise_fn: str, divisor: str, value: str, dividend: str | None = None) -> str:
+    """``value``, or PostgreSQL's error when ``divisor`` is zero (DuckDB answers NULL or infinity);
+    NULL when the dividend is NULL (PostgreSQL's operators are strict: ``NULL / 0`` is NULL)."""
+    if divisor.lstrip("-").replace(".", "", 1).isdigit() and float(divisor) != 0:
+        return value
+    null = f"WHEN {dividend} IS NULL THEN NULL " if dividend is not None else ""
+    return f"CASE {null}WHEN {divisor} = 0 THEN {raise_fn}('division by zero') ELSE {value} END"
+
+
+# -- regular expression replacements --------------------------------------------------------------
+def _java_replacement(r: str, shift: int, whole: int) -> str:
+    out, i = [], 0
+    while i < len(r):
+        c = r[i]
+        if c == "\\" and i + 1 < len(r):
+            n = r[i + 1]
+            if n.isdigit():
+                out.append(f"${int(n) + shift}" if n != "0" else f"${whole}")
+            elif n == "&":
+                out.append(f"${whole}")
+            else:
+                out.append("\\\\" if n == "\\" else n)
+            i += 2
+            continue
+        out.append("\\$" if c == "$" else "\\\\" if c == "\\" else c)
+        i += 1
+    return "".join(out)
+
+
+def _re2_replacement(r: str) -> str:
+    out, i = [], 0
+    while i < len(r):
+        c = r[i]
+        if c == "\\" and i + 1 < len(r):
+            n = r[i + 1]
+            out.append(f"\\{n}" if n.isdigit() else "\\0" if n == "&" else "\\\\" if n == "\\" else n)
+            i += 2
+            continue
+        out.append("\\\\" if c == "\\" else c)
+        i += 1
+    return "".join(out)
+
+
+def _lit(text: str, dialect: str) -> str:
+    return exp.Literal.string(text).sql(dialect=dialect)
+
+
+def _spark_regexp_replace(a: list[str], e: list[exp.Expression]) -> str:
+    s = a[0]
+    prefixed, replacement, every = _str(e[1]), _str(e[2]), _int(e[3])
+    if every:
+        return f"REGEXP_REPLACE({s}, {a[1]}, {_lit(_java_replacement(replacement, 0, 0), 'spark')})"
+    flags, body = prefixed.split(")", 1)
+    # only the first match: match the text before it lazily, and keep it
+    pattern = f"{flags})^(.*?)({body})"
+    return (f"REGEXP_REPLACE({s}, {_lit(pattern, 'spark')}, "
+            f"{_lit('$1' + _java_replacement(replacement, 2, 2), 'spark')})")
+
+
+def _duckdb_regexp_replace(a: list[str], e: list[exp.Expression]) -> str:
+    options = "'g'" if _int(e[3]) else "''"
+    return f"REGEXP_REPLACE({a[0]}, {a[1]}, {_lit(_re2_replacement(_str(e[2])), 'duckdb')}, {options})"
+
+
+# -- numeric quotients in DuckDB ------------------------------------------------------------------
+def _duckdb_numeric_div(a: list[str], scales: tuple[int, int, int, int]) -> str:
+    """``a / b`` exactly, rounded half away from zero to the result scale (DuckDB divides decimals
+    as doubles): the unscaled integers are divided as HUGEINTs and the digits placed again."""
+    s1, s2, p, s = scales
+    k = s - s1 + s2
+
+    def unscaled(v: str) -> str:
+        return f"CAST(REPLACE(CAST({v} AS VARCHAR), '.', '') AS HUGEINT)"
+    num, den = unscaled(a[0]), unscaled(a[1])
+    if k >= 0:
+        num = f"({num} * CAST('1{'0' * k}' AS HUGEINT))"
+    else:
+        den = f"({den} * CAST('1{'0' * -k}' AS HUGEINT))"
+    q = (f"({num} // {den} + CASE WHEN 2 * ABS({num} % {den}) >= ABS({den}) "
+         f"THEN SIGN({num}) * SIGN({den}) ELSE 0 END)")
+    # the unscaled quotient times 10^-s: an exact decimal product (a quotient would be a double)
+    value = f"CAST(CAST({q} AS DECIMAL(38,0))" + (f" * CAST('0.{'0' * (s - 1)}1' AS DECIMAL({s},{s}))" if s else "") \
+        + f" AS DECIMAL({p},{s}))"
+    return f"CASE WHEN {a[1]} IS NULL OR {a[0]} IS NULL THEN NULL ELSE {_guard('error', den, value)} END"
+
+
+# -- dates and times ------------------------------------------------------------------------------
+_SPARK_FIELDS = {
+    "year": "YEAR({0})", "month": "MONTH({0})", "day": "DAY({0})", "hour": "HOUR({0})", "minute": "MINUTE({0})",
+    "second": "SECOND({0})", "micros": "CAST(EXTRACT(SECOND FROM {0}) * 1000000 AS INT) % 1000000",
+    "second_micros": "CAST(EXTRACT(SECOND FROM {0}) * 1000000 AS INT)", "dow": "DAYOFWEEK({0}) - 1",
+    "isodow": "WEEKDAY({0}) + 1", "doy": "DAYOFYEAR({0})", "week": "WEEKOFYEAR({0})", "quarter": "QUARTER({0})",
+    "isoyear": "EXTRACT(YEAROFWEEK FROM {0})",
+    "epoch_us": "CAST(UNIX_DATE(CAST({0} AS DATE)) AS BIGINT) * 86400000000 + "
+                "CAST(HOUR({0}) * 3600 + MINUTE({0}) * 60 AS BIGINT) * 1000000 + "
+                "CAST(EXTRACT(SECOND FROM {0}) * 1000000 AS BIGINT)",
+}
+_DUCKDB_FIELDS = {
+    "year": "YEAR({0})", "month": "MONTH({0})", "day": "DAY({0})", "hour": "HOUR({0})", "minute": "MINUTE({0})",
+    "second": "SECOND({0})", "micros": "MICROSECOND({0}) % 1000000", "second_micros": "MICROSECOND({0})",
+    "dow": "DAYOFWEEK({0})", "isodow": "ISODOW({0})", "doy": "DAYOFYEAR({0})", "week": "WEEK({0})",
+    "quarter": "QUARTER({0})", "isoyear": "ISOYEAR({0})", "epoch_us": "EPOCH_US({0})",
+}
+
+
+def _field(fields: dict[str, str]) -> Render:
+    return lambda a, e: fields[_str(e[0])].format(a[1])
+
+
+def _spark_interval(months: int, days: int, micros: int) -> str:
+    parts = []
+    if months:
+        parts.append(f"INTERVAL '{months}' MONTH")
+    total = days * 86_400_000_000 + micros
+    if total or not parts:
+        sign, total = ("-" if total < 0 else ""), abs(total)
+        d, rest = divmod(total, 86_400_000_000)
+        h, rest = divmod(rest, 3_600_000_000)
+        m, rest = divmod(rest, 60_000_000)
+        sec, us = divmod(rest, 1_000_000)
+        parts.append(f"INTERVAL '{sign}{d} {h:02d}:{m:02d}:{sec:02d}.{us:06d}' DAY TO SECOND")
+    return " + ".join(parts)
+
+
+def _duckdb_interval(months: int, days: int, micros: int) -> str:
+    return f"TO_MONTHS({months}) + TO_DAYS({days}) + TO_MICROSECONDS({micros})"
+
+
+def _spark_trunc(a: list[str], e: list[exp.Expression]) -> str:
+    unit = {"microseconds": "MICROSECOND", "milliseconds": "MILLISECOND"}.get(_str(e[0]), _str(e[0]).upper())
+    return f"CAST(DATE_TRUNC('{unit}', {a[1]}) AS TIMESTAMP_NTZ)"
+
+
+_SHARED: dict[str, Render] = {
+    "POWER": lambda a, e: f"POWER({a[0]}, {a[1]})",
+    "TS_DIFF": lambda a, e: f"{a[0]} - {a[1]}",
+}
+
+_SPARK: dict[str, Render] = {
+    "ROUND_EVEN": lambda a, e: f"BROUND({a[0]})",
+    "ERROR": lambda a, e: f"RAISE_ERROR({a[0]})",
+    "TEXT_TO_BOOL": lambda a, e: _text_to_bool(a[0], "RAISE_ERROR"),
+    "OCTET_LENGTH": lambda a, e: f"OCTET_LENGTH({a[0]})",
+    "STRPOS": lambda a, e: f"LOCATE({a[1]}, {a[0]})",
+    "TRIM": lambda a, e: f"TRIM({_str(e[2])} {a[1]} FROM {a[0]})",
+    "CONCAT": lambda a, e: f"CONCAT_WS('', {', '.join(a)})",
+    "REGEXP_REPLACE": _spark_regexp_replace,
+    "REGEXP_EXTRACT": lambda a, e: f"CASE WHEN {a[0]} RLIKE {a[1]} THEN REGEXP_EXTRACT({a[0]}, {a[1]}, {a[2]}) END",
+    "RANDOM": lambda a, e: "RAND()",
+    "FIELD": _field(_SPARK_FIELDS),
+    "DATE_DIFF": lambda a, e: f"DATEDIFF({a[0]}, {a[1]})",
+    "DATE_TRUNC": _spark_trunc,
+    "INTERVAL": lambda a, e: _spark_interval(*(_int(x) for x in e)),
+    "ADD_INTERVAL": lambda a, e: f"{a[0]} + {_spark_interval(*(_int(x) for x in e[1:]))}",
+}
+
+_DUCKDB: dict[str, Render] = {
+    "ROUND_EVEN": lambda a, e: f"ROUND_EVEN({a[0]}, 0)",
+    "ERROR": lambda a, e: f"error({a[0]})",
+    "TEXT_TO_BOOL": lambda a, e: _text_to_bool(a[0], "error"),
+    "OCTET_LENGTH": lambda a, e: f"STRLEN({a[0]})",
+    "STRPOS": lambda a, e: f"CAST(STRPOS({a[0]}, {a[1]}) AS INTEGER)",
+    "TRIM": lambda a, e: f"{ {'BOTH': 'TRIM', 'LEADING': 'LTRIM', 'TRAILING': 'RTRIM'}[_str(e[2])]}({a[0]}, {a[1]})",
+    "CONCAT": lambda a, e: f"CONCAT({', '.join(a)})",
+    "REGEXP_REPLACE": _duckdb_regexp_replace,
+    "REGEXP_EXTRACT": lambda a, e: (f"CASE WHEN REGEXP_MATCHES({a[0]}, {a[1]}) "
+                                    f"THEN REGEXP_EXTRACT({a[0]}, {a[1]}, {a[2]}) END"),
+    "RANDOM": lambda a, e: "RANDOM()",
+    "FIELD": _field(_DUCKDB_FIELDS),
+    "DATE_DIFF": lambda a, e: f"CAST({a[0]} - {a[1]} AS INTEGER)",
+    "DATE_TRUNC": lambda a, e: f"DATE_TRUNC('{_str(e[0])}', {a[1]})",
+    "INTERVAL": lambda a, e: _duckdb_interval(*(_int(x) for x in e)),
+    "ADD_INTERVAL": lambda a, e: f"{a[0]} + ({_duckdb_interval(*(_int(x) for x in e[1:]))})",
+}
+
+
+def _text_to_bool(x: str, raise_fn: str) -> str:
+    v = f"LOWER(TRIM({x}))"
+    trues = "'t', 'tr', 'tru', 'true', 'y', 'ye', 'yes', 'on', '1'"
+    falses = "'f', 'fa', 'fal', 'fals', 'false', 'n', 'no', 'of', 'off', '0'"
+    return (f"CASE WHEN {x} IS NULL THEN NULL WHEN {v} IN ({trues}) THEN TRUE WHEN {v} IN ({falses}) THEN FALSE "
+            f"ELSE {raise_fn}('invalid input syntax for type boolean') END")

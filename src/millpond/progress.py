@@ -1,0 +1,73 @@
+"""A progress display for long work (a FLUSH that backfills a view over a big table, a long run
+of epochs), in a terminal or a notebook.
+
+    >>> db.flush(progress=True)                      # doctest: +SKIP
+    ⠙ FLUSH: 3 epochs committed, epoch 5 running  ━━━━━━━━╺━━━━━━━  24/40 tasks  0:00:12
+
+What it shows comes from two places, polled a few times a second by a thread (so the epoch loop
+is not slowed): the committed epoch of the coordinator's manifest, and the running Spark stages'
+task counts (the session's status tracker). An epoch is one Spark job; a backfill is usually one
+big epoch, so the task bar is what moves. The display starts only once the work has taken half a
+second, and goes away when it ends (it is written to stderr: results on stdout stay clean).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+__all__ = ["FlushProgress"]
+
+DELAY_SECONDS = 0.5
+POLL_SECONDS = 0.25
+
+
+class FlushProgress:
+    """A context manager around epochs run by ``coordinator`` on ``spark``."""
+
+    def __init__(self, coordinator: Any, spark: Any, *, label: str = "FLUSH"):
+        self.coordinator, self.spark, self.label = coordinator, spark, label
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._progress: Any = None
+
+    def __enter__(self) -> "FlushProgress":
+        self._first = self.coordinator.manifest.epoch
+        self._thread = threading.Thread(target=self._run, name="millpond-progress", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        if self._stop.wait(DELAY_SECONDS):
+            return  # quick work shows nothing
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                            MofNCompleteColumn(), TextColumn("tasks"), TimeElapsedColumn(),
+                            console=Console(stderr=True), transient=True)
+        task = progress.add_task(self.label, total=None)
+        with progress:
+            while True:
+                done, total = self._tasks()
+                committed = self.coordinator.manifest.epoch - self._first
+                text = (f"{self.label}: {committed} epoch{'s' * (committed != 1)} committed, "
+                        f"epoch {self.coordinator.manifest.epoch + 1} running")
+                progress.update(task, description=text, completed=done, total=total or None)
+                if self._stop.wait(POLL_SECONDS):
+                    break
+
+    def _tasks(self) -> tuple[int, int]:
+        """Completed and total tasks of the Spark stages running now (0, 0 between jobs)."""
+        try:
+            tracker = self.spark.sparkContext.statusTracker()
+            infos = [tracker.getStageInfo(s) for s in tracker.getActiveStageIds()]
+        except Exception:  # the session is stopping, or busy elsewhere: show epochs only
+            return 0, 0
+        infos = [i for i in infos if i is not None]
+        return sum(i.numCompletedTasks for i in infos), sum(i.numTasks for i in infos)

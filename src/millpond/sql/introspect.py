@@ -1,0 +1,138 @@
+"""Statements that show what is inside: ``SHOW TABLES``, ``SHOW MATERIALIZED VIEWS``,
+``DESCRIBE name`` and ``EXPLAIN CREATE MATERIALIZED VIEW ...`` / ``EXPLAIN MATERIALIZED VIEW name``.
+
+Each returns an Arrow table, like a query:
+
+- ``SHOW TABLES``: ``name``, ``columns``, ``primary_key`` (``"a, b"`` or NULL), ``append_only``;
+- ``SHOW MATERIALIZED VIEWS`` (or ``SHOW VIEWS``): ``name``, ``columns``, ``depends_on``, ``sql``;
+- ``DESCRIBE name``: one row per column (``name``, ``type``, ``description``: ``primary key`` for
+  a key column), then one row per property of the relation, its value in ``description``:
+  ``kind``, ``primary key``, ``append only`` (tables), ``depends on`` and ``sql`` (views) — the
+  shape of RisingWave's ``DESCRIBE``;
+- ``EXPLAIN ...``: one column ``plan``, one row per line (:func:`millpond.engine.explain.explain`):
+  the incremental plan with its exchanges and state tables. ``EXPLAIN CREATE MATERIALIZED VIEW``
+  plans the view without creating it (its state ids are those it would get).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pyarrow as pa
+from sqlglot import exp
+from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
+
+from millpond.catalog import TableDef
+from millpond.engine import plan as P
+from millpond.engine import runtime as runtime_module
+from millpond.engine.explain import explain as explain_plan
+from millpond.engine.runtime import Runtime
+from millpond.errors import CatalogError, SqlError
+from millpond.sql.planner import plan_view
+from millpond.sql.statements import parse
+
+__all__ = ["show", "describe", "explain"]
+
+_SHOW = {"TABLES": "tables", "MATERIALIZED VIEWS": "views", "VIEWS": "views"}
+
+
+def show(rt: Runtime, s: exp.Command) -> pa.Table:
+    what = " ".join(_rest(s).upper().split())
+    if _SHOW.get(what) == "tables":
+        tables = sorted(rt.catalog.tables.values(), key=lambda t: t.name)
+        return pa.table({
+            "name": pa.array([t.name for t in tables], pa.string()),
+            "columns": pa.array([len(t.columns) for t in tables], pa.int32()),
+            "primary_key": pa.array([", ".join(t.primary_key) or None for t in tables], pa.string()),
+            "append_only": pa.array([t.append_only for t in tables], pa.bool_()),
+        })
+    if _SHOW.get(what) == "views":
+        views = sorted(rt.catalog.views.values(), key=lambda v: v.name)
+        return pa.table({
+            "name": pa.array([v.name for v in views], pa.string()),
+            "columns": pa.array([len(v.schema) for v in views], pa.int32()),
+            "depends_on": pa.array([", ".join(v.depends_on) for v in views], pa.string()),
+            "sql": pa.array([v.sql for v in views], pa.string()),
+        })
+    raise SqlError(f"SHOW {what or '(nothing)'} is not supported (known: SHOW TABLES, SHOW MATERIALIZED VIEWS)")
+
+
+def describe(rt: Runtime, s: exp.Describe) -> pa.Table:
+    target = s.this
+    name = target.name if isinstance(target, exp.Table) else target.sql("postgres")
+    rows: list[tuple[str, str | None, str | None]] = []
+    try:
+        rel = rt.catalog.relation(name)
+    except CatalogError:
+        system = _system_view(rt, name)
+        if system is None:
+            raise
+        rows = [(f.name, sql_type(f.type), None) for f in system.schema]
+        return _describe_table(rows + [("kind", None, "system view")])
+    if isinstance(rel, TableDef):
+        rows = [(c.name, c.type, "primary key" if c.name in rel.primary_key else None) for c in rel.columns]
+        rows += [("kind", None, "table"),
+                 ("primary key", None, ", ".join(rel.primary_key) or "none (rows may repeat)"),
+                 ("append only", None, "true" if rel.append_only else "false")]
+    else:
+        rows = [(f.name, sql_type(f.type), None) for f in rel.schema]
+        rows += [("kind", None, "materialized view"), ("depends on", None, ", ".join(rel.depends_on)),
+                 ("sql", None, rel.sql)]
+    return _describe_table(rows)
+
+
+def explain(rt: Runtime, s: exp.Command) -> pa.Table:
+    text = _rest(s)
+    m = re.fullmatch(r"\s*(?:MATERIALIZED\s+)?VIEW\s+(.+?)\s*;?\s*", text, flags=re.IGNORECASE | re.DOTALL)
+    if m:  # a view that exists: its stored plan and its real state ids
+        name = normalize_identifiers(exp.to_table(m.group(1), dialect="postgres"), dialect="postgres").name
+        view = rt.catalog.views.get(name)
+        if view is None:
+            raise CatalogError(f"no materialized view named {name!r} (known: {', '.join(sorted(rt.catalog.views)) or 'none'})")
+        return _plan_table(explain_plan(P.decode(view.plan), object_id=view.id, name=view.name)
+                           if view.plan is not None else [f"view {view.name}: no stored plan"])
+    statements = parse(text)
+    create = statements[0] if len(statements) == 1 else None
+    props = create.args.get("properties") if isinstance(create, exp.Create) else None
+    if not (isinstance(create, exp.Create) and (create.args.get("kind") or "").upper() == "VIEW" and props
+            and any(isinstance(p, exp.MaterializedProperty) for p in props.expressions)):
+        raise SqlError("EXPLAIN shows incremental plans: use EXPLAIN CREATE MATERIALIZED VIEW v AS SELECT ... "
+                       "(nothing is created) or EXPLAIN MATERIALIZED VIEW v (a view that exists)")
+    plan, _ = plan_view(create.expression, rt.catalog)
+    return _plan_table(explain_plan(plan, object_id=rt.catalog.next_id, name=create.this.name))
+
+
+def sql_type(t: pa.DataType) -> str:
+    """The SQL name of an Arrow type (a view's columns), as ``CREATE TABLE`` spells it."""
+    if pa.types.is_decimal(t):
+        return f"DECIMAL({t.precision},{t.scale})"
+    if pa.types.is_timestamp(t):
+        return "TIMESTAMPTZ" if t.tz else "TIMESTAMP"
+    return _SQL_TYPES.get(t, str(t).upper())
+
+
+_SQL_TYPES = {pa.bool_(): "BOOLEAN", pa.int8(): "SMALLINT", pa.int16(): "SMALLINT", pa.int32(): "INT",
+              pa.int64(): "BIGINT", pa.float32(): "REAL", pa.float64(): "DOUBLE", pa.string(): "VARCHAR",
+              pa.large_string(): "VARCHAR", pa.date32(): "DATE"}
+
+
+def _rest(s: exp.Command) -> str:
+    """What follows the keyword of a statement sqlglot keeps as a command (``SHOW``, ``EXPLAIN``)."""
+    rest = s.expression
+    return rest.name if isinstance(rest, exp.Literal) else (rest.sql("postgres") if rest is not None else "")
+
+
+def _system_view(rt: Runtime, name: str) -> pa.Table | None:
+    views = getattr(runtime_module, "SYSTEM_VIEWS", {})  # millpond_views, millpond_epochs
+    return rt.snapshot(name) if name in views else None
+
+
+def _describe_table(rows: list[tuple[str, str | None, str | None]]) -> pa.Table:
+    names, types, notes = zip(*rows) if rows else ((), (), ())
+    return pa.table({"name": pa.array(names, pa.string()), "type": pa.array(types, pa.string()),
+                     "description": pa.array(notes, pa.string())})
+
+
+def _plan_table(lines: list[str]) -> pa.Table:
+    return pa.table({"plan": pa.array(lines, pa.string())})
+

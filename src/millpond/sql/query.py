@@ -1,0 +1,62 @@
+"""Ad-hoc queries with PostgreSQL's meaning: a SELECT is bound here (:mod:`millpond.sql.semantics`)
+over the column types of the tables and views it reads, then answered by DuckDB
+(:func:`millpond.serve.answer`). ``INSERT ... SELECT``, ``UPDATE`` and ``DELETE`` evaluate their
+rows the same way."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import pyarrow as pa
+from sqlglot import exp
+from sqlglot.errors import OptimizeError
+from sqlglot.optimizer.qualify import qualify
+
+from millpond.columns import ROW_ID
+from millpond.engine.runtime import Runtime
+from millpond.errors import SqlError
+from millpond.serve import answer
+from millpond.sql import semantics
+
+__all__ = ["run_query", "bind_query", "bind_select", "tables_read"]
+
+
+def run_query(rt: Runtime, query: exp.Expression, *, hidden: bool = False) -> pa.Table:
+    """The result of ``query``; ``hidden`` exposes tables' ``_row_id`` (for UPDATE and DELETE)."""
+    return answer(rt, bind_query(rt, query, hidden=hidden), hidden=hidden)
+
+
+def bind_query(rt: Runtime, query: exp.Expression, *, hidden: bool = False) -> exp.Expression:
+    """``query`` qualified and bound: PostgreSQL's meaning, explicit for DuckDB."""
+    types = {name: _columns(rt, name, hidden=hidden) for name in tables_read(query)}
+    return bind_select(query, types)
+
+
+def tables_read(query: exp.Expression) -> set[str]:
+    """The names of the tables and views a query reads (not its CTEs)."""
+    ctes = {c.alias_or_name for c in query.find_all(exp.CTE)}
+    return {t.name for t in query.find_all(exp.Table) if isinstance(t.this, exp.Identifier)} - ctes
+
+
+def bind_select(query: exp.Expression, types: Mapping[str, Mapping[str, semantics.SqlType]]) -> exp.Expression:
+    """A query over relations with the column ``types`` (name -> column -> type), bound."""
+    query = semantics.name_outputs(query.copy())
+    try:
+        query = qualify(query, schema=semantics.sqlglot_schema(types), dialect="postgres",
+                        validate_qualify_columns=True, quote_identifiers=False)
+    except OptimizeError as exc:
+        raise SqlError(f"cannot resolve the query: {exc}") from None
+    return semantics.bind(query, types, view=False)
+
+
+def _columns(rt: Runtime, name: str, *, hidden: bool) -> dict[str, semantics.SqlType]:
+    catalog = rt.catalog
+    if name in catalog.tables:
+        cols = {c.name: semantics.from_catalog(c.type) for c in catalog.tables[name].columns}
+        if hidden:
+            cols[ROW_ID] = semantics.from_arrow(pa.int64())
+        return cols
+    if name in catalog.views:
+        return {f.name: semantics.from_arrow(f.type) for f in catalog.views[name].schema}
+    schema = rt.snapshot(name, hidden=hidden).schema  # a system view, or an unknown name (its error)
+    return {f.name: semantics.from_arrow(f.type) for f in schema}

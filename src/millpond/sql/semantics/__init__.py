@@ -1,0 +1,110 @@
+"""One meaning for SQL: PostgreSQL's, in a view (evaluated by Spark) and in a query (by DuckDB).
+
+A query parsed in the postgres dialect and qualified is *bound* (:func:`bind`): every expression
+is typed as PostgreSQL types it and rewritten into a form that means the same in both engines —
+integer division truncates, a cast to an integer rounds as PostgreSQL rounds, ``EXTRACT(DOW ...)``
+counts from Sunday, ``to_char`` reads PostgreSQL's patterns, NULLs sort last ascending and first
+descending. Where an engine needs its own spelling the bound tree holds an internal call
+(``MP_<NAME>``), expanded only when the SQL of that engine is generated (:func:`to_spark`,
+:func:`to_duckdb`). What cannot be given PostgreSQL's meaning is refused by name with a
+:class:`~millpond.errors.SqlError`, at CREATE MATERIALIZED VIEW or before a query runs: an
+unknown function, a type millpond does not have, a regular expression outside the core both
+engines share.
+
+The modules, one concern each:
+
+- :mod:`~millpond.sql.semantics.types` — PostgreSQL's types, numeric result types;
+- :mod:`~millpond.sql.semantics.rewrite` — the binder: scopes, columns, the dispatch to the rules;
+- :mod:`~millpond.sql.semantics.casts` — literals and casts;
+- :mod:`~millpond.sql.semantics.operators` — arithmetic, comparisons, logic, CASE;
+- :mod:`~millpond.sql.semantics.functions` — the allow-list of functions (:data:`FUNCTIONS`);
+- :mod:`~millpond.sql.semantics.aggregates` — aggregates and window functions;
+- :mod:`~millpond.sql.semantics.datetime` — date/time arithmetic, EXTRACT, date_trunc, to_char;
+- :mod:`~millpond.sql.semantics.regex` — regular expressions;
+- :mod:`~millpond.sql.semantics.constants` — typed constants (``'1 day'::interval``);
+- :mod:`millpond.engine.expressions` — the internal calls (and DuckDB's division) as engine SQL.
+
+    >>> import sqlglot
+    >>> q = sqlglot.parse_one("SELECT t.i / 2 AS h FROM t AS t", dialect="postgres")
+    >>> bound = bind(q, {"t": {"i": INTEGER}}, view=False)
+    >>> to_duckdb(bound)
+    'SELECT CAST((t.i // 2) AS INT) AS h FROM t AS t'
+    >>> to_spark(bound.selects[0])
+    'CAST(t.i DIV 2 AS INT) AS h'
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from sqlglot import exp
+
+from millpond.sql.semantics.functions import AGGREGATES, FUNCTIONS, WINDOW_FUNCTIONS
+from millpond.engine.expressions import to_duckdb, to_spark
+from millpond.sql.semantics.rewrite import Binder
+from millpond.sql.semantics.types import INTEGER, NUMERIC_DEFAULT, SqlType, datatype, from_arrow, from_catalog
+
+__all__ = ["bind", "name_outputs", "to_spark", "to_duckdb", "sqlglot_schema", "SqlType", "from_arrow",
+           "from_catalog", "FUNCTIONS", "AGGREGATES", "WINDOW_FUNCTIONS", "NUMERIC_DEFAULT"]
+
+
+def bind(query: exp.Expression, tables: Mapping[str, Mapping[str, SqlType]], *, view: bool) -> exp.Expression:
+    """``query`` (qualified: every column names its FROM item) with PostgreSQL's meaning made explicit.
+    ``tables`` gives the column types of the tables and views it reads; ``view`` refuses what a
+    materialized view cannot keep (``now()``, ``random()``)."""
+    return Binder(tables, view=view).bind(query)
+
+
+def sqlglot_schema(tables: Mapping[str, Mapping[str, SqlType]]) -> dict[str, dict[str, str]]:
+    """The column types as sqlglot's ``qualify`` takes them."""
+    return {t: {c: datatype(ty).sql("postgres") for c, ty in cols.items()} for t, cols in tables.items()}
+
+
+_PG_NAMES = {
+    exp.StrPosition: "position", exp.TimestampTrunc: "date_trunc", exp.DateTrunc: "date_trunc",
+    exp.TimeToStr: "to_char", exp.Extract: "extract", exp.Length: "length", exp.Ceil: "ceil",
+    exp.Count: "count", exp.Avg: "avg", exp.Sum: "sum", exp.Min: "min", exp.Max: "max",
+    exp.RegexpReplace: "regexp_replace", exp.RegexpLike: "regexp_like", exp.SplitPart: "split_part",
+    exp.Substring: "substring", exp.Trim: "btrim", exp.Concat: "concat", exp.ConcatWs: "concat_ws",
+    exp.CurrentTimestamp: "now", exp.CurrentDate: "current_date", exp.Pow: "power", exp.Rand: "random",
+    exp.RowNumber: "row_number", exp.DenseRank: "dense_rank", exp.StartsWith: "starts_with",
+}
+
+
+def _pg_name(e: exp.Expression) -> str:
+    """The name PostgreSQL gives an unnamed output column (its FigureColname)."""
+    if isinstance(e, exp.Column):
+        return e.name
+    if isinstance(e, exp.Cast):
+        inner = _pg_name(e.this)
+        return inner if inner != "?column?" else e.args["to"].sql("postgres").lower().split("(")[0]
+    if isinstance(e, exp.Paren):
+        return _pg_name(e.this)
+    if isinstance(e, exp.Window):
+        return _pg_name(e.this)
+    if isinstance(e, exp.Filter):
+        return _pg_name(e.this)
+    if isinstance(e, exp.Pad):
+        return "lpad" if e.args.get("is_left") else "rpad"
+    if isinstance(e, exp.Case):
+        return "case"
+    if isinstance(e, (exp.Coalesce, exp.Nullif, exp.Greatest, exp.Least)):
+        return e.key.lower()
+    if isinstance(e, exp.Anonymous):
+        return str(e.this).lower()
+    if type(e) in _PG_NAMES:
+        return _PG_NAMES[type(e)]
+    if isinstance(e, exp.Func) and not isinstance(e, (exp.Binary, exp.Unary, exp.Predicate)):
+        return e.sql_name().lower()
+    return "?column?"
+
+
+def name_outputs(query: exp.Expression) -> exp.Expression:
+    """Every unnamed SELECT item of ``query`` named as PostgreSQL names it (``count``, ``upper``,
+    ``?column?``), in place."""
+    for select in query.find_all(exp.Select):
+        for item in list(select.expressions):
+            if isinstance(item, (exp.Alias, exp.Column, exp.Star)) or item.find(exp.Star) is item:
+                continue
+            item.replace(exp.alias_(item.copy(), _pg_name(item), quoted=True))
+    return query

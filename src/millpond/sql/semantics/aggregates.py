@@ -1,0 +1,165 @@
+"""Aggregates and window functions, typed as PostgreSQL types them: ``sum`` of integers is a
+bigint and of a bigint a numeric, ``avg`` of integers and numerics a numeric (the quotient of the
+sum and the count), ``count`` a bigint. In a view the planner keeps the aggregate calls these rules
+leave (``SUM``, ``COUNT``...) as its incremental aggregation."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sqlglot import exp
+
+from millpond.sql.semantics import types as T
+from millpond.sql.semantics.types import SqlType
+
+if TYPE_CHECKING:
+    from millpond.sql.semantics.rewrite import Binder, Typed
+
+__all__ = ["HANDLERS"]
+
+
+def _refuse(message: str, at: exp.Expression):
+    from millpond.sql.semantics.rewrite import refuse
+
+    return refuse(message, at)
+
+
+def _name(node: exp.Expression) -> str:
+    return node.sql_name().lower() if isinstance(node, exp.Func) else node.key
+
+
+def _to(node: exp.Expression, t: SqlType) -> exp.Cast:
+    return exp.Cast(this=node, to=T.datatype(t))
+
+
+def _int(b: Binder, node: exp.Expression, at: exp.Expression) -> exp.Expression:
+    typed = b.value(node)
+    if not (typed[1].integer or typed[1].untyped):
+        raise _refuse(f"{_name(at)}: argument {node.sql('postgres')} must be an integer, not {typed[1]}", at)
+    return b.cast_to(typed, T.INTEGER, at) if typed[1].untyped else typed[0]
+
+
+def _aggregate_arg(b: Binder, node: exp.Expression) -> tuple[Typed, bool]:
+    arg = node.this
+    if isinstance(arg, exp.Distinct):
+        if len(arg.expressions) != 1:
+            raise _refuse(f"{_name(node)}(DISTINCT ...) over several arguments is not supported", node)
+        typed = b.value(arg.expressions[0])
+        return (exp.Distinct(expressions=[typed[0]]), typed[1]), True
+    if node.expressions if hasattr(node, "expressions") and not isinstance(node, exp.Count) else False:
+        raise _refuse(f"{_name(node)} takes one argument", node)
+    typed = b.value(arg)
+    return typed, False
+
+
+def _count(b: Binder, node: exp.Count) -> Typed:
+    if isinstance(node.this, exp.Star):
+        return exp.Count(this=exp.Star()), T.BIGINT
+    (arg, _), _ = _aggregate_arg(b, node)
+    return exp.Count(this=arg), T.BIGINT
+
+
+def _sum(b: Binder, node: exp.Sum) -> Typed:
+    (arg, t), distinct = _aggregate_arg(b, node)
+    inner = arg.expressions[0] if distinct else arg
+    if t.untyped:
+        raise _refuse("function sum(unknown) is not unique: cast the argument", node)
+    if not t.number:
+        raise _refuse(f"function sum({t}) does not exist", node)
+
+    def wrap(x: exp.Expression) -> exp.Expression:
+        return exp.Distinct(expressions=[x]) if distinct else x
+    if t.kind in ("smallint", "integer"):
+        return _to(exp.Sum(this=wrap(inner)), T.BIGINT), T.BIGINT
+    if t.kind == "bigint":
+        out = T.numeric(38, 0)
+        return _to(exp.Sum(this=wrap(_to(inner, out))), out), out
+    if t.decimal:
+        out = T.numeric(38, t.scale, exact=t.exact)
+        return _to(exp.Sum(this=wrap(inner)), out), out
+    return exp.Sum(this=wrap(inner)), t
+
+
+def _avg(b: Binder, node: exp.Avg) -> Typed:
+    """AVG of floats is double precision; of integers and numerics it is numeric, as in PostgreSQL:
+    the numeric quotient of the sum and the count (both engines average integers as doubles)."""
+    from millpond.sql.semantics.operators import arithmetic
+
+    (arg, t), distinct = _aggregate_arg(b, node)
+    if t.untyped:
+        raise _refuse("function avg(unknown) is not unique: cast the argument", node)
+    if not t.number:
+        raise _refuse(f"function avg({t}) does not exist", node)
+    if t.float:
+        return exp.Avg(this=arg), T.DOUBLE
+    inner = arg.expressions[0] if distinct else arg
+
+    def wrap(x: exp.Expression) -> exp.Expression:
+        return exp.Distinct(expressions=[x]) if distinct else x
+    total_t = T.numeric(38, T.decimal_of(t).scale, exact=t.exact)
+    total = _to(exp.Sum(this=wrap(inner.copy())), total_t)
+    count = _to(exp.Count(this=wrap(inner)), T.numeric(20, 0))
+    return arithmetic("/", (total, total_t), (count, T.numeric(20, 0)), node)
+
+
+def _min_max(b: Binder, node: exp.Expression) -> Typed:
+    (arg, t), _ = _aggregate_arg(b, node)
+    if t.untyped:
+        t = T.TEXT
+    return type(node)(this=arg), t
+
+
+def _filter(b: Binder, node: exp.Filter) -> Typed:
+    """``agg FILTER (WHERE cond)``; the FILTER stays on the aggregate call inside the rule's result
+    (``CAST(SUM(x) FILTER (WHERE c) AS BIGINT)``)."""
+    out, t = b.value(node.this)
+    cond, _ = b.condition(node.expression.this)
+    if isinstance(out, exp.AggFunc):
+        return exp.Filter(this=out, expression=exp.Where(this=cond)), t
+    for call in list(out.find_all(exp.AggFunc)):  # AVG is a SUM and a COUNT: both filtered
+        call.replace(exp.Filter(this=call.copy(), expression=exp.Where(this=cond.copy())))
+    return out, t
+
+
+def _window(b: Binder, node: exp.Window) -> Typed:
+    func, t = b.value(node.this)
+    partition = [b.value(p)[0] for p in node.args.get("partition_by") or []]
+    out = exp.Window(this=func, partition_by=partition, over=node.args.get("over"))
+    order = node.args.get("order")
+    if order is not None:
+        items = []
+        for o in order.expressions:
+            value = b.value(o.this)[0]
+            nulls_first = o.args.get("nulls_first")
+            items.append(exp.Ordered(this=value, desc=o.args.get("desc"),
+                                     nulls_first=bool(o.args.get("desc")) if nulls_first is None else nulls_first))
+        out.set("order", exp.Order(expressions=items))
+    if node.args.get("spec") is not None:
+        out.set("spec", node.args["spec"])
+    return out, t
+
+
+def _rank(b: Binder, node: exp.Expression) -> Typed:
+    if node.expressions if hasattr(node, "expressions") else False:
+        raise _refuse(f"{_name(node)}() takes no arguments", node)
+    return type(node)(), T.BIGINT
+
+
+def _lag_lead(b: Binder, node: exp.Expression) -> Typed:
+    value, t = b.value(node.this)
+    offset = node.args.get("offset")
+    default = node.args.get("default")
+    args: dict = {"this": value}
+    if offset is not None:
+        args["offset"] = _int(b, offset, node)
+    if default is not None:
+        args["default"] = b.cast_to(b.value(default), t, node)
+    return type(node)(**args), t
+
+
+
+HANDLERS = {
+    exp.Count: _count, exp.Sum: _sum, exp.Avg: _avg, exp.Min: _min_max, exp.Max: _min_max, exp.Filter: _filter,
+    exp.Window: _window, exp.RowNumber: _rank, exp.Rank: _rank, exp.DenseRank: _rank, exp.Lag: _lag_lead,
+    exp.Lead: _lag_lead,
+}

@@ -1,0 +1,154 @@
+"""Literals, columns and casts: a constant's PostgreSQL type (``7`` is an integer, ``1.5`` and
+``1e3`` numerics, ``'x'`` untyped until used), and PostgreSQL's conversions (a cast to an integer
+rounds: a numeric half away from zero, a float half to even)."""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+
+from sqlglot import exp
+
+from millpond.engine.expressions import mp
+from millpond.sql.semantics import types as T
+from millpond.sql.semantics.rewrite import Binder, Typed, refuse
+from millpond.sql.semantics.types import SqlType
+
+__all__ = ["cast", "literal_as", "HANDLERS"]
+
+
+def _literal(b: Binder, node: exp.Literal) -> Typed:
+    if node.is_string:
+        return node, T.UNKNOWN
+    text = node.this
+    if re.fullmatch(r"\d+", text):
+        n = int(text)
+        return node, T.INTEGER if n < 2**31 else T.BIGINT if n < 2**63 else T.numeric(len(text), 0)
+    try:
+        d = Decimal(text)
+    except InvalidOperation:
+        raise refuse(f"invalid number {text!r}", node) from None
+    plain = format(d, "f")
+    whole, _, fraction = plain.lstrip("-").partition(".")
+    scale = len(fraction)
+    precision = len(whole.lstrip("0")) + scale
+    if precision > T.MAX_PRECISION:
+        raise refuse(f"number {text} has more than {T.MAX_PRECISION} digits", node)
+    t = T.numeric(max(precision, 1), scale)
+    lit = exp.Literal.number(plain)
+    lit.meta.update(node.meta)
+    if "." not in plain:  # 1e3 is numeric in PostgreSQL; the engines read 1000 as an integer
+        return exp.Cast(this=lit, to=T.datatype(t)), t
+    return lit, t
+
+
+def literal_as(node: exp.Expression, target: SqlType, at: exp.Expression) -> exp.Expression:
+    """An untyped literal (a string constant or NULL) read as a value of ``target``."""
+    if isinstance(node, exp.Null) or (isinstance(node, exp.Cast) and isinstance(node.this, exp.Null)):
+        return exp.Cast(this=exp.Null(), to=T.datatype(target)) if target.kind not in ("null", "unknown") \
+            else exp.Null()
+    if target.kind in ("unknown", "text"):
+        return node
+    text = node.this if isinstance(node, exp.Literal) else None
+    if text is None:
+        return cast(node, T.TEXT, target, at)
+    from millpond.sql.semantics.constants import parse_constant
+
+    return parse_constant(text, target, at)
+
+
+def _null(b: Binder, node: exp.Null) -> Typed:
+    return node, T.NULL
+
+
+def _boolean(b: Binder, node: exp.Boolean) -> Typed:
+    return node, T.BOOLEAN
+
+
+def _column(b: Binder, node: exp.Column) -> Typed:
+    if isinstance(node.this, exp.Star):
+        return node, T.TEXT
+    return node, b.column_type(node)
+
+
+def _paren(b: Binder, node: exp.Paren) -> Typed:
+    inner, t = b.value(node.this)
+    return exp.Paren(this=inner), t
+
+
+def _subquery(b: Binder, node: exp.Subquery) -> Typed:
+    """A scalar subquery (already bound as its own scope): the type of its one column."""
+    inner = node.this
+    out = b.outputs.get(id(inner), [])
+    if len(out) != 1:
+        raise refuse("a subquery used as a value must return one column", node)
+    return node, out[0][1]
+
+
+# -- casts ----------------------------------------------------------------------------------------
+def _cast(b: Binder, node: exp.Cast) -> Typed:
+    if isinstance(node, exp.TryCast):
+        raise refuse("TRY_CAST is not PostgreSQL; use CAST", node)
+    to = node.args["to"]
+    length = None
+    if to.this in (exp.DataType.Type.VARCHAR, exp.DataType.Type.NVARCHAR) and to.expressions:
+        length = int(to.expressions[0].name)
+        target = T.TEXT
+    else:
+        target = T.from_datatype(to)
+    if target is None:
+        raise refuse(f"type {to.sql('postgres')} is not supported (supported: SMALLINT, INTEGER, BIGINT, NUMERIC, "
+                     "REAL, DOUBLE PRECISION, TEXT, VARCHAR, BOOLEAN, DATE, TIMESTAMP, INTERVAL constants)", to)
+    inner, t = b.value(node.this)
+    if t.untyped:
+        out = literal_as(inner, target, node)
+    else:
+        out = cast(inner, t, target, node)
+    if length is not None:  # an explicit cast to VARCHAR(n) truncates
+        out = exp.Anonymous(this="LEFT", expressions=[out, exp.Literal.number(length)])
+    return out, target
+
+
+def cast(node: exp.Expression, source: SqlType, target: SqlType, at: exp.Expression) -> exp.Expression:
+    """``node`` (of type ``source``) as ``target`` with PostgreSQL's conversion."""
+    if source == target or (source.kind == target.kind and not target.decimal):
+        return node
+    if target.integer and source.decimal:  # numeric -> integer rounds half away from zero
+        return _to(exp.Anonymous(this="ROUND", expressions=[node]), target)
+    if target.integer and source.float:  # float -> integer rounds half to even
+        return _to(mp("ROUND_EVEN", node), target)
+    if target.kind == "text":
+        if source.float:
+            raise refuse(f"casting {source} to text is not supported: PostgreSQL prints the shortest exact "
+                         "digits, the engines do not; cast to NUMERIC(p,s) first", at)
+        if source.decimal and not source.exact:
+            raise refuse("casting a NUMERIC without a declared scale (or a quotient) to text is not supported: "
+                         "PostgreSQL prints its own scale; cast to NUMERIC(p,s) first", at)
+        if source.kind in ("interval", "timestamp with time zone"):
+            raise refuse(f"casting {source} to text is not supported", at)
+    if target.kind == "boolean" and source.kind == "text":
+        return mp("TEXT_TO_BOOL", node)
+    if target.kind == "boolean" and source.integer:
+        return exp.NEQ(this=node, expression=exp.Literal.number(0))
+    if source.kind == "boolean" and target.integer:
+        return _to(exp.Case(ifs=[exp.If(this=node, true=exp.Literal.number(1))], default=exp.Literal.number(0)),
+                   target)
+    if target.kind == "interval" or source.kind == "interval":
+        raise refuse(f"casting {source} to {target} is not supported", at)
+    if target.kind == "boolean" and source.kind != "boolean" or source.kind == "boolean" and target.kind not in (
+            "text", "boolean"):
+        raise refuse(f"cannot cast type {source} to {target}", at)
+    if target.temporal and source.number or source.temporal and target.number:
+        raise refuse(f"cannot cast type {source} to {target}", at)
+    return _to(node, target)
+
+
+def _to(node: exp.Expression, target: SqlType) -> exp.Cast:
+    return exp.Cast(this=node, to=T.datatype(target))
+
+
+
+HANDLERS = {
+    exp.Literal: _literal, exp.Null: _null, exp.Boolean: _boolean, exp.Column: _column, exp.Paren: _paren,
+    exp.Subquery: _subquery, exp.Cast: _cast, exp.TryCast: _cast,
+}

@@ -1,0 +1,186 @@
+"""String constants read as typed values, by PostgreSQL's input rules, when the query is bound:
+``'2024-03-05'::date``, ``'t'::boolean``, ``DATE '...'``, ``INTERVAL '1 day 02:00'``.
+
+A constant becomes a literal both engines read alike (an ISO date or timestamp, a plain decimal),
+so the engines' own, different string parsers never see PostgreSQL's input syntax.
+
+    >>> interval_parts("1 day 02:00:00")
+    (0, 1, 7200000000)
+    >>> interval_parts("1.5 months")
+    (1, 15, 0)
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+
+from sqlglot import exp
+
+from millpond.sql.semantics import types as T
+from millpond.engine.expressions import mp
+from millpond.sql.semantics.types import SqlType
+
+__all__ = ["parse_constant", "interval_parts", "interval_node", "interval_value", "MICROS_PER_DAY"]
+
+MICROS_PER_DAY = 86_400_000_000
+
+
+def _error(message: str, at: exp.Expression):
+    from millpond.sql.semantics.rewrite import refuse
+
+    return refuse(message, at)
+
+
+def parse_constant(text: str, target: SqlType, at: exp.Expression) -> exp.Expression:
+    """The string constant ``text`` as a value of ``target``."""
+    s = text.strip()
+    kind = target.kind
+    if target.integer:
+        if not re.fullmatch(r"[+-]?\d+", s):
+            raise _error(f"invalid input syntax for type {kind}: {text!r}", at)
+        n = int(s)
+        bits = {"smallint": 15, "integer": 31, "bigint": 63}[kind]
+        if not -(2**bits) <= n < 2**bits:
+            raise _error(f"value {text!r} is out of range for type {kind}", at)
+        return exp.Cast(this=exp.Literal.number(n), to=T.datatype(target))
+    if target.decimal:
+        try:
+            d = Decimal(s)
+        except InvalidOperation:
+            raise _error(f"invalid input syntax for type numeric: {text!r}", at) from None
+        if not d.is_finite():
+            raise _error("NUMERIC NaN and Infinity are not supported (Spark and DuckDB decimals have no such "
+                         "values); use double precision", at)
+        d = d.quantize(Decimal(1).scaleb(-target.scale), rounding=ROUND_HALF_UP)
+        if abs(d) >= Decimal(10) ** (target.precision - target.scale):
+            raise _error(f"numeric field overflow: {text!r} does not fit {target}", at)
+        return exp.Cast(this=exp.Literal.number(format(d, "f")), to=T.datatype(target))
+    if target.float:
+        low = s.lower()
+        special = {"nan": "NaN", "infinity": "Infinity", "+infinity": "Infinity", "-infinity": "-Infinity",
+                   "inf": "Infinity", "+inf": "Infinity", "-inf": "-Infinity"}
+        if low in special:
+            return exp.Cast(this=exp.Literal.string(special[low]), to=T.datatype(target))
+        try:
+            value = float(s)
+        except ValueError:
+            raise _error(f"invalid input syntax for type {kind}: {text!r}", at) from None
+        if math.isinf(value):
+            raise _error(f"{text!r} is out of range for type {kind}", at)
+        return exp.Cast(this=exp.Literal.string(repr(value)), to=T.datatype(target))
+    if kind == "boolean":
+        return exp.Boolean(this=_boolean(s, text, at))
+    if kind == "date":
+        m = re.fullmatch(r"(\d{4})-(\d{1,2})-(\d{1,2})", s)
+        if not m:
+            raise _error(f"date constant {text!r}: use the ISO form YYYY-MM-DD", at)
+        return exp.Cast(this=exp.Literal.string("{}-{:02d}-{:02d}".format(*map(int, m.groups()))),
+                        to=T.datatype(T.DATE))
+    if kind == "timestamp":
+        return exp.Cast(this=exp.Literal.string(_timestamp(s, text, at)), to=T.datatype(T.TIMESTAMP))
+    if kind == "interval":
+        return interval_node(*interval_parts(s, at))
+    if kind == "text":
+        return exp.Literal.string(text)
+    raise _error(f"constants of type {target} are not supported", at)
+
+
+def _boolean(s: str, text: str, at: exp.Expression) -> bool:
+    low = s.lower()
+    trues, falses = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+    if low and any(t.startswith(low) for t in trues) and not any(f.startswith(low) for f in falses):
+        return True
+    if low and any(f.startswith(low) for f in falses) and not any(t.startswith(low) for t in trues):
+        return False
+    raise _error(f"invalid input syntax for type boolean: {text!r}", at)
+
+
+def _timestamp(s: str, text: str, at: exp.Expression) -> str:
+    m = re.fullmatch(r"(\d{4})-(\d{1,2})-(\d{1,2})(?:[ T](\d{1,2}):(\d{2})(?::(\d{2})(?:\.(\d{1,6}))?)?)?", s)
+    if not m:
+        raise _error(f"timestamp constant {text!r}: use the ISO form YYYY-MM-DD HH:MM:SS[.ffffff] "
+                     "(no time zone)", at)
+    y, mo, d, h, mi, sec, frac = m.groups()
+    out = f"{int(y):04d}-{int(mo):02d}-{int(d):02d} {int(h or 0):02d}:{int(mi or 0):02d}:{int(sec or 0):02d}"
+    return out + (f".{frac.ljust(6, '0')}" if frac else "")
+
+
+_UNITS = {  # unit -> (months, days, microseconds) per 1
+    "microsecond": (0, 0, 1), "millisecond": (0, 0, 1000), "second": (0, 0, 10**6), "minute": (0, 0, 60 * 10**6),
+    "hour": (0, 0, 3600 * 10**6), "day": (0, 1, 0), "week": (0, 7, 0), "month": (1, 0, 0), "year": (12, 0, 0),
+    "decade": (120, 0, 0), "century": (1200, 0, 0), "millennium": (12000, 0, 0),
+}
+_ALIASES = {
+    "us": "microsecond", "usec": "microsecond", "usecs": "microsecond", "microseconds": "microsecond",
+    "ms": "millisecond", "msec": "millisecond", "msecs": "millisecond", "milliseconds": "millisecond",
+    "s": "second", "sec": "second", "secs": "second", "seconds": "second",
+    "m": "minute", "min": "minute", "mins": "minute", "minutes": "minute",
+    "h": "hour", "hr": "hour", "hrs": "hour", "hours": "hour",
+    "d": "day", "days": "day", "w": "week", "weeks": "week",
+    "mon": "month", "mons": "month", "months": "month",
+    "y": "year", "yr": "year", "yrs": "year", "years": "year", "decades": "decade",
+    "centuries": "century", "millennia": "millennium", "millenniums": "millennium",
+}
+
+
+def interval_parts(text: str, at: exp.Expression | None = None) -> tuple[int, int, int]:
+    """PostgreSQL's interval input (``'1 day 02:00'``, ``'90 minutes'``, ``'1 year 2 mons'``,
+    ``'3 days ago'``) as (months, days, microseconds), fractions spilled down as PostgreSQL does."""
+    s = text.strip().lower()
+    ago = s.endswith(" ago")
+    if ago:
+        s = s[:-4].strip()
+    months, days, micros = 0, Decimal(0), Decimal(0)
+    tokens = s.split()
+    i = 0
+    if not tokens:
+        raise _error(f"invalid input syntax for type interval: {text!r}", at)
+    while i < len(tokens):
+        tok = tokens[i]
+        clock = re.fullmatch(r"([+-]?)(\d+):(\d{1,2})(?::(\d{1,2}(?:\.\d{1,6})?))?", tok)
+        if clock:
+            sign = -1 if clock.group(1) == "-" else 1
+            secs = int(clock.group(2)) * 3600 + int(clock.group(3)) * 60 + Decimal(clock.group(4) or 0)
+            micros += sign * secs * 10**6
+            i += 1
+            continue
+        number = re.fullmatch(r"[+-]?(\d+(\.\d*)?|\.\d+)", tok)
+        if not number or i + 1 >= len(tokens):
+            raise _error(f"invalid input syntax for type interval: {text!r} (use e.g. '1 day 02:00:00', "
+                         "'90 minutes', '1 year 2 mons')", at)
+        unit = tokens[i + 1].rstrip(",")
+        unit = _ALIASES.get(unit, unit)
+        if unit not in _UNITS:
+            raise _error(f"invalid interval unit {tokens[i + 1]!r} in {text!r}", at)
+        value = Decimal(tok)
+        um, ud, uu = _UNITS[unit]
+        if um:
+            whole = int(value * um)
+            months += whole
+            days += (value * um - whole) * 30  # PostgreSQL spills a fraction of a month as 30-day days
+        elif ud:
+            days += value * ud
+        else:
+            micros += value * uu
+        i += 2
+    whole_days = int(days)
+    micros += (days - whole_days) * MICROS_PER_DAY
+    micros_i = int(micros.to_integral_value(rounding=ROUND_HALF_UP))
+    sign = -1 if ago else 1
+    return sign * months, sign * whole_days, sign * micros_i
+
+
+def interval_node(months: int, days: int, micros: int) -> exp.Expression:
+    return mp("INTERVAL", exp.Literal.number(months), exp.Literal.number(days), exp.Literal.number(micros))
+
+
+def interval_value(node: exp.Expression) -> tuple[int, int, int] | None:
+    """The (months, days, microseconds) of a constant interval node, or None."""
+    from millpond.engine.expressions import is_mp
+
+    if is_mp(node, "INTERVAL"):
+        return tuple(-int(a.this.this) if isinstance(a, exp.Neg) else int(a.this)  # type: ignore[return-value]
+                     for a in node.expressions)
+    return None

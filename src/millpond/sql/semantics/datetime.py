@@ -1,0 +1,377 @@
+"""Dates, timestamps and intervals: arithmetic, ``EXTRACT``/``date_part``, ``date_trunc`` and
+``to_char``, with PostgreSQL's fields, types and patterns.
+
+Date parts are built from integer fields (``MP_FIELD('dow', ts)``: 0 = Sunday, as PostgreSQL), the
+only part each engine spells its own way; ``to_char`` is a concatenation of such fields, padded and
+named in SQL both engines share. An INTERVAL is a constant ``MP_INTERVAL(months, days, micros)``
+or the difference of two timestamps.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sqlglot import exp
+
+from millpond.sql.semantics import types as T
+from millpond.sql.semantics.constants import MICROS_PER_DAY, interval_parts, interval_node, interval_value
+from millpond.engine.expressions import is_mp, mp
+from millpond.sql.semantics.types import SqlType
+
+if TYPE_CHECKING:
+    from millpond.sql.semantics.rewrite import Binder, Typed
+
+__all__ = ["temporal_arith", "to_char", "date_part", "HANDLERS", "EXTRACT_FIELDS", "TRUNC_UNITS", "TO_CHAR_PATTERNS"]
+
+
+def _refuse(message: str, at: exp.Expression):
+    from millpond.sql.semantics.rewrite import refuse
+
+    return refuse(message, at)
+
+
+def _cast(node: exp.Expression, source: SqlType, target: SqlType, at: exp.Expression) -> exp.Expression:
+    from millpond.sql.semantics.casts import cast
+
+    return cast(node, source, target, at)
+
+
+def _lit(n: int | str) -> exp.Literal:
+    return exp.Literal.string(n) if isinstance(n, str) else exp.Literal.number(n)
+
+
+def _int_div(a: exp.Expression, b: exp.Expression) -> exp.Expression:
+    return exp.Cast(this=exp.IntDiv(this=exp.Paren(this=a) if isinstance(a, exp.Binary) else a, expression=b),
+                    to=T.datatype(T.BIGINT))
+
+
+def field(name: str, ts: exp.Expression) -> exp.Expression:
+    """An integer field of a TIMESTAMP, spelled per engine by the generator."""
+    return mp("FIELD", exp.Literal.string(name), ts.copy())
+
+
+# -- arithmetic -----------------------------------------------------------------------------------
+def temporal_arith(b: Binder, op: str, left: Typed, right: Typed, at: exp.Expression) -> Typed:
+    from millpond.sql.semantics.casts import literal_as
+
+    (l, lt), (r, rt) = left, right
+    if lt.untyped and rt.kind in ("date", "timestamp") and op == "-":
+        l, lt = literal_as(l, rt, at), rt
+    if rt.untyped:  # ts + '1 day', d - '2024-01-01'
+        want = T.INTERVAL if lt.kind == "timestamp" or op == "+" else lt
+        r, rt = literal_as(r, want, at), want
+    if lt.untyped:
+        l, lt = literal_as(l, T.INTERVAL, at), T.INTERVAL
+    if lt.kind == "interval" and rt.temporal and op == "+":
+        (l, lt), (r, rt) = (r, rt), (l, lt)
+    if lt.kind == "date" and rt.integer and op in "+-":
+        cls = exp.Add if op == "+" else exp.Sub
+        return cls(this=l, expression=r), T.DATE
+    if lt.integer and rt.kind == "date" and op == "+":
+        return exp.Add(this=r, expression=l), T.DATE
+    if lt.kind == rt.kind == "date" and op == "-":
+        return mp("DATE_DIFF", l, r), T.INTEGER
+    if lt.kind in ("date", "timestamp") and rt.kind == "interval" and op in "+-":
+        parts = interval_value(r)
+        if parts is None:
+            raise _refuse("only a constant INTERVAL can be added to a timestamp", at)
+        sign = 1 if op == "+" else -1
+        ts = _cast(l, lt, T.TIMESTAMP, at)
+        return mp("ADD_INTERVAL", ts, *(_lit(sign * p) for p in parts)), T.TIMESTAMP
+    if lt.kind in ("date", "timestamp") and rt.kind in ("date", "timestamp") and op == "-":
+        return mp("TS_DIFF", _cast(l, lt, T.TIMESTAMP, at), _cast(r, rt, T.TIMESTAMP, at)), T.INTERVAL
+    if lt.kind == rt.kind == "interval" and op in "+-":
+        a, c = interval_value(l), interval_value(r)
+        if a is not None and c is not None:
+            sign = 1 if op == "+" else -1
+            return interval_node(*(x + sign * y for x, y in zip(a, c))), T.INTERVAL
+    raise _refuse(f"operator is not supported: {lt} {op} {rt}", at)
+
+
+def compare_intervals(l: exp.Expression, r: exp.Expression, at: exp.Expression) -> None:
+    """Two intervals compare as PostgreSQL does (a month is 30 days, a day 24 hours) only when
+    neither has months: Spark keeps months apart from days."""
+    for side in (l, r):
+        parts = interval_value(side)
+        if parts is not None and parts[0]:
+            raise _refuse("comparing an INTERVAL with months or years is not supported (Spark cannot order "
+                          "months against days); write it in days", at)
+
+
+def _interval(b: Binder, node: exp.Interval) -> Typed:
+    text = node.this.name if node.this is not None else ""
+    unit = node.args.get("unit")
+    if unit is not None:
+        if isinstance(unit, exp.IntervalSpan):
+            raise _refuse("INTERVAL '...' <unit> TO <unit> is not supported; write INTERVAL '1 day 02:00:00'", node)
+        text = f"{text} {unit.name}"
+    return interval_node(*interval_parts(text, node)), T.INTERVAL
+
+
+# -- EXTRACT / date_part --------------------------------------------------------------------------
+# field -> (PostgreSQL result scale, needs a time of day)
+EXTRACT_FIELDS: dict[str, tuple[int, bool]] = {
+    "year": (0, False), "month": (0, False), "day": (0, False), "hour": (0, True), "minute": (0, True),
+    "second": (6, True), "milliseconds": (3, True), "microseconds": (0, True), "dow": (0, False),
+    "isodow": (0, False), "doy": (0, False), "week": (0, False), "quarter": (0, False), "isoyear": (0, False),
+    "decade": (0, False), "century": (0, False), "millennium": (0, False), "epoch": (6, False),
+}
+_FIELD_ALIASES = {"years": "year", "months": "month", "days": "day", "hours": "hour", "minutes": "minute",
+                  "seconds": "second", "millisecond": "milliseconds", "microsecond": "microseconds",
+                  "weeks": "week", "dayofweek": "dow", "dayofyear": "doy", "mon": "month", "mons": "month",
+                  "y": "year", "d": "day", "h": "hour", "m": "minute", "s": "second", "ms": "milliseconds",
+                  "us": "microseconds", "decades": "decade", "centuries": "century", "millenniums": "millennium",
+                  "quarters": "quarter"}
+
+
+def _field_name(node: exp.Expression, at: exp.Expression) -> str:
+    name = (node.name if isinstance(node, (exp.Var, exp.Literal, exp.Column)) else node.sql()).lower()
+    name = _FIELD_ALIASES.get(name, name)
+    if name not in EXTRACT_FIELDS:
+        raise _refuse(f"EXTRACT/date_part field {name!r} is not supported (supported: "
+                      f"{', '.join(EXTRACT_FIELDS)})", at)
+    return name
+
+
+def extract_numeric(name: str, value: Typed, at: exp.Expression) -> Typed:
+    """``EXTRACT(name FROM value)`` as PostgreSQL's numeric."""
+    node, t = value
+    scale, needs_time = EXTRACT_FIELDS[name]
+    if t.kind == "interval":
+        return _extract_interval(name, node, at)
+    if t.kind == "date":
+        if needs_time:
+            raise _refuse(f'unit "{name}" not supported for type date', at)
+        scale = 0
+    elif t.kind != "timestamp":
+        raise _refuse(f"EXTRACT from {t} is not supported (from date, timestamp or interval)", at)
+    ts = _cast(node, t, T.TIMESTAMP, at)
+    if name == "second":
+        out = _micros_as_decimal(field("second_micros", ts))
+        return _decimal(out, 8, scale), T.numeric(8, scale)
+    if name == "milliseconds":
+        out = exp.Mul(this=exp.Cast(this=field("second_micros", ts), to=T.datatype(T.numeric(8, 0))),
+                      expression=exp.Literal.number("0.001"))
+        return _decimal(out, 11, 3), T.numeric(11, 3)
+    if name == "microseconds":
+        return _decimal(field("second_micros", ts), 20, 0), T.numeric(20, 0)
+    if name == "epoch":
+        if t.kind == "date":
+            days = exp.Mul(this=exp.Paren(this=mp("DATE_DIFF", node, exp.Cast(
+                this=exp.Literal.string("1970-01-01"), to=T.datatype(T.DATE)))), expression=exp.Literal.number(86400))
+            return _decimal(days, 20, 0), T.numeric(20, 0)
+        return _decimal(_micros_as_decimal(field("epoch_us", ts)), 20, 6), T.numeric(20, 6)
+    year = field("year", ts)
+    if name == "decade":
+        out: exp.Expression = _int_div(year, exp.Literal.number(10))
+    elif name == "century":
+        out = _int_div(exp.Add(this=year, expression=exp.Literal.number(99)), exp.Literal.number(100))
+    elif name == "millennium":
+        out = _int_div(exp.Add(this=year, expression=exp.Literal.number(999)), exp.Literal.number(1000))
+    else:
+        out = field(name, ts)
+    return _decimal(out, 20, 0), T.numeric(20, 0)
+
+
+def _micros_as_decimal(micros: exp.Expression) -> exp.Expression:
+    """A count of microseconds as exact seconds (a product: a quotient would be approximate)."""
+    return exp.Mul(this=exp.Cast(this=micros, to=T.datatype(T.numeric(20, 0))),
+                   expression=exp.Literal.number("0.000001"))
+
+
+def _decimal(node: exp.Expression, precision: int, scale: int) -> exp.Expression:
+    return exp.Cast(this=node, to=T.datatype(T.numeric(precision, scale)))
+
+
+def _extract_interval(name: str, node: exp.Expression, at: exp.Expression) -> Typed:
+    if name != "epoch":
+        raise _refuse(f"EXTRACT({name} FROM interval) is not supported (EPOCH is)", at)
+    parts = interval_value(node)
+    if parts is not None:
+        months, days, micros = parts
+        total = (months * 30 * 86400 * 10**6) + days * MICROS_PER_DAY + micros  # PostgreSQL: a month is 30 days
+        seconds = f"{total // 10**6 if total >= 0 else -((-total) // 10**6)}.{abs(total) % 10**6:06d}"
+        if total < 0 and not seconds.startswith("-"):
+            seconds = "-" + seconds
+        return _decimal(exp.Literal.number(seconds), 20, 6), T.numeric(20, 6)
+    if is_mp(node, "TS_DIFF"):
+        a, c = node.expressions
+        diff = exp.Sub(this=field("epoch_us", a), expression=field("epoch_us", c))
+        return _decimal(_micros_as_decimal(diff), 20, 6), T.numeric(20, 6)
+    raise _refuse("EXTRACT(EPOCH FROM interval) needs a constant interval or a difference of timestamps", at)
+
+
+def _extract(b: Binder, node: exp.Extract) -> Typed:
+    name = _field_name(node.this, node)
+    return extract_numeric(name, b.value(node.expression), node)
+
+
+def date_part(b: Binder, node: exp.Expression, args: list[exp.Expression]) -> Typed:
+    if len(args) != 2 or not (isinstance(args[0], exp.Literal) and args[0].is_string):
+        raise _refuse("date_part takes a constant field name and a date, timestamp or interval", node)
+    name = _field_name(args[0], node)
+    out, _ = extract_numeric(name, b.value(args[1]), node)
+    return exp.Cast(this=out, to=T.datatype(T.DOUBLE)), T.DOUBLE
+
+
+# -- date_trunc -----------------------------------------------------------------------------------
+TRUNC_UNITS = ("microseconds", "milliseconds", "second", "minute", "hour", "day", "week", "month", "quarter", "year")
+
+
+def _date_trunc(b: Binder, node: exp.Expression) -> Typed:
+    unit = node.args.get("unit")
+    name = (unit.name if unit is not None else "").lower()
+    name = {"microsecond": "microseconds", "millisecond": "milliseconds", "seconds": "second",
+            "minutes": "minute", "hours": "hour", "days": "day", "weeks": "week", "months": "month",
+            "quarters": "quarter", "years": "year"}.get(name, name)
+    if name not in TRUNC_UNITS:
+        raise _refuse(f"date_trunc unit {name!r} is not supported (supported: {', '.join(TRUNC_UNITS)})", node)
+    value, t = b.value(node.this)
+    if t.kind == "date":
+        raise _refuse("date_trunc of a date returns a timestamp with time zone in PostgreSQL, which millpond does "
+                      "not have; cast the date to timestamp first", node)
+    if t.kind != "timestamp":
+        raise _refuse(f"date_trunc of {t} is not supported (of a timestamp)", node)
+    return mp("DATE_TRUNC", exp.Literal.string(name), value), T.TIMESTAMP
+
+
+# -- to_char --------------------------------------------------------------------------------------
+_MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+           "November", "December"]
+_DAYS = ["Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"]
+
+# pattern -> (field, zero-padded width) for the numeric patterns
+_NUMERIC = {"HH24": ("hour", 2), "HH12": ("hour12", 2), "HH": ("hour12", 2), "MI": ("minute", 2),
+            "SS": ("second", 2), "MS": ("millis", 3), "US": ("micros", 6), "YYYY": ("year", 4),
+            "YYY": ("year3", 3), "YY": ("year2", 2), "IYYY": ("isoyear", 4), "MM": ("month", 2),
+            "DDD": ("doy", 3), "DD": ("day", 2), "D": ("dow1", 1), "IW": ("week", 2), "Q": ("quarter", 1)}
+_NAMES = {"MONTH", "Month", "month", "MON", "Mon", "mon", "DAY", "Day", "day", "DY", "Dy", "dy"}
+_MERIDIEM = {"AM": "AM", "PM": "AM", "am": "am", "pm": "am", "A.M.": "A.M.", "P.M.": "A.M.", "a.m.": "a.m.",
+             "p.m.": "a.m."}
+TO_CHAR_PATTERNS = sorted([*_NUMERIC, *_NAMES, *_MERIDIEM], key=lambda p: (-len(p), p))
+_UNSUPPORTED = ("TZ", "tz", "OF", "TZH", "TZM", "SSSS", "SSSSS", "J", "WW", "W", "CC", "RM", "rm", "Y,YYY",
+                "IDDD", "ID", "IY", "BC", "AD", "B.C.", "A.D.", "bc", "ad", "TH", "th", "FX", "TM", "SP")
+
+
+def to_char(b: Binder, node: exp.Expression) -> Typed:
+    args = node.expressions if isinstance(node, exp.Anonymous) else [node.this, node.args.get("format")]
+    if len(args) != 2:
+        raise _refuse("to_char takes a value and a format", node)
+    fmt = args[1]
+    if not (isinstance(fmt, exp.Literal) and fmt.is_string):
+        raise _refuse("to_char needs a constant format", node)
+    value, t = b.value(args[0])
+    if t.number:
+        raise _refuse("to_char of a number is not supported (of a date or timestamp); use round() and casts",
+                      node)
+    if t.kind not in ("date", "timestamp"):
+        raise _refuse(f"to_char of {t} is not supported", node)
+    ts = _cast(value, t, T.TIMESTAMP, node)
+    pieces = [_piece(kind, arg, fill, ts) for kind, arg, fill in _tokens(fmt.this, node)]
+    if not pieces:
+        return exp.Literal.string(""), T.TEXT
+    out = pieces[0]
+    for p in pieces[1:]:
+        out = exp.DPipe(this=out, expression=p, safe=False)
+    # a constant format still yields NULL for a NULL timestamp
+    return exp.Case(ifs=[exp.If(this=exp.Is(this=ts.copy(), expression=exp.Null()), true=exp.Null())],
+                    default=out), T.TEXT
+
+
+def _tokens(fmt: str, at: exp.Expression) -> list[tuple[str, str, bool]]:
+    """(kind, pattern or literal text, fill mode) tokens of a PostgreSQL datetime format."""
+    out: list[tuple[str, str, bool]] = []
+    i, fill = 0, False
+    while i < len(fmt):
+        if fmt.startswith("FM", i) or fmt.startswith("fm", i):
+            fill, i = True, i + 2
+            continue
+        if fmt[i] == '"':
+            end = fmt.find('"', i + 1)
+            if end < 0:
+                raise _refuse("to_char: unterminated quoted text in the format", at)
+            out.append(("text", fmt[i + 1:end], False))
+            i = end + 1
+            continue
+        if fmt[i] == "\\" and i + 1 < len(fmt):
+            out.append(("text", fmt[i + 1], False))
+            i += 2
+            continue
+        found = next((p for p in TO_CHAR_PATTERNS if fmt.startswith(p, i)), None)
+        bad = next((p for p in sorted(_UNSUPPORTED, key=len, reverse=True) if fmt.startswith(p, i)), None)
+        if bad is not None and (found is None or len(bad) > len(found)):
+            raise _refuse(f"to_char pattern {bad!r} is not supported (supported: {', '.join(TO_CHAR_PATTERNS)}, "
+                          "FM, quoted text)", at)
+        if found is not None:
+            out.append(("pattern", found, fill))
+            fill = False
+            i += len(found)
+            continue
+        if fmt[i].isalpha() and fmt[i].upper() in "YIMDHSQWJCR":
+            raise _refuse(f"to_char pattern at {fmt[i:i + 4]!r} is not supported", at)
+        out.append(("text", fmt[i], False))
+        i += 1
+    return out
+
+
+def _piece(kind: str, arg: str, fill: bool, ts: exp.Expression) -> exp.Expression:
+    if kind == "text":
+        return exp.Literal.string(arg)
+    if arg in _NUMERIC:
+        name, width = _NUMERIC[arg]
+        text = exp.Cast(this=_to_char_field(name, ts), to=T.datatype(T.TEXT))
+        if fill:
+            return text
+        return exp.Anonymous(this="LPAD", expressions=[text, exp.Literal.number(width), exp.Literal.string("0")])
+    if arg in _MERIDIEM:
+        am = _MERIDIEM[arg]
+        pm = {"AM": "PM", "am": "pm", "A.M.": "P.M.", "a.m.": "p.m."}[am]
+        return exp.Case(ifs=[exp.If(this=exp.LT(this=field("hour", ts), expression=exp.Literal.number(12)),
+                                    true=exp.Literal.string(am))], default=exp.Literal.string(pm))
+    month = arg.upper().startswith("MON")
+    names = _MONTHS if month else _DAYS
+    index = field("month", ts) if month else field("dow", ts)
+    base = 1 if month else 0
+    short = arg.upper() in ("MON", "DY")
+    pad = 3 if short else 9
+    ifs = []
+    for i, n in enumerate(names):
+        n = n[:3] if short else n
+        n = n.upper() if arg.isupper() else n.lower() if arg.islower() else n
+        if not fill and not short:
+            n = n.ljust(pad)
+        ifs.append(exp.If(this=exp.EQ(this=index.copy(), expression=exp.Literal.number(i + base)),
+                          true=exp.Literal.string(n)))
+    return exp.Case(ifs=ifs)
+
+
+def _to_char_field(name: str, ts: exp.Expression) -> exp.Expression:
+    n = exp.Literal.number
+    if name == "hour12":
+        return exp.Add(this=exp.Paren(this=exp.Mod(this=exp.Paren(this=exp.Add(this=field("hour", ts), expression=n(11))), expression=n(12))),
+                       expression=n(1))
+    if name == "millis":
+        return _int_div(field("micros", ts), n(1000))
+    if name == "year3":
+        return exp.Mod(this=field("year", ts), expression=n(1000))
+    if name == "year2":
+        return exp.Mod(this=field("year", ts), expression=n(100))
+    if name == "dow1":
+        return exp.Add(this=field("dow", ts), expression=n(1))
+    return field(name, ts)
+
+
+# -- current date and time ------------------------------------------------------------------------
+def _now(b: Binder, node: exp.Expression) -> Typed:
+    if b.view:
+        raise _refuse(f"{node.sql('postgres')} in a materialized view is not supported: each row would keep the "
+                      "time of the epoch that computed it", node)
+    if isinstance(node, exp.CurrentDate):
+        return node, T.DATE
+    return exp.CurrentTimestamp(), T.TIMESTAMPTZ
+
+
+HANDLERS = {
+    exp.Interval: _interval, exp.Extract: _extract, exp.TimestampTrunc: _date_trunc, exp.DateTrunc: _date_trunc,
+    exp.TimeToStr: to_char, exp.CurrentDate: _now, exp.CurrentTimestamp: _now,
+}

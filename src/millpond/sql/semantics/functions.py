@@ -1,0 +1,434 @@
+"""The functions millpond evaluates with PostgreSQL's meaning, and nothing else: a call of any other
+function is refused by name. :data:`FUNCTIONS` is the allow-list the README's SQL reference shows.
+
+Each rule types its arguments as PostgreSQL resolves the call (an integer argument of ``round`` is
+double precision, ``sum`` of a bigint is numeric...) and returns an expression both engines
+evaluate alike.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+from sqlglot import exp
+
+from millpond.sql.semantics import types as T
+from millpond.sql.semantics.aggregates import HANDLERS as AGGREGATE_RULES
+from millpond.sql.semantics.datetime import HANDLERS as DATETIME, date_part, to_char
+from millpond.engine.expressions import is_mp, mp
+from millpond.sql.semantics.regex import regexp_extract, regexp_like, regexp_replace
+from millpond.sql.semantics.types import SqlType
+
+if TYPE_CHECKING:
+    from millpond.sql.semantics.rewrite import Binder, Typed
+
+__all__ = ["function", "FUNCTIONS", "AGGREGATES", "WINDOW_FUNCTIONS"]
+
+
+def _refuse(message: str, at: exp.Expression):
+    from millpond.sql.semantics.rewrite import refuse
+
+    return refuse(message, at)
+
+
+def _cast(typed: Typed, target: SqlType, b: Binder, at: exp.Expression) -> exp.Expression:
+    return b.cast_to(typed, target, at)
+
+
+def _text(b: Binder, node: exp.Expression | None, at: exp.Expression) -> exp.Expression:
+    """An argument converted to text, as PostgreSQL's ``text`` parameters take it."""
+    if node is None:
+        raise _refuse(f"{_name(at)}: missing argument", at)
+    typed = b.value(node)
+    return _cast(typed, T.TEXT, b, at) if typed[1].kind != "text" else typed[0]
+
+
+def _int(b: Binder, node: exp.Expression | None, at: exp.Expression) -> exp.Expression:
+    if node is None:
+        raise _refuse(f"{_name(at)}: missing argument", at)
+    typed = b.value(node)
+    if not (typed[1].integer or typed[1].untyped):
+        raise _refuse(f"{_name(at)}: argument {node.sql('postgres')} must be an integer, not {typed[1]}", at)
+    return _cast(typed, T.INTEGER, b, at) if typed[1].untyped else typed[0]
+
+
+def _call(name: str, *args: exp.Expression) -> exp.Anonymous:
+    return exp.Anonymous(this=name, expressions=list(args))
+
+
+def _to(node: exp.Expression, t: SqlType) -> exp.Cast:
+    return exp.Cast(this=node, to=T.datatype(t))
+
+
+# -- strings --------------------------------------------------------------------------------------
+def _length(b: Binder, node: exp.Expression) -> Typed:
+    return _to(_call("LENGTH", _text(b, node.this, node)), T.INTEGER), T.INTEGER
+
+
+def _octet_length(b: Binder, node: exp.Expression) -> Typed:
+    return _to(mp("OCTET_LENGTH", _text(b, _args(node)[0], node)), T.INTEGER), T.INTEGER
+
+
+def _case_fn(name: str) -> Callable[[Binder, exp.Expression], Typed]:
+    def rule(b: Binder, node: exp.Expression) -> Typed:
+        return _call(name, _text(b, node.this, node)), T.TEXT
+    return rule
+
+
+def _strpos(b: Binder, node: exp.StrPosition) -> Typed:
+    if node.args.get("position") is not None or node.args.get("occurrence") is not None:
+        raise _refuse("position/strpos take two arguments", node)
+    return mp("STRPOS", _text(b, node.this, node), _text(b, node.args.get("substr"), node)), T.INTEGER
+
+
+def _substring(b: Binder, node: exp.Substring) -> Typed:
+    s = _text(b, node.this, node)
+    start_node, length_node = node.args.get("start"), node.args.get("length")
+    if start_node is None:
+        raise _refuse("substring needs a start position", node)
+    start_typed = b.value(start_node)
+    if start_typed[1].kind in ("text", "unknown"):  # substring(s FROM pattern): a regular expression
+        if length_node is not None:
+            raise _refuse("substring(s FROM pattern FOR escape) (SQL regular expressions) is not supported", node)
+        return regexp_extract(b, s, start_node, None, node), T.TEXT
+    start = _int(b, start_node, node)
+    if length_node is None:
+        return _call("SUBSTRING", s, _at_least_one(start)), T.TEXT
+    length = _int(b, length_node, node)
+    if isinstance(length, exp.Literal) and int(length.this) < 0 or isinstance(length, exp.Neg):
+        raise _refuse("negative substring length not allowed", node)
+    if _positive_literal(start):
+        return _call("SUBSTRING", s, start, length), T.TEXT
+    # PostgreSQL counts the characters before position 1 against the length
+    first = _at_least_one(start)
+    count = _call("GREATEST", exp.Sub(this=exp.Add(this=start.copy(), expression=length),
+                                      expression=first.copy()), exp.Literal.number(0))
+    return _call("SUBSTRING", s, first, count), T.TEXT
+
+
+def _positive_literal(node: exp.Expression) -> bool:
+    return isinstance(node, exp.Literal) and not node.is_string and int(node.this) >= 1
+
+
+def _at_least_one(start: exp.Expression) -> exp.Expression:
+    return start if _positive_literal(start) else _call("GREATEST", start, exp.Literal.number(1))
+
+
+def _trim(b: Binder, node: exp.Trim) -> Typed:
+    if node.args.get("collation") is not None:
+        raise _refuse("TRIM ... COLLATE is not supported", node)
+    where = (node.args.get("position") or "BOTH").upper()
+    chars = node.args.get("expression")
+    chars_sql = _text(b, chars, node) if chars is not None else exp.Literal.string(" ")
+    return mp("TRIM", _text(b, node.this, node), chars_sql, exp.Literal.string(where)), T.TEXT
+
+
+def _output_text(b: Binder, node: exp.Expression, at: exp.Expression) -> exp.Expression:
+    """An argument as its type's output text, as concat() takes it: a boolean is ``t``/``f``
+    (its cast to text is ``true``/``false``)."""
+    typed = b.value(node)
+    if typed[1].kind == "boolean":
+        return exp.Case(ifs=[exp.If(this=typed[0].copy(), true=exp.Literal.string("t")),
+                             exp.If(this=exp.Not(this=typed[0]), true=exp.Literal.string("f"))])
+    return _cast(typed, T.TEXT, b, at) if typed[1].kind != "text" else typed[0]
+
+
+def _concat(b: Binder, node: exp.Expression) -> Typed:
+    args = [_output_text(b, a, node) for a in node.expressions]
+    return mp("CONCAT", *args), T.TEXT
+
+
+def _concat_ws(b: Binder, node: exp.Expression) -> Typed:
+    args = [_output_text(b, a, node) for a in node.expressions]
+    if len(args) < 2:
+        raise _refuse("concat_ws needs a separator and at least one value", node)
+    return _call("CONCAT_WS", *args), T.TEXT
+
+
+def _dpipe(b: Binder, node: exp.DPipe) -> Typed:
+    left, right = b.value(node.this), b.value(node.expression)
+    if left[1].kind != "text" and right[1].kind != "text" and not (left[1].untyped or right[1].untyped):
+        raise _refuse(f"operator does not exist: {left[1]} || {right[1]}", node)
+    l = _cast(left, T.TEXT, b, node) if left[1].kind != "text" else left[0]
+    r = _cast(right, T.TEXT, b, node) if right[1].kind != "text" else right[0]
+    return exp.DPipe(this=l, expression=r, safe=False), T.TEXT
+
+
+def _replace(b: Binder, node: exp.Replace) -> Typed:
+    return _call("REPLACE", _text(b, node.this, node), _text(b, node.expression, node),
+                 _text(b, node.args.get("replacement"), node)), T.TEXT
+
+
+def _left_right(b: Binder, node: exp.Expression) -> Typed:
+    left = isinstance(node, exp.Left)
+    s, n = _text(b, node.this, node), _int(b, node.expression, node)
+    name = "LEFT" if left else "RIGHT"
+    if isinstance(n, exp.Literal) and int(n.this) >= 0:
+        return _call(name, s, n), T.TEXT
+    # a negative count: all but the last (LEFT) or first (RIGHT) |n| characters
+    if left:
+        rest = _call("SUBSTRING", s.copy(), exp.Literal.number(1),
+                     _call("GREATEST", exp.Add(this=_call("LENGTH", s.copy()), expression=n.copy()),
+                           exp.Literal.number(0)))
+    else:
+        rest = _call("SUBSTRING", s.copy(), exp.Sub(this=exp.Literal.number(1), expression=n.copy()))
+    if isinstance(n, exp.Literal) or isinstance(n, exp.Neg):
+        return rest, T.TEXT
+    return exp.Case(ifs=[exp.If(this=exp.GTE(this=n.copy(), expression=exp.Literal.number(0)),
+                                true=_call(name, s, n))], default=rest), T.TEXT
+
+
+def _pad(b: Binder, node: exp.Pad) -> Typed:
+    fill = node.args.get("fill_pattern")
+    args = [_text(b, node.this, node), _int(b, node.expression, node),
+            _text(b, fill, node) if fill is not None else exp.Literal.string(" ")]
+    return _call("LPAD" if node.args.get("is_left") else "RPAD", *args), T.TEXT
+
+
+def _simple_text(name: str, arity: int) -> Callable[[Binder, exp.Expression], Typed]:
+    def rule(b: Binder, node: exp.Expression) -> Typed:
+        args = _args(node)
+        if len(args) != arity:
+            raise _refuse(f"{name.lower()} takes {arity} argument(s)", node)
+        return _call(name, *(_text(b, a, node) for a in args)), T.TEXT
+    return rule
+
+
+def _repeat(b: Binder, node: exp.Expression) -> Typed:
+    return _call("REPEAT", _text(b, node.this, node), _int(b, node.args.get("times"), node)), T.TEXT
+
+
+def _split_part(b: Binder, node: exp.SplitPart) -> Typed:
+    n = _int(b, node.args.get("part_index"), node)
+    if isinstance(n, exp.Literal) and int(n.this) == 0:
+        raise _refuse("field position must not be zero", node)
+    return _call("SPLIT_PART", _text(b, node.this, node), _text(b, node.args.get("delimiter"), node), n), T.TEXT
+
+
+def _starts_with(b: Binder, node: exp.StartsWith) -> Typed:
+    return exp.StartsWith(this=_text(b, node.this, node), expression=_text(b, node.expression, node)), T.BOOLEAN
+
+
+def _ascii(b: Binder, node: exp.Expression) -> Typed:
+    return _to(_call("ASCII", _text(b, node.this, node)), T.INTEGER), T.INTEGER
+
+
+def _chr(b: Binder, node: exp.Expression) -> Typed:
+    args = node.expressions
+    if len(args) != 1:
+        raise _refuse("chr takes one argument", node)
+    return _call("CHR", _int(b, args[0], node)), T.TEXT
+
+
+def _translate(b: Binder, node: exp.Translate) -> Typed:
+    return _call("TRANSLATE", _text(b, node.this, node), _text(b, node.args.get("from_"), node),
+                 _text(b, node.args.get("to"), node)), T.TEXT
+
+
+def _like(b: Binder, node: exp.Expression) -> Typed:
+    escape = None
+    if isinstance(node, exp.Escape):
+        escape = node.expression
+        node = node.this
+    if not isinstance(node, (exp.Like, exp.ILike)):
+        raise _refuse(f"ESCAPE is supported after LIKE and ILIKE, not {node.key.upper()}", node)
+    value, pattern = _text(b, node.this, node), _text(b, node.expression, node)
+    if escape is not None and not (isinstance(escape, exp.Literal) and escape.is_string and len(escape.this) == 1):
+        raise _refuse("LIKE ... ESCAPE needs a one-character constant", node)
+    esc = escape.this if escape is not None else "\\"  # PostgreSQL's default escape; DuckDB has none
+    like = exp.Escape(this=type(node)(this=value, expression=pattern), expression=exp.Literal.string(esc))
+    return (exp.Not(this=like) if node.args.get("negate") else like), T.BOOLEAN
+
+
+# -- numbers --------------------------------------------------------------------------------------
+def _number_arg(b: Binder, node: exp.Expression, at: exp.Expression) -> Typed:
+    typed = b.value(node)
+    if typed[1].untyped:
+        return b.cast_to(typed, T.DOUBLE if typed[1].kind == "unknown" else T.INTEGER, at), \
+            T.DOUBLE if typed[1].kind == "unknown" else T.INTEGER
+    if not typed[1].number:
+        raise _refuse(f"function {_name(at)}({typed[1]}) does not exist", at)
+    return typed
+
+
+def _abs(b: Binder, node: exp.Expression) -> Typed:
+    x, t = _number_arg(b, node.this, node)
+    return _call("ABS", x), t
+
+
+def _ceil_floor(b: Binder, node: exp.Expression) -> Typed:
+    if node.args.get("decimals") is not None or node.args.get("to") is not None:
+        raise _refuse(f"{_name(node)} takes one argument", node)
+    name = "CEIL" if isinstance(node, exp.Ceil) else "FLOOR"
+    x, t = _number_arg(b, node.this, node)
+    if t.decimal:
+        out = T.numeric(t.precision - t.scale + 1, 0, exact=t.exact)
+        return _to(_call(name, x), out), out
+    x = b.cast_to((x, t), T.DOUBLE, node)  # PostgreSQL: ceil(integer) is ceil(double precision)
+    return _to(_call(name, x), T.DOUBLE), T.DOUBLE
+
+
+def _round(b: Binder, node: exp.Round) -> Typed:
+    x, t = _number_arg(b, node.this, node)
+    digits = node.args.get("decimals")
+    if digits is not None:
+        if not t.decimal and not t.integer:
+            raise _refuse(f"function round({t}, integer) does not exist (round(numeric, integer) does: cast "
+                          "the value to numeric)", node)
+        n = b.value(digits)[0]
+        if not (isinstance(n, exp.Literal) and not n.is_string) and not (
+                isinstance(n, exp.Neg) and isinstance(n.this, exp.Literal)):
+            raise _refuse("round(numeric, n) needs a constant n", node)
+        places = int(n.this) if isinstance(n, exp.Literal) else -int(n.this.this)
+        d = T.decimal_of(t)
+        x = b.cast_to((x, t), d, node)
+        scale = max(places, 0)
+        out = T.numeric(min(d.precision - d.scale + 1 + scale, T.MAX_PRECISION), scale, exact=t.exact)
+        return _to(_call("ROUND", x, exp.Literal.number(places)), out), out
+    if t.decimal:
+        out = T.numeric(t.precision - t.scale + 1, 0, exact=t.exact)
+        return _to(_call("ROUND", x), out), out
+    x = b.cast_to((x, t), T.DOUBLE, node)  # round(double precision) rounds half to even
+    return mp("ROUND_EVEN", x), T.DOUBLE
+
+
+def _trunc(b: Binder, node: exp.Expression) -> Typed:
+    if node.args.get("decimals") is not None:
+        raise _refuse("trunc(numeric, n) is not supported; trunc(x) is", node)
+    x, t = _number_arg(b, node.this, node)
+    neg = exp.LT(this=x.copy(), expression=exp.Literal.number(0))
+    if t.decimal:
+        out = T.numeric(t.precision - t.scale + 1, 0, exact=t.exact)
+        return _to(exp.Case(ifs=[exp.If(this=neg, true=_call("CEIL", x.copy()))], default=_call("FLOOR", x)),
+                   out), out
+    x = b.cast_to((x, t), T.DOUBLE, node)
+    neg = exp.LT(this=x.copy(), expression=exp.Literal.number(0))
+    return _to(exp.Case(ifs=[exp.If(this=neg, true=_call("CEIL", x.copy()))], default=_call("FLOOR", x)),
+               T.DOUBLE), T.DOUBLE
+
+
+def _sign(b: Binder, node: exp.Expression) -> Typed:
+    x, t = _number_arg(b, node.this, node)
+    if t.decimal:
+        out = T.numeric(1, 0)
+        return _to(_call("SIGN", x), out), out
+    return _to(_call("SIGN", b.cast_to((x, t), T.DOUBLE, node)), T.DOUBLE), T.DOUBLE
+
+
+def _double_fn(name: str) -> Callable[[Binder, exp.Expression], Typed]:
+    def rule(b: Binder, node: exp.Expression) -> Typed:
+        x, t = _number_arg(b, node.this, node)
+        if t.decimal:
+            raise _refuse(f"{name.lower()}(numeric) is not supported (PostgreSQL computes it in NUMERIC); cast the "
+                          "argument to double precision", node)
+        return _call(name, b.cast_to((x, t), T.DOUBLE, node)), T.DOUBLE
+    return rule
+
+
+def _random(b: Binder, node: exp.Expression) -> Typed:
+    if b.view:
+        raise _refuse("random() in a materialized view is not supported: a view's rows must be reproducible", node)
+    return mp("RANDOM"), T.DOUBLE
+
+
+def _pi(b: Binder, node: exp.Expression) -> Typed:
+    return _call("PI"), T.DOUBLE
+
+
+# -- dispatch -------------------------------------------------------------------------------------
+def _args(node: exp.Expression) -> list[exp.Expression]:
+    if isinstance(node, exp.Anonymous):
+        return list(node.expressions)
+    return [v for k, v in node.args.items() if isinstance(v, exp.Expression)] + list(node.expressions)
+
+
+def _name(node: exp.Expression) -> str:
+    if isinstance(node, exp.Anonymous):
+        return str(node.this).lower()
+    if isinstance(node, exp.Func):
+        return node.sql_name().lower()
+    return node.key
+
+
+def _bracket(b: Binder, node: exp.Bracket) -> Typed:
+    inner = node.this
+    while isinstance(inner, exp.Paren):
+        inner = inner.this
+    if isinstance(inner, exp.Anonymous) and str(inner.this).lower() == "regexp_match" \
+            and len(node.expressions) == 1 and isinstance(node.expressions[0], exp.Literal):
+        index = int(node.expressions[0].this) + 1  # sqlglot stores PostgreSQL's 1-based index from 0
+        args = inner.expressions
+        if len(args) not in (2, 3):
+            raise _refuse("regexp_match takes a string, a pattern and optional flags", inner)
+        return regexp_extract(b, _text(b, args[0], inner), args[1], args[2] if len(args) == 3 else None, inner,
+                              group=index), T.TEXT
+    raise _refuse("arrays and subscripts are not supported (regexp_match(s, p)[n] is)", node)
+
+
+def _anonymous(b: Binder, node: exp.Anonymous) -> Typed:
+    name = str(node.this).lower()
+    if is_mp(node, "WINDOW"):  # TUMBLE/HOP's window bounds, placed by the planner
+        return node, T.TIMESTAMP
+    rule = _BY_NAME.get(name)
+    if rule is None:
+        raise _refuse(f"function {name}() is not supported (see the list of supported functions in the README's "
+                      "SQL reference)", node)
+    return rule(b, node)
+
+
+def _regexp_match_alone(b: Binder, node: exp.Expression) -> Typed:
+    raise _refuse("regexp_match returns an array, which millpond does not have; use regexp_match(s, p)[n]", node)
+
+
+def _date_part(b: Binder, node: exp.Expression) -> Typed:
+    return date_part(b, node, _args(node))
+
+
+_BY_NAME: dict[str, Callable[[Binder, exp.Expression], Typed]] = {
+    "octet_length": _octet_length, "regexp_match": _regexp_match_alone, "date_part": _date_part,
+    "to_char": to_char,
+}
+
+_BY_CLASS: dict[type, Callable] = {
+    exp.Length: _length, exp.Lower: _case_fn("LOWER"), exp.Upper: _case_fn("UPPER"), exp.StrPosition: _strpos,
+    exp.Substring: _substring, exp.Trim: _trim, exp.Concat: _concat, exp.ConcatWs: _concat_ws, exp.DPipe: _dpipe,
+    exp.Replace: _replace, exp.Left: _left_right, exp.Right: _left_right, exp.Pad: _pad,
+    exp.Reverse: _simple_text("REVERSE", 1), exp.MD5: _simple_text("MD5", 1), exp.Repeat: _repeat,
+    exp.SplitPart: _split_part, exp.StartsWith: _starts_with, exp.Ascii: _ascii, exp.Chr: _chr,
+    exp.Translate: _translate, exp.Like: _like, exp.ILike: _like, exp.Escape: _like,
+    exp.RegexpLike: regexp_like, exp.RegexpILike: regexp_like, exp.RegexpReplace: regexp_replace,
+    exp.Abs: _abs, exp.Ceil: _ceil_floor, exp.Floor: _ceil_floor, exp.Round: _round, exp.Trunc: _trunc,
+    exp.Sign: _sign, exp.Sqrt: _double_fn("SQRT"), exp.Cbrt: _double_fn("CBRT"), exp.Exp: _double_fn("EXP"),
+    exp.Ln: _double_fn("LN"), exp.Rand: _random, exp.Pi: _pi,
+    exp.Bracket: _bracket, exp.Anonymous: _anonymous,
+    **AGGREGATE_RULES, **DATETIME,
+}
+
+# the allow-list, by PostgreSQL name (the README's SQL reference lists it; a test checks it does)
+FUNCTIONS = (
+    "length", "char_length", "character_length", "octet_length", "lower", "upper", "position", "strpos",
+    "substring", "substr", "trim", "btrim", "ltrim", "rtrim", "concat", "concat_ws", "replace", "left", "right",
+    "lpad", "rpad", "reverse", "repeat", "md5", "ascii", "chr", "translate", "starts_with", "split_part",
+    "regexp_like", "regexp_replace", "regexp_match",
+    "abs", "ceil", "ceiling", "floor", "round", "trunc", "sign", "sqrt", "cbrt", "exp", "ln", "power", "mod", "pi",
+    "random", "extract", "date_part", "date_trunc", "to_char", "now", "current_timestamp", "current_date",
+    "coalesce", "nullif", "greatest", "least",
+)
+AGGREGATES = ("count", "sum", "avg", "min", "max")
+WINDOW_FUNCTIONS = ("row_number", "rank", "dense_rank", "lag", "lead")
+
+
+_CONSTRUCTS = {"similarto": "SIMILAR TO", "bytestring": "E'...' (escape string)", "array": "ARRAY",
+               "dot": "field access", "placeholder": "parameter"}
+
+
+def function(b: Binder, node: exp.Expression) -> Typed:
+    """A function call (or a construct no operator rule knows), bound or refused by name."""
+    rule = _BY_CLASS.get(type(node))
+    if rule is None:
+        what = _name(node) if isinstance(node, exp.Func) else _CONSTRUCTS.get(node.key, node.key.upper())
+        kind = "function" if isinstance(node, exp.Func) else "construct"
+        raise _refuse(f"{kind} {what}{'()' if kind == 'function' else ''} is not supported (see the list of "
+                      "supported functions in the README's SQL reference)", node)
+    return rule(b, node)
+

@@ -1,0 +1,244 @@
+"""The binder: types every expression of a qualified query, scope by scope (inner scopes first),
+and rewrites it into the form whose meaning is PostgreSQL's in both engines.
+
+The rules live beside it: literals and casts in :mod:`~millpond.sql.semantics.casts`, operators,
+comparisons and CASE in :mod:`~millpond.sql.semantics.operators`, functions in
+:mod:`~millpond.sql.semantics.functions` (and ``aggregates``, ``datetime``, ``regex``). A node no
+rule knows is refused by name (:func:`refuse`): nothing reaches an engine untranslated.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+from sqlglot import exp
+from sqlglot.optimizer.scope import Scope, traverse_scope
+
+from millpond.errors import SqlError
+from millpond.sql.semantics import types as T
+from millpond.sql.semantics.types import SqlType
+
+__all__ = ["Binder", "Typed", "refuse"]
+
+Typed = tuple[exp.Expression, SqlType]
+Schema = Mapping[str, Mapping[str, SqlType]]
+
+
+def refuse(message: str, node: exp.Expression | None = None) -> SqlError:
+    """A SqlError at ``node``'s position (its own, or its first identifier's)."""
+    meta = getattr(node, "meta", None) or {}
+    if "line" not in meta and node is not None:
+        for n in node.walk():
+            if n.meta.get("line") is not None:
+                meta = n.meta
+                break
+    return SqlError(message, line=meta.get("line"), col=meta.get("col"))
+
+
+class Binder:
+    """One binding run over a query: ``tables`` maps table (and view) names to column types;
+    ``view`` is True in a materialized view (no volatile functions there)."""
+
+    def __init__(self, tables: Schema, *, view: bool):
+        self.tables = tables
+        self.view = view
+        self.outputs: dict[int, list[tuple[str, SqlType]]] = {}  # id(scope expression) -> output columns
+        self.scope: Scope | None = None
+
+    # -- scopes ---------------------------------------------------------------------------------
+    def bind(self, query: exp.Expression) -> exp.Expression:
+        for scope in traverse_scope(query):
+            self.scope = scope
+            node = scope.expression
+            if isinstance(node, exp.Select):
+                self._select(node)
+            elif isinstance(node, exp.SetOperation):
+                self._set_operation(node)
+            elif isinstance(node, exp.Values):
+                self._values(node)
+        return query
+
+    def _select(self, q: exp.Select) -> None:
+        items = []
+        for item in q.expressions:
+            body = item.this if isinstance(item, exp.Alias) else item
+            put = _slot(body)
+            new, t = self.value(body)
+            if t.kind == "null":  # an untyped NULL column is text, as PostgreSQL resolves it
+                new, t = exp.Cast(this=new, to=T.datatype(T.TEXT)), T.TEXT
+            elif t.kind == "unknown":
+                t = T.TEXT
+            if t.kind == "interval":
+                raise refuse("an INTERVAL column is not supported yet (an INTERVAL can be added to or compared "
+                             "with timestamps; EXTRACT(EPOCH FROM ...) gives its seconds)", body)
+            if new is not body:
+                put(new)
+            items.append((item.alias_or_name, t))
+        self.outputs[id(q)] = items
+        for key in ("where", "having", "qualify"):
+            clause = q.args.get(key)
+            if clause is not None:
+                self._boolean_clause(clause)
+        for join in q.args.get("joins") or []:
+            if join.args.get("on") is not None:
+                new, t = self.condition(join.args["on"])
+                join.set("on", new)
+        group = q.args.get("group")
+        for g in list(group.expressions) if group else []:
+            self._replace(g)
+        order = q.args.get("order")
+        for o in list(order.expressions) if order else []:
+            self._ordered(o)
+        distinct = q.args.get("distinct")
+        if distinct is not None and distinct.args.get("on") is not None:
+            for e in list(distinct.args["on"].expressions):
+                self._replace(e)
+
+    def _boolean_clause(self, clause: exp.Expression) -> None:
+        new, _ = self.condition(clause.this)
+        clause.set("this", new)
+
+    def _replace(self, node: exp.Expression) -> SqlType:
+        put = _slot(node)
+        new, t = self.value(node)
+        if new is not node:
+            put(new)
+        return t
+
+    def _ordered(self, o: exp.Expression) -> None:
+        if isinstance(o, exp.Ordered):
+            self._replace(o.this)
+            # PostgreSQL: NULLs sort as larger than every value (last ascending, first descending)
+            if o.args.get("nulls_first") is None:
+                o.set("nulls_first", bool(o.args.get("desc")))
+        else:
+            self._replace(o)
+
+    def _set_operation(self, node: exp.SetOperation) -> None:
+        branches = [self._branch_outputs(node.this), self._branch_outputs(node.expression)]
+        left, right = branches
+        if len(left) != len(right):
+            raise refuse(f"each {node.key.upper()} query must have the same number of columns "
+                         f"({len(left)} vs {len(right)})", node)
+        out = []
+        for i, ((name, a), (_, b)) in enumerate(zip(left, right)):
+            t = T.common_type([a, b])
+            if t is None:
+                raise refuse(f"{node.key.upper()} types {a} and {b} cannot be matched (column {i + 1})", node)
+            t = T.TEXT if t.untyped else t
+            for side, st in ((node.this, a), (node.expression, b)):
+                if st != t:
+                    self._cast_output(side, i, t)
+            out.append((name, t))
+        self.outputs[id(node)] = out
+
+    def _branch_outputs(self, node: exp.Expression) -> list[tuple[str, SqlType]]:
+        while isinstance(node, exp.Subquery):
+            node = node.this
+        return self.outputs.get(id(node), [])
+
+    def _cast_output(self, node: exp.Expression, i: int, t: SqlType) -> None:
+        while isinstance(node, exp.Subquery):
+            node = node.this
+        if isinstance(node, exp.SetOperation):
+            self._cast_output(node.this, i, t)
+            self._cast_output(node.expression, i, t)
+            return
+        if isinstance(node, exp.Select):
+            item = node.expressions[i]
+            body = item.this if isinstance(item, exp.Alias) else item
+            name = item.alias_or_name
+            cast = self.cast_to((body.copy(), self.outputs[id(node)][i][1]), t, body)
+            if isinstance(item, exp.Alias):
+                body.replace(cast)
+            else:
+                item.replace(exp.alias_(cast, name, quoted=True))
+            self.outputs[id(node)][i] = (name, t)
+
+    def _values(self, node: exp.Values) -> None:
+        rows = node.expressions
+        width = len(rows[0].expressions) if rows else 0
+        typed = []
+        for row in rows:
+            cells = []
+            for cell in list(row.expressions):
+                cells.append(self._replace(cell))
+            typed.append(cells)
+        names = [c.name for c in node.args["alias"].columns] if node.args.get("alias") else [
+            f"column{i + 1}" for i in range(width)]
+        out = []
+        for i, name in enumerate(names):
+            t = T.common_type([r[i] for r in typed]) or T.TEXT
+            out.append((name, T.TEXT if t.untyped else t))
+        self.outputs[id(node)] = out
+
+    # -- columns --------------------------------------------------------------------------------
+    def column_type(self, col: exp.Column) -> SqlType:
+        scope = self.scope
+        while scope is not None:
+            source = scope.sources.get(col.table) if col.table else None
+            if source is not None:
+                return self._source_type(source, col)
+            if not col.table:  # an output alias (ORDER BY n)
+                for name, t in self.outputs.get(id(scope.expression), []):
+                    if name == col.name:
+                        return t
+            scope = scope.parent
+        raise refuse(f"column {col.sql('postgres')} could not be resolved", col)
+
+    def _source_type(self, source: exp.Expression | Scope, col: exp.Column) -> SqlType:
+        if isinstance(source, Scope):
+            for name, t in self.outputs.get(id(source.expression), []):
+                if name == col.name:
+                    return t
+            raise refuse(f"column {col.sql('postgres')} could not be resolved", col)
+        if isinstance(source, exp.Table):
+            cols = self.tables.get(source.name, {})
+            if col.name in cols:
+                return cols[col.name]
+        raise refuse(f"column {col.sql('postgres')} could not be resolved", col)
+
+    # -- expressions ----------------------------------------------------------------------------
+    def value(self, node: exp.Expression) -> Typed:
+        """``node`` rewritten, and its PostgreSQL type."""
+        from millpond.sql.semantics.functions import function
+        from millpond.sql.semantics.operators import HANDLERS
+
+        handler = HANDLERS.get(type(node))
+        if handler is not None:
+            return handler(self, node)
+        return function(self, node)
+
+    def condition(self, node: exp.Expression) -> Typed:
+        new, t = self.value(node)
+        if t.kind not in ("boolean", "null", "unknown"):
+            raise refuse(f"argument of WHERE/ON/HAVING must be boolean, not {t}: {node.sql('postgres')}", node)
+        if t.kind == "unknown":
+            from millpond.sql.semantics.casts import literal_as
+
+            return literal_as(new, T.BOOLEAN, node), T.BOOLEAN
+        return new, T.BOOLEAN
+
+    def values(self, nodes: list[exp.Expression]) -> list[Typed]:
+        return [self.value(n) for n in nodes]
+
+    def cast_to(self, typed: Typed, target: SqlType, at: exp.Expression) -> exp.Expression:
+        """``typed`` converted to ``target`` the way PostgreSQL's implicit (assignment) cast would."""
+        node, t = typed
+        if t == target:
+            return node
+        from millpond.sql.semantics.casts import cast, literal_as
+
+        if t.untyped:
+            return literal_as(node, target, at)
+        return cast(node, t, target, at)
+
+
+def _slot(node: exp.Expression) -> Callable[[exp.Expression], None]:
+    """A setter for the place ``node`` holds in its parent, taken before a rule may wrap ``node``
+    (a wrapped node's parent is its wrapper)."""
+    parent, key, index = node.parent, node.arg_key, node.index
+
+    def put(new: exp.Expression) -> None:
+        parent.set(key, new, index)
+    return put

@@ -1,0 +1,212 @@
+"""PostgreSQL's types, as the semantics layer reasons about them.
+
+Every expression of a view or a query gets one :class:`SqlType`; the rules that choose engine
+expressions read it. The engines' own types follow from it: :func:`datatype` is the one sqlglot
+type both generators print (``TIMESTAMP`` is Spark's ``TIMESTAMP_NTZ``, DuckDB's ``TIMESTAMP``).
+
+NUMERIC and DECIMAL without a precision are ``DECIMAL(38,10)`` (:data:`NUMERIC_DEFAULT`): 28
+digits before the point and 10 after. Arithmetic on NUMERIC follows one set of result types in
+both engines (:func:`decimal_result`, Spark's rules: a quotient keeps at least 6 digits after
+the point, no result has more than 38 digits).
+
+    >>> decimal_result("/", numeric(10, 2), numeric(10, 0))
+    SqlType(kind='numeric', precision=21, scale=13, exact=False)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+from sqlglot import exp
+
+__all__ = ["SqlType", "NUMERIC_DEFAULT", "numeric", "INTEGER", "BIGINT", "SMALLINT", "REAL", "DOUBLE", "TEXT",
+           "BOOLEAN", "DATE", "TIMESTAMP", "TIMESTAMPTZ", "INTERVAL", "UNKNOWN", "NULL", "from_datatype",
+           "from_arrow", "from_catalog", "datatype", "decimal_of", "decimal_result", "common_type", "MAX_PRECISION"]
+
+MAX_PRECISION = 38
+
+
+@dataclass(frozen=True)
+class SqlType:
+    """A PostgreSQL type: ``kind`` is its name (``integer``, ``numeric``, ``text``...); a numeric has
+    a precision and a scale. ``exact`` is False for a numeric whose scale is millpond's choice, not
+    PostgreSQL's display scale (an unconstrained NUMERIC, a quotient): its text form would differ."""
+
+    kind: str
+    precision: int | None = None
+    scale: int | None = None
+    exact: bool = True
+
+    @property
+    def integer(self) -> bool:
+        return self.kind in ("smallint", "integer", "bigint")
+
+    @property
+    def decimal(self) -> bool:
+        return self.kind == "numeric"
+
+    @property
+    def float(self) -> bool:
+        return self.kind in ("real", "double precision")
+
+    @property
+    def number(self) -> bool:
+        return self.integer or self.decimal or self.float
+
+    @property
+    def temporal(self) -> bool:
+        return self.kind in ("date", "timestamp", "timestamp with time zone")
+
+    @property
+    def untyped(self) -> bool:
+        """A string literal or NULL: PostgreSQL's ``unknown``, typed by where it is used."""
+        return self.kind in ("unknown", "null")
+
+    def __str__(self) -> str:
+        if self.decimal:
+            return f"numeric({self.precision},{self.scale})"
+        return self.kind
+
+
+def numeric(precision: int, scale: int, *, exact: bool = True) -> SqlType:
+    return SqlType("numeric", min(precision, MAX_PRECISION), scale, exact)
+
+
+SMALLINT, INTEGER, BIGINT = SqlType("smallint"), SqlType("integer"), SqlType("bigint")
+REAL, DOUBLE = SqlType("real"), SqlType("double precision")
+TEXT, BOOLEAN, DATE = SqlType("text"), SqlType("boolean"), SqlType("date")
+TIMESTAMP, TIMESTAMPTZ = SqlType("timestamp"), SqlType("timestamp with time zone")
+INTERVAL = SqlType("interval")
+UNKNOWN, NULL = SqlType("unknown"), SqlType("null")
+NUMERIC_DEFAULT = numeric(38, 10, exact=False)
+
+_T = exp.DataType.Type
+_FROM_SQLGLOT = {
+    _T.SMALLINT: SMALLINT, _T.TINYINT: SMALLINT, _T.INT: INTEGER, _T.BIGINT: BIGINT,
+    _T.FLOAT: REAL, _T.DOUBLE: DOUBLE, _T.BOOLEAN: BOOLEAN, _T.DATE: DATE,
+    _T.TEXT: TEXT, _T.VARCHAR: TEXT, _T.NVARCHAR: TEXT, _T.TIMESTAMP: TIMESTAMP, _T.TIMESTAMPNTZ: TIMESTAMP,
+    _T.DATETIME: TIMESTAMP, _T.TIMESTAMPTZ: TIMESTAMPTZ, _T.TIMESTAMPLTZ: TIMESTAMPTZ, _T.INTERVAL: INTERVAL,
+}
+_TO_SQLGLOT = {
+    "smallint": _T.SMALLINT, "integer": _T.INT, "bigint": _T.BIGINT, "real": _T.FLOAT,
+    "double precision": _T.DOUBLE, "boolean": _T.BOOLEAN, "date": _T.DATE, "text": _T.TEXT,
+    "timestamp": _T.TIMESTAMPNTZ, "timestamp with time zone": _T.TIMESTAMPTZ, "unknown": _T.TEXT,
+    "null": _T.TEXT,
+}
+
+
+def from_datatype(dt: exp.DataType) -> SqlType | None:
+    """The type a CAST names (None: a type millpond does not have)."""
+    if dt.this == _T.DECIMAL:
+        args = [int(e.name) for e in dt.expressions]
+        if not args:
+            return NUMERIC_DEFAULT
+        return numeric(args[0], args[1] if len(args) > 1 else 0)
+    if dt.this in (_T.VARCHAR, _T.CHAR, _T.NCHAR, _T.NVARCHAR) and dt.expressions:
+        return None  # a length: see the cast rule, which truncates VARCHAR(n) itself
+    return _FROM_SQLGLOT.get(dt.this)
+
+
+def from_catalog(sql_type: str) -> SqlType:
+    """A column type stored in the catalog (``INT``, ``DECIMAL(10,2)``, ``TIMESTAMP``...)."""
+    dt = exp.DataType.build(sql_type, dialect="postgres")
+    found = from_datatype(dt)
+    return found if found is not None else TEXT
+
+
+def from_arrow(t: pa.DataType) -> SqlType:
+    if pa.types.is_int8(t) or pa.types.is_int16(t):
+        return SMALLINT
+    if pa.types.is_int32(t):
+        return INTEGER
+    if pa.types.is_integer(t):
+        return BIGINT
+    if pa.types.is_decimal(t):
+        return numeric(t.precision, t.scale)
+    if pa.types.is_float16(t) or pa.types.is_float32(t):
+        return REAL
+    if pa.types.is_floating(t):
+        return DOUBLE
+    if pa.types.is_boolean(t):
+        return BOOLEAN
+    if pa.types.is_date(t):
+        return DATE
+    if pa.types.is_timestamp(t):
+        return TIMESTAMPTZ if t.tz else TIMESTAMP
+    if pa.types.is_duration(t) or pa.types.is_interval(t):
+        return INTERVAL
+    return TEXT
+
+
+def datatype(t: SqlType) -> exp.DataType:
+    """The sqlglot type of ``t``, printed right by both generators."""
+    if t.decimal:
+        return exp.DataType(this=_T.DECIMAL, expressions=[
+            exp.DataTypeParam(this=exp.Literal.number(t.precision)), exp.DataTypeParam(this=exp.Literal.number(t.scale))])
+    return exp.DataType(this=_TO_SQLGLOT[t.kind])
+
+
+def decimal_of(t: SqlType) -> SqlType:
+    """An integer type as the decimal arithmetic sees it (``integer`` is ``numeric(10,0)``)."""
+    if t.decimal:
+        return t
+    return {"smallint": numeric(5, 0), "integer": numeric(10, 0), "bigint": numeric(20, 0)}[t.kind]
+
+
+def _bounded(precision: int, scale: int, *, exact: bool) -> SqlType:
+    """Spark's adjustment of a result wider than 38 digits: keep the integer digits and at least
+    6 digits after the point (fewer only when the value has them)."""
+    if precision <= MAX_PRECISION:
+        return numeric(precision, scale, exact=exact)
+    int_digits = precision - scale
+    min_scale = min(scale, 6)
+    return numeric(MAX_PRECISION, max(MAX_PRECISION - int_digits, min_scale), exact=False)
+
+
+def decimal_result(op: str, a: SqlType, b: SqlType) -> SqlType:
+    """The type of ``a op b`` for numerics (integers count as ``decimal_of``)."""
+    a, b = decimal_of(a), decimal_of(b)
+    p1, s1, p2, s2 = a.precision, a.scale, b.precision, b.scale
+    exact = a.exact and b.exact
+    if op in ("+", "-"):
+        scale = max(s1, s2)
+        return _bounded(max(p1 - s1, p2 - s2) + scale + 1, scale, exact=exact)
+    if op == "*":
+        return _bounded(p1 + p2 + 1, s1 + s2, exact=exact)
+    if op == "/":
+        scale = max(6, s1 + p2 + 1)
+        return _bounded(p1 - s1 + s2 + scale, scale, exact=False)
+    if op == "%":
+        scale = max(s1, s2)
+        return _bounded(min(p1 - s1, p2 - s2) + scale, scale, exact=exact)
+    raise ValueError(op)
+
+
+_INTEGER_RANK = {"smallint": 0, "integer": 1, "bigint": 2}
+
+
+def common_type(types: list[SqlType]) -> SqlType | None:
+    """The type PostgreSQL resolves CASE branches, COALESCE, IN lists and UNION columns to (None:
+    no common type). Untyped literals take the type of the others; all untyped is text."""
+    typed = [t for t in types if not t.untyped]
+    if not typed:
+        return TEXT if any(t.kind == "unknown" for t in types) else NULL
+    first = typed[0]
+    if all(t == first for t in typed):
+        return first
+    if all(t.number for t in typed):
+        if any(t.float for t in typed):
+            return DOUBLE if any(t.kind == "double precision" or not t.float for t in typed) else REAL
+        if any(t.decimal for t in typed):
+            decs = [decimal_of(t) for t in typed]
+            scale = max(d.scale for d in decs)
+            ints = max(d.precision - d.scale for d in decs)
+            same_scale = all(d.scale == scale for d in decs)  # else PostgreSQL keeps each value's own scale
+            return numeric(min(ints + scale, MAX_PRECISION), scale, exact=same_scale and all(d.exact for d in decs))
+        return max(typed, key=lambda t: _INTEGER_RANK[t.kind])
+    if all(t.kind in ("date", "timestamp") for t in typed):
+        return TIMESTAMP
+    if all(t.kind == first.kind for t in typed):
+        return first
+    return None
