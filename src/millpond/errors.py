@@ -8,6 +8,7 @@ __all__ = [
     "CatalogError",
     "SchemaError",
     "StorageError",
+    "MissingError",
     "FencedError",
     "TruncatedError",
     "InvariantError",
@@ -39,6 +40,10 @@ class SchemaError(MillpondError):
 
 class StorageError(MillpondError):
     """Object storage unreachable, or an object missing or corrupt."""
+
+
+class MissingError(StorageError):
+    """An object that is not there (a reader may have listed it before it was deleted)."""
 
 
 class FencedError(MillpondError):

@@ -357,3 +357,27 @@ def test_log_on_s3_chunks_per_group_commit(s3_url, s3_options, tmp_path):
 
 def test_segment_names_order_by_generation_then_number():
     assert SegmentName(0, 1, 5) < SegmentName(0, 2, 0) < SegmentName(0, 2, 1)
+
+
+def test_a_state_read_that_finds_a_listed_segment_gone_reads_again(tmp_path, monkeypatch):
+    """A sealed WAL segment listed, then flushed and deleted by its writer before it was read: the
+    read starts over (and finds the Parquet file) instead of failing."""
+    from millpond.errors import MissingError
+    from millpond.log import state as log_state
+    from millpond.store.objects import ObjectStore
+
+    store = ObjectStore(str(tmp_path / "root"))
+    real, calls = log_state._read_state, []
+
+    def racy(*a, **k):
+        calls.append(1)
+        if len(calls) == 1:
+            raise MissingError("object 'log/p0/wal/0000000006-000000.sealed' is missing")
+        return real(*a, **k)
+
+    monkeypatch.setattr(log_state, "_read_state", racy)
+    assert log_state.read_state(store, 2).channels == []
+    assert len(calls) == 2
+    monkeypatch.setattr(log_state, "_read_state", lambda *a, **k: (_ for _ in ()).throw(MissingError("gone")))
+    with pytest.raises(MissingError):  # not forever
+        log_state.read_state(store, 2)

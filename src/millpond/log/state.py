@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from millpond import paths
 from millpond.columns import SEQ, TICK
-from millpond.errors import StorageError
+from millpond.errors import MissingError, StorageError
 from millpond.log.wal import SegmentName, decode_entry, list_segments, read_segment, rebase, scan
 from millpond.store.objects import ObjectStore
 
@@ -106,7 +106,21 @@ def read_channels(store: ObjectStore) -> list[ChannelInfo]:
 
 
 def read_state(store: ObjectStore, physical_channels: int) -> State:
-    """Everything on storage: flushed Parquet files, checkpoints and the WAL frames after them."""
+    """Everything on storage: flushed Parquet files, checkpoints and the WAL frames after them. A
+    sealed WAL segment listed and then deleted before it was read was flushed meanwhile (by a
+    writer of that physical channel): the read starts over, and finds its Parquet file."""
+    for _ in range(READ_ATTEMPTS - 1):
+        try:
+            return _read_state(store, physical_channels)
+        except MissingError:
+            continue
+    return _read_state(store, physical_channels)
+
+
+READ_ATTEMPTS = 5
+
+
+def _read_state(store: ObjectStore, physical_channels: int) -> State:
     state = State()
     state.channels = read_channels(store)
     for info in state.channels:

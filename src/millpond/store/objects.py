@@ -19,7 +19,7 @@ from obstore.exceptions import (AlreadyExistsError, InvalidPathError, NotFoundEr
                                 UnknownConfigurationKeyError)
 from obstore.store import from_url
 
-from millpond.errors import StorageError
+from millpond.errors import MissingError, StorageError
 
 __all__ = ["ObjectStore", "open_store", "AlreadyExists"]
 
@@ -175,7 +175,7 @@ class ObjectStore:
                     return []
                 if what == "delete":
                     return None
-                raise StorageError(f"object {key!r} is missing under {self.root!r}") from None
+                raise MissingError(f"object {key!r} is missing under {self.root!r}") from None
             except _PERMANENT as exc:
                 raise StorageError(f"cannot {what} {key!r} under {self.root!r}: {exc}") from exc
             except Exception as exc:  # network, throttling, 5xx, injected faults: retried
