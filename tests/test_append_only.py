@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+from decimal import Decimal
 
 import duckdb
 import pyarrow as pa
@@ -141,4 +142,6 @@ def _nulls_first(row: tuple) -> tuple:
 
 
 def _approx(rows_: list[tuple]) -> list[tuple]:
-    return [tuple(round(v, 6) if isinstance(v, float) else v for v in r) for r in rows_]
+    """Rows with numbers to 6 decimals: millpond's AVG of integers is NUMERIC (PostgreSQL's type),
+    the DuckDB oracle's a double."""
+    return [tuple(round(float(v), 6) if isinstance(v, (float, Decimal)) else v for v in r) for r in rows_]
