@@ -81,7 +81,7 @@ from millpond.store.sst import SstRef, describe_sst
 from millpond.store.state_table import StateTable
 from millpond.store.store import Runner, StateStore, run_in_process
 
-__all__ = ["Coordinator", "EpochReport", "ROWS_PER_TASK"]
+__all__ = ["Coordinator", "EpochReport", "ROWS_PER_TASK", "describe_failure"]
 
 ROWS_PER_TASK = 50_000  # an epoch's stateful stages get one task per this many new records, up to parallelism
 PROBES = 12  # jobs spent per channel narrowing a failed view's input to the record that raised
