@@ -7,7 +7,6 @@ sees the failure and drops or recreates the view. In ``strict = false`` views, e
 
 from __future__ import annotations
 
-import re
 import time
 
 import pytest
@@ -40,7 +39,7 @@ def test_a_failing_view_is_isolated_and_the_rest_commit(open_db):
     assert status["good"]["status"] == "running" and status["good"]["error"] is None
     failed = status["d"]
     assert failed["status"] == "failed" and failed["epoch"] == good_epoch
-    assert "DIVIDE_BY_ZERO" in failed["error"] and re.search(r"10 (/|DIV) v", failed["error"])
+    assert "DIVIDE_BY_ZERO" in failed["error"] and "in 'r = 10 / v'" in failed["error"]
     assert "k=3" in failed["error"] and "v=0" in failed["error"]
     with pytest.raises(MillpondError, match=r"view 'd' failed.*DIVIDE_BY_ZERO"):
         db.sql("SELECT * FROM d")

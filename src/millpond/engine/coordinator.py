@@ -271,16 +271,21 @@ def _data_error(exc: BaseException) -> dict | None:
         return None
     message = m.group(2).split(". ")[0].rstrip(".")  # Spark's advice (try_divide, ansi) does not apply here
     context = _CONTEXT.search(text[m.end():])
-    expression = None
+    expression = column = None
     if context:  # the fragment of the SQL millpond generated, back in the user's column names
-        expression = re.sub(r"\s+AS\s+`[^`]*`\s*$", "", context.group(1).strip())
-        expression = re.sub(r"`(?:[^`]*__)?([^`]*)`", r"\1", expression)
-    return {"error_class": m.group(1), "sqlstate": m.group(3), "message": message, "expression": expression}
+        fragment = context.group(1).strip()
+        if (alias := re.search(r"\s+AS\s+`([^`]*)`\s*$", fragment)) is not None:
+            column, fragment = alias.group(1), fragment[:alias.start()]
+        expression = re.sub(r"`(?:[^`]*__)?([^`]*)`", r"\1", fragment)
+    return {"error_class": m.group(1), "sqlstate": m.group(3), "message": message, "expression": expression,
+            "column": column}
 
 
-def describe_failure(f: dict) -> str:
-    """One line: which view failed, where, why, on which input."""
-    where = f" in {f['expression']!r}" if f.get("expression") else ""
+def describe_failure(f: dict, written: str | None = None) -> str:
+    """One line: which view failed, where, why, on which input; ``written``: the failing column's
+    expression as the user wrote it (else the fragment of the SQL millpond generated)."""
+    shown = written or f.get("expression")
+    where = f" in {shown!r}" if shown else ""
     rows = f"; input: {'; '.join(f['rows'])}" if f.get("rows") else ""
     return (f"view {f['name']!r} failed at epoch {f['failed_epoch']} (its rows stay as of epoch {f['epoch']}): "
             f"[{f.get('error_class')}] {f.get('message')}{where}{rows}. Drop it, or drop and recreate it "

@@ -7,6 +7,7 @@ the plan stored with it in the catalog. Callers serialize access with :attr:`Run
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import replace
 import time
@@ -17,6 +18,8 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
+import sqlglot
+from sqlglot import exp
 
 from millpond.catalog import Catalog, CatalogStore, TableDef
 from millpond.columns import COUNT, ROW_ID, W
@@ -119,7 +122,7 @@ class Runtime:
         rel = self.catalog.relation(name)
         consumer = self._by_name[name]
         if (failure := self.coordinator.manifest.failed.get(consumer.key)) is not None:
-            raise MillpondError(describe_failure(failure))
+            raise MillpondError(self.describe_failure(failure))
         schema = rel.log_schema.remove(rel.log_schema.get_field_index(W)) if isinstance(rel, TableDef) \
             else rel.schema
         manifest = self.coordinator.manifest  # one version: its rows and its offsets agree
@@ -160,8 +163,20 @@ class Runtime:
             rows.append({"name": v.name, "status": "failed" if failure else "running" if done is not None
                          else "backfilling", "epoch": failure["epoch"] if failure else manifest.epoch if done is not None
                          else None, "lag": lag, "state_bytes": self._state_bytes(c), "on_error": v.on_error,
-                         "error": describe_failure(failure) if failure else None})
+                         "error": self.describe_failure(failure) if failure else None})
         return pa.Table.from_pylist(rows, schema=_VIEWS_SCHEMA)
+
+    def describe_failure(self, failure: dict) -> str:
+        """A failed view's failure, naming the failing column's expression as the user wrote it."""
+        view, column, written = self.catalog.views.get(failure["name"]), failure.get("column"), None
+        if view is not None and column:
+            with contextlib.suppress(sqlglot.errors.SqlglotError):
+                query = sqlglot.parse_one(view.sql, dialect="postgres")
+                select = query.find(exp.Select)
+                for item in select.expressions if select is not None else ():
+                    if item.alias_or_name == column:
+                        written = f"{column} = {item.unalias().sql('postgres')}"
+        return describe_failure(failure, written)
 
     def epochs(self) -> pa.Table:
         """``millpond_epochs``: the epochs this process committed (the last 1,000), one row per
@@ -192,3 +207,4 @@ def _consolidate(changes: pa.Table) -> pa.Table:
 
 
 SYSTEM_VIEWS = {"millpond_views": Runtime.views_status, "millpond_epochs": Runtime.epochs}
+
