@@ -28,7 +28,6 @@ import math
 import os
 import re
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -41,6 +40,7 @@ import pytest
 
 import millpond
 from millpond.errors import SqlError
+from tests.conftest import _free_port
 
 CORPUS = Path(__file__).with_name("semantics_corpus.txt")
 BATCH = 160  # expressions per view and per SELECT (each view costs its epoch a fixed share)
@@ -279,12 +279,6 @@ def _postgres_bin() -> Path | None:
         if (d / "initdb").exists() and (d / "pg_ctl").exists() and (d / "postgres").exists():
             return d
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
