@@ -13,6 +13,7 @@ __all__ = [
     "TruncatedError",
     "InvariantError",
     "ReadOnlyError",
+    "MillpondNotice",
     "unexpected",
 ]
 
@@ -64,6 +65,11 @@ class InvariantError(MillpondError):
 
 class ReadOnlyError(MillpondError):
     """A write (INSERT, CREATE, DROP, FLUSH...) on a database opened with ``read_only=True``."""
+
+
+class MillpondNotice(UserWarning):
+    """What PostgreSQL would send as a NOTICE: the statement ran, with something the user should
+    know (e.g. a session setting accepted and ignored). Issued with :func:`warnings.warn`."""
 
 
 def unexpected(exc: BaseException) -> MillpondError:

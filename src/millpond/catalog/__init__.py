@@ -1,5 +1,5 @@
-"""Table and view definitions, persisted on the root."""
+"""Table, view and SQL function definitions, persisted on the root."""
 
-from millpond.catalog.catalog import Catalog, CatalogStore, Column, TableDef, ViewDef
+from millpond.catalog.catalog import Catalog, CatalogStore, Column, FunctionDef, TableDef, ViewDef, dependency
 
-__all__ = ["Catalog", "CatalogStore", "Column", "TableDef", "ViewDef"]
+__all__ = ["Catalog", "CatalogStore", "Column", "FunctionDef", "TableDef", "ViewDef", "dependency"]

@@ -22,11 +22,12 @@ from millpond.columns import ROW_ID, W
 from millpond.errors import CatalogError, FencedError
 from millpond.store.objects import AlreadyExists, ObjectStore
 
-__all__ = ["Column", "TableDef", "ViewDef", "Catalog", "CatalogStore", "FORMAT"]
+__all__ = ["Column", "TableDef", "ViewDef", "FunctionDef", "dependency", "Catalog", "CatalogStore", "FORMAT"]
 
 # 2: views carry their CREATE statement as written and their bound plan (1: a re-generated query);
-# 3: APPEND ONLY tables (written only when there is one, so other roots stay readable by format 2)
-FORMAT = 3
+# 3: APPEND ONLY tables (written only when there is one, so other roots stay readable by format 2);
+# 4: SQL functions (written only when there is one)
+FORMAT = 4
 
 
 @dataclass(frozen=True)
@@ -84,11 +85,38 @@ class ViewDef:
 
 
 @dataclass(frozen=True)
+class FunctionDef:
+    name: str
+    sql: str  # the CREATE FUNCTION statement as written
+    params: tuple[tuple[str, str], ...]  # (name or "", SQL type), in order
+    returns: str  # SQL type
+    body: str  # the body's expression, in the PostgreSQL dialect
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "sql": self.sql, "params": [list(p) for p in self.params],
+                "returns": self.returns, "body": self.body}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "FunctionDef":
+        return cls(d["name"], d["sql"], tuple((n, t) for n, t in d["params"]), d["returns"], d["body"])
+
+    @property
+    def signature(self) -> str:
+        return f"{self.name}({', '.join(t for _, t in self.params)})"
+
+
+def dependency(name: str) -> str:
+    """How a view's ``depends_on`` names a function it calls (apart from tables and views)."""
+    return f"{name}()"
+
+
+@dataclass(frozen=True)
 class Catalog:
     version: int = 0
     next_id: int = 1
     tables: dict[str, TableDef] = field(default_factory=dict)
     views: dict[str, ViewDef] = field(default_factory=dict)
+    functions: dict[str, FunctionDef] = field(default_factory=dict)
 
     def relation(self, name: str) -> TableDef | ViewDef:
         found = self.tables.get(name) or self.views.get(name)
@@ -125,20 +153,36 @@ class Catalog:
 
     def without(self, name: str) -> "Catalog":
         self.relation(name)
-        users = sorted(v.name for v in self.views.values() if name in v.depends_on)
-        if users:
-            raise CatalogError(f"cannot drop {name!r}: views {', '.join(users)} depend on it; drop them first")
+        self._check_unused(name, repr(name))
         return replace(
             self,
             tables={k: v for k, v in self.tables.items() if k != name},
             views={k: v for k, v in self.views.items() if k != name},
         )
 
+    def with_function(self, f: FunctionDef, *, replace_: bool = False) -> "Catalog":
+        if f.name in self.functions:
+            if not replace_:
+                raise CatalogError(f"function {self.functions[f.name].signature} already exists "
+                                   "(CREATE OR REPLACE FUNCTION replaces it)")
+            self._check_unused(dependency(f.name), f"function {f.name}")
+        return replace(self, functions={**self.functions, f.name: f})
+
+    def without_function(self, name: str) -> "Catalog":
+        self._check_unused(dependency(name), f"function {name}")
+        return replace(self, functions={k: v for k, v in self.functions.items() if k != name})
+
+    def _check_unused(self, dep: str, what: str) -> None:
+        users = sorted(v.name for v in self.views.values() if dep in v.depends_on)
+        if users:
+            raise CatalogError(f"cannot drop or replace {what}: views {', '.join(users)} depend on it; "
+                               "drop them first")
+
     def to_json(self) -> bytes:
         return json.dumps(
             {
                 # an append-only table has no state of its own: older versions must not open the root
-                "format": FORMAT if any(t.append_only for t in self.tables.values()) else 2,
+                "format": 4 if self.functions else 3 if any(t.append_only for t in self.tables.values()) else 2,
                 "version": self.version,
                 "next_id": self.next_id,
                 "tables": [
@@ -152,6 +196,7 @@ class Catalog:
                      **({"on_error": v.on_error} if v.on_error != "fail" else {})}
                     for v in self.views.values()
                 ],
+                **({"functions": [f.to_json() for f in self.functions.values()]} if self.functions else {}),
             },
             indent=1,
         ).encode()
@@ -172,7 +217,8 @@ class Catalog:
                                v.get("on_error", "fail"))
             for v in body["views"]
         }
-        return cls(version=body["version"], next_id=body["next_id"], tables=tables, views=views)
+        functions = {f["name"]: FunctionDef.from_json(f) for f in body.get("functions", [])}
+        return cls(version=body["version"], next_id=body["next_id"], tables=tables, views=views, functions=functions)
 
 
 class CatalogStore:

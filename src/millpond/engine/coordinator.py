@@ -107,7 +107,7 @@ class Coordinator:
     def __init__(self, executor: EpochExecutor, store: ObjectStore, log: Log, *, parallelism: int,
                  compaction: Runner = run_in_process, ids: Callable[[], str] = paths.random_id):
         self.executor, self.store, self.log = executor, store, log
-        self.parallelism = parallelism
+        self.parallelism = self.default_parallelism = parallelism
         self.ids = ids
         self.state = StateStore(store, runner=compaction, ids=ids)  # recovery: resume from the last committed version
 

@@ -48,6 +48,7 @@ class Runtime:
         self.catalogs, self.log, self.coordinator = catalogs, log, coordinator
         self.lock = threading.RLock()
         self.on_error = "fail"  # what a data error does in views created from now on (SET on_error)
+        self.implicit_flush = False  # every INSERT, UPDATE and DELETE statement flushes (SET implicit_flush)
         self._history: deque[dict] = deque(maxlen=HISTORY)  # one row per (epoch, consumer that ran)
         self._plans: dict[int, P.Materialize] = {}  # decoded view plans by view id
         self._install(catalog)

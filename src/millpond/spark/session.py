@@ -77,6 +77,15 @@ def _python_loggers(level: int, *, force: bool) -> None:
         logger = logging.getLogger(name)
         if force or logger.level == logging.NOTSET:
             logger.setLevel(level)
+    # PySpark logs every failed query's error with a traceback through these two (not under
+    # "pyspark", not propagated); millpond reports the errors it catches itself (a failed view):
+    # quiet, they stay silent
+    from pyspark.logger import PySparkLogger  # created as PySpark creates them (its calls pass extra fields)
+
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        logger = PySparkLogger.getLogger(name)
+        if force or logger.level == logging.NOTSET:
+            logger.setLevel(LOG_LEVELS["OFF"][1] if level >= logging.ERROR else level)
 
 
 def _java_major(java: str) -> int | None:

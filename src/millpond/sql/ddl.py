@@ -1,4 +1,4 @@
-"""DDL: ``CREATE TABLE``, ``CREATE MATERIALIZED VIEW``, ``DROP``, ``SET``.
+"""DDL: ``CREATE TABLE``, ``CREATE MATERIALIZED VIEW``, ``CREATE FUNCTION``, ``DROP``, ``SET``.
 
 Each statement that changes the catalog writes one catalog version. A view's catalog entry holds
 its CREATE statement as written and its bound plan (:func:`millpond.engine.plan.encode`): the plan,
@@ -7,6 +7,8 @@ with its state ids, is what every later epoch runs.
 
 from __future__ import annotations
 
+import warnings
+
 from sqlglot import exp
 
 from millpond.catalog import Column
@@ -14,9 +16,10 @@ from millpond.catalog.types import normalize_type
 from millpond.columns import RESERVED_PREFIX
 from millpond.engine import plan as P
 from millpond.engine.runtime import Runtime
-from millpond.errors import CatalogError, MillpondError, SqlError
+from millpond.errors import CatalogError, MillpondError, MillpondNotice, SqlError
+from millpond.sql import functions
 from millpond.sql.planner import plan_view
-from millpond.sql.statements import source
+from millpond.sql.statements import source, view_definition
 
 __all__ = ["create", "drop", "set_"]
 
@@ -27,7 +30,9 @@ def create(rt: Runtime, s: exp.Create) -> None:
         return _create_table(rt, s)
     if kind == "VIEW":
         return _create_view(rt, s)
-    raise SqlError(f"CREATE {kind} is not supported (tables and materialized views are)")
+    if kind == "FUNCTION":
+        return _create_function(rt, s)
+    raise SqlError(f"CREATE {kind} is not supported (tables, materialized views and SQL functions are)")
 
 
 def _create_table(rt: Runtime, s: exp.Create) -> None:
@@ -83,12 +88,15 @@ def _create_view(rt: Runtime, s: exp.Create) -> None:
     props = s.args.get("properties")
     if not (props and any(isinstance(p, exp.MaterializedProperty) for p in props.expressions)):
         raise SqlError("only CREATE MATERIALIZED VIEW is supported")
-    name = s.this.name
+    name = (s.this.this if isinstance(s.this, exp.Schema) else s.this).name
     if s.args.get("exists") and name in rt.catalog.views:
         return
     on_error = _on_error_property(name, props, rt.on_error)
-    plan, depends = plan_view(s.expression, rt.catalog)
+    plan, depends = plan_view(view_definition(s), rt.catalog)
     schema = rt.coordinator.executor.output_schema(plan, rt.catalog.tables)
+    if isinstance(s.this, exp.Schema) and len(s.this.expressions) > len(schema):
+        raise SqlError(f"view {name!r}: too many column names were specified ({len(s.this.expressions)} "
+                       f"for {len(schema)} columns)")
     rt.commit_catalog(rt.catalog.with_view(name, source(s), schema, depends, P.encode(plan), on_error=on_error))
 
 
@@ -112,32 +120,87 @@ def _on_error_property(view: str, props: exp.Properties, default: str) -> str:
     return found
 
 
+def _create_function(rt: Runtime, s: exp.Create) -> None:
+    f = functions.define(s)
+    if s.args.get("exists") and f.name in rt.catalog.functions:
+        return
+    functions.check(f, rt.catalog.functions)
+    rt.commit_catalog(rt.catalog.with_function(f, replace_=bool(s.args.get("replace"))))
+
+
+_DROP_KINDS = {"TABLE": "table", "MATERIALIZED VIEW": "materialized view", "FUNCTION": "function"}
+
+
 def drop(rt: Runtime, s: exp.Drop) -> None:
+    """``DROP TABLE | MATERIALIZED VIEW | FUNCTION [IF EXISTS] name, ...``: each kind drops only its kind,
+    as in PostgreSQL (``DROP VIEW`` names no materialized view)."""
     kind = (s.args.get("kind") or "").upper()
+    kind = "MATERIALIZED VIEW" if kind == "VIEW" and s.args.get("materialized") else kind
+    if kind not in _DROP_KINDS:
+        raise SqlError(f"DROP {kind} is not supported (DROP TABLE, DROP MATERIALIZED VIEW and DROP FUNCTION are)")
+    if s.args.get("cascade"):
+        raise SqlError(f"DROP {kind} ... CASCADE is not supported: drop the dependent views first")
+    what = _DROP_KINDS[kind]
     for t in s.args.get("tables") or [s.this]:
         name = t.name
-        exists = name in (rt.catalog.tables if kind == "TABLE" else rt.catalog.views)
-        if not exists:
+        found = {"TABLE": rt.catalog.tables, "MATERIALIZED VIEW": rt.catalog.views,
+                 "FUNCTION": rt.catalog.functions}[kind]
+        if name not in found:
             if s.args.get("exists"):
                 continue
-            raise CatalogError(f"no {'table' if kind == 'TABLE' else 'materialized view'} named {name!r}")
+            other = next((k for k, names in (("TABLE", rt.catalog.tables), ("MATERIALIZED VIEW", rt.catalog.views))
+                          if k != kind and name in names), None)
+            if other is not None:  # PostgreSQL's own wording
+                raise CatalogError(f"{name!r} is not a {what}; use DROP {other} to remove a {_DROP_KINDS[other]}")
+            raise CatalogError(f"no {what} named {name!r}")
+        if kind == "FUNCTION":
+            rt.commit_catalog(rt.catalog.without_function(name))
+            continue
         rt.commit_catalog(rt.catalog.without(name))
         if kind == "TABLE":  # after the catalog: a crash in between leaves a channel the next CREATE replaces
             rt.log.drop_channel(name)
 
 
+# RisingWave's session settings seen in scripts: with a millpond meaning they are aliases,
+# without one they are accepted and ignored, with a warning that says so
+_ALIASES = {"streaming_parallelism": "parallelism", "rw_implicit_flush": "implicit_flush"}
+_IGNORED = ("rw_", "streaming_", "query_mode", "batch_parallelism", "client_encoding", "search_path",
+            "application_name", "timezone", "time zone", "statement_timeout", "extra_float_digits", "datestyle")
+SETTINGS = ("parallelism", "on_error", "implicit_flush")
+
+
 def set_(rt: Runtime, s: exp.Set) -> None:
+    """``SET name = value`` (or ``TO``): ``parallelism`` (``streaming_parallelism``; ``0``, ``default``
+    or ``adaptive`` mean the parallelism the database was opened with), ``on_error``,
+    ``implicit_flush`` (``rw_implicit_flush``: every INSERT, UPDATE and DELETE flushes)."""
     for item in s.expressions:
         eq = item.this
-        if isinstance(eq, exp.EQ) and eq.this.name.lower() == "parallelism":
-            n = int(eq.expression.name)
-            if n < 1:
-                raise SqlError("parallelism must be at least 1")
-            rt.coordinator.with_parallelism(n)
-        elif isinstance(eq, exp.EQ) and eq.this.name.lower() == "on_error":
-            value = eq.expression.name.lower()
+        if not isinstance(eq, exp.EQ):
+            raise SqlError(f"unsupported SET {item.sql('postgres')!r} (SET name = value)")
+        name = eq.this.name.lower()
+        value = eq.expression.name.lower() if isinstance(eq.expression, (exp.Literal, exp.Column, exp.Identifier,
+                                                                          exp.Var, exp.Boolean)) else None
+        if isinstance(eq.expression, exp.Boolean):
+            value = "true" if eq.expression.this else "false"
+        name = _ALIASES.get(name, name)
+        if name == "parallelism":
+            if value in ("default", "adaptive", "0") and eq.this.name.lower() == "streaming_parallelism" \
+                    or value == "default":
+                rt.coordinator.with_parallelism(rt.coordinator.default_parallelism)
+                continue
+            if value is None or not value.isdigit() or int(value) < 1:
+                raise SqlError(f"parallelism must be an integer of at least 1 (or default), got {eq.expression.sql('postgres')}")
+            rt.coordinator.with_parallelism(int(value))
+        elif name == "on_error":
             if value not in ON_ERROR:
                 raise SqlError(f"on_error must be one of {', '.join(map(repr, ON_ERROR))}, got {value!r}")
             rt.on_error = value  # the default of views created from now on
+        elif name == "implicit_flush":
+            if value not in ("true", "false", "on", "off", "1", "0"):
+                raise SqlError(f"implicit_flush must be true or false, got {value!r}")
+            rt.implicit_flush = value in ("true", "on", "1")
+        elif name.startswith(_IGNORED):
+            warnings.warn(f"SET {eq.this.name}: setting ignored (it has no meaning in millpond; "
+                          f"known: {', '.join(SETTINGS)})", MillpondNotice, stacklevel=2)
         else:
-            raise SqlError(f"unknown setting {item.sql('postgres')!r} (known: parallelism, on_error)")
+            raise SqlError(f"unknown setting {item.sql('postgres')!r} (known: {', '.join(SETTINGS)})")

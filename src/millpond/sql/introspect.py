@@ -1,10 +1,11 @@
-"""Statements that show what is inside: ``SHOW TABLES``, ``SHOW MATERIALIZED VIEWS``,
+"""Statements that show what is inside: ``SHOW TABLES``, ``SHOW MATERIALIZED VIEWS``, ``SHOW FUNCTIONS``,
 ``DESCRIBE name`` and ``EXPLAIN CREATE MATERIALIZED VIEW ...`` / ``EXPLAIN MATERIALIZED VIEW name``.
 
 Each returns an Arrow table, like a query:
 
 - ``SHOW TABLES``: ``name``, ``columns``, ``primary_key`` (``"a, b"`` or NULL), ``append_only``;
 - ``SHOW MATERIALIZED VIEWS`` (or ``SHOW VIEWS``): ``name``, ``columns``, ``depends_on``, ``sql``;
+- ``SHOW FUNCTIONS``: ``name``, ``arguments``, ``returns``, ``sql`` (SQL functions, :mod:`millpond.sql.functions`);
 - ``DESCRIBE name``: one row per column (``name``, ``type``, ``description``: ``primary key`` for
   a key column), then one row per property of the relation, its value in ``description``:
   ``kind``, ``primary key``, ``append only`` (tables), ``depends on`` and ``sql`` (views) — the
@@ -33,7 +34,7 @@ from millpond.sql.statements import parse
 
 __all__ = ["show", "describe", "explain"]
 
-_SHOW = {"TABLES": "tables", "MATERIALIZED VIEWS": "views", "VIEWS": "views"}
+_SHOW = {"TABLES": "tables", "MATERIALIZED VIEWS": "views", "VIEWS": "views", "FUNCTIONS": "functions"}
 
 
 def show(rt: Runtime, s: exp.Command) -> pa.Table:
@@ -54,7 +55,16 @@ def show(rt: Runtime, s: exp.Command) -> pa.Table:
             "depends_on": pa.array([", ".join(v.depends_on) for v in views], pa.string()),
             "sql": pa.array([v.sql for v in views], pa.string()),
         })
-    raise SqlError(f"SHOW {what or '(nothing)'} is not supported (known: SHOW TABLES, SHOW MATERIALIZED VIEWS)")
+    if _SHOW.get(what) == "functions":
+        functions = sorted(rt.catalog.functions.values(), key=lambda f: f.name)
+        return pa.table({
+            "name": pa.array([f.name for f in functions], pa.string()),
+            "arguments": pa.array([", ".join(f"{n} {t}".strip() for n, t in f.params) for f in functions], pa.string()),
+            "returns": pa.array([f.returns for f in functions], pa.string()),
+            "sql": pa.array([f.sql for f in functions], pa.string()),
+        })
+    raise SqlError(f"SHOW {what or '(nothing)'} is not supported "
+                   "(known: SHOW TABLES, SHOW MATERIALIZED VIEWS, SHOW FUNCTIONS)")
 
 
 def describe(rt: Runtime, s: exp.Describe) -> pa.Table:

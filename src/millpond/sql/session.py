@@ -67,7 +67,7 @@ def locate(error: MillpondError, i: int, n: int) -> None:
 
 
 def _reads(s: exp.Expression) -> bool:
-    return isinstance(s, (exp.Select, exp.Union, exp.Describe)) or keyword(s) in ("SHOW", "EXPLAIN")
+    return isinstance(s, (exp.Query, exp.Describe)) or keyword(s) in ("SHOW", "EXPLAIN")
 
 
 def verb(s: exp.Expression) -> str:
@@ -107,8 +107,6 @@ _EXECUTE = {
     exp.Insert: dml.insert,
     exp.Delete: dml.delete,
     exp.Update: dml.update,
-    exp.Select: run_query,
-    exp.Union: run_query,
     exp.Describe: introspect.describe,
 }
 _COMMANDS = {"SHOW": introspect.show, "EXPLAIN": introspect.explain}
@@ -121,7 +119,10 @@ def execute(rt: Runtime, s: exp.Expression) -> pa.Table | None:
         return None
     if isinstance(s, exp.Command) and word in _COMMANDS:
         return _COMMANDS[word](rt, s)
-    run_it = _EXECUTE.get(type(s))
+    run_it = run_query if isinstance(s, exp.Query) else _EXECUTE.get(type(s))
     if run_it is None:
         raise SqlError(f"unsupported statement: {s.sql('postgres')[:80]!r}")
-    return run_it(rt, s)
+    result = run_it(rt, s)
+    if rt.implicit_flush and isinstance(s, (exp.Insert, exp.Delete, exp.Update)):
+        rt.flush()  # SET implicit_flush = true: the statement's rows reach every view before it returns
+    return result

@@ -15,7 +15,7 @@ from sqlglot.tokens import TokenType
 
 from millpond.errors import SqlError
 
-__all__ = ["parse", "keyword", "view_query", "source"]
+__all__ = ["parse", "keyword", "view_query", "view_definition", "source"]
 
 
 class MillpondPostgres(Postgres):
@@ -104,4 +104,18 @@ def view_query(text: str) -> exp.Expression:
     """The query of a stored view definition: its CREATE statement as the user wrote it (or, in
     catalogs written before plans were stored, the bare query)."""
     statement = parse(text)[0]
-    return statement.expression if isinstance(statement, exp.Create) else statement
+    return view_definition(statement) if isinstance(statement, exp.Create) else statement
+
+
+def view_definition(create: exp.Create) -> exp.Expression:
+    """The query a ``CREATE MATERIALIZED VIEW`` defines; with a column list ``v(a, b)``, its
+    output columns renamed (the first ones, as in PostgreSQL; more names than columns are refused
+    when the query is bound)."""
+    query = create.expression
+    if not isinstance(create.this, exp.Schema):
+        return query
+    names = [e.name for e in create.this.expressions]
+    if len(set(names)) != len(names):
+        raise SqlError(f"column names of view {create.this.this.name!r} must be unique: {', '.join(names)}")
+    alias = exp.TableAlias(this=exp.to_identifier("_view"), columns=[exp.to_identifier(n) for n in names])
+    return exp.select("*").from_(exp.Subquery(this=query.copy(), alias=alias))

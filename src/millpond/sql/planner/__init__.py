@@ -4,14 +4,18 @@ A materialized view may use: joins (inner, LEFT/RIGHT/FULL outer, cross, extra n
 conditions, self-joins, any number of tables), ``WHERE``, ``GROUP BY`` or whole-input
 aggregation with COUNT(*), COUNT(x), SUM, AVG, MIN, MAX, COUNT/SUM/AVG(DISTINCT x),
 ``FILTER (WHERE ...)``, ``HAVING``, ``SELECT DISTINCT``, ``UNION [ALL]``, subqueries in FROM,
-CTEs, other views, ``ORDER BY ... LIMIT/OFFSET``, ``ROW_NUMBER() OVER (...)`` filtered by
-``rn <= N``, and the time-window table functions ``TUMBLE(t, ts, size)`` and
-``HOP(t, ts, slide, size)``.
+``[NOT] IN (SELECT ...)`` and ``[NOT] EXISTS (...)`` ANDed in WHERE, scalar aggregate subqueries
+in SELECT, WHERE and HAVING (uncorrelated, or correlated by equalities), CTEs, other views,
+``ORDER BY ... LIMIT/OFFSET``, ``ROW_NUMBER() OVER (...)`` filtered by ``rn <= N``, and the
+time-window table functions ``TUMBLE(t, ts, size)`` and ``HOP(t, ts, slide, size)``.
 
 The stages, one concern per module:
 
 - :mod:`~millpond.sql.planner.prepare` — binding, as an ordered tuple of rules: time-window table
-  functions, table names, unsupported subqueries, column qualification (sqlglot's ``qualify``);
+  functions, table names, column qualification (sqlglot's ``qualify``), subqueries, PostgreSQL's
+  meaning (:mod:`millpond.sql.semantics`);
+- :mod:`~millpond.sql.planner.subqueries` — subqueries outside FROM as joins: semi-joins, anti-joins,
+  NOT IN with PostgreSQL's NULL rules, scalar aggregates joined on their correlation keys;
 - :mod:`~millpond.sql.planner.query` — the driver over queries, UNIONs, FROM items and SELECTs;
 - :mod:`~millpond.sql.planner.pushdown` — WHERE conjuncts below the joins;
 - :mod:`~millpond.sql.planner.joins` — join keys from ON and WHERE, residual conditions;

@@ -1,8 +1,10 @@
 """Binding: the rules that turn a view's query into a checked, fully qualified tree.
 
 Applied in order (:data:`RULES`), each a function ``(context, query) -> query``. After them,
-every column names the FROM item (alias) of its scope, every table exists, and every expression
-has PostgreSQL's meaning made explicit (:mod:`millpond.sql.semantics`), or the query is refused.
+every column names the FROM item (alias) of its scope, every table exists, every subquery is a
+FROM item (:mod:`~millpond.sql.planner.subqueries` joins those of WHERE, SELECT and HAVING in),
+and every expression has PostgreSQL's meaning made explicit (:mod:`millpond.sql.semantics`), or
+the query is refused.
 """
 
 from __future__ import annotations
@@ -13,12 +15,22 @@ from sqlglot import exp
 from sqlglot.errors import OptimizeError
 from sqlglot.optimizer.qualify import qualify
 
+from millpond.catalog import dependency
 from millpond.errors import CatalogError
-from millpond.sql import semantics
+from millpond.sql import functions, grouping, semantics
 from millpond.sql.planner.context import Context, err
+from millpond.sql.planner.subqueries import unnest_subqueries
 from millpond.sql.planner.windows import expand_table_functions
 
 __all__ = ["prepare", "RULES"]
+
+
+def inline_functions(ctx: Context, query: exp.Expression) -> exp.Expression:
+    """Calls of SQL functions (``CREATE FUNCTION``) replaced by their bodies (the view depends on
+    them), and grouping sets (ROLLUP, CUBE) expanded into a UNION ALL of plain GROUP BYs."""
+    query, used = functions.inline(query, ctx.catalog.functions)
+    ctx.depends.update(dependency(f) for f in used)
+    return grouping.expand(query)
 
 
 def check_tables(ctx: Context, query: exp.Expression) -> exp.Expression:
@@ -30,18 +42,6 @@ def check_tables(ctx: Context, query: exp.Expression) -> exp.Expression:
             known = sorted([*ctx.catalog.tables, *ctx.catalog.views])
             raise CatalogError(err(f"no table or view named {t.name!r} (known: {', '.join(known) or 'none'})",
                                    t).args[0])
-    return query
-
-
-def reject_subqueries(ctx: Context, query: exp.Expression) -> exp.Expression:
-    """Subqueries are planned only in FROM (and as UNION branches)."""
-    for node in query.find_all(exp.Subquery):
-        if node.parent is not None and not isinstance(node.parent, (exp.From, exp.Join, exp.SetOperation)):
-            raise err("subqueries outside FROM (in SELECT, WHERE or ON) are not supported; write them as a join",
-                      node)
-    for node in query.find_all(exp.Exists, exp.In):
-        if node.args.get("query") or isinstance(node, exp.Exists):
-            raise err("IN (SELECT ...) and EXISTS are not supported; write them as a join", node)
     return query
 
 
@@ -72,11 +72,12 @@ def bind_semantics(ctx: Context, query: exp.Expression) -> exp.Expression:
 
 
 RULES: tuple[Callable[[Context, exp.Expression], exp.Expression], ...] = (
+    inline_functions,
     expand_table_functions,
     check_tables,
-    reject_subqueries,
     name_outputs,
     qualify_columns,
+    unnest_subqueries,
     bind_semantics,
 )
 

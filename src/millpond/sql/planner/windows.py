@@ -55,7 +55,8 @@ def _table_function(ctx: Context, node: exp.Expression) -> exp.Expression:
         exp.alias_(exp.Anonymous(this=WINDOW_FN, expressions=[ts.copy(), exp.Literal.string(wid),
                                                               exp.Literal.string("end")]), "window_end"),
     ).from_(exp.to_table(args[0].name))
-    return exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier(node.alias or name.lower())))
+    # unaliased, the window's rows are named after its table (``SELECT bid.auction FROM HOP(bid, ...)``)
+    return exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier(node.alias or args[0].name)))
 
 
 def place_windows(ctx: Context, node: P.Node, selects: list[exp.Expression]) -> tuple[P.Node, list[exp.Expression]]:

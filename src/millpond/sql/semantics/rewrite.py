@@ -64,8 +64,8 @@ class Binder:
             body = item.this if isinstance(item, exp.Alias) else item
             put = _slot(body)
             new, t = self.value(body)
-            if t.kind == "null":  # an untyped NULL column is text, as PostgreSQL resolves it
-                new, t = exp.Cast(this=new, to=T.datatype(T.TEXT)), T.TEXT
+            if t.kind == "null" and not _set_branch(q):  # an untyped NULL column is text, as PostgreSQL
+                new, t = exp.Cast(this=new, to=T.datatype(T.TEXT)), T.TEXT  # resolves it (in a UNION: the others' type)
             elif t.kind == "unknown":
                 t = T.TEXT
             if t.kind == "interval":
@@ -232,6 +232,15 @@ class Binder:
         if t.untyped:
             return literal_as(node, target, at)
         return cast(node, t, target, at)
+
+
+def _set_branch(q: exp.Expression) -> bool:
+    """``q`` is a branch of a UNION, INTERSECT or EXCEPT (its untyped NULLs take the other branches' type)."""
+    parent = q.parent
+    while isinstance(parent, exp.Subquery):
+        parent = parent.parent
+    return isinstance(parent, exp.SetOperation) and q.arg_key in ("this", "expression") or \
+        isinstance(parent, exp.SetOperation) and isinstance(q.parent, exp.Subquery)
 
 
 def _slot(node: exp.Expression) -> Callable[[exp.Expression], None]:
