@@ -40,14 +40,21 @@ def plan_query(ctx: Context, q: exp.Expression, ctes: dict[str, exp.Expression],
     return _select(ctx, q, ctes, rn_limit)
 
 
-def _union(ctx: Context, q: exp.Union, ctes: dict) -> tuple[P.Node, list[str]]:
+def _branches(ctx: Context, q: exp.SetOperation, ctes: dict) -> tuple[P.Node, list[str], P.Node, list[str]]:
+    """The two planned inputs of a UNION, INTERSECT or EXCEPT and their column names (as many)."""
+    word = q.key.upper()
     for arg in ("order", "limit", "offset"):
         if q.args.get(arg):
-            raise err(f"{arg.upper()} on a UNION is not supported; wrap the UNION in a subquery", q)
+            raise err(f"{arg.upper()} on {word} is not supported; wrap the {word} in a subquery", q)
     left, names = plan_query(ctx, q.this, ctes)
     right, rnames = plan_query(ctx, q.expression, ctes)
     if len(names) != len(rnames):
-        raise err(f"each UNION query must have the same number of columns ({len(names)} vs {len(rnames)})", q)
+        raise err(f"each {word} query must have the same number of columns ({len(names)} vs {len(rnames)})", q)
+    return left, names, right, rnames
+
+
+def _union(ctx: Context, q: exp.Union, ctes: dict) -> tuple[P.Node, list[str]]:
+    left, names, right, rnames = _branches(ctx, q, ctes)
     right = P.Project(right, tuple((column(r), n) for r, n in zip(rnames, names)))
     inputs = (*(left.inputs if isinstance(left, P.Union) else (left,)), right)
     node: P.Node = P.Union(inputs)
@@ -64,13 +71,7 @@ def _intersect_except(ctx: Context, q: exp.SetOperation, ctes: dict) -> tuple[P.
     if not q.args.get("distinct"):
         raise err(f"{word} ALL is not supported ({word} is; a bag difference or intersection would emit a "
                   "row a computed number of times)", q)
-    for arg in ("order", "limit", "offset"):
-        if q.args.get(arg):
-            raise err(f"{arg.upper()} on {word} is not supported; wrap the {word} in a subquery", q)
-    left, names = plan_query(ctx, q.this, ctes)
-    right, rnames = plan_query(ctx, q.expression, ctes)
-    if len(names) != len(rnames):
-        raise err(f"each {word} query must have the same number of columns ({len(names)} vs {len(rnames)})", q)
+    left, names, right, rnames = _branches(ctx, q, ctes)
     one, zero = exp.Literal.number(1), exp.Literal.number(0)
     tagged = P.Union((P.Project(left, (*((column(n), n) for n in names), (one, "_l"), (zero, "_r"))),
                       P.Project(right, (*((column(r), n) for r, n in zip(rnames, names)), (zero, "_l"), (one, "_r")))))
