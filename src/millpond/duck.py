@@ -2,6 +2,7 @@
 
 Opening a DuckDB database costs ~50 ms; a cursor on an open one ~1 ms. A cursor is a connection
 of its own (registered tables are per connection), so concurrent callers do not see each other.
+Its TimeZone is UTC, millpond's (a TIMESTAMPTZ result is ``timestamp[us, tz=UTC]``, as stored).
 """
 
 from __future__ import annotations
@@ -22,4 +23,5 @@ def cursor() -> duckdb.DuckDBPyConnection:
     with _lock:
         if _database is None:
             _database = duckdb.connect()
+            _database.execute("SET GLOBAL TimeZone = 'UTC'")
         return _database.cursor()

@@ -33,8 +33,9 @@ def test_unknown_table_and_column(db):
 
 
 @pytest.mark.parametrize("sql,needle", [
-    ("SELECT category, RANK() OVER (ORDER BY category) AS r FROM info", "ROW_NUMBER"),
-    ("SELECT * FROM (SELECT category, ROW_NUMBER() OVER (ORDER BY category) AS rn FROM info) s", "rn <= N"),
+    ("SELECT category, COUNT(*) OVER (ORDER BY category RANGE BETWEEN 1 PRECEDING AND CURRENT ROW) AS n FROM info",
+     "RANGE with an offset"),
+    ("SELECT category, COUNT(*) OVER w AS n FROM info WINDOW x AS (ORDER BY category)", "window 'w' does not exist"),
     ("SELECT product FROM info WHERE product IN (SELECT product FROM visit) OR category = 'c'", "IN .* under OR"),
     ("SELECT product FROM info EXCEPT ALL SELECT product FROM visit", "EXCEPT ALL is not supported"),
     ("SELECT category FROM info ORDER BY category OFFSET 2", "OFFSET without LIMIT"),

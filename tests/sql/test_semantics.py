@@ -10,8 +10,9 @@ How a value is compared (the canonical form):
 
 - the type: PostgreSQL's type name maps to one Arrow type (``integer`` is int32, ``numeric`` any
   decimal, ``text`` a string...), so ``7 / 2`` must be an integer, not a double;
-- NULL is ``NULL``; a boolean ``t``/``f``; an integer, a string, a date and a timestamp compare
-  as PostgreSQL's text output (a timestamp without trailing zeros in its fraction);
+- NULL is ``NULL``; a boolean ``t``/``f``; an integer, a string, a date, a timestamp, a timestamptz
+  and an interval compare as PostgreSQL's text output (a timestamp without trailing zeros in its
+  fraction, a timestamptz in UTC, the session TimeZone; an interval as IntervalStyle ``postgres``);
 - a double compares as a number, equal to 12 significant digits (the engines' libm may differ in
   the last bit); ``NaN`` and ``±Infinity`` exactly;
 - a numeric compares by value: equal to PostgreSQL's value rounded (half away from zero) to the
@@ -25,11 +26,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-import os
 import re
-import shutil
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
@@ -40,19 +38,22 @@ import pytest
 
 import millpond
 from millpond.errors import SqlError
-from tests.conftest import _free_port
+from tests import pg
 
 CORPUS = Path(__file__).with_name("semantics_corpus.txt")
 BATCH = 160  # expressions per view and per SELECT (each view costs its epoch a fixed share)
 
 TABLE = """CREATE TABLE t (i INT, j INT, n INT, z INT, b BIGINT, sm SMALLINT, x DOUBLE, h DOUBLE, r REAL,
     d DECIMAL(10,2), e DECIMAL(12,4), s VARCHAR, w VARCHAR, e2 VARCHAR, u VARCHAR, ts TIMESTAMP, ts2 TIMESTAMP,
-    dt DATE, flag BOOLEAN, nul INT, ns VARCHAR, nts TIMESTAMP)"""
+    dt DATE, flag BOOLEAN, nul INT, ns VARCHAR, nts TIMESTAMP, iv INTERVAL, iv2 INTERVAL, niv INTERVAL,
+    tz TIMESTAMPTZ, tz2 TIMESTAMPTZ, ntz TIMESTAMPTZ)"""
 PG_TABLE = """CREATE TABLE t (i integer, j integer, n integer, z integer, b bigint, sm smallint, x double precision,
     h double precision, r real, d numeric(10,2), e numeric(12,4), s text, w text, e2 text, u text, ts timestamp,
-    ts2 timestamp, dt date, flag boolean, nul integer, ns text, nts timestamp);
+    ts2 timestamp, dt date, flag boolean, nul integer, ns text, nts timestamp, iv interval, iv2 interval,
+    niv interval, tz timestamptz, tz2 timestamptz, ntz timestamptz);
 INSERT INTO t VALUES (7, 2, -7, 0, 3000000000, 3, 3.7, 2.5, 1.5, 1.25, -2.5, 'Hello, World', 'a,b,,c', '', 'héllo',
-    '2024-03-05 00:07:09.123456', '2023-12-31 23:59:59', '2024-03-05', true, NULL, NULL, NULL);"""
+    '2024-03-05 00:07:09.123456', '2023-12-31 23:59:59', '2024-03-05', true, NULL, NULL, NULL, '1 day 02:03:04.5',
+    '-1 mon 3 days -04:00:00', NULL, '2024-03-05 00:07:09.123456+00', '2023-12-31 23:59:59-05', NULL);"""
 
 
 def _row() -> pa.Table:
@@ -67,6 +68,14 @@ def _row() -> pa.Table:
         "dt": pa.array([dt.date(2024, 3, 5)], pa.date32()), "flag": [True],
         "nul": pa.array([None], pa.int32()), "ns": pa.array([None], pa.string()),
         "nts": pa.array([None], pa.timestamp("us")),
+        # intervals as a query returns them (month_day_nano); the instants with offsets, stored as UTC
+        "iv": pa.array([pa.MonthDayNano([0, 1, 7_384_500_000_000])], pa.month_day_nano_interval()),
+        "iv2": pa.array([pa.MonthDayNano([-1, 3, -14_400_000_000_000])], pa.month_day_nano_interval()),
+        "niv": pa.array([None], pa.month_day_nano_interval()),
+        "tz": pa.array([dt.datetime(2024, 3, 5, 0, 7, 9, 123456, tzinfo=dt.timezone.utc)], pa.timestamp("us", tz="UTC")),
+        "tz2": pa.array([dt.datetime(2023, 12, 31, 23, 59, 59, tzinfo=dt.timezone(-dt.timedelta(hours=5)))],
+                        pa.timestamp("us", tz="-05:00")),
+        "ntz": pa.array([None], pa.timestamp("us", tz="UTC")),
     })
 
 
@@ -106,7 +115,8 @@ REFUSED = [c for c in CASES if c.refused is not None]
 # -- the canonical form ---------------------------------------------------------------------------
 _TYPES = {"integer": pa.int32(), "bigint": pa.int64(), "smallint": pa.int16(), "double precision": pa.float64(),
           "real": pa.float32(), "boolean": pa.bool_(), "date": pa.date32(), "timestamp without time zone":
-          pa.timestamp("us")}
+          pa.timestamp("us"), "timestamp with time zone": pa.timestamp("us", tz="UTC"),
+          "interval": pa.month_day_nano_interval()}
 
 
 def _type_ok(pg_type: str, arrow: pa.DataType) -> bool:
@@ -123,12 +133,37 @@ def _text(value: object) -> str:
         return "NULL"
     if isinstance(value, bool):
         return "t" if value else "f"
+    if isinstance(value, pa.MonthDayNano):
+        return _interval_text(value.months, value.days, value.nanoseconds // 1000)
     if isinstance(value, dt.datetime):
+        utc = value.tzinfo is not None  # a timestamptz: shown in the session TimeZone, UTC
+        value = value.astimezone(dt.timezone.utc) if utc else value
         out = value.strftime("%Y-%m-%d %H:%M:%S")
-        return out + (f".{value.microsecond:06d}".rstrip("0") if value.microsecond else "")
+        return out + (f".{value.microsecond:06d}".rstrip("0") if value.microsecond else "") + ("+00" if utc else "")
     if isinstance(value, dt.date):
         return value.isoformat()
     return str(value)
+
+
+def _interval_text(months: int, days: int, micros: int) -> str:
+    """PostgreSQL's interval output (IntervalStyle postgres), written after its EncodeInterval."""
+    out, before = [], False
+
+    def part(value: int, unit: str) -> None:
+        nonlocal before
+        if value:
+            out.append(f"{'+' if before and value > 0 else ''}{value} {unit}{'' if value == 1 else 's'}")
+            before = value < 0
+    year = abs(months) // 12 * (1 if months >= 0 else -1)
+    part(year, "year")
+    part(months - 12 * year, "mon")
+    part(days, "day")
+    if not out or micros:
+        sign = "-" if micros < 0 else "+" if before else ""
+        m = abs(micros)
+        clock = f"{sign}{m // 3_600_000_000:02d}:{m // 60_000_000 % 60:02d}:{m // 1_000_000 % 60:02d}"
+        out.append(clock + (f".{m % 1_000_000:06d}".rstrip("0") if m % 1_000_000 else ""))
+    return " ".join(out)
 
 
 def mismatch(case: Case, value: object, arrow: pa.DataType) -> str | None:
@@ -271,57 +306,18 @@ def test_refused_constructs_are_named_at_create_and_in_select(runs):
 
 
 # -- PostgreSQL itself ----------------------------------------------------------------------------
-def _postgres_bin() -> Path | None:
-    found = shutil.which("pg_ctl")
-    candidates = [Path(found).resolve().parent] if found else []
-    candidates += sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
-    for d in candidates:
-        if (d / "initdb").exists() and (d / "pg_ctl").exists() and (d / "postgres").exists():
-            return d
-    return None
-
-
 @pytest.fixture(scope="module")
 def postgres():
     """``psql`` arguments for a throwaway PostgreSQL server on a Unix socket (stopped at teardown)."""
-    bindir = _postgres_bin()
-    psql = shutil.which("psql") or (str(bindir / "psql") if bindir and (bindir / "psql").exists() else None)
-    if bindir is None or psql is None:
-        pytest.skip("no PostgreSQL server binary (initdb, pg_ctl, postgres) is installed: the expected values "
-                    "were not checked against PostgreSQL (make setup installs it where apt-get works)")
-    home = Path(tempfile.mkdtemp(prefix="millpond-pg-"))  # not under pytest's folder: the server's user reads it
-    as_user: list[str] = []
-    if os.geteuid() == 0:  # PostgreSQL refuses to run as root: run it as the postgres user
-        runuser = shutil.which("runuser")
-        try:
-            import pwd
-
-            pwd.getpwnam("postgres")
-        except KeyError:
-            runuser = None
-        if runuser is None:
-            pytest.skip("running as root with no 'postgres' user (or runuser) to start PostgreSQL as")
-        shutil.chown(home, user="postgres")
-        home.chmod(0o755)
-        as_user = [runuser, "-u", "postgres", "--"]
-    data, port = home / "data", _free_port()
-    user = "postgres" if as_user else None
-    initdb = [*as_user, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "--no-sync", "-E", "UTF8",
-              "--locale=C.UTF-8", *(["-U", user] if user else [])]
-    options = f"-k {home} -c listen_addresses='' -p {port} -c fsync=off -c TimeZone=UTC"
-    start = [*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(home / "log"), "-w", "start"]
-    for command in (initdb, start):
-        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
-        if done.returncode:
-            shutil.rmtree(home, ignore_errors=True)
-            pytest.fail(f"{' '.join(command)} failed: {done.stderr or done.stdout}")
+    reason = pg.unavailable()
+    if reason:
+        pytest.skip(f"{reason}: the expected values were not checked against PostgreSQL (make setup installs it "
+                    "where apt-get works)")
     try:
-        yield [psql, "-h", str(home), "-p", str(port), *(["-U", user] if user else []), "-d", "postgres", "-X",
-               "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1"]
-    finally:
-        subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
-                       capture_output=True, timeout=120)
-        shutil.rmtree(home, ignore_errors=True)
+        with pg.server() as server:
+            yield server.psql()
+    except pg.StartError as exc:
+        pytest.fail(str(exc))
 
 
 _PROBE = """CREATE FUNCTION pg_temp.probe(q text, OUT typ text, OUT isnul boolean, OUT val text, OUT err text) AS $$

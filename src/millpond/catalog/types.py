@@ -1,4 +1,10 @@
-"""SQL column types and their Arrow and Spark equivalents."""
+"""SQL column types and their Arrow and Spark equivalents.
+
+A ``TIMESTAMPTZ`` is a UTC instant: Arrow ``timestamp[us, tz=UTC]``, Spark's ``TIMESTAMP``. An
+``INTERVAL`` is PostgreSQL's three fields, kept apart: Arrow ``struct<months: int32, days: int32,
+micros: int64>`` (:data:`INTERVAL`), Spark's ``STRUCT<months: INT, days: INT, micros: BIGINT>``
+(:mod:`millpond.sql.semantics.intervals` gives it its meaning).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,9 @@ from sqlglot import exp
 
 from millpond.errors import SchemaError
 
-__all__ = ["arrow_type", "normalize_type", "spark_ddl_type"]
+__all__ = ["arrow_type", "normalize_type", "spark_ddl_type", "INTERVAL"]
+
+INTERVAL = pa.struct([pa.field("months", pa.int32()), pa.field("days", pa.int32()), pa.field("micros", pa.int64())])
 
 _T = exp.DataType.Type
 _SIMPLE: dict[exp.DataType.Type, tuple[str, pa.DataType, str]] = {
@@ -23,6 +31,7 @@ _SIMPLE: dict[exp.DataType.Type, tuple[str, pa.DataType, str]] = {
     _T.DATE: ("DATE", pa.date32(), "DATE"),
     _T.TIMESTAMP: ("TIMESTAMP", pa.timestamp("us"), "TIMESTAMP_NTZ"),
     _T.TIMESTAMPTZ: ("TIMESTAMPTZ", pa.timestamp("us", tz="UTC"), "TIMESTAMP"),
+    _T.INTERVAL: ("INTERVAL", INTERVAL, "STRUCT<months: INT, days: INT, micros: BIGINT>"),
 }
 
 
@@ -40,9 +49,12 @@ def normalize_type(sql_type: str | exp.DataType) -> str:
     if dt.this == _T.DECIMAL:
         p, s = _decimal_args(dt)
         return f"DECIMAL({p},{s})"
+    if dt.this == _T.INTERVAL and dt.expressions:
+        raise SchemaError(f"column type {dt.sql('postgres')} is not supported: an INTERVAL keeps microseconds; "
+                          "use INTERVAL")
     if dt.this not in _SIMPLE:
-        raise SchemaError(f"column type {dt.sql('postgres')} is not supported; use one of "
-                          "BOOLEAN, SMALLINT, INT, BIGINT, REAL, DOUBLE, VARCHAR, DATE, TIMESTAMP, DECIMAL(p,s)")
+        raise SchemaError(f"column type {dt.sql('postgres')} is not supported; use one of BOOLEAN, SMALLINT, INT, "
+                          "BIGINT, REAL, DOUBLE, VARCHAR, DATE, TIMESTAMP, TIMESTAMPTZ, INTERVAL, DECIMAL(p,s)")
     return _SIMPLE[dt.this][0]
 
 

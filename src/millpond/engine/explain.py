@@ -22,7 +22,7 @@ run (:meth:`millpond.engine.operators.Operator.parts`).
 from __future__ import annotations
 
 from millpond.engine import plan as P
-from millpond.engine.operators import HashAggregate, HashJoin, Materialize, Operator, TopN
+from millpond.engine.operators import HashAggregate, HashJoin, Materialize, Operator, Over, TopN
 from millpond.engine.operators.aggregate import VALUE_FUNCS, value_col
 from millpond.store.sst import VNODES
 
@@ -75,6 +75,8 @@ def columns(node: P.Node) -> list[str]:
         return [*node.group, *(c.name for c in node.calls)]
     if isinstance(node, P.TopN):
         return [*columns(node.input), *([node.row_number] if node.row_number else [])]
+    if isinstance(node, P.Over):
+        return [*columns(node.input), *(c.name for c in node.calls)]
     return columns(node.input)  # Filter, Materialize
 
 
@@ -89,6 +91,8 @@ def _operator(node: P.Node, name: str) -> Operator | None:
     if isinstance(node, P.TopN):
         return TopN(tuple(columns(node.input)), node.partition, node.order, node.limit, node.offset,
                     node.row_number, name=label)
+    if isinstance(node, P.Over):
+        return Over(tuple(columns(node.input)), node.partition, node.order, node.calls, name=label)
     if isinstance(node, P.Materialize):
         return Materialize(tuple(columns(node.input)), name=name)
     return None
@@ -121,6 +125,10 @@ def _exchange(node: P.Node) -> str:
         if not node.partition:
             return "single partition (one ranking over all rows)"
         return f"hash [{', '.join(node.partition)}] -> {VNODES} vnodes"
+    if isinstance(node, P.Over):
+        if not node.partition:
+            return "single partition (one window over all rows)"
+        return f"hash [{', '.join(node.partition)}] -> {VNODES} vnodes (each touched partition recomputed)"
     below = P.keyed_by(node.input)
     if below is not None:
         return f"none: rows stay in the tasks of {type(below).__name__} #{below.node_id}"

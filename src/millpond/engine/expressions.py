@@ -227,9 +227,7 @@ _SPARK_FIELDS = {
     "second_micros": "CAST(EXTRACT(SECOND FROM {0}) * 1000000 AS INT)", "dow": "DAYOFWEEK({0}) - 1",
     "isodow": "WEEKDAY({0}) + 1", "doy": "DAYOFYEAR({0})", "week": "WEEKOFYEAR({0})", "quarter": "QUARTER({0})",
     "isoyear": "EXTRACT(YEAROFWEEK FROM {0})",
-    "epoch_us": "CAST(UNIX_DATE(CAST({0} AS DATE)) AS BIGINT) * 86400000000 + "
-                "CAST(HOUR({0}) * 3600 + MINUTE({0}) * 60 AS BIGINT) * 1000000 + "
-                "CAST(EXTRACT(SECOND FROM {0}) * 1000000 AS BIGINT)",
+    "epoch_us": "TIMESTAMPDIFF(MICROSECOND, TIMESTAMP_NTZ '1970-01-01 00:00:00', {0})",
 }
 _DUCKDB_FIELDS = {
     "year": "YEAR({0})", "month": "MONTH({0})", "day": "DAY({0})", "hour": "HOUR({0})", "minute": "MINUTE({0})",
@@ -262,6 +260,54 @@ def _duckdb_interval(months: int, days: int, micros: int) -> str:
     return f"TO_MONTHS({months}) + TO_DAYS({days}) + TO_MICROSECONDS({micros})"
 
 
+# An INTERVAL value is the struct (months INT, days INT, micros BIGINT) in both engines
+# (millpond.sql.semantics.intervals): MP_IV(months, days, micros) builds one, MP_IV_PART(iv, 'days')
+# reads a field. MP_INTERVAL (an engine interval constant) and MP_TS_DIFF (the engine's own
+# timestamp difference) are the forms of plans bound before intervals were values; they keep
+# their meaning there.
+def _strict(a: list[str], e: list[exp.Expression], value: str) -> str:
+    """``value``, or NULL when the fields are NULL (fields of one interval are NULL together: one
+    is tested, the shortest that is not a constant)."""
+    fields = [t for t, n in zip(a, e) if not isinstance(n.this if isinstance(n, exp.Neg) else n, exp.Literal)]
+    if not fields:
+        return value
+    return f"CASE WHEN {min(fields, key=len)} IS NULL THEN NULL ELSE {value} END"
+
+
+def _spark_iv(a: list[str], e: list[exp.Expression]) -> str:
+    # the cast makes the fields nullable, as a stored interval's are (a constant's would not be)
+    return _strict(a, e, f"CAST(NAMED_STRUCT('months', CAST({a[0]} AS INT), 'days', CAST({a[1]} AS INT), "
+                         f"'micros', CAST({a[2]} AS BIGINT)) AS STRUCT<months: INT, days: INT, micros: BIGINT>)")
+
+
+def _duckdb_iv(a: list[str], e: list[exp.Expression]) -> str:
+    return _strict(a, e, f"{{'months': CAST({a[0]} AS INTEGER), 'days': CAST({a[1]} AS INTEGER), "
+                         f"'micros': CAST({a[2]} AS BIGINT)}}")
+
+
+def _iv_key(render: Render) -> Render:
+    """MP_IV_KEY(span): the interval of a span of microseconds, normalized (whole days, and the time
+    under a day with the days' sign): the key equal intervals share."""
+    def rule(a: list[str], e: list[exp.Expression]) -> str:
+        s = a[0]
+        day = "86400000000"
+        div = "DIV" if render is _spark_iv else "//"
+        return render(["0", f"({s} {div} {day})", f"({s} % {day})"], [exp.Literal.number(0), e[0], e[0]])
+    return rule
+
+
+def _spark_ts_add(a: list[str]) -> str:
+    """``ts + (months, days, micros)``: months first (the day clamped to the month's end), then days,
+    then the time, as PostgreSQL adds an interval."""
+    return (f"TIMESTAMPADD(MICROSECOND, CAST({a[3]} AS BIGINT), TIMESTAMPADD(DAY, CAST({a[2]} AS INT), "
+            f"TIMESTAMPADD(MONTH, CAST({a[1]} AS INT), {a[0]})))")
+
+
+def _duckdb_ts_add(a: list[str]) -> str:
+    return (f"((({a[0]} + TO_MONTHS(CAST({a[1]} AS INTEGER))) + TO_DAYS(CAST({a[2]} AS INTEGER))) "
+            f"+ TO_MICROSECONDS(CAST({a[3]} AS BIGINT)))")
+
+
 def _spark_trunc(a: list[str], e: list[exp.Expression]) -> str:
     unit = {"microseconds": "MICROSECOND", "milliseconds": "MILLISECOND"}.get(_str(e[0]), _str(e[0]).upper())
     return f"CAST(DATE_TRUNC('{unit}', {a[1]}) AS TIMESTAMP_NTZ)"
@@ -288,6 +334,15 @@ _SPARK: dict[str, Render] = {
     "DATE_TRUNC": _spark_trunc,
     "INTERVAL": lambda a, e: _spark_interval(*(_int(x) for x in e)),
     "ADD_INTERVAL": lambda a, e: f"{a[0]} + {_spark_interval(*(_int(x) for x in e[1:]))}",
+    "IV": _spark_iv,
+    "IV_KEY": lambda a, e: _iv_key(_spark_iv)(a, e),
+    "IV_PART": lambda a, e: f"{a[0]}.{_str(e[1])}",
+    "TS_ADD": lambda a, e: _spark_ts_add(a),
+    "TRUNC_INT": lambda a, e: f"CAST({a[0]} AS BIGINT)",
+    # a TIMESTAMPTZ (Spark's TIMESTAMP, a UTC instant) to and from the UTC wall clock, whatever the
+    # session time zone is: millpond's TimeZone is UTC
+    "TZ_TO_TS": lambda a, e: f"TIMESTAMPADD(MICROSECOND, UNIX_MICROS({a[0]}), TIMESTAMP_NTZ '1970-01-01 00:00:00')",
+    "TS_TO_TZ": lambda a, e: f"TIMESTAMP_MICROS({_SPARK_FIELDS['epoch_us'].format(a[0])})",
 }
 
 _DUCKDB: dict[str, Render] = {
@@ -307,6 +362,13 @@ _DUCKDB: dict[str, Render] = {
     "DATE_TRUNC": lambda a, e: f"DATE_TRUNC('{_str(e[0])}', {a[1]})",
     "INTERVAL": lambda a, e: _duckdb_interval(*(_int(x) for x in e)),
     "ADD_INTERVAL": lambda a, e: f"{a[0]} + ({_duckdb_interval(*(_int(x) for x in e[1:]))})",
+    "IV": _duckdb_iv,
+    "IV_KEY": lambda a, e: _iv_key(_duckdb_iv)(a, e),
+    "IV_PART": lambda a, e: f"STRUCT_EXTRACT({a[0]}, '{_str(e[1])}')",
+    "TS_ADD": lambda a, e: _duckdb_ts_add(a),
+    "TRUNC_INT": lambda a, e: f"CAST(TRUNC({a[0]}) AS BIGINT)",
+    "TZ_TO_TS": lambda a, e: f"TIMEZONE('UTC', {a[0]})",
+    "TS_TO_TZ": lambda a, e: f"TIMEZONE('UTC', {a[0]})",
 }
 
 

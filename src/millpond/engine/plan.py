@@ -2,7 +2,7 @@
 
 Every node's output is a changelog (a Z-set): its columns plus the weight ``_w``. Stateless
 nodes (``Filter``, ``Project``, ``Window``, ``Union``) become the executor's expressions; stateful
-nodes (``Join``, ``Aggregate``, ``TopN``, ``Materialize``) run as operators after an exchange on
+nodes (``Join``, ``Aggregate``, ``TopN``, ``Over``, ``Materialize``) run as operators after an exchange on
 their key, and own state tables named ``o<object id>.n<node id>.<part>`` (:func:`state_id`).
 
 Expressions stay sqlglot trees over plan-internal column names (``<alias>__<column>``); the SQL of
@@ -26,8 +26,9 @@ from typing import Union as Union_
 
 from sqlglot import exp
 
-__all__ = ["Source", "Filter", "Project", "Window", "Union", "Join", "AggCall", "Aggregate", "TopN", "Materialize",
-           "Node", "state_id", "keyed_by", "sources", "encode", "decode", "canonical", "explain", "describe", "PLAN_FORMAT"]
+__all__ = ["Source", "Filter", "Project", "Window", "Union", "Join", "AggCall", "Aggregate", "TopN", "Frame",
+           "OverCall", "Over", "Materialize", "Node", "state_id", "keyed_by", "sources", "encode", "decode",
+           "canonical", "explain", "describe", "PLAN_FORMAT"]
 
 PLAN_FORMAT = 1  # the encoding of a stored plan; another one is refused by name
 
@@ -130,6 +131,48 @@ class TopN:
 
 
 @dataclass(frozen=True)
+class Frame:
+    """The rows a window aggregate reads around the current row. ``start`` and ``end`` are offsets
+    from it (negative: preceding, 0: the current row, positive: following) or None (unbounded). A
+    ``rows`` frame counts physical rows; a ``range`` frame's bounds are 0 or None and 0 means the
+    current row's peers (rows equal in ORDER BY) up to its first (start) or last (end) one."""
+
+    kind: Literal["rows", "range"]
+    start: int | None
+    end: int | None
+
+
+WindowFunc = Literal["row_number", "rank", "dense_rank", "count_star", "count", "sum", "min", "max", "lag", "lead"]
+
+
+@dataclass(frozen=True)
+class OverCall:
+    """One window function: aggregates (``count_star``, ``count``, ``sum``, ``min``, ``max``) read
+    ``frame``; ``lag``/``lead`` read ``arg`` ``offset`` rows before/after the current one, else the
+    ``default`` column (None: NULL); the ranking functions read neither."""
+
+    func: WindowFunc
+    arg: str | None  # an input column name
+    name: str  # output column name
+    frame: Frame | None = None
+    offset: int = 1
+    default: str | None = None
+
+
+@dataclass(frozen=True)
+class Over:
+    """Window functions over each ``partition`` in ``order`` (column, descending, nulls first), with
+    PostgreSQL's meaning; ties are broken by the remaining columns, so ROW_NUMBER, ROWS frames,
+    LAG and LEAD are deterministic. Outputs every input row with one column per call."""
+
+    input: "Node"
+    partition: tuple[str, ...]
+    order: tuple[tuple[str, bool, bool], ...]
+    calls: tuple[OverCall, ...]
+    node_id: int
+
+
+@dataclass(frozen=True)
 class Materialize:
     """Keeps the rows of a view (or table) as a multiset keyed by all of its columns."""
 
@@ -137,9 +180,9 @@ class Materialize:
     node_id: int
 
 
-Node = Union_[Source, Filter, Project, Window, Union, Join, Aggregate, TopN, Materialize]
+Node = Union_[Source, Filter, Project, Window, Union, Join, Aggregate, TopN, Over, Materialize]
 _CLASSES = {c.__name__: c for c in (Source, Filter, Project, Window, Union, Join, AggCall, Aggregate, TopN,
-                                    Materialize)}
+                                    Frame, OverCall, Over, Materialize)}
 
 
 def state_id(object_id: int, node_id: int, part: str) -> str:
@@ -164,7 +207,7 @@ def keyed_by(node: Node) -> Node | None:
     one row in one epoch may be read by two tasks."""
     while isinstance(node, (Project, Filter)):
         node = node.input
-    return node if isinstance(node, (Aggregate, Join, TopN)) else None
+    return node if isinstance(node, (Aggregate, Join, TopN, Over)) else None
 
 
 def sources(node: Node) -> list[Source]:
@@ -332,7 +375,28 @@ def describe(node: Node) -> str:
         rn = f" row_number {node.row_number}" if node.row_number else ""
         return (f"TopN #{node.node_id} partition [{', '.join(node.partition)}] order [{order}] "
                 f"limit {node.limit} offset {node.offset}{rn}")
+    if isinstance(node, Over):
+        order = ", ".join(f"{c}{' DESC' if d else ''}{' NULLS FIRST' if nf else ''}" for c, d, nf in node.order)
+        calls = ", ".join(f"{c.name} := {_call(c)}" for c in node.calls)
+        return f"Over #{node.node_id} partition [{', '.join(node.partition)}] order [{order}] calls [{calls}]"
     return f"Materialize #{node.node_id}"
+
+
+def _call(c: OverCall) -> str:
+    if c.func in ("lag", "lead"):
+        return f"{c.func}({c.arg}, {c.offset}{', ' + c.default if c.default else ''})"
+    text = f"{c.func}({c.arg or ''})"
+    if c.frame is None:
+        return text
+
+    def bound(b: int | None, unbounded: str) -> str:
+        if b is None:
+            return unbounded
+        if b == 0:
+            return "current row"
+        return f"{abs(b)} {'preceding' if b < 0 else 'following'}"
+    start, end = bound(c.frame.start, "unbounded preceding"), bound(c.frame.end, "unbounded following")
+    return f"{text} {c.frame.kind} {start}..{end}"
 
 
 def _assign(e: exp.Expression, name: str) -> str:

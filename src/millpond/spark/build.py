@@ -25,7 +25,7 @@ from millpond.columns import KH, ROW_ID, VN, W
 from millpond.engine import plan as P
 from millpond.engine.executor import Consumer, EpochJob, PieceSource, Ranges
 from millpond.engine.expressions import to_duckdb, to_spark
-from millpond.engine.operators import HashAggregate, HashJoin, Materialize, Operator, TopN
+from millpond.engine.operators import HashAggregate, HashJoin, Materialize, Operator, Over, TopN
 from millpond.engine.operators.aggregate import VALUE_FUNCS, nonnull_col, sum_col, value_col
 from millpond.engine.operators.join import SIDE
 from millpond.log import read_pieces
@@ -228,6 +228,17 @@ class Builder:
                   name=f"{self.consumer.name}#{node.node_id}")
         return df.mapInArrow(self._task(node.node_id, op, schema), schema)
 
+    def _over(self, node: P.Over) -> DataFrame:
+        df = self.build(node.input)
+        cols = [c for c in df.columns if c != W]
+        df = self._exchange(df, list(node.partition))
+        fields = [*(df.schema[c] for c in cols),
+                  *(T.StructField(c.name, _over_type(c, df.schema[c.arg].dataType if c.arg else None))
+                    for c in node.calls)]
+        schema = T.StructType([*fields, T.StructField(W, T.LongType())])
+        op = Over(tuple(cols), node.partition, node.order, node.calls, name=f"{self.consumer.name}#{node.node_id}")
+        return df.mapInArrow(self._task(node.node_id, op, schema), schema)
+
     def _materialize(self, node: P.Materialize) -> DataFrame:
         df = self.build(node.input)
         cols = [c for c in df.columns if c != W]
@@ -268,6 +279,20 @@ def null_on_error(e: exp.Expression) -> exp.Expression:
     return e.copy().transform(fn)
 
 
+def _over_type(call: P.OverCall, arg: T.DataType | None) -> T.DataType:
+    """A window call's output type, as :func:`millpond.engine.operators.over.output_type` makes it."""
+    if call.func in ("row_number", "rank", "dense_rank", "count_star", "count"):
+        return T.LongType()
+    assert arg is not None
+    if call.func == "sum":
+        if isinstance(arg, T.IntegralType):
+            return T.LongType()
+        if isinstance(arg, T.DecimalType):
+            return T.DecimalType(38, arg.scale)
+        return T.DoubleType() if isinstance(arg, T.FractionalType) else arg
+    return arg
+
+
 def _hash(keys: list[str]) -> str:
     """The SQL of the 64-bit key hash of ``keys`` (its vnode is the hash modulo ``VNODES``)."""
     return f"xxhash64({', '.join(_quote(k) for k in keys)})" if keys else "CAST(0 AS BIGINT)"
@@ -303,4 +328,4 @@ def _common_type(a: T.DataType, b: T.DataType) -> T.DataType:
 def _arrow_schema(schema: T.StructType) -> pa.Schema:
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    return to_arrow_schema(schema, prefers_large_types=True)
+    return to_arrow_schema(schema, prefers_large_types=True, timezone="UTC")  # a TIMESTAMP is a UTC instant

@@ -56,4 +56,4 @@ class SparkExecutor:
         job = EpochJob(root="", storage={}, epoch=0, attempt="", parallelism=1, manifest=Manifest())
         consumer = Consumer("o0", 0, "", plan, ())
         df = Builder(self.spark, job, consumer, ranges, tables, lambda *_: []).build(plan.input)
-        return to_arrow_schema(T.StructType([f for f in df.schema if f.name != W]))
+        return to_arrow_schema(T.StructType([f for f in df.schema if f.name != W]), timezone="UTC")

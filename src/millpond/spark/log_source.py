@@ -193,9 +193,11 @@ class _BatchReader(DataSourceReader):
 
 
 def _arrow_schema(spark_schema, *, exclude: tuple[str, ...] = ()) -> pa.Schema:  # noqa: ANN001
+    """The Arrow schema of a Spark schema; Spark's TIMESTAMP (a TIMESTAMPTZ column) is a UTC instant,
+    ``timestamp[us, tz=UTC]`` as a table stores it."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    arrow = to_arrow_schema(spark_schema)
+    arrow = to_arrow_schema(spark_schema, timezone="UTC")
     return pa.schema([f for f in arrow if f.name not in exclude])
 
 

@@ -62,6 +62,9 @@ def _create_table(rt: Runtime, s: exp.Create) -> None:
         raise SqlError(f"table {name!r}: an APPEND ONLY table cannot have a primary key (an insert of an existing "
                        "key would replace a row)")
     names = [c.name for c in cols]
+    for p in [c.name for c in cols if c.type == "INTERVAL" and c.name in pk]:  # keys are compared field by field
+        raise SqlError(f"table {name!r}: an INTERVAL primary key ({p!r}) is not supported (PostgreSQL's key "
+                       "equality makes '24 hours' and '1 day' one key)")
     for bad in [p for p in pk if p not in names] + [n for n in names if n.startswith(RESERVED_PREFIX)]:
         raise SqlError(f"table {name!r}: invalid column {bad!r} (unknown primary key column, "
                        f"or a name starting with {RESERVED_PREFIX!r}, which millpond reserves)")

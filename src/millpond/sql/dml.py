@@ -17,7 +17,7 @@ from millpond.columns import ROW_ID
 from millpond.engine import ingest
 from millpond.engine.runtime import Runtime
 from millpond.errors import SqlError
-from millpond.sql.query import run_query
+from millpond.sql.query import run_query, tables_read
 
 __all__ = ["insert", "delete", "update"]
 
@@ -32,15 +32,23 @@ def insert(rt: Runtime, s: exp.Insert) -> None:
     names = cols or [c.name for c in t.columns]
     body = s.expression
     if isinstance(body, exp.Values):
+        types = {c.name: c.type for c in t.columns}
         for row in body.expressions:
             if len(row.expressions) != len(names):
                 raise SqlError(f"INSERT INTO {t.name}: {len(row.expressions)} values for {len(names)} columns "
                                f"in {row.sql('postgres')}")
+            for cell, name in zip(list(row.expressions), names):
+                # a string constant is read by the column type's input rules, as PostgreSQL reads it
+                # ('1 day 02:00', '2001-01-01 18:00:00+02'): Arrow has no reader for these two
+                if isinstance(cell, exp.Literal) and cell.is_string and types.get(name) in ("INTERVAL", "TIMESTAMPTZ"):
+                    cell.replace(exp.Cast(this=cell.copy(), to=exp.DataType.build(types[name], dialect="postgres")))
         alias = exp.TableAlias(this=exp.to_identifier("_v"), columns=[exp.to_identifier(n) for n in names])
         query = exp.select(*[exp.column(n, "_v") for n in names]).from_(
             exp.Values(expressions=body.expressions, alias=alias))
     else:
         query = body
+        if tables_read(query):  # like DELETE and UPDATE, it reads what the statements before it wrote
+            rt.flush()
     rows = run_query(rt, query)
     if rows.num_columns != len(names):
         raise SqlError(f"INSERT INTO {t.name}: {rows.num_columns} values for {len(names)} columns")

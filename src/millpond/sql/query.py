@@ -16,7 +16,8 @@ from millpond.columns import ROW_ID
 from millpond.engine.runtime import Runtime
 from millpond.errors import SqlError
 from millpond.serve import answer
-from millpond.sql import functions, grouping, semantics
+from millpond.sql import semantics
+from millpond.sql.desugar import desugar
 
 __all__ = ["run_query", "bind_query", "bind_select", "tables_read"]
 
@@ -28,8 +29,7 @@ def run_query(rt: Runtime, query: exp.Expression, *, hidden: bool = False) -> pa
 
 def bind_query(rt: Runtime, query: exp.Expression, *, hidden: bool = False) -> exp.Expression:
     """``query`` qualified and bound: PostgreSQL's meaning, explicit for DuckDB."""
-    query, _ = functions.inline(query.copy(), rt.catalog.functions)
-    query = grouping.expand(query)
+    query, _ = desugar(query.copy(), rt.catalog.functions)
     types = {name: _columns(rt, name, hidden=hidden) for name in tables_read(query)}
     return bind_select(query, types)
 

@@ -17,7 +17,8 @@ from sqlglot.optimizer.qualify import qualify
 
 from millpond.catalog import dependency
 from millpond.errors import CatalogError
-from millpond.sql import functions, grouping, semantics
+from millpond.sql import semantics
+from millpond.sql.desugar import desugar
 from millpond.sql.planner.context import Context, err
 from millpond.sql.planner.subqueries import unnest_subqueries
 from millpond.sql.planner.windows import expand_table_functions
@@ -27,10 +28,10 @@ __all__ = ["prepare", "RULES"]
 
 def inline_functions(ctx: Context, query: exp.Expression) -> exp.Expression:
     """Calls of SQL functions (``CREATE FUNCTION``) replaced by their bodies (the view depends on
-    them), and grouping sets (ROLLUP, CUBE) expanded into a UNION ALL of plain GROUP BYs."""
-    query, used = functions.inline(query, ctx.catalog.functions)
+    them), named windows and grouping sets rewritten away (:func:`~millpond.sql.desugar.desugar`)."""
+    query, used = desugar(query, ctx.catalog.functions)
     ctx.depends.update(dependency(f) for f in used)
-    return grouping.expand(query)
+    return query
 
 
 def check_tables(ctx: Context, query: exp.Expression) -> exp.Expression:

@@ -3,7 +3,7 @@
 Inside a SELECT, every FROM item's columns are renamed ``<alias>__<column>`` (self-joins and
 clashing names stay apart) and every item that is not a plain table is re-projected to those
 names. Then, in order: filter pushdown, joins, the remaining WHERE conjuncts, time windows,
-aggregation or ROW_NUMBER, DISTINCT, ORDER BY ... LIMIT.
+aggregation or window functions, DISTINCT, ORDER BY ... LIMIT.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from millpond.sql.planner.exprs import aliases, column, conjuncts, rename, unali
 from millpond.sql.planner.joins import join_kind, plan_join
 from millpond.sql.planner.prepare import prepare
 from millpond.sql.planner.pushdown import padded_aliases, push_filters
-from millpond.sql.planner.topn import plan_order_limit, plan_row_number, row_number_limit
+from millpond.sql.planner.over import plan_window_functions
+from millpond.sql.planner.topn import plan_order_limit, row_number_limit
 from millpond.sql.planner.windows import place_windows
 from millpond.sql.statements import view_query
 
@@ -167,7 +168,7 @@ def _select(ctx: Context, q: exp.Select, ctes: dict, rn_limit: int | None) -> tu
 
     node, selects = place_windows(ctx, node, q.expressions)
     if any(s.find(exp.Window) for s in selects):
-        node, names = plan_row_number(ctx, q, node, selects, rn_limit)
+        node, names = plan_window_functions(ctx, q, node, selects, rn_limit)
     else:
         having = [q.args["having"]] if q.args.get("having") else []
         aggs = [a for e in [*selects, *having] for a in e.find_all(exp.AggFunc)]

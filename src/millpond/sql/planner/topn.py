@@ -41,7 +41,8 @@ def row_number_limit(item: exp.Expression, alias: str, where: list, ctes: dict) 
         else None
     if not isinstance(inner, exp.Select):
         return None
-    rn = [s.alias_or_name for s in inner.expressions if isinstance(s, exp.Alias) and isinstance(s.this, exp.Window)]
+    rn = [s.alias_or_name for s in inner.expressions
+          if isinstance(s, exp.Alias) and isinstance(s.this, exp.Window) and isinstance(s.this.this, exp.RowNumber)]
     bounds = []
     for cond in where:
         for op, col, lit in comparisons(cond):
@@ -52,19 +53,16 @@ def row_number_limit(item: exp.Expression, alias: str, where: list, ctes: dict) 
     return min(bounds) if bounds else None
 
 
-def plan_row_number(ctx: Context, q: exp.Select, node: P.Node, selects: list, limit: int | None
+def plan_row_number(ctx: Context, q: exp.Select, node: P.Node, selects: list, limit: int
                     ) -> tuple[P.Node, list[str]]:
+    """``selects`` with ``ROW_NUMBER() OVER (...) AS rn`` as their only window function, where the
+    enclosing query keeps ``rn <= limit``: the first ``limit`` rows of each partition (the caller,
+    :func:`~millpond.sql.planner.over.plan_window_functions`, checked that shape)."""
     if q.args.get("group") or any(a.find_ancestor(exp.Window) is None for s in selects
                                   for a in s.find_all(exp.AggFunc)):
         raise err("window functions together with aggregation are not supported", q)
     windows = [s for s in selects if s.find(exp.Window)]
     w = windows[0].find(exp.Window)
-    if len(windows) > 1 or not isinstance(windows[0], exp.Alias) or windows[0].this is not w \
-            or not isinstance(w.this, exp.RowNumber):
-        raise err("the only window function supported is ROW_NUMBER() OVER (PARTITION BY ... ORDER BY ...) AS rn, "
-                  "filtered by rn <= N in the enclosing query", w)
-    if limit is None:
-        raise err("ROW_NUMBER() needs a filter rn <= N (or rn = 1) in the enclosing query's WHERE", w)
     exprs, names = [], []
     for s in selects:
         if s is windows[0]:

@@ -20,6 +20,8 @@ The modules, one concern each:
 - :mod:`~millpond.sql.semantics.functions` — the allow-list of functions (:data:`FUNCTIONS`);
 - :mod:`~millpond.sql.semantics.aggregates` — aggregates and window functions;
 - :mod:`~millpond.sql.semantics.datetime` — date/time arithmetic, EXTRACT, date_trunc, to_char;
+- :mod:`~millpond.sql.semantics.intervals` — INTERVAL values: representation, arithmetic, text, EXTRACT;
+- :mod:`~millpond.sql.semantics.interval_keys` — intervals as GROUP BY / DISTINCT keys, MIN and MAX;
 - :mod:`~millpond.sql.semantics.regex` — regular expressions;
 - :mod:`~millpond.sql.semantics.constants` — typed constants (``'1 day'::interval``);
 - :mod:`millpond.engine.expressions` — the internal calls (and DuckDB's division) as engine SQL.
@@ -57,7 +59,8 @@ def bind(query: exp.Expression, tables: Mapping[str, Mapping[str, SqlType]], *, 
 
 def sqlglot_schema(tables: Mapping[str, Mapping[str, SqlType]]) -> dict[str, dict[str, str]]:
     """The column types as sqlglot's ``qualify`` takes them."""
-    return {t: {c: datatype(ty).sql("postgres") for c, ty in cols.items()} for t, cols in tables.items()}
+    return {t: {c: "INTERVAL" if ty.kind == "interval" else datatype(ty).sql("postgres") for c, ty in cols.items()}
+            for t, cols in tables.items()}
 
 
 _PG_NAMES = {

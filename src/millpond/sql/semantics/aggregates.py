@@ -55,8 +55,32 @@ def _aggregate_arg(b: Binder, node: exp.Expression) -> tuple[Typed, bool]:
 def _count(b: Binder, node: exp.Count) -> Typed:
     if isinstance(node.this, exp.Star):
         return exp.Count(this=exp.Star()), T.BIGINT
-    (arg, _), _ = _aggregate_arg(b, node)
+    (arg, t), distinct = _aggregate_arg(b, node)
+    if distinct and t.kind == "interval":  # equal intervals ('24 hours', '1 day') count once
+        from millpond.sql.semantics.intervals import span
+
+        arg = exp.Distinct(expressions=[span(arg.expressions[0])])
     return exp.Count(this=arg), T.BIGINT
+
+
+def _interval_aggregate(node: exp.Expression, arg: exp.Expression, distinct: bool) -> Typed:
+    """SUM, AVG, MIN and MAX of intervals over plain aggregates both the engines and the incremental
+    planner have: SUM adds the fields (PostgreSQL's interval addition), AVG divides that sum by the
+    count as PostgreSQL does, MIN and MAX take the extreme of a text key that orders intervals by
+    span and keeps them whole (:func:`~millpond.sql.semantics.interval_keys.sort_key`)."""
+    from millpond.sql.semantics import intervals
+    from millpond.sql.semantics.interval_keys import of_sort_key, sort_key
+
+    name = _name(node)
+    if distinct and name in ("sum", "avg"):
+        raise _refuse(f"{name}(DISTINCT interval) is not supported", node)
+    if isinstance(node, (exp.Min, exp.Max)):  # the extreme interval itself, found by its sort key
+        return of_sort_key(type(node)(this=sort_key(arg))), T.INTERVAL
+    total = intervals.make(*(exp.Sum(this=p) for p in intervals.parts(arg)))
+    if isinstance(node, exp.Sum):
+        return total, T.INTERVAL
+    count = exp.Nullif(this=exp.Count(this=arg.copy()), expression=exp.Literal.number(0))  # no rows: NULL
+    return intervals.divide(total, exp.Cast(this=count, to=T.datatype(T.DOUBLE))), T.INTERVAL
 
 
 def _sum(b: Binder, node: exp.Sum) -> Typed:
@@ -64,6 +88,8 @@ def _sum(b: Binder, node: exp.Sum) -> Typed:
     inner = arg.expressions[0] if distinct else arg
     if t.untyped:
         raise _refuse("function sum(unknown) is not unique: cast the argument", node)
+    if t.kind == "interval":
+        return _interval_aggregate(node, inner, distinct)
     if not t.number:
         raise _refuse(f"function sum({t}) does not exist", node)
 
@@ -88,6 +114,8 @@ def _avg(b: Binder, node: exp.Avg) -> Typed:
     (arg, t), distinct = _aggregate_arg(b, node)
     if t.untyped:
         raise _refuse("function avg(unknown) is not unique: cast the argument", node)
+    if t.kind == "interval":
+        return _interval_aggregate(node, arg.expressions[0] if distinct else arg, distinct)
     if not t.number:
         raise _refuse(f"function avg({t}) does not exist", node)
     if t.float:
@@ -103,9 +131,11 @@ def _avg(b: Binder, node: exp.Avg) -> Typed:
 
 
 def _min_max(b: Binder, node: exp.Expression) -> Typed:
-    (arg, t), _ = _aggregate_arg(b, node)
+    (arg, t), distinct = _aggregate_arg(b, node)
     if t.untyped:
         t = T.TEXT
+    if t.kind == "interval":
+        return _interval_aggregate(node, arg.expressions[0] if distinct else arg, distinct)
     return type(node)(this=arg), t
 
 
@@ -122,21 +152,46 @@ def _filter(b: Binder, node: exp.Filter) -> Typed:
 
 
 def _window(b: Binder, node: exp.Window) -> Typed:
+    from millpond.sql.semantics import intervals
+
     func, t = b.value(node.this)
-    partition = [b.value(p)[0] for p in node.args.get("partition_by") or []]
+    if t.kind == "interval" and not isinstance(func, type(node.this)):  # an aggregate rewritten over fields
+        raise _refuse(f"{_name(node.this)}(interval) over a window is not supported", node)
+    partition = []
+    for p in node.args.get("partition_by") or []:
+        value, pt = b.value(p)
+        partition.append(intervals.normal(value) if pt.kind == "interval" else value)  # equal intervals: one partition
     out = exp.Window(this=func, partition_by=partition, over=node.args.get("over"))
     order = node.args.get("order")
     if order is not None:
         items = []
         for o in order.expressions:
-            value = b.value(o.this)[0]
+            value, ot = b.value(o.this)
+            value = intervals.span(value) if ot.kind == "interval" else value  # ordered by span
             nulls_first = o.args.get("nulls_first")
             items.append(exp.Ordered(this=value, desc=o.args.get("desc"),
                                      nulls_first=bool(o.args.get("desc")) if nulls_first is None else nulls_first))
         out.set("order", exp.Order(expressions=items))
     if node.args.get("spec") is not None:
         out.set("spec", node.args["spec"])
-    return out, t
+    return _over_calls(func, out), t
+
+
+def _over_calls(func: exp.Expression, window: exp.Window) -> exp.Expression:
+    """``window`` over ``func``, bound. Binding may have wrapped an aggregate in PostgreSQL's typing
+    (``CAST(SUM(x) AS BIGINT)``, AVG as a SUM over a COUNT): then the window goes on each aggregate
+    call inside, which is where SQL engines accept it."""
+    if isinstance(func, (exp.AggFunc, exp.Filter)) or not func.find(exp.AggFunc):
+        window.set("this", func)
+        return window
+
+    def over(n: exp.Expression) -> exp.Expression:
+        if isinstance(n, exp.Filter) or isinstance(n, exp.AggFunc) and not isinstance(n.parent, exp.Filter):
+            w = window.copy()
+            w.set("this", n.copy())
+            return w
+        return n
+    return func.transform(over)
 
 
 def _rank(b: Binder, node: exp.Expression) -> Typed:

@@ -98,7 +98,7 @@ def _cast(b: Binder, node: exp.Cast) -> Typed:
         target = T.from_datatype(to)
     if target is None:
         raise refuse(f"type {to.sql('postgres')} is not supported (supported: SMALLINT, INTEGER, BIGINT, NUMERIC, "
-                     "REAL, DOUBLE PRECISION, TEXT, VARCHAR, BOOLEAN, DATE, TIMESTAMP, INTERVAL constants)", to)
+                     "REAL, DOUBLE PRECISION, TEXT, VARCHAR, BOOLEAN, DATE, TIMESTAMP, TIMESTAMPTZ, INTERVAL)", to)
     inner, t = b.value(node.this)
     if t.untyped:
         out = literal_as(inner, target, node)
@@ -124,8 +124,19 @@ def cast(node: exp.Expression, source: SqlType, target: SqlType, at: exp.Express
         if source.decimal and not source.exact:
             raise refuse("casting a NUMERIC without a declared scale (or a quotient) to text is not supported: "
                          "PostgreSQL prints its own scale; cast to NUMERIC(p,s) first", at)
-        if source.kind in ("interval", "timestamp with time zone"):
-            raise refuse(f"casting {source} to text is not supported", at)
+        if source.kind == "interval":
+            from millpond.sql.semantics.intervals import text
+
+            return text(node)
+        if source.kind == "timestamp with time zone":  # shown in millpond's TimeZone, UTC
+            return exp.DPipe(this=_to(mp("TZ_TO_TS", node), T.TEXT), expression=exp.Literal.string("+00"), safe=False)
+    if source.kind == "timestamp with time zone" and target.kind in ("timestamp", "date"):
+        return _to(mp("TZ_TO_TS", node), target) if target.kind == "date" else mp("TZ_TO_TS", node)
+    if target.kind == "timestamp with time zone" and source.kind in ("timestamp", "date"):
+        return mp("TS_TO_TZ", _to(node, T.TIMESTAMP) if source.kind == "date" else node)
+    if target.kind == "timestamp with time zone" and source.kind == "text":
+        raise refuse("casting text to timestamp with time zone is not supported (a constant is: "
+                     "'2001-01-01 18:00:00+02'::timestamptz)", at)
     if target.kind == "boolean" and source.kind == "text":
         return mp("TEXT_TO_BOOL", node)
     if target.kind == "boolean" and source.integer:
@@ -134,7 +145,8 @@ def cast(node: exp.Expression, source: SqlType, target: SqlType, at: exp.Express
         return _to(exp.Case(ifs=[exp.If(this=node, true=exp.Literal.number(1))], default=exp.Literal.number(0)),
                    target)
     if target.kind == "interval" or source.kind == "interval":
-        raise refuse(f"casting {source} to {target} is not supported", at)
+        hint = " (a constant is: '1 day 02:00'::interval)" if source.kind == "text" else ""
+        raise refuse(f"casting {source} to {target} is not supported{hint}", at)
     if target.kind == "boolean" and source.kind != "boolean" or source.kind == "boolean" and target.kind not in (
             "text", "boolean"):
         raise refuse(f"cannot cast type {source} to {target}", at)

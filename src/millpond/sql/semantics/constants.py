@@ -1,5 +1,7 @@
 """String constants read as typed values, by PostgreSQL's input rules, when the query is bound:
-``'2024-03-05'::date``, ``'t'::boolean``, ``DATE '...'``, ``INTERVAL '1 day 02:00'``.
+``'2024-03-05'::date``, ``'t'::boolean``, ``DATE '...'``, ``INTERVAL '1 day 02:00'``,
+``TIMESTAMPTZ '2001-01-01 18:00:00+02'`` (an instant: read in millpond's TimeZone, UTC, when it
+names no offset).
 
 A constant becomes a literal both engines read alike (an ISO date or timestamp, a plain decimal),
 so the engines' own, different string parsers never see PostgreSQL's input syntax.
@@ -19,7 +21,6 @@ from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from sqlglot import exp
 
 from millpond.sql.semantics import types as T
-from millpond.engine.expressions import mp
 from millpond.sql.semantics.types import SqlType
 
 __all__ = ["parse_constant", "interval_parts", "interval_node", "interval_value", "MICROS_PER_DAY"]
@@ -80,6 +81,8 @@ def parse_constant(text: str, target: SqlType, at: exp.Expression) -> exp.Expres
                         to=T.datatype(T.DATE))
     if kind == "timestamp":
         return exp.Cast(this=exp.Literal.string(_timestamp(s, text, at)), to=T.datatype(T.TIMESTAMP))
+    if kind == "timestamp with time zone":
+        return exp.Cast(this=exp.Literal.string(_timestamptz(s, text, at)), to=T.datatype(T.TIMESTAMPTZ))
     if kind == "interval":
         return interval_node(*interval_parts(s, at))
     if kind == "text":
@@ -105,6 +108,30 @@ def _timestamp(s: str, text: str, at: exp.Expression) -> str:
     y, mo, d, h, mi, sec, frac = m.groups()
     out = f"{int(y):04d}-{int(mo):02d}-{int(d):02d} {int(h or 0):02d}:{int(mi or 0):02d}:{int(sec or 0):02d}"
     return out + (f".{frac.ljust(6, '0')}" if frac else "")
+
+
+_ZONE = re.compile(r"\s*(?:(z|utc|gmt)|([+-])(\d{1,2})(?::?(\d{2}))?)$", re.IGNORECASE)
+
+
+def _timestamptz(s: str, text: str, at: exp.Expression) -> str:
+    """A TIMESTAMPTZ constant as the UTC instant it names, ``YYYY-MM-DD HH:MM:SS[.ffffff]+00:00``
+    (an offset both engines read, whatever their session time zone)."""
+    from datetime import datetime, timedelta
+
+    zone = _ZONE.search(s) if not re.fullmatch(r"\d{4}-\d{1,2}-\d{1,2}", s) else None
+    offset = timedelta(0)
+    if zone is not None:
+        s = s[:zone.start()]
+        if zone.group(2):
+            sign = -1 if zone.group(2) == "-" else 1
+            offset = sign * timedelta(hours=int(zone.group(3)), minutes=int(zone.group(4) or 0))
+    elif re.search(r"[a-zA-Z]{2,}|/", s.split(" ", 1)[-1] if " " in s else ""):
+        raise _error(f"timestamptz constant {text!r}: a time zone name is not supported; write an offset "
+                     "(+02:00) or UTC", at)
+    local = datetime.fromisoformat(_timestamp(s.strip(), text, at))
+    instant = local - offset
+    out = instant.strftime("%Y-%m-%d %H:%M:%S") + (f".{instant.microsecond:06d}" if instant.microsecond else "")
+    return out + "+00:00"
 
 
 _UNITS = {  # unit -> (months, days, microseconds) per 1
@@ -147,6 +174,14 @@ def interval_parts(text: str, at: exp.Expression | None = None) -> tuple[int, in
             i += 1
             continue
         number = re.fullmatch(r"[+-]?(\d+(\.\d*)?|\.\d+)", tok)
+        if number and i + 1 == len(tokens):  # a number alone: seconds ('90' is 00:01:30)
+            micros += Decimal(tok) * 10**6
+            i += 1
+            continue
+        if number and re.fullmatch(r"[+-]?\d+", tok) and re.fullmatch(r"[+-]?\d+:.*", tokens[i + 1]):
+            days += int(tok)  # '1 02:00:00': days before a time of day
+            i += 1
+            continue
         if not number or i + 1 >= len(tokens):
             raise _error(f"invalid input syntax for type interval: {text!r} (use e.g. '1 day 02:00:00', "
                          "'90 minutes', '1 year 2 mons')", at)
@@ -173,14 +208,13 @@ def interval_parts(text: str, at: exp.Expression | None = None) -> tuple[int, in
 
 
 def interval_node(months: int, days: int, micros: int) -> exp.Expression:
-    return mp("INTERVAL", exp.Literal.number(months), exp.Literal.number(days), exp.Literal.number(micros))
+    from millpond.sql.semantics.intervals import constant
+
+    return constant(months, days, micros)
 
 
 def interval_value(node: exp.Expression) -> tuple[int, int, int] | None:
     """The (months, days, microseconds) of a constant interval node, or None."""
-    from millpond.engine.expressions import is_mp
+    from millpond.sql.semantics.intervals import value
 
-    if is_mp(node, "INTERVAL"):
-        return tuple(-int(a.this.this) if isinstance(a, exp.Neg) else int(a.this)  # type: ignore[return-value]
-                     for a in node.expressions)
-    return None
+    return value(node)

@@ -3,8 +3,9 @@
 
 Date parts are built from integer fields (``MP_FIELD('dow', ts)``: 0 = Sunday, as PostgreSQL), the
 only part each engine spells its own way; ``to_char`` is a concatenation of such fields, padded and
-named in SQL both engines share. An INTERVAL is a constant ``MP_INTERVAL(months, days, micros)``
-or the difference of two timestamps.
+named in SQL both engines share. A TIMESTAMPTZ is a UTC instant; its fields, truncation and text are
+those of its UTC wall clock (millpond's TimeZone is UTC, PostgreSQL's session TimeZone). Interval
+values are :mod:`~millpond.sql.semantics.intervals`.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from typing import TYPE_CHECKING
 from sqlglot import exp
 
 from millpond.sql.semantics import types as T
-from millpond.sql.semantics.constants import MICROS_PER_DAY, interval_parts, interval_node, interval_value
-from millpond.engine.expressions import is_mp, mp
+from millpond.sql.semantics.constants import interval_parts, interval_node
+from millpond.engine.expressions import mp
 from millpond.sql.semantics.types import SqlType
 
 if TYPE_CHECKING:
@@ -51,14 +52,22 @@ def field(name: str, ts: exp.Expression) -> exp.Expression:
 
 
 # -- arithmetic -----------------------------------------------------------------------------------
+_DATETIME = ("date", "timestamp", "timestamp with time zone")
+
+
 def temporal_arith(b: Binder, op: str, left: Typed, right: Typed, at: exp.Expression) -> Typed:
+    """``left op right`` where one side is a date, a timestamp or an interval."""
+    from millpond.sql.semantics import intervals
     from millpond.sql.semantics.casts import literal_as
 
     (l, lt), (r, rt) = left, right
-    if lt.untyped and rt.kind in ("date", "timestamp") and op == "-":
+    if lt.untyped and rt.kind in _DATETIME and op == "-":
         l, lt = literal_as(l, rt, at), rt
-    if rt.untyped:  # ts + '1 day', d - '2024-01-01'
-        want = T.INTERVAL if lt.kind == "timestamp" or op == "+" else lt
+    if rt.untyped:  # ts + '1 day', d - '2024-01-01', iv * '2'
+        if lt.kind == "interval":
+            want = T.INTERVAL if op in "+-" else T.DOUBLE
+        else:
+            want = T.INTERVAL if lt.kind in ("timestamp", "timestamp with time zone") or op == "+" else lt
         r, rt = literal_as(r, want, at), want
     if lt.untyped:
         l, lt = literal_as(l, T.INTERVAL, at), T.INTERVAL
@@ -71,31 +80,25 @@ def temporal_arith(b: Binder, op: str, left: Typed, right: Typed, at: exp.Expres
         return exp.Add(this=r, expression=l), T.DATE
     if lt.kind == rt.kind == "date" and op == "-":
         return mp("DATE_DIFF", l, r), T.INTEGER
-    if lt.kind in ("date", "timestamp") and rt.kind == "interval" and op in "+-":
-        parts = interval_value(r)
-        if parts is None:
-            raise _refuse("only a constant INTERVAL can be added to a timestamp", at)
-        sign = 1 if op == "+" else -1
+    if lt.kind == "timestamp with time zone" and rt.kind == "interval" and op in "+-":
+        # days and months counted in millpond's TimeZone (UTC): on the UTC wall clock
         ts = _cast(l, lt, T.TIMESTAMP, at)
-        return mp("ADD_INTERVAL", ts, *(_lit(sign * p) for p in parts)), T.TIMESTAMP
-    if lt.kind in ("date", "timestamp") and rt.kind in ("date", "timestamp") and op == "-":
-        return mp("TS_DIFF", _cast(l, lt, T.TIMESTAMP, at), _cast(r, rt, T.TIMESTAMP, at)), T.INTERVAL
+        out = intervals.ts_add(ts, r, sign=1 if op == "+" else -1)
+        return _cast(out, T.TIMESTAMP, T.TIMESTAMPTZ, at), T.TIMESTAMPTZ
+    if lt.kind in ("date", "timestamp") and rt.kind == "interval" and op in "+-":
+        ts = _cast(l, lt, T.TIMESTAMP, at)
+        return intervals.ts_add(ts, r, sign=1 if op == "+" else -1), T.TIMESTAMP
+    if lt.kind in _DATETIME and rt.kind in _DATETIME and op == "-":
+        return intervals.ts_diff(_cast(l, lt, T.TIMESTAMP, at), _cast(r, rt, T.TIMESTAMP, at)), T.INTERVAL
     if lt.kind == rt.kind == "interval" and op in "+-":
-        a, c = interval_value(l), interval_value(r)
-        if a is not None and c is not None:
-            sign = 1 if op == "+" else -1
-            return interval_node(*(x + sign * y for x, y in zip(a, c))), T.INTERVAL
+        return intervals.add(l, r, sign=1 if op == "+" else -1), T.INTERVAL
+    if lt.number and rt.kind == "interval" and op == "*":
+        (l, lt), (r, rt) = (r, rt), (l, lt)
+    if lt.kind == "interval" and (rt.number or rt.kind == "null") and op in "*/":
+        factor = _cast(r, rt, T.DOUBLE, at) if rt.number else exp.Cast(this=r, to=T.datatype(T.DOUBLE))
+        out = intervals.multiply(l, factor) if op == "*" else intervals.divide(l, factor)
+        return out, T.INTERVAL
     raise _refuse(f"operator is not supported: {lt} {op} {rt}", at)
-
-
-def compare_intervals(l: exp.Expression, r: exp.Expression, at: exp.Expression) -> None:
-    """Two intervals compare as PostgreSQL does (a month is 30 days, a day 24 hours) only when
-    neither has months: Spark keeps months apart from days."""
-    for side in (l, r):
-        parts = interval_value(side)
-        if parts is not None and parts[0]:
-            raise _refuse("comparing an INTERVAL with months or years is not supported (Spark cannot order "
-                          "months against days); write it in days", at)
 
 
 def _interval(b: Binder, node: exp.Interval) -> Typed:
@@ -138,7 +141,11 @@ def extract_numeric(name: str, value: Typed, at: exp.Expression) -> Typed:
     node, t = value
     scale, needs_time = EXTRACT_FIELDS[name]
     if t.kind == "interval":
-        return _extract_interval(name, node, at)
+        from millpond.sql.semantics.intervals import extract
+
+        return extract(name, node, at)
+    if t.kind == "timestamp with time zone":  # its fields in millpond's TimeZone, UTC
+        node, t = _cast(node, t, T.TIMESTAMP, at), T.TIMESTAMP
     if t.kind == "date":
         if needs_time:
             raise _refuse(f'unit "{name}" not supported for type date', at)
@@ -183,24 +190,6 @@ def _decimal(node: exp.Expression, precision: int, scale: int) -> exp.Expression
     return exp.Cast(this=node, to=T.datatype(T.numeric(precision, scale)))
 
 
-def _extract_interval(name: str, node: exp.Expression, at: exp.Expression) -> Typed:
-    if name != "epoch":
-        raise _refuse(f"EXTRACT({name} FROM interval) is not supported (EPOCH is)", at)
-    parts = interval_value(node)
-    if parts is not None:
-        months, days, micros = parts
-        total = (months * 30 * 86400 * 10**6) + days * MICROS_PER_DAY + micros  # PostgreSQL: a month is 30 days
-        seconds = f"{total // 10**6 if total >= 0 else -((-total) // 10**6)}.{abs(total) % 10**6:06d}"
-        if total < 0 and not seconds.startswith("-"):
-            seconds = "-" + seconds
-        return _decimal(exp.Literal.number(seconds), 20, 6), T.numeric(20, 6)
-    if is_mp(node, "TS_DIFF"):
-        a, c = node.expressions
-        diff = exp.Sub(this=field("epoch_us", a), expression=field("epoch_us", c))
-        return _decimal(_micros_as_decimal(diff), 20, 6), T.numeric(20, 6)
-    raise _refuse("EXTRACT(EPOCH FROM interval) needs a constant interval or a difference of timestamps", at)
-
-
 def _extract(b: Binder, node: exp.Extract) -> Typed:
     name = _field_name(node.this, node)
     return extract_numeric(name, b.value(node.expression), node)
@@ -226,13 +215,16 @@ def _date_trunc(b: Binder, node: exp.Expression) -> Typed:
             "quarters": "quarter", "years": "year"}.get(name, name)
     if name not in TRUNC_UNITS:
         raise _refuse(f"date_trunc unit {name!r} is not supported (supported: {', '.join(TRUNC_UNITS)})", node)
+    if node.args.get("zone") is not None:
+        raise _refuse("date_trunc with a time zone argument is not supported (millpond's TimeZone is UTC)", node)
     value, t = b.value(node.this)
-    if t.kind == "date":
-        raise _refuse("date_trunc of a date returns a timestamp with time zone in PostgreSQL, which millpond does "
-                      "not have; cast the date to timestamp first", node)
-    if t.kind != "timestamp":
-        raise _refuse(f"date_trunc of {t} is not supported (of a timestamp)", node)
-    return mp("DATE_TRUNC", exp.Literal.string(name), value), T.TIMESTAMP
+    if t.kind not in _DATETIME:
+        raise _refuse(f"date_trunc of {t} is not supported (of a timestamp, a timestamptz or a date)", node)
+    if t.kind == "timestamp":
+        return mp("DATE_TRUNC", exp.Literal.string(name), value), T.TIMESTAMP
+    # a date is a timestamptz here (PostgreSQL's choice of date_trunc); both truncate in UTC
+    ts = _cast(value, t, T.TIMESTAMP, node)
+    return _cast(mp("DATE_TRUNC", exp.Literal.string(name), ts), T.TIMESTAMP, T.TIMESTAMPTZ, node), T.TIMESTAMPTZ
 
 
 # -- to_char --------------------------------------------------------------------------------------
@@ -264,7 +256,7 @@ def to_char(b: Binder, node: exp.Expression) -> Typed:
     if t.number:
         raise _refuse("to_char of a number is not supported (of a date or timestamp); use round() and casts",
                       node)
-    if t.kind not in ("date", "timestamp"):
+    if t.kind not in _DATETIME:
         raise _refuse(f"to_char of {t} is not supported", node)
     ts = _cast(value, t, T.TIMESTAMP, node)
     pieces = [_piece(kind, arg, fill, ts) for kind, arg, fill in _tokens(fmt.this, node)]

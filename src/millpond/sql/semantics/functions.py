@@ -15,6 +15,8 @@ from sqlglot import exp
 from millpond.sql.semantics import types as T
 from millpond.sql.semantics.aggregates import HANDLERS as AGGREGATE_RULES
 from millpond.sql.semantics.datetime import HANDLERS as DATETIME, date_part, to_char
+from millpond.sql.semantics.interval_keys import GROUP_KEY, GROUP_VALUE, group_marker
+from millpond.sql.semantics.intervals import JUSTIFY, justify
 from millpond.engine.expressions import is_mp, mp
 from millpond.sql.semantics.regex import regexp_extract, regexp_like, regexp_replace
 from millpond.sql.semantics.types import SqlType
@@ -345,8 +347,9 @@ def _args(node: exp.Expression) -> list[exp.Expression]:
 def _name(node: exp.Expression) -> str:
     if isinstance(node, exp.Anonymous):
         return str(node.this).lower()
-    if isinstance(node, exp.Func):
-        return node.sql_name().lower()
+    if isinstance(node, exp.Func):  # as the user wrote it in PostgreSQL (unnest, not sqlglot's explode)
+        head = node.sql("postgres").split("(", 1)[0].strip()
+        return head.lower() if head.replace("_", "").isalnum() else node.sql_name().lower()
     return node.key
 
 
@@ -369,6 +372,8 @@ def _anonymous(b: Binder, node: exp.Anonymous) -> Typed:
     name = str(node.this).lower()
     if is_mp(node, "WINDOW"):  # TUMBLE/HOP's window bounds, placed by the planner
         return node, T.TIMESTAMP
+    if is_mp(node, GROUP_KEY) or is_mp(node, GROUP_VALUE):  # an interval GROUP BY (interval_keys.group_by_span)
+        return group_marker(b, node)
     rule = _BY_NAME.get(name)
     if rule is None:
         raise _refuse(f"function {name}() is not supported (see the list of supported functions in the README's "
@@ -386,8 +391,10 @@ def _date_part(b: Binder, node: exp.Expression) -> Typed:
 
 _BY_NAME: dict[str, Callable[[Binder, exp.Expression], Typed]] = {
     "octet_length": _octet_length, "regexp_match": _regexp_match_alone, "date_part": _date_part,
-    "to_char": to_char,
+    "to_char": to_char, **{name: justify for name in JUSTIFY},
 }
+_JUSTIFY_CLASSES = {getattr(exp, c): justify for c in ("JustifyHours", "JustifyDays", "JustifyInterval")
+                    if hasattr(exp, c)}
 
 _BY_CLASS: dict[type, Callable] = {
     exp.Length: _length, exp.Lower: _case_fn("LOWER"), exp.Upper: _case_fn("UPPER"), exp.StrPosition: _strpos,
@@ -401,7 +408,7 @@ _BY_CLASS: dict[type, Callable] = {
     exp.Sign: _sign, exp.Sqrt: _double_fn("SQRT"), exp.Cbrt: _double_fn("CBRT"), exp.Exp: _double_fn("EXP"),
     exp.Ln: _double_fn("LN"), exp.Rand: _random, exp.Pi: _pi,
     exp.Bracket: _bracket, exp.Anonymous: _anonymous,
-    **AGGREGATE_RULES, **DATETIME,
+    **AGGREGATE_RULES, **DATETIME, **_JUSTIFY_CLASSES,
 }
 
 # the allow-list, by PostgreSQL name (the README's SQL reference lists it; a test checks it does)
@@ -412,6 +419,7 @@ FUNCTIONS = (
     "regexp_like", "regexp_replace", "regexp_match",
     "abs", "ceil", "ceiling", "floor", "round", "trunc", "sign", "sqrt", "cbrt", "exp", "ln", "power", "mod", "pi",
     "random", "extract", "date_part", "date_trunc", "to_char", "now", "current_timestamp", "current_date",
+    "justify_hours", "justify_days", "justify_interval",
     "coalesce", "nullif", "greatest", "least",
 )
 AGGREGATES = ("count", "sum", "avg", "min", "max")

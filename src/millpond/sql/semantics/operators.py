@@ -95,6 +95,10 @@ def _neg(b: Binder, node: exp.Neg) -> Typed:
         raise refuse("operator is not unique: - unknown", node)
     if not (t.number or t.kind in ("interval", "null")):
         raise refuse(f"operator does not exist: - {t}", node)
+    if t.kind == "interval":
+        from millpond.sql.semantics.intervals import negate
+
+        return negate(inner), t
     return exp.Neg(this=_wrap(inner)), t
 
 
@@ -126,7 +130,15 @@ def _pow(b: Binder, node: exp.Pow) -> Typed:
 
 # -- comparisons and logic ------------------------------------------------------------------------
 def comparable(b: Binder, left: Typed, right: Typed, at: exp.Expression) -> tuple[exp.Expression, exp.Expression]:
+    """The two sides of a comparison, in a form both engines compare as PostgreSQL does: intervals
+    by their span (``'24 hours' = '1 day'``), a timestamp with a timestamptz as timestamptz."""
     (l, lt), (r, rt) = _unify_untyped(left, right, at)
+    if lt.kind == "interval" or rt.kind == "interval":
+        from millpond.sql.semantics.intervals import span
+
+        if lt.kind in ("interval", "null") and rt.kind in ("interval", "null"):
+            return (span(l) if lt.kind == "interval" else l), (span(r) if rt.kind == "interval" else r)
+        raise refuse(f"operator does not exist: {lt} {_op_name(at)} {rt}", at)
     if lt.kind == "null" or rt.kind == "null" or lt == rt:
         return l, r
     if lt.number and rt.number:
@@ -135,6 +147,8 @@ def comparable(b: Binder, left: Typed, right: Typed, at: exp.Expression) -> tupl
         return l, r
     if lt.kind in ("date", "timestamp") and rt.kind in ("date", "timestamp"):
         return cast(l, lt, T.TIMESTAMP, at), cast(r, rt, T.TIMESTAMP, at)
+    if lt.temporal and rt.temporal:  # PostgreSQL compares a timestamp with a timestamptz as timestamptz
+        return cast(l, lt, T.TIMESTAMPTZ, at), cast(r, rt, T.TIMESTAMPTZ, at)
     if lt.kind == rt.kind:
         return l, r
     raise refuse(f"operator does not exist: {lt} {_op_name(at)} {rt}", at)
@@ -191,6 +205,9 @@ def _in(b: Binder, node: exp.In) -> Typed:
         if len(out) != 1:
             raise refuse("a subquery in IN must return one column", node)
         comparable(b, value, (query, out[0][1]), node)
+        if value[1].kind == "interval":
+            raise refuse("IN (SELECT ...) of an INTERVAL is not supported; compare spans: "
+                         "EXTRACT(EPOCH FROM ...)", node)
         return exp.In(this=value[0], query=query), T.BOOLEAN
     value = b.value(node.this)
     items = b.values(node.expressions)
@@ -198,8 +215,12 @@ def _in(b: Binder, node: exp.In) -> Typed:
     if t is None:
         raise refuse(f"IN: {value[1]} cannot be compared with {', '.join(str(i[1]) for i in items)}", node)
     this = b.cast_to(value, t, node) if not t.untyped else value[0]
-    return exp.In(this=this, expressions=[b.cast_to(i, t, node) if not t.untyped else i[0] for i in items]), \
-        T.BOOLEAN
+    listed = [b.cast_to(i, t, node) if not t.untyped else i[0] for i in items]
+    if t.kind == "interval":  # compared by span, as =
+        from millpond.sql.semantics.intervals import span
+
+        this, listed = span(this), [span(i) for i in listed]
+    return exp.In(this=this, expressions=listed), T.BOOLEAN
 
 
 def _exists(b: Binder, node: exp.Exists) -> Typed:
@@ -235,6 +256,8 @@ def _common_call(b: Binder, node: exp.Expression, args: list[exp.Expression], na
     t = T.common_type([a[1] for a in typed])
     if t is None:
         raise refuse(f"{name} types {', '.join(str(a[1]) for a in typed)} cannot be matched", node)
+    if t.kind == "interval" and name != "COALESCE":
+        raise refuse(f"{name.lower()} of intervals is not supported; compare them in a CASE", node)
     if t.kind == "unknown":
         t = T.TEXT
     return exp.Anonymous(this=name, expressions=[b.cast_to(a, t, node) for a in typed]), t
@@ -253,6 +276,9 @@ def _nullif(b: Binder, node: exp.Nullif) -> Typed:
     value = b.value(node.this)
     l, r = comparable(b, value, b.value(node.expression), node)
     t = value[1] if not value[1].untyped else T.TEXT
+    if t.kind == "interval":  # equal spans give NULL; else the first interval itself
+        return exp.Case(ifs=[exp.If(this=exp.EQ(this=l, expression=r), true=exp.Cast(
+            this=exp.Null(), to=T.datatype(t)))], default=value[0].copy()), t
     return exp.Nullif(this=l, expression=r), t
 
 

@@ -59,6 +59,9 @@ class Binder:
         return query
 
     def _select(self, q: exp.Select) -> None:
+        from millpond.sql.semantics.interval_keys import group_by_span, normalize_keys
+
+        group_by_span(self, q)
         items = []
         for item in q.expressions:
             body = item.this if isinstance(item, exp.Alias) else item
@@ -68,9 +71,6 @@ class Binder:
                 new, t = exp.Cast(this=new, to=T.datatype(T.TEXT)), T.TEXT  # resolves it (in a UNION: the others' type)
             elif t.kind == "unknown":
                 t = T.TEXT
-            if t.kind == "interval":
-                raise refuse("an INTERVAL column is not supported yet (an INTERVAL can be added to or compared "
-                             "with timestamps; EXTRACT(EPOCH FROM ...) gives its seconds)", body)
             if new is not body:
                 put(new)
             items.append((item.alias_or_name, t))
@@ -88,11 +88,14 @@ class Binder:
             self._replace(g)
         order = q.args.get("order")
         for o in list(order.expressions) if order else []:
-            self._ordered(o)
+            self._ordered(o, limited=self.view and q.args.get("limit") is not None)
         distinct = q.args.get("distinct")
         if distinct is not None and distinct.args.get("on") is not None:
             for e in list(distinct.args["on"].expressions):
-                self._replace(e)
+                if self._replace(e).kind == "interval":
+                    raise refuse("DISTINCT ON an INTERVAL is not supported", e)
+        if distinct is not None and distinct.args.get("on") is None:
+            normalize_keys(q, [i for i, (_, t) in enumerate(items) if t.kind == "interval"])
 
     def _boolean_clause(self, clause: exp.Expression) -> None:
         new, _ = self.condition(clause.this)
@@ -105,9 +108,16 @@ class Binder:
             put(new)
         return t
 
-    def _ordered(self, o: exp.Expression) -> None:
+    def _ordered(self, o: exp.Expression, *, limited: bool = False) -> None:
         if isinstance(o, exp.Ordered):
-            self._replace(o.this)
+            by = o.this
+            if self._replace(by).kind == "interval":  # ordered by span, as PostgreSQL orders intervals
+                if limited:
+                    raise refuse("ORDER BY an INTERVAL with LIMIT in a materialized view is not supported; order "
+                                 "by EXTRACT(EPOCH FROM ...)", by)
+                from millpond.sql.semantics.intervals import span
+
+                o.set("this", span(o.this))
             # PostgreSQL: NULLs sort as larger than every value (last ascending, first descending)
             if o.args.get("nulls_first") is None:
                 o.set("nulls_first", bool(o.args.get("desc")))
@@ -129,6 +139,8 @@ class Binder:
             for side, st in ((node.this, a), (node.expression, b)):
                 if st != t:
                     self._cast_output(side, i, t)
+                if t.kind == "interval" and node.args.get("distinct"):  # equal intervals are one row
+                    self._normalize_output(side, i)
             out.append((name, t))
         self.outputs[id(node)] = out
 
@@ -154,6 +166,25 @@ class Binder:
             else:
                 item.replace(exp.alias_(cast, name, quoted=True))
             self.outputs[id(node)][i] = (name, t)
+
+    def _normalize_output(self, node: exp.Expression, i: int) -> None:
+        """Output column ``i`` (an interval) of a set operation's branch as its key
+        (:func:`~millpond.sql.semantics.intervals.normal`)."""
+        from millpond.sql.semantics.intervals import normal
+
+        while isinstance(node, exp.Subquery):
+            node = node.this
+        if isinstance(node, exp.SetOperation):
+            self._normalize_output(node.this, i)
+            self._normalize_output(node.expression, i)
+            return
+        if isinstance(node, exp.Select):
+            item = node.expressions[i]
+            body = item.this if isinstance(item, exp.Alias) else item
+            if isinstance(item, exp.Alias):
+                body.replace(normal(body))
+            else:
+                item.replace(exp.alias_(normal(body), item.alias_or_name, quoted=True))
 
     def _values(self, node: exp.Values) -> None:
         rows = node.expressions

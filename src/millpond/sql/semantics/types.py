@@ -4,6 +4,11 @@ Every expression of a view or a query gets one :class:`SqlType`; the rules that 
 expressions read it. The engines' own types follow from it: :func:`datatype` is the one sqlglot
 type both generators print (``TIMESTAMP`` is Spark's ``TIMESTAMP_NTZ``, DuckDB's ``TIMESTAMP``).
 
+An INTERVAL is PostgreSQL's three fields (months, days, microseconds), kept apart as PostgreSQL
+keeps them: in both engines and in state it is the struct :data:`INTERVAL_FIELDS`
+(:mod:`millpond.sql.semantics.intervals`). A TIMESTAMPTZ is a UTC instant; millpond's session
+TimeZone is UTC, fixed (Spark's ``spark.sql.session.timeZone``, DuckDB's ``TimeZone``).
+
 NUMERIC and DECIMAL without a precision are ``DECIMAL(38,10)`` (:data:`NUMERIC_DEFAULT`): 28
 digits before the point and 10 after. Arithmetic on NUMERIC follows one set of result types in
 both engines (:func:`decimal_result`, Spark's rules: a quotient keeps at least 6 digits after
@@ -22,7 +27,8 @@ from sqlglot import exp
 
 __all__ = ["SqlType", "NUMERIC_DEFAULT", "numeric", "INTEGER", "BIGINT", "SMALLINT", "REAL", "DOUBLE", "TEXT",
            "BOOLEAN", "DATE", "TIMESTAMP", "TIMESTAMPTZ", "INTERVAL", "UNKNOWN", "NULL", "from_datatype",
-           "from_arrow", "from_catalog", "datatype", "decimal_of", "decimal_result", "common_type", "MAX_PRECISION"]
+           "from_arrow", "from_catalog", "datatype", "decimal_of", "decimal_result", "common_type", "MAX_PRECISION",
+           "INTERVAL_FIELDS"]
 
 MAX_PRECISION = 38
 
@@ -88,6 +94,9 @@ _FROM_SQLGLOT = {
     _T.TEXT: TEXT, _T.VARCHAR: TEXT, _T.NVARCHAR: TEXT, _T.TIMESTAMP: TIMESTAMP, _T.TIMESTAMPNTZ: TIMESTAMP,
     _T.DATETIME: TIMESTAMP, _T.TIMESTAMPTZ: TIMESTAMPTZ, _T.TIMESTAMPLTZ: TIMESTAMPTZ, _T.INTERVAL: INTERVAL,
 }
+# an INTERVAL in the engines: (months, days, microseconds), as PostgreSQL keeps it
+INTERVAL_FIELDS = (("months", "INT"), ("days", "INT"), ("micros", "BIGINT"))
+_INTERVAL_TYPE = exp.DataType.build(f"STRUCT<{', '.join(f'{n} {t}' for n, t in INTERVAL_FIELDS)}>", dialect="spark")
 _TO_SQLGLOT = {
     "smallint": _T.SMALLINT, "integer": _T.INT, "bigint": _T.BIGINT, "real": _T.FLOAT,
     "double precision": _T.DOUBLE, "boolean": _T.BOOLEAN, "date": _T.DATE, "text": _T.TEXT,
@@ -98,6 +107,8 @@ _TO_SQLGLOT = {
 
 def from_datatype(dt: exp.DataType) -> SqlType | None:
     """The type a CAST names (None: a type millpond does not have)."""
+    if dt.this == _T.INTERVAL and dt.expressions:
+        return None  # INTERVAL(p): a precision millpond does not keep
     if dt.this == _T.DECIMAL:
         args = [int(e.name) for e in dt.expressions]
         if not args:
@@ -134,9 +145,14 @@ def from_arrow(t: pa.DataType) -> SqlType:
         return DATE
     if pa.types.is_timestamp(t):
         return TIMESTAMPTZ if t.tz else TIMESTAMP
-    if pa.types.is_duration(t) or pa.types.is_interval(t):
+    if pa.types.is_duration(t) or pa.types.is_interval(t) or _is_interval_struct(t):
         return INTERVAL
     return TEXT
+
+
+def _is_interval_struct(t: pa.DataType) -> bool:
+    names = [t.field(i).name for i in range(t.num_fields)] if pa.types.is_struct(t) else []
+    return names == [n for n, _ in INTERVAL_FIELDS]
 
 
 def datatype(t: SqlType) -> exp.DataType:
@@ -144,6 +160,8 @@ def datatype(t: SqlType) -> exp.DataType:
     if t.decimal:
         return exp.DataType(this=_T.DECIMAL, expressions=[
             exp.DataTypeParam(this=exp.Literal.number(t.precision)), exp.DataTypeParam(this=exp.Literal.number(t.scale))])
+    if t.kind == "interval":
+        return _INTERVAL_TYPE.copy()
     return exp.DataType(this=_TO_SQLGLOT[t.kind])
 
 
@@ -207,6 +225,8 @@ def common_type(types: list[SqlType]) -> SqlType | None:
         return max(typed, key=lambda t: _INTEGER_RANK[t.kind])
     if all(t.kind in ("date", "timestamp") for t in typed):
         return TIMESTAMP
+    if all(t.temporal for t in typed):  # PostgreSQL's preferred type of the category
+        return TIMESTAMPTZ
     if all(t.kind == first.kind for t in typed):
         return first
     return None

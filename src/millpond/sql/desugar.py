@@ -1,0 +1,70 @@
+"""The rewrites every query goes through before it is bound, in a view and in an ad-hoc SELECT
+alike: SQL functions inlined (:mod:`millpond.sql.functions`), named windows (``WINDOW w AS
+(...)``) written into each ``OVER w``, and grouping sets expanded (:mod:`millpond.sql.grouping`).
+
+    >>> import sqlglot
+    >>> q = sqlglot.parse_one("SELECT rank() OVER w FROM t WINDOW w AS (PARTITION BY a ORDER BY b)")
+    >>> desugar(q, {})[0].sql()
+    'SELECT RANK() OVER (PARTITION BY a ORDER BY b) FROM t'
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from sqlglot import exp
+
+from millpond.catalog import FunctionDef
+from millpond.errors import SqlError
+from millpond.sql import functions, grouping
+
+__all__ = ["desugar", "inline_named_windows"]
+
+
+def desugar(query: exp.Expression, defined: Mapping[str, FunctionDef]) -> tuple[exp.Expression, set[str]]:
+    """``query`` (modified in place) without SQL function calls, named windows or grouping sets,
+    and the names of the functions it called."""
+    query, used = functions.inline(query, defined)
+    return grouping.expand(inline_named_windows(query)), used
+
+
+def inline_named_windows(query: exp.Expression) -> exp.Expression:
+    """Every ``OVER w`` / ``OVER (w ...)`` of a SELECT with a ``WINDOW`` clause replaced by the
+    window it names, with PostgreSQL's rules for what a reference may add (a frame, or an ORDER BY
+    when ``w`` has none) and what it may not."""
+    for select in list(query.find_all(exp.Select)):
+        defs = select.args.get("windows")
+        if not defs:
+            continue
+        named: dict[str, exp.Window] = {}
+        for d in defs:  # a definition may build on an earlier one: WINDOW w2 AS (w1 ORDER BY x)
+            name = d.name
+            if name in named:
+                raise SqlError(f"window {name!r} is already defined")
+            base = d.args.get("alias")
+            named[name] = _merge(named, base.name, d) if base is not None else d
+        for w in list(select.find_all(exp.Window)):
+            if w.parent_select is not select or w.args.get("alias") is None or w in defs:
+                continue
+            merged = _merge(named, w.args["alias"].name, w)
+            w.set("alias", None)
+            for key in ("partition_by", "order", "spec"):
+                w.set(key, merged.args.get(key).copy() if merged.args.get(key) else None)
+        select.set("windows", None)
+    return query
+
+
+def _merge(named: Mapping[str, exp.Window], base: str, ref: exp.Window) -> exp.Window:
+    """The window ``ref`` means when it refers to the named window ``base``."""
+    w = named.get(base)
+    if w is None:
+        raise SqlError(f"window {base!r} does not exist")
+    if ref.args.get("partition_by"):
+        raise SqlError(f"cannot override PARTITION BY clause of window {base!r}")
+    if ref.args.get("order") and w.args.get("order"):
+        raise SqlError(f"cannot override ORDER BY clause of window {base!r}")
+    if w.args.get("spec") is not None and (ref.args.get("order") or ref.args.get("spec") is not None):
+        raise SqlError(f"cannot copy window {base!r} because it has a frame clause")
+    return exp.Window(this=ref.this, partition_by=w.args.get("partition_by"),
+                      order=ref.args.get("order") or w.args.get("order"),
+                      spec=ref.args.get("spec") or w.args.get("spec"))
