@@ -183,3 +183,48 @@ def test_window_rows_are_named_after_their_table(open_db):
     db.flush()
     got = [(a, ws.second, hi) for a, ws, hi in rows(db.sql("SELECT * FROM h"))]
     assert got == [(1, 58, 10), (1, 0, 20), (1, 2, 20), (2, 2, 5), (2, 4, 5)]
+
+
+def test_tumble_and_hop_in_a_query_match_the_view(open_db):
+    db = open_db()
+    db.sql("CREATE TABLE bid (auction BIGINT, price BIGINT, date_time TIMESTAMP)")
+    db.sql("INSERT INTO bid VALUES (1, 10, '2026-01-01 00:00:01'), (1, 20, '2026-01-01 00:00:03'), "
+           "(2, 5, '2026-01-01 00:00:04'), (2, 7, NULL), (3, 1, '1969-12-31 23:59:59')")
+    queries = {
+        "hop": """SELECT auction, window_start, window_end, MAX(price) AS hi, COUNT(*) AS n
+                  FROM HOP(bid, date_time, INTERVAL '2' SECOND, INTERVAL '4' SECOND) GROUP BY 1, 2, 3""",
+        "tumble": """SELECT b.auction, b.window_start, b.price FROM TUMBLE(bid, date_time, INTERVAL '3' SECOND) AS b
+                     WHERE b.price > 1""",
+    }
+    for name, sql in queries.items():
+        db.sql(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
+    db.flush()
+    for name, sql in queries.items():
+        assert rows(db.sql(sql)) == rows(db.sql(f"SELECT * FROM {name}")), name
+    hop = [(a, ws.strftime("%H:%M:%S"), hi, n) for a, ws, _, hi, n in rows(db.sql(queries["hop"]))]
+    assert hop == [(1, "23:59:58", 10, 1), (1, "00:00:00", 20, 2), (1, "00:00:02", 20, 1),
+                   (2, "00:00:02", 5, 1), (2, "00:00:04", 5, 1), (3, "23:59:56", 1, 1), (3, "23:59:58", 1, 1)]
+    with pytest.raises(SqlError, match="HOP: the window size must be a multiple of the slide"):
+        db.sql("SELECT * FROM HOP(bid, date_time, INTERVAL '3' SECOND, INTERVAL '4' SECOND)")
+
+
+def test_output_names_and_row_in_subquery_as_postgres(open_db):
+    db = open_db()
+    db.sql("CREATE TABLE a (x INT, y INT)")
+    db.sql("CREATE TABLE b (x INT, y INT)")
+    db.sql("INSERT INTO a VALUES (1, 2), (3, 4), (5, NULL)")
+    db.sql("INSERT INTO b VALUES (1, 2), (NULL, 4)")
+    # PostgreSQL names: a scalar subquery after its column, EXISTS "exists", an expression "?column?"
+    named = 'SELECT x, (SELECT max(y) FROM b), 1 + 1, y AS "a b" FROM a'
+    db.sql(f"CREATE MATERIALIZED VIEW named AS {named}")
+    row_in = "SELECT x, y, (x, y) IN (SELECT x, y FROM b) AS i FROM a"  # NULLs as PostgreSQL: unknown
+    db.flush()
+    assert db.sql(named).column_names == db.sql("SELECT * FROM named").column_names == ["x", "max", "?column?", "a b"]
+    assert rows(db.sql('SELECT "?column?", "a b" FROM named')) == [(2, None), (2, 2), (2, 4)]
+    assert db.sql("SELECT EXISTS (SELECT 1 FROM b)").column_names == ["exists"]
+    assert rows(db.sql(row_in)) == [(1, 2, True), (3, 4, None), (5, None, None)]
+    db.sql("CREATE MATERIALIZED VIEW pairs AS SELECT x FROM a WHERE (x, y) IN (SELECT x, y FROM b)")
+    db.flush()
+    assert rows(db.sql("SELECT * FROM pairs")) == [(1,)]
+    with pytest.raises(SqlError, match="subquery has too few columns"):
+        db.sql("SELECT * FROM a WHERE (x, y) IN (SELECT x FROM b)")

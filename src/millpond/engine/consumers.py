@@ -27,6 +27,7 @@ def consumers(catalog: Catalog, view_plans: dict[str, P.Materialize]) -> list[Co
     out = [Consumer(f"o{t.id}", t.id, t.name, table_plan(t), (*(c.name for c in t.columns), ROW_ID),
                     log_only=not t.primary_key)
            for t in catalog.tables.values()]
-    out += [Consumer(f"o{v.id}", v.id, v.name, view_plans[v.name], tuple(v.schema.names), on_error=v.on_error)
+    out += [Consumer(f"o{v.id}", v.id, v.name, view_plans[v.name], tuple(v.schema.names), on_error=v.on_error,
+                     sql=v.sql)
             for v in catalog.views.values()]
     return out

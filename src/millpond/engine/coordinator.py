@@ -58,6 +58,7 @@ which is then retried as a whole.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 from collections import defaultdict
@@ -65,6 +66,8 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
 import pyarrow as pa
+import sqlglot
+from sqlglot import exp
 
 from millpond import faults, paths
 from millpond.catalog import Catalog, TableDef
@@ -162,8 +165,9 @@ class Coordinator:
         self.state.commit(epoch, new_ssts, offsets, keep=lambda sid: sid.split(".", 1)[0] in stateful, failed=failed)
         faults.point("epoch.after_commit")
         names = {c.key: c.name for c in consumers}
-        for f in failures.values():
-            log.warning("%s", describe_failure(f))
+        texts = {c.key: c.sql for c in consumers}
+        for k, f in failures.items():
+            log.warning("%s", describe_failure(f, texts.get(k)))
         return EpochReport(epoch, {names[k]: v for k, v in changes.items() if v is not None},
                            {names[k]: f for k, f in failures.items()},
                            {c.name: sum(b - a for a, b in r.values()) for c, r in work})
@@ -281,15 +285,27 @@ def _data_error(exc: BaseException) -> dict | None:
             "column": column}
 
 
-def describe_failure(f: dict, written: str | None = None) -> str:
-    """One line: which view failed, where, why, on which input; ``written``: the failing column's
-    expression as the user wrote it (else the fragment of the SQL millpond generated)."""
-    shown = written or f.get("expression")
+def describe_failure(f: dict, sql: str | None = None) -> str:
+    """One line: which view failed, where, why, on which input: the failing column's expression as
+    written in the view's ``sql`` when it can be found, else the fragment of the SQL millpond generated."""
+    shown = _written(sql, f.get("column")) or f.get("expression")
     where = f" in {shown!r}" if shown else ""
     rows = f"; input: {'; '.join(f['rows'])}" if f.get("rows") else ""
     return (f"view {f['name']!r} failed at epoch {f['failed_epoch']} (its rows stay as of epoch {f['epoch']}): "
             f"[{f.get('error_class')}] {f.get('message')}{where}{rows}. Drop it, or drop and recreate it "
             "(e.g. with NULLIF, or WITH (on_error = 'null'))")
+
+
+def _written(sql: str | None, column: str | None) -> str | None:
+    """``column = <its expression>`` as the view's SQL writes it, or None."""
+    if not sql or not column:
+        return None
+    with contextlib.suppress(sqlglot.errors.SqlglotError):
+        select = sqlglot.parse_one(sql, dialect="postgres").find(exp.Select)
+        for item in select.expressions if select is not None else ():
+            if item.alias_or_name == column:
+                return f"{column} = {item.unalias().sql('postgres')}"
+    return None
 
 
 def _cause(exc: BaseException) -> str:

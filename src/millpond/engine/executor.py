@@ -32,6 +32,7 @@ class Consumer:
     columns: tuple[str, ...]  # output columns (the rows state's key)
     log_only: bool = False  # a key-less table: its log is its rows; epochs only advance its offsets
     on_error: str = "fail"  # a data error in its expressions: "fail" (the view is isolated) or "null"
+    sql: str = ""  # a view's SQL as the user wrote it (its errors name the column's expression in it)
 
 
 Ranges = dict[str, tuple[int, int]]  # channel -> [start, stop) of this epoch

@@ -7,7 +7,6 @@ the plan stored with it in the catalog. Callers serialize access with :attr:`Run
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from dataclasses import replace
 import time
@@ -18,8 +17,6 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
-import sqlglot
-from sqlglot import exp
 
 from millpond.catalog import Catalog, CatalogStore, TableDef
 from millpond.columns import COUNT, ROW_ID, W
@@ -169,15 +166,8 @@ class Runtime:
 
     def describe_failure(self, failure: dict) -> str:
         """A failed view's failure, naming the failing column's expression as the user wrote it."""
-        view, column, written = self.catalog.views.get(failure["name"]), failure.get("column"), None
-        if view is not None and column:
-            with contextlib.suppress(sqlglot.errors.SqlglotError):
-                query = sqlglot.parse_one(view.sql, dialect="postgres")
-                select = query.find(exp.Select)
-                for item in select.expressions if select is not None else ():
-                    if item.alias_or_name == column:
-                        written = f"{column} = {item.unalias().sql('postgres')}"
-        return describe_failure(failure, written)
+        view = self.catalog.views.get(failure["name"])
+        return describe_failure(failure, view.sql if view is not None else None)
 
     def epochs(self) -> pa.Table:
         """``millpond_epochs``: the epochs this process committed (the last 1,000), one row per

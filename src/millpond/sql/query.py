@@ -11,6 +11,7 @@ import pyarrow as pa
 from sqlglot import exp
 from sqlglot.errors import OptimizeError
 from sqlglot.optimizer.qualify import qualify
+from sqlglot.optimizer.qualify_columns import quote_identifiers
 
 from millpond.columns import ROW_ID
 from millpond.engine.runtime import Runtime
@@ -18,6 +19,7 @@ from millpond.errors import SqlError
 from millpond.serve import answer
 from millpond.sql import semantics
 from millpond.sql.desugar import desugar
+from millpond.sql.planner.windows import spell_out_table_functions
 
 __all__ = ["run_query", "bind_query", "bind_select", "tables_read"]
 
@@ -30,6 +32,7 @@ def run_query(rt: Runtime, query: exp.Expression, *, hidden: bool = False) -> pa
 def bind_query(rt: Runtime, query: exp.Expression, *, hidden: bool = False) -> exp.Expression:
     """``query`` qualified and bound: PostgreSQL's meaning, explicit for DuckDB."""
     query, _ = desugar(query.copy(), rt.catalog.functions)
+    query = spell_out_table_functions(rt.catalog, query)
     types = {name: _columns(rt, name, hidden=hidden) for name in tables_read(query)}
     return bind_select(query, types)
 
@@ -48,6 +51,7 @@ def bind_select(query: exp.Expression, types: Mapping[str, Mapping[str, semantic
                         validate_qualify_columns=True, quote_identifiers=False)
     except OptimizeError as exc:
         raise SqlError(f"cannot resolve the query: {exc}") from None
+    query = quote_identifiers(query, dialect="postgres", identify=False)  # names such as "?column?" or "a b"
     return semantics.bind(query, types, view=False)
 
 

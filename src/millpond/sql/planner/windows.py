@@ -12,11 +12,12 @@ import re
 
 from sqlglot import exp
 
+from millpond.catalog import Catalog
 from millpond.engine import plan as P
 from millpond.sql.planner.context import Context, err
 from millpond.sql.planner.exprs import WINDOW_FN, column
 
-__all__ = ["expand_table_functions", "place_windows", "interval_us"]
+__all__ = ["expand_table_functions", "spell_out_table_functions", "place_windows", "interval_us"]
 
 
 def expand_table_functions(ctx: Context, query: exp.Expression) -> exp.Expression:
@@ -25,8 +26,55 @@ def expand_table_functions(ctx: Context, query: exp.Expression) -> exp.Expressio
 
 
 def _table_function(ctx: Context, node: exp.Expression) -> exp.Expression:
-    if not (isinstance(node, exp.Table) and isinstance(node.this, exp.Anonymous)):
+    call = _window_call(ctx.catalog, node)
+    if call is None:
         return node
+    table, ts, size, slide = call
+    wid = f"w{len(ctx.windows)}"
+    ctx.windows[wid] = (size, slide)
+    inner = exp.select(
+        exp.Star(),
+        exp.alias_(exp.Anonymous(this=WINDOW_FN, expressions=[ts.copy(), exp.Literal.string(wid),
+                                                              exp.Literal.string("start")]), "window_start"),
+        exp.alias_(exp.Anonymous(this=WINDOW_FN, expressions=[ts.copy(), exp.Literal.string(wid),
+                                                              exp.Literal.string("end")]), "window_end"),
+    ).from_(exp.to_table(table))
+    # unaliased, the window's rows are named after its table (``SELECT bid.auction FROM HOP(bid, ...)``)
+    return exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier(node.alias or table)))
+
+
+def spell_out_table_functions(catalog: Catalog, query: exp.Expression) -> exp.Expression:
+    """For a query answered at once: every TUMBLE/HOP in FROM as the subquery of the rows it stands
+    for, in plain SQL (``date_bin``; a HOP joins each row with its ``size / slide`` windows)."""
+    def fn(node: exp.Expression) -> exp.Expression:
+        call = _window_call(catalog, node)
+        if call is None:
+            return node
+        table, ts, size, slide = call
+        col = exp.column(ts.name, table)
+        start: exp.Expression = exp.DateBin(this=_micros(slide), expression=col)
+        rows = exp.select(exp.Column(this=exp.Star(), table=exp.to_identifier(table))).from_(exp.to_table(table))
+        if size > slide:  # a row is in size / slide windows: window k starts k slides before its latest
+            hops = exp.Values(expressions=[exp.Tuple(expressions=[exp.Literal.number(k)]) for k in range(size // slide)],
+                              alias=exp.TableAlias(this=exp.to_identifier("_hops"), columns=[exp.to_identifier("k")]))
+            rows = rows.join(hops, join_type="CROSS")
+            start = exp.Sub(this=start, expression=exp.Mul(this=exp.column("k", "_hops"), expression=_micros(slide)))
+        inner = rows.select(exp.alias_(start, "window_start"),
+                            exp.alias_(exp.Add(this=start.copy(), expression=_micros(size)), "window_end")
+                            ).where(exp.Not(this=exp.Is(this=col.copy(), expression=exp.Null())))
+        return exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier(node.alias or table)))
+    return query.transform(fn)
+
+
+def _micros(us: int) -> exp.Interval:
+    return exp.Interval(this=exp.Literal.string(f"{us} microseconds"))
+
+
+def _window_call(catalog: Catalog, node: exp.Expression) -> tuple[str, exp.Column, int, int] | None:
+    """``(table, time column, size, slide)`` (in microseconds) of a TUMBLE/HOP in FROM, checked, or
+    None when ``node`` is not a table function."""
+    if not (isinstance(node, exp.Table) and isinstance(node.this, exp.Anonymous)):
+        return None
     fn = node.this
     name = fn.name.upper()
     args = fn.expressions
@@ -36,7 +84,7 @@ def _table_function(ctx: Context, node: exp.Expression) -> exp.Expression:
     if len(args) != want or not isinstance(args[0], exp.Column) or not isinstance(args[1], exp.Column):
         usage = "TUMBLE(table, time_column, size)" if name == "TUMBLE" else "HOP(table, time_column, slide, size)"
         raise err(f"{name} takes {usage}", fn)
-    table = ctx.catalog.tables.get(args[0].name)
+    table = catalog.tables.get(args[0].name)
     types = {c.name: c.type for c in table.columns} if table is not None else {}
     if args[1].name in types and types[args[1].name] not in ("TIMESTAMP", "TIMESTAMPTZ"):
         raise err(f"{name}: column {args[1].name!r} is {types[args[1].name]}; a time window needs a "
@@ -45,18 +93,7 @@ def _table_function(ctx: Context, node: exp.Expression) -> exp.Expression:
     slide = size if name == "TUMBLE" else interval_us(args[2])
     if size % slide:
         raise err("HOP: the window size must be a multiple of the slide", fn)
-    wid = f"w{len(ctx.windows)}"
-    ctx.windows[wid] = (size, slide)
-    ts = exp.column(args[1].name)
-    inner = exp.select(
-        exp.Star(),
-        exp.alias_(exp.Anonymous(this=WINDOW_FN, expressions=[ts.copy(), exp.Literal.string(wid),
-                                                              exp.Literal.string("start")]), "window_start"),
-        exp.alias_(exp.Anonymous(this=WINDOW_FN, expressions=[ts.copy(), exp.Literal.string(wid),
-                                                              exp.Literal.string("end")]), "window_end"),
-    ).from_(exp.to_table(args[0].name))
-    # unaliased, the window's rows are named after its table (``SELECT bid.auction FROM HOP(bid, ...)``)
-    return exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier(node.alias or args[0].name)))
+    return args[0].name, exp.column(args[1].name), size, slide
 
 
 def place_windows(ctx: Context, node: P.Node, selects: list[exp.Expression]) -> tuple[P.Node, list[exp.Expression]]:

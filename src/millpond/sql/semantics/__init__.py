@@ -83,6 +83,11 @@ def _pg_name(e: exp.Expression) -> str:
         return inner if inner != "?column?" else e.args["to"].sql("postgres").lower().split("(")[0]
     if isinstance(e, exp.Paren):
         return _pg_name(e.this)
+    if isinstance(e, exp.Subquery) and isinstance(e.this, exp.Select) and e.this.expressions:
+        first = e.this.expressions[0]  # a scalar subquery is named after its one column
+        return first.alias_or_name if isinstance(first, (exp.Alias, exp.Column)) else _pg_name(first)
+    if isinstance(e, exp.Exists):
+        return "exists"
     if isinstance(e, exp.Window):
         return _pg_name(e.this)
     if isinstance(e, exp.Filter):

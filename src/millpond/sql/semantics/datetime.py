@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from sqlglot import exp
 
 from millpond.sql.semantics import types as T
-from millpond.sql.semantics.constants import interval_parts, interval_node
+from millpond.sql.semantics.constants import interval_node, interval_parts, parse_constant
 from millpond.engine.expressions import mp
 from millpond.sql.semantics.types import SqlType
 
@@ -227,6 +227,43 @@ def _date_trunc(b: Binder, node: exp.Expression) -> Typed:
     return _cast(mp("DATE_TRUNC", exp.Literal.string(name), ts), T.TIMESTAMP, T.TIMESTAMPTZ, node), T.TIMESTAMPTZ
 
 
+# -- date_bin -------------------------------------------------------------------------------------
+def _date_bin(b: Binder, node: exp.DateBin) -> Typed:
+    """``date_bin(stride, ts[, origin])``: the start of the stride-long bin ``ts`` falls in, bins
+    aligned to ``origin`` (PostgreSQL requires it; millpond defaults it to the Unix epoch, as TUMBLE
+    and HOP align). The stride is a constant without months, as PostgreSQL requires."""
+    from millpond.sql.semantics import intervals
+
+    stride, st = b.value(node.this)
+    known = intervals.value(stride) if st.kind == "interval" else None
+    if known is None:
+        raise _refuse("date_bin's stride must be an INTERVAL constant", node)
+    months, days, micros = known
+    if months:
+        raise _refuse("timestamps cannot be binned into intervals containing months or years", node)
+    size = days * 86_400_000_000 + micros
+    if size <= 0:
+        raise _refuse("stride must be greater than zero", node)
+    value, t = b.value(node.expression)
+    if t.kind not in ("timestamp", "timestamp with time zone"):
+        raise _refuse(f"function date_bin(interval, {t}) does not exist (it bins a timestamp or a timestamptz)", node)
+    origin_arg = node.args.get("origin") or node.args.get("unit")  # sqlglot reads PostgreSQL's third argument as unit
+    if origin_arg is None:
+        origin: exp.Expression = parse_constant("1970-01-01 00:00:00", T.TIMESTAMP, node)
+    else:
+        origin = _cast(*b.value(origin_arg), T.TIMESTAMP if t.kind == "timestamp" else T.TIMESTAMPTZ, node)
+        if t.kind != "timestamp":
+            origin = _cast(origin, T.TIMESTAMPTZ, T.TIMESTAMP, node)
+    ts = value if t.kind == "timestamp" else _cast(value, t, T.TIMESTAMP, node)  # UTC wall clock
+    diff = exp.Paren(this=exp.Sub(this=field("epoch_us", ts), expression=field("epoch_us", origin.copy())))
+    below = exp.Mod(this=exp.Paren(this=exp.Add(this=exp.Mod(this=diff, expression=_lit(size)), expression=_lit(size))),
+                    expression=_lit(size))  # the floor's remainder, also for a time before the origin
+    start = mp("TS_ADD", origin, _lit(0), _lit(0), exp.Paren(this=exp.Sub(this=diff.copy(), expression=below)))
+    if t.kind == "timestamp":
+        return start, T.TIMESTAMP
+    return _cast(start, T.TIMESTAMP, T.TIMESTAMPTZ, node), T.TIMESTAMPTZ
+
+
 # -- to_char --------------------------------------------------------------------------------------
 _MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
            "November", "December"]
@@ -365,5 +402,5 @@ def _now(b: Binder, node: exp.Expression) -> Typed:
 
 HANDLERS = {
     exp.Interval: _interval, exp.Extract: _extract, exp.TimestampTrunc: _date_trunc, exp.DateTrunc: _date_trunc,
-    exp.TimeToStr: to_char, exp.CurrentDate: _now, exp.CurrentTimestamp: _now,
+    exp.TimeToStr: to_char, exp.CurrentDate: _now, exp.CurrentTimestamp: _now, exp.DateBin: _date_bin,
 }

@@ -199,16 +199,19 @@ def _between(b: Binder, node: exp.Between) -> Typed:
 
 def _in(b: Binder, node: exp.In) -> Typed:
     if node.args.get("query") is not None:
-        value = b.value(node.this)
+        row = node.this.expressions if isinstance(node.this, exp.Tuple) else [node.this]  # (a, b) IN (SELECT c, d …)
+        values = b.values(row)
         query = node.args["query"]
         out = b.outputs.get(id(query.this if isinstance(query, exp.Subquery) else query), [])
-        if len(out) != 1:
-            raise refuse("a subquery in IN must return one column", node)
-        comparable(b, value, (query, out[0][1]), node)
-        if value[1].kind == "interval":
-            raise refuse("IN (SELECT ...) of an INTERVAL is not supported; compare spans: "
-                         "EXTRACT(EPOCH FROM ...)", node)
-        return exp.In(this=value[0], query=query), T.BOOLEAN
+        if len(out) != len(values):
+            raise refuse(f"subquery has {'too many' if len(out) > len(values) else 'too few'} columns", node)
+        for value, (_, t) in zip(values, out):
+            comparable(b, value, (query, t), node)
+            if value[1].kind == "interval":
+                raise refuse("IN (SELECT ...) of an INTERVAL is not supported; compare spans: "
+                             "EXTRACT(EPOCH FROM ...)", node)
+        this = exp.Tuple(expressions=[v[0] for v in values]) if isinstance(node.this, exp.Tuple) else values[0][0]
+        return exp.In(this=this, query=query), T.BOOLEAN
     value = b.value(node.this)
     items = b.values(node.expressions)
     t = T.common_type([value[1], *(i[1] for i in items)])
