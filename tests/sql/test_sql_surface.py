@@ -228,3 +228,21 @@ def test_output_names_and_row_in_subquery_as_postgres(open_db):
     assert rows(db.sql("SELECT * FROM pairs")) == [(1,)]
     with pytest.raises(SqlError, match="subquery has too few columns"):
         db.sql("SELECT * FROM a WHERE (x, y) IN (SELECT x FROM b)")
+
+
+def test_table_column_aliases_rename_in_order(open_db):
+    db = open_db()
+    db.sql("CREATE TABLE a (x INT, y INT)")
+    db.sql("INSERT INTO a VALUES (1, 2), (3, 4)")
+    renamed = "SELECT p.c + 1 AS c1, d, p.c FROM a AS p(c, d) WHERE p.c > 1"
+    partly = "SELECT * FROM a AS p(c)"
+    db.sql(f"CREATE MATERIALIZED VIEW renamed AS {renamed}")
+    db.sql(f"CREATE MATERIALIZED VIEW partly AS {partly}")
+    db.flush()
+    assert rows(db.sql(renamed)) == rows(db.sql("SELECT * FROM renamed")) == [(4, 4, 3)]
+    assert db.sql(partly).column_names == db.sql("SELECT * FROM partly").column_names == ["c", "y"]
+    for sql in ("SELECT * FROM a AS p(c, d, e)", "SELECT * FROM (SELECT x FROM a) AS p(c, d)"):
+        with pytest.raises(SqlError, match="has [12] columns available but [23] columns specified"):
+            db.sql(sql)
+        with pytest.raises(SqlError, match="columns available"):
+            db.sql(f"CREATE MATERIALIZED VIEW bad AS {sql}")

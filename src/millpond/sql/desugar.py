@@ -1,6 +1,7 @@
 """The rewrites every query goes through before it is bound, in a view and in an ad-hoc SELECT
 alike: SQL functions inlined (:mod:`millpond.sql.functions`), named windows (``WINDOW w AS
-(...)``) written into each ``OVER w``, and grouping sets expanded (:mod:`millpond.sql.grouping`).
+(...)``) written into each ``OVER w``, table column aliases (``t AS p(a, b)``) made subqueries,
+and grouping sets expanded (:mod:`millpond.sql.grouping`).
 
     >>> import sqlglot
     >>> q = sqlglot.parse_one("SELECT rank() OVER w FROM t WINDOW w AS (PARTITION BY a ORDER BY b)")
@@ -17,15 +18,29 @@ from sqlglot import exp
 from millpond.catalog import FunctionDef
 from millpond.errors import SqlError
 from millpond.sql import functions, grouping
+from millpond.sql.statements import VIEW_ALIAS
 
-__all__ = ["desugar", "inline_named_windows"]
+__all__ = ["desugar", "inline_named_windows", "check_column_aliases"]
 
 
 def desugar(query: exp.Expression, defined: Mapping[str, FunctionDef]) -> tuple[exp.Expression, set[str]]:
     """``query`` (modified in place) without SQL function calls, named windows or grouping sets,
     and the names of the functions it called."""
     query, used = functions.inline(query, defined)
-    return grouping.expand(inline_named_windows(query)), used
+    return grouping.expand(inline_named_windows(_table_column_aliases(query))), used
+
+
+def _table_column_aliases(query: exp.Expression) -> exp.Expression:
+    """``FROM t AS p(a, b)`` as ``FROM (SELECT * FROM t) AS p(a, b)``: the columns renamed in order,
+    as PostgreSQL does, by the form subqueries already have."""
+    def fn(node: exp.Expression) -> exp.Expression:
+        alias = node.args.get("alias") if isinstance(node, exp.Table) else None
+        if not isinstance(alias, exp.TableAlias) or not alias.columns or not isinstance(node.this, exp.Identifier):
+            return node
+        table = node.copy()
+        table.set("alias", None)
+        return exp.Subquery(this=exp.select("*").from_(table), alias=alias.copy())
+    return query.transform(fn, copy=False)
 
 
 def inline_named_windows(query: exp.Expression) -> exp.Expression:
@@ -68,3 +83,24 @@ def _merge(named: Mapping[str, exp.Window], base: str, ref: exp.Window) -> exp.W
     return exp.Window(this=ref.this, partition_by=w.args.get("partition_by"),
                       order=ref.args.get("order") or w.args.get("order"),
                       spec=ref.args.get("spec") or w.args.get("spec"))
+
+
+def check_column_aliases(query: exp.Expression, tables: Mapping[str, Mapping[str, object]]) -> exp.Expression:
+    """Before qualification (which drops the extra names): no FROM item is given more column names
+    than it has (``tables``: each table's columns), as PostgreSQL refuses."""
+    for sub in query.find_all(exp.Subquery):
+        alias, body = sub.args.get("alias"), sub.this
+        if not isinstance(alias, exp.TableAlias) or not alias.columns or not isinstance(body, exp.Select):
+            continue
+        have: int | None = len(body.selects)
+        if any(isinstance(s, exp.Star) for s in body.selects):  # SELECT * FROM t: t's columns
+            source = body.args.get("from_") or body.args.get("from")
+            single = source.this if source is not None and not body.args.get("joins") else None
+            have = len(tables[single.name]) if isinstance(single, exp.Table) and single.name in tables \
+                and len(body.selects) == 1 else None
+        if have is not None and len(alias.columns) > have:
+            if alias.name == VIEW_ALIAS:  # CREATE MATERIALIZED VIEW v(a, b, c): PostgreSQL's words for it
+                raise SqlError(f"too many column names were specified ({len(alias.columns)} for {have} columns)")
+            raise SqlError(f"table {alias.name!r} has {have} columns available but {len(alias.columns)} "
+                           "columns specified")
+    return query

@@ -18,7 +18,7 @@ from millpond.engine.runtime import Runtime
 from millpond.errors import SqlError
 from millpond.serve import answer
 from millpond.sql import semantics
-from millpond.sql.desugar import desugar
+from millpond.sql.desugar import check_column_aliases, desugar
 from millpond.sql.planner.windows import spell_out_table_functions
 
 __all__ = ["run_query", "bind_query", "bind_select", "tables_read"]
@@ -45,7 +45,7 @@ def tables_read(query: exp.Expression) -> set[str]:
 
 def bind_select(query: exp.Expression, types: Mapping[str, Mapping[str, semantics.SqlType]]) -> exp.Expression:
     """A query over relations with the column ``types`` (name -> column -> type), bound."""
-    query = semantics.name_outputs(query.copy())
+    query = check_column_aliases(semantics.name_outputs(query.copy()), types)
     try:
         query = qualify(query, schema=semantics.sqlglot_schema(types), dialect="postgres",
                         validate_qualify_columns=True, quote_identifiers=False)

@@ -15,7 +15,7 @@ from sqlglot.tokens import TokenType
 
 from millpond.errors import SqlError
 
-__all__ = ["parse", "keyword", "view_query", "view_definition", "source"]
+__all__ = ["parse", "keyword", "view_query", "view_definition", "source", "VIEW_ALIAS"]
 
 
 class MillpondPostgres(Postgres):
@@ -107,6 +107,9 @@ def view_query(text: str) -> exp.Expression:
     return view_definition(statement) if isinstance(statement, exp.Create) else statement
 
 
+VIEW_ALIAS = "_view"  # the subquery a view's column list renames
+
+
 def view_definition(create: exp.Create) -> exp.Expression:
     """The query a ``CREATE MATERIALIZED VIEW`` defines; with a column list ``v(a, b)``, its
     output columns renamed (the first ones, as in PostgreSQL; more names than columns are refused
@@ -117,5 +120,5 @@ def view_definition(create: exp.Create) -> exp.Expression:
     names = [e.name for e in create.this.expressions]
     if len(set(names)) != len(names):
         raise SqlError(f"column names of view {create.this.this.name!r} must be unique: {', '.join(names)}")
-    alias = exp.TableAlias(this=exp.to_identifier("_view"), columns=[exp.to_identifier(n) for n in names])
+    alias = exp.TableAlias(this=exp.to_identifier(VIEW_ALIAS), columns=[exp.to_identifier(n) for n in names])
     return exp.select("*").from_(exp.Subquery(this=query.copy(), alias=alias))

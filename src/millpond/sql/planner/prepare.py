@@ -18,7 +18,7 @@ from sqlglot.optimizer.qualify import qualify
 from millpond.catalog import dependency
 from millpond.errors import CatalogError
 from millpond.sql import semantics
-from millpond.sql.desugar import desugar
+from millpond.sql.desugar import check_column_aliases, desugar
 from millpond.sql.planner.context import Context, err
 from millpond.sql.planner.subqueries import unnest_subqueries
 from millpond.sql.planner.windows import expand_table_functions
@@ -61,8 +61,9 @@ def column_types(ctx: Context) -> dict[str, dict[str, semantics.SqlType]]:
 def qualify_columns(ctx: Context, query: exp.Expression) -> exp.Expression:
     """sqlglot's ``qualify``: each column gets the alias of the FROM item it comes from."""
     try:
-        return qualify(query, schema=semantics.sqlglot_schema(column_types(ctx)), dialect="postgres",
-                       validate_qualify_columns=True, quote_identifiers=False)
+        types = column_types(ctx)
+        return qualify(check_column_aliases(query, types), schema=semantics.sqlglot_schema(types),
+                       dialect="postgres", validate_qualify_columns=True, quote_identifiers=False)
     except OptimizeError as exc:
         raise err(f"cannot resolve the query: {exc}", query) from None
 
