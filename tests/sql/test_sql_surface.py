@@ -5,6 +5,7 @@ random inserts, updates and deletes."""
 
 from __future__ import annotations
 
+import decimal
 import random
 import warnings
 
@@ -121,6 +122,11 @@ def test_sql_functions_inline_in_views_and_queries_and_survive_a_restart(open_db
         db.sql("CREATE OR REPLACE FUNCTION add1(x INT) RETURNS INT AS 'SELECT x + 2'")
     with pytest.raises(SqlError, match=r"add1 takes 1 argument \(add1\(INT\)\), got 2"):
         db.sql("SELECT add1(1, 2)")
+    # arguments pass by PostgreSQL's implicit casts only: widening, or an untyped literal
+    assert rows(db.sql("SELECT half(3) AS h, add1('7') AS a")) == [(decimal.Decimal("1.5"), 8)]
+    for narrowing in ("add1(1.5)", "add1(CAST(1 AS BIGINT))", "add1(v)"):
+        with pytest.raises(SqlError, match=r"function add1\((numeric|bigint)\S*\) does not exist: no implicit cast"):
+            db.sql(f"SELECT {narrowing} FROM t")
     db.close()
     again = open_db()  # the functions are in the catalog; the view re-plans and verifies with them
     again.sql("INSERT INTO t VALUES (9, 1)")

@@ -1,7 +1,9 @@
 """SQL scalar functions: ``CREATE FUNCTION name(args) RETURNS type LANGUAGE SQL AS 'SELECT expr'``
 (or ``... RETURN expr``), inlined wherever they are called.
 
-A call ``f(a, b)`` becomes ``CAST((body with each parameter replaced by its argument) AS type)``
+A call ``f(a, b)`` becomes ``CAST((body with each parameter replaced by its argument) AS type)``,
+each argument converted by PostgreSQL's implicit casts only (``f(1.5)`` for an ``INT`` parameter
+is refused, as PostgreSQL finds no such function)
 before a query is bound, in views and in ad-hoc queries alike, so a function means exactly its
 body. A function's body is one expression over its parameters (named, or ``$1``, ``$2``...); a
 body that reads a table, or any other language than SQL, is refused at CREATE. A view records the
@@ -11,7 +13,7 @@ under a view whose stored plan inlined it.
     >>> from millpond.sql.statements import parse
     >>> f = define(parse("CREATE FUNCTION add1(x INT) RETURNS INT LANGUAGE SQL AS 'SELECT x + 1'")[0])
     >>> inline(parse("SELECT add1(k) FROM t")[0], {"add1": f})[0].sql("postgres")
-    'SELECT CAST(((k) + 1) AS INT) FROM t'
+    "SELECT CAST((MP_ARG(k, 'INT', 'add1') + 1) AS INT) FROM t"
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import sqlglot
 from sqlglot import exp
 
 from millpond.catalog import FunctionDef
+from millpond.engine.expressions import mp
 from millpond.errors import SqlError
 
 __all__ = ["define", "check", "inline"]
@@ -125,8 +128,8 @@ def _expand(f: FunctionDef, call: exp.Anonymous) -> exp.Expression:
     if len(args) != len(f.params):
         raise SqlError(f"function {f.name} takes {len(f.params)} argument{'s' * (len(f.params) != 1)} "
                        f"({f.signature}), got {len(args)}")
-    typed = [exp.Cast(this=exp.paren(a.copy(), copy=False), to=exp.DataType.build(t, dialect="postgres"))
-             for a, (_, t) in zip(args, f.params)]
+    # each argument converted as PostgreSQL passes it: by an implicit cast only (bound in semantics)
+    typed = [mp("ARG", a.copy(), exp.Literal.string(t), exp.Literal.string(f.name)) for a, (_, t) in zip(args, f.params)]
     by_name = {n: a for (n, _), a in zip(f.params, typed) if n}
     body = sqlglot.parse_one(f.body, dialect="postgres")
 

@@ -372,6 +372,8 @@ def _anonymous(b: Binder, node: exp.Anonymous) -> Typed:
     name = str(node.this).lower()
     if is_mp(node, "WINDOW"):  # TUMBLE/HOP's window bounds, placed by the planner
         return node, T.TIMESTAMP
+    if is_mp(node, "ARG"):  # an argument of a SQL function (millpond.sql.functions)
+        return _function_argument(b, node)
     if is_mp(node, GROUP_KEY) or is_mp(node, GROUP_VALUE):  # an interval GROUP BY (interval_keys.group_by_span)
         return group_marker(b, node)
     rule = _BY_NAME.get(name)
@@ -423,6 +425,16 @@ FUNCTIONS = (
     "coalesce", "nullif", "greatest", "least",
 )
 AGGREGATES = ("count", "sum", "avg", "min", "max")
+def _function_argument(b: Binder, node: exp.Anonymous) -> Typed:
+    arg, declared, fname = node.expressions
+    target = T.from_catalog(declared.name)
+    value, t = b.value(arg)
+    if not T.implicit(t, target):
+        raise _refuse(f"function {fname.name}({t}) does not exist: no implicit cast from {t} to {target} "
+                      f"(add an explicit cast)", arg)
+    return b.cast_to((value, t), target, arg), target
+
+
 WINDOW_FUNCTIONS = ("row_number", "rank", "dense_rank", "lag", "lead")
 
 

@@ -202,6 +202,21 @@ def decimal_result(op: str, a: SqlType, b: SqlType) -> SqlType:
 
 
 _INTEGER_RANK = {"smallint": 0, "integer": 1, "bigint": 2}
+_NUMBER_RANK = {"smallint": 0, "integer": 1, "bigint": 2, "numeric": 3, "real": 4, "double precision": 5}
+_TIME_RANK = {"date": 0, "timestamp": 1, "timestamp with time zone": 2}
+
+
+def implicit(source: SqlType, target: SqlType) -> bool:
+    """PostgreSQL has an implicit cast from ``source`` to ``target`` (what a function argument may
+    be given): numbers widen (integers, numeric, real, double precision), dates and timestamps
+    widen to timestamps and timestamptz; an untyped literal becomes anything."""
+    if source.untyped or source.kind == target.kind:
+        return True
+    if source.number and target.number:
+        return _NUMBER_RANK[source.kind] < _NUMBER_RANK[target.kind]
+    if source.temporal and target.temporal:
+        return _TIME_RANK[source.kind] < _TIME_RANK[target.kind]
+    return False
 
 
 def common_type(types: list[SqlType]) -> SqlType | None:
