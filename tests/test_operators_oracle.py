@@ -87,13 +87,7 @@ def test_operators_match_duckdb_after_every_epoch(open_db, group, steps):
         db.sql(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
     oracle = {**views, **{n: o for n, (_, o) in on_views.items()}}
     seen = dict.fromkeys(oracle, 0)
-    i = 6
-    while i < len(plan):
-        for step in plan[i:i + rng.randrange(1, 5)]:
-            workload.apply(db, step)
-            ref.apply(step)
-            i += 1
-        db.flush()
+    for i in workload.epochs(db, ref, plan, 6, rng):
         for name, sql in oracle.items():
             got = workload.norm(db.sql(f"SELECT * FROM {name}"))
             assert got == ref.query(sql), f"{group}/{name} differs from DuckDB after step {i}, epoch {db.epoch}"

@@ -10,18 +10,14 @@ import random
 import duckdb
 import polars as pl
 import pytest
-from sqlglot import exp
 
 from millpond import SqlError
 from millpond.catalog import Catalog, Column
 from millpond.columns import KH, W
-from millpond.engine.expressions import to_duckdb
 from millpond.engine.operators import Over
 from millpond.engine.plan import Frame, OverCall
 from millpond.errors import InvariantError
 from millpond.sql.planner import plan_view
-from millpond.sql.query import bind_select, tables_read
-from millpond.sql.semantics import from_arrow
 from millpond.sql.statements import parse
 from tests import workload
 from tests.conftest import rows
@@ -250,30 +246,6 @@ VIEWS = {
 }
 
 
-def _window_per_call(tree: exp.Expression) -> exp.Expression:
-    """The binder leaves an aggregate's PostgreSQL typing outside its window (``CAST(SUM(x) AS BIGINT)
-    OVER w``), which DuckDB cannot parse: the same expression with the window on each call."""
-    def fn(n: exp.Expression) -> exp.Expression:
-        if not isinstance(n, exp.Window) or isinstance(n.this, (exp.AggFunc, exp.Filter)) \
-                or not n.this.find(exp.AggFunc):
-            return n
-
-        def per_call(m: exp.Expression) -> exp.Expression:
-            if isinstance(m, (exp.AggFunc, exp.Filter)):
-                w = n.copy()
-                w.set("this", m.copy())
-                return w
-            return m
-        return n.this.copy().transform(per_call)
-    return tree.transform(fn)
-
-
-def _oracle(ref: workload.Reference, sql: str) -> list[tuple]:
-    types = {t: {f.name: from_arrow(f.type) for f in ref.con.sql(f"SELECT * FROM {t} LIMIT 0").arrow().schema}
-             for t in tables_read(parse(sql)[0])}
-    return ref.query(to_duckdb(_window_per_call(bind_select(parse(sql)[0], types))), postgres=False)
-
-
 def test_window_views_match_duckdb_after_every_epoch(open_db):
     rng = random.Random(15)
     db = open_db()
@@ -286,16 +258,10 @@ def test_window_views_match_duckdb_after_every_epoch(open_db):
     for name, sql in VIEWS.items():
         db.sql(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
     seen = dict.fromkeys(VIEWS, 0)
-    i = 5
-    while i < len(plan):
-        for step in plan[i:i + rng.randrange(1, 5)]:
-            workload.apply(db, step)
-            ref.apply(step)
-            i += 1
-        db.flush()
+    for i in workload.epochs(db, ref, plan, 5, rng):
         for name, sql in VIEWS.items():
             got = workload.norm(db.sql(f"SELECT * FROM {name}"))
-            assert got == _oracle(ref, sql), f"{name} differs from DuckDB after step {i}, epoch {db.epoch}"
+            assert got == ref.query(sql), f"{name} differs from DuckDB after step {i}, epoch {db.epoch}"
             seen[name] += len(got)
     assert all(seen.values()), f"some views stayed empty, so nothing was checked there: {seen}"
 

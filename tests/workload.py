@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Iterator
 
 import duckdb
 import pyarrow as pa
@@ -117,6 +118,20 @@ class Reference:
                      for t in tables_read(parse(sql)[0])}
             sql = to_duckdb(bind_select(parse(sql)[0], types))
         return norm(self.con.sql(sql).to_arrow_table())
+
+
+def epochs(db, ref: Reference, plan: list[Step], start: int, rng: random.Random, *, most: int = 4  # noqa: ANN001
+           ) -> Iterator[int]:
+    """Apply ``plan[start:]`` to millpond and the oracle, 1..``most`` steps per epoch, flushing after
+    each batch; yields the number of steps applied after each epoch (to check the views there)."""
+    i = start
+    while i < len(plan):
+        for step in plan[i:i + rng.randrange(1, most + 1)]:
+            apply(db, step)
+            ref.apply(step)
+            i += 1
+        db.flush()
+        yield i
 
 
 def norm(table: pa.Table) -> list[tuple]:

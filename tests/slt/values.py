@@ -23,7 +23,7 @@ from decimal import Decimal, InvalidOperation
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["pg_text", "arrow_rows", "copy_decode", "copy_encode", "render", "arrange", "values_hash"]
+__all__ = ["pg_text", "interval_text", "arrow_rows", "copy_decode", "copy_encode", "render", "arrange", "values_hash"]
 
 Row = list  # of str | None (PostgreSQL's text of each value, None for NULL)
 
@@ -66,7 +66,7 @@ def _timestamp(value: dt.datetime) -> str:
     return out + (f".{value.microsecond:06d}".rstrip("0") if value.microsecond else "") + zone
 
 
-def _interval(months: int, days: int, micros: int) -> str:
+def interval_text(months: int, days: int, micros: int) -> str:
     """PostgreSQL's interval output (IntervalStyle postgres): ``1 year 2 mons -3 days +04:05:06.5``."""
     parts: list[str] = []
     negative = False  # the last field printed was negative: a positive one after it gets a '+'
@@ -88,7 +88,7 @@ def _duration(value: dt.timedelta) -> str:
     """A duration as PostgreSQL prints ``timestamp - timestamp``: whole days, then the time, with one sign."""
     micros = (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
     days = int(micros / 86_400_000_000)
-    return _interval(0, days, micros - days * 86_400_000_000)
+    return interval_text(0, days, micros - days * 86_400_000_000)
 
 
 def pg_text(value: object, arrow_type: pa.DataType | None = None) -> str | None:
@@ -108,7 +108,7 @@ def pg_text(value: object, arrow_type: pa.DataType | None = None) -> str | None:
     if isinstance(value, dt.timedelta):
         return _duration(value)
     if isinstance(value, pa.MonthDayNano):
-        return _interval(value.months, value.days, value.nanoseconds // 1000)
+        return interval_text(value.months, value.days, value.nanoseconds // 1000)
     if isinstance(value, bytes):
         return "\\x" + value.hex()
     return str(value)

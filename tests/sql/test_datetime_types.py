@@ -21,6 +21,7 @@ import pyarrow as pa
 import pytest
 
 from millpond.errors import SqlError
+from tests.slt.values import interval_text
 
 try:
     from tests import pg
@@ -58,34 +59,13 @@ STEPS = [
 
 
 # -- PostgreSQL's text of a value ----------------------------------------------------------------
-def _interval_text(months: int, days: int, micros: int) -> str:
-    """PostgreSQL's interval output (IntervalStyle postgres), after its EncodeInterval."""
-    out, before = [], False
-
-    def part(value: int, unit: str) -> None:
-        nonlocal before
-        if value:
-            out.append(f"{'+' if before and value > 0 else ''}{value} {unit}{'' if value == 1 else 's'}")
-            before = value < 0
-    year = abs(months) // 12 * (1 if months >= 0 else -1)
-    part(year, "year")
-    part(months - 12 * year, "mon")
-    part(days, "day")
-    if not out or micros:
-        m = abs(micros)
-        clock = f"{'-' if micros < 0 else '+' if before else ''}{m // 3_600_000_000:02d}:{m // 60_000_000 % 60:02d}:" \
-                f"{m // 1_000_000 % 60:02d}"
-        out.append(clock + (f".{m % 1_000_000:06d}".rstrip("0") if m % 1_000_000 else ""))
-    return " ".join(out)
-
-
 def _text(value: object) -> str | None:
     if value is None:
         return None
     if isinstance(value, bool):
         return "t" if value else "f"
     if isinstance(value, pa.MonthDayNano):
-        return _interval_text(value.months, value.days, value.nanoseconds // 1000)
+        return interval_text(value.months, value.days, value.nanoseconds // 1000)
     if isinstance(value, dt.datetime):
         utc = value.tzinfo is not None
         value = value.astimezone(dt.timezone.utc) if utc else value
@@ -225,7 +205,7 @@ def test_a_large_append_reads_timestamptz_and_intervals_through_the_log_source(o
     assert got == db.sql(query.format(f"({aggregates}) q")).to_pylist()
     last = n - 1  # minutes: a timedelta is read as days and the time under a day
     assert got[0]["hi"] == base + dt.timedelta(seconds=last)
-    assert got[0]["longest"] == _interval_text(0, last // 1440, (last % 1440) * 60_000_000)
+    assert got[0]["longest"] == interval_text(0, last // 1440, (last % 1440) * 60_000_000)
 
 
 def test_timestamptz_means_utc_whatever_spark_s_session_time_zone(open_db, spark, tmp_path):

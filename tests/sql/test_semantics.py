@@ -39,6 +39,7 @@ import pytest
 import millpond
 from millpond.errors import SqlError
 from tests import pg
+from tests.slt.values import interval_text
 
 CORPUS = Path(__file__).with_name("semantics_corpus.txt")
 BATCH = 160  # expressions per view and per SELECT (each view costs its epoch a fixed share)
@@ -134,7 +135,7 @@ def _text(value: object) -> str:
     if isinstance(value, bool):
         return "t" if value else "f"
     if isinstance(value, pa.MonthDayNano):
-        return _interval_text(value.months, value.days, value.nanoseconds // 1000)
+        return interval_text(value.months, value.days, value.nanoseconds // 1000)
     if isinstance(value, dt.datetime):
         utc = value.tzinfo is not None  # a timestamptz: shown in the session TimeZone, UTC
         value = value.astimezone(dt.timezone.utc) if utc else value
@@ -143,27 +144,6 @@ def _text(value: object) -> str:
     if isinstance(value, dt.date):
         return value.isoformat()
     return str(value)
-
-
-def _interval_text(months: int, days: int, micros: int) -> str:
-    """PostgreSQL's interval output (IntervalStyle postgres), written after its EncodeInterval."""
-    out, before = [], False
-
-    def part(value: int, unit: str) -> None:
-        nonlocal before
-        if value:
-            out.append(f"{'+' if before and value > 0 else ''}{value} {unit}{'' if value == 1 else 's'}")
-            before = value < 0
-    year = abs(months) // 12 * (1 if months >= 0 else -1)
-    part(year, "year")
-    part(months - 12 * year, "mon")
-    part(days, "day")
-    if not out or micros:
-        sign = "-" if micros < 0 else "+" if before else ""
-        m = abs(micros)
-        clock = f"{sign}{m // 3_600_000_000:02d}:{m // 60_000_000 % 60:02d}:{m // 1_000_000 % 60:02d}"
-        out.append(clock + (f".{m % 1_000_000:06d}".rstrip("0") if m % 1_000_000 else ""))
-    return " ".join(out)
 
 
 def mismatch(case: Case, value: object, arrow: pa.DataType) -> str | None:
