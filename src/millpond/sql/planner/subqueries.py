@@ -12,6 +12,8 @@ the top of the subquery's WHERE, which become join keys):
 - ``EXISTS (SELECT ... WHERE s.k = t.k AND p)``: the same join on the correlation keys alone (a
   cross join with ``SELECT DISTINCT 1`` when uncorrelated).
 - ``NOT EXISTS``: ``LEFT JOIN`` the distinct keys (and a marker ``m``), keep rows where ``m IS NULL``.
+  EXISTS elsewhere in WHERE (under OR or NOT) or in the SELECT list of a query that does not
+  aggregate is the same join, the EXISTS becoming the value ``m IS NOT NULL``.
 - ``x NOT IN (SELECT y ...)``: true when the subquery is empty, else only when ``x`` is not NULL,
   no ``y`` is NULL and none equals ``x``. So a ``LEFT JOIN`` of the distinct values (the match) and
   one of ``SELECT count(*) > 0 AS ne, count(*) > count(y) AS hn ... [GROUP BY s.k]`` (a cross
@@ -28,8 +30,8 @@ the top of the subquery's WHERE, which become join keys):
 
 The membership relations are DISTINCT and the flags of NOT IN are booleans, so a change in a
 subquery's input reaches the outer rows only when it changes a set or a flag. Refused by name:
-IN / EXISTS anywhere but ANDed at the top of WHERE (under OR or NOT, in the SELECT list, HAVING,
-ON), ``(a, b) NOT IN``, ``ANY``/``ALL``, a scalar subquery that is not an aggregate without GROUP
+IN anywhere but ANDed at the top of WHERE, EXISTS in HAVING, ON or the SELECT list of an
+aggregating query, ``(a, b) NOT IN``, ``ANY``/``ALL``, a scalar subquery that is not an aggregate without GROUP
 BY (PostgreSQL raises at runtime when it returns two rows; a view cannot), a correlated
 subquery that refers to the outer query anywhere but in those equalities, and subqueries in ON,
 GROUP BY or ORDER BY.
@@ -139,9 +141,13 @@ class _Unnester:
                 handled[id(shape[1])] = shape
         for node in nodes:
             test = node.parent
-            if id(test) not in handled:
-                raise err(f"{_construct(test)} {_position(test, self.s)} is not supported in a materialized view; "
-                          f"{SUPPORTED}", test)
+            if id(test) in handled:
+                continue
+            if isinstance(test, exp.Exists) and self._row_level(test):
+                self._exists_value(test)
+                continue
+            raise err(f"{_construct(test)} {_position(test, self.s)} is not supported in a materialized view; "
+                      f"{SUPPORTED}", test)
         for kind, test in handled.values():
             if kind in ("in", "not_in"):
                 self._in(test, negated=kind == "not_in")
@@ -200,6 +206,27 @@ class _Unnester:
         self.joins.append(_join(_derived(rows, alias), on, left=negated))
         if negated:
             self.conditions.append(exp.Is(this=_col(alias, "m"), expression=exp.Null()))
+
+    def _row_level(self, test: exp.Exists) -> bool:
+        """Whether ``test`` is evaluated once per input row: in WHERE, or in the SELECT list of a
+        query that does not aggregate."""
+        clause = _clause(test, self.s)
+        if clause == "where":
+            return True
+        aggregated = self.s.args.get("group") is not None or self.s.args.get("having") is not None or any(
+            _agg_units(e) for e in self.s.expressions)
+        return clause == "expressions" and not aggregated and not test.find_ancestor(exp.Window)
+
+    def _exists_value(self, test: exp.Exists) -> None:
+        """EXISTS as a boolean value (never NULL): ``LEFT JOIN`` the distinct correlation keys with
+        a marker ``m``, and put ``m IS NOT NULL`` in its place."""
+        rows, _inner, outer = _rows(test.this, _construct(test, negated=False), values=0, names=self.names)
+        alias = self.names.fresh("sq")
+        rows.set("expressions", [*rows.expressions, exp.alias_(exp.Literal.number(1), "m")])
+        rows.set("distinct", exp.Distinct())
+        on = [_eq(c.copy(), _col(alias, f"c{i}")) for i, c in enumerate(outer)]
+        self.joins.append(_join(_derived(rows, alias), on, left=True))
+        test.replace(exp.Paren(this=exp.Not(this=exp.Is(this=_col(alias, "m"), expression=exp.Null()))))
 
     # -- scalar subqueries ----------------------------------------------------------------------
     def _scalar(self, node: exp.Subquery, *, group: list[exp.Expression] | None) -> None:

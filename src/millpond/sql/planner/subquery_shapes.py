@@ -14,8 +14,8 @@ from millpond.sql.planner.exprs import conjuncts, unalias
 if TYPE_CHECKING:
     from millpond.sql.planner.subqueries import _Names
 
-SUPPORTED = ("IN / NOT IN (SELECT ...) and [NOT] EXISTS (SELECT ...) are supported as conditions ANDed at the "
-             "top level of WHERE")
+SUPPORTED = ("IN / NOT IN (SELECT ...) are supported as conditions ANDed at the top level of WHERE, "
+             "[NOT] EXISTS (SELECT ...) in WHERE and in the SELECT list of a query without aggregates")
 SCALAR_SHAPE = ("a scalar subquery must be an aggregate without GROUP BY, such as (SELECT max(v) FROM s WHERE "
                 "s.k = t.k)")
 CORRELATION = ("a correlated subquery may refer to the outer query only in equalities ANDed at the top level of "
