@@ -42,19 +42,24 @@ def setup_statements() -> list[tuple[str, str, str]]:
         if text:
             out.append(("table", parse(text)[0].this.this.name, text))
     out += [("view", name, f"CREATE MATERIALIZED VIEW {name} AS {sql}") for name, sql in workload.VIEWS.items()]
+    out += [("flow", name, f"CREATE FLOW {name} SINK TO {sink} AS {sql}")
+            for name, (sink, sql) in workload.FLOWS.items()]
     return out
 
 
+def _made(db, kind: str):  # noqa: ANN001, ANN202
+    return {"table": db.catalog.tables, "view": db.catalog.views, "flow": db.catalog.flows}[kind]
+
+
 def created(db) -> list[str]:  # noqa: ANN001
-    """Names of the workload's tables and views that exist on the root, in setup order."""
-    return [name for kind, name, _ in setup_statements()
-            if name in (db.catalog.tables if kind == "table" else db.catalog.views)]
+    """Names of the workload's tables, views and flows that exist on the root, in setup order."""
+    return [name for kind, name, _ in setup_statements() if name in _made(db, kind)]
 
 
 def finish_setup(db) -> None:  # noqa: ANN001
     """Create what a crash during setup left out (each statement commits one catalog version)."""
     for kind, name, statement in setup_statements():
-        if name not in (db.catalog.tables if kind == "table" else db.catalog.views):
+        if name not in _made(db, kind):
             db.sql(statement)
 
 

@@ -184,7 +184,7 @@ class Database:
         """Append rows (pyarrow Table/RecordBatch, pandas or Spark DataFrame, dict of columns)."""
         with self._guard():
             self._writable("insert()")
-            t = self.runtime.catalog.table(table)
+            t = self.runtime.catalog.writable(table)
             ingest.insert(self.runtime, t, ingest.conform_rows(t, ingest.to_arrow(data)))
 
     def flush(self, *, progress: bool = False) -> list[EpochReport]:

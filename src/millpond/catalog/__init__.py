@@ -1,5 +1,5 @@
-"""Table, view and SQL function definitions, persisted on the root."""
+"""Table, view, flow and SQL function definitions, persisted on the root."""
 
-from millpond.catalog.catalog import Catalog, CatalogStore, Column, FunctionDef, TableDef, ViewDef, dependency
+from millpond.catalog.catalog import Catalog, CatalogStore, Column, FlowDef, FunctionDef, TableDef, ViewDef, dependency
 
-__all__ = ["Catalog", "CatalogStore", "Column", "FunctionDef", "TableDef", "ViewDef", "dependency"]
+__all__ = ["Catalog", "CatalogStore", "Column", "FlowDef", "FunctionDef", "TableDef", "ViewDef", "dependency"]

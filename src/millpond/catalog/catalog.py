@@ -22,12 +22,13 @@ from millpond.columns import ROW_ID, W
 from millpond.errors import CatalogError, FencedError
 from millpond.store.objects import AlreadyExists, ObjectStore
 
-__all__ = ["Column", "TableDef", "ViewDef", "FunctionDef", "dependency", "Catalog", "CatalogStore", "FORMAT"]
+__all__ = ["Column", "TableDef", "ViewDef", "FlowDef", "FunctionDef", "dependency", "Catalog", "CatalogStore",
+           "FORMAT"]
 
 # 2: views carry their CREATE statement as written and their bound plan (1: a re-generated query);
 # 3: APPEND ONLY tables (written only when there is one, so other roots stay readable by format 2);
-# 4: SQL functions (written only when there is one)
-FORMAT = 4
+# 4: SQL functions (written only when there is one); 5: flows (likewise)
+FORMAT = 5
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,16 @@ class ViewDef:
 
 
 @dataclass(frozen=True)
+class FlowDef(ViewDef):
+    """A flow (``CREATE FLOW``): a view whose changes are written into the table ``sink``, whose
+    primary key is the flow's group keys (``key``)."""
+
+    sink: str = ""
+    key: tuple[str, ...] = ()
+    comment: str | None = None
+
+
+@dataclass(frozen=True)
 class FunctionDef:
     name: str
     sql: str  # the CREATE FUNCTION statement as written
@@ -117,6 +128,7 @@ class Catalog:
     tables: dict[str, TableDef] = field(default_factory=dict)
     views: dict[str, ViewDef] = field(default_factory=dict)
     functions: dict[str, FunctionDef] = field(default_factory=dict)
+    flows: dict[str, FlowDef] = field(default_factory=dict)
 
     def relation(self, name: str) -> TableDef | ViewDef:
         found = self.tables.get(name) or self.views.get(name)
@@ -131,13 +143,26 @@ class Catalog:
             raise CatalogError(f"{name!r} is {kind}; only tables accept INSERT, UPDATE and DELETE")
         return self.tables[name]
 
+    def writable(self, name: str) -> TableDef:
+        """The table ``name`` if statements may change its rows (a flow's sink is written by its flow only)."""
+        t = self.table(name)
+        if (flow := self.sink_of(name)) is not None:
+            raise CatalogError(f"table {name!r} is the sink of flow {flow.name!r}: only the flow writes its rows "
+                               f"(DROP FLOW {flow.name} first to write it yourself)")
+        return t
+
+    def sink_of(self, table: str) -> FlowDef | None:
+        return next((f for f in self.flows.values() if f.sink == table), None)
+
     def _check_free(self, name: str) -> None:
         if name in self.tables or name in self.views:
             raise CatalogError(f"a table or view named {name!r} already exists")
+        if name in self.flows:
+            raise CatalogError(f"a flow named {name!r} already exists")
 
-    def with_views(self, views: dict[str, ViewDef]) -> "Catalog":
-        """The same catalog with these view definitions (e.g. their plans filled in)."""
-        return replace(self, views=views)
+    def with_views(self, views: dict[str, ViewDef], flows: dict[str, FlowDef] | None = None) -> "Catalog":
+        """The same catalog with these view (and flow) definitions (e.g. their plans filled in)."""
+        return replace(self, views=views, flows=self.flows if flows is None else flows)
 
     def with_table(self, name: str, columns: tuple[Column, ...], primary_key: tuple[str, ...], *,
                    append_only: bool = False) -> "Catalog":
@@ -151,9 +176,27 @@ class Catalog:
         v = ViewDef(self.next_id, name, sql, ViewDef.encode_schema(schema), depends_on, plan, on_error)
         return replace(self, next_id=self.next_id + 1, views={**self.views, name: v})
 
+    def with_flow(self, flow: FlowDef) -> "Catalog":
+        """The catalog with ``flow`` (its id assigned here); its sink table must be in it."""
+        self._check_free(flow.name)
+        if flow.sink not in self.tables:
+            raise CatalogError(f"flow {flow.name!r}: no sink table named {flow.sink!r}")
+        if (other := self.sink_of(flow.sink)) is not None:
+            raise CatalogError(f"table {flow.sink!r} is already the sink of flow {other.name!r} (a sink has one flow)")
+        return replace(self, next_id=self.next_id + 1,
+                       flows={**self.flows, flow.name: replace(flow, id=self.next_id)})
+
+    def without_flow(self, name: str) -> "Catalog":
+        if name not in self.flows:
+            raise CatalogError(f"no flow named {name!r} (known: {', '.join(sorted(self.flows)) or 'none'})")
+        return replace(self, flows={k: v for k, v in self.flows.items() if k != name})
+
     def without(self, name: str) -> "Catalog":
         self.relation(name)
         self._check_unused(name, repr(name))
+        if (flow := self.sink_of(name)) is not None:
+            raise CatalogError(f"cannot drop {name!r}: it is the sink of flow {flow.name!r}; drop the flow first "
+                               "(DROP FLOW)")
         return replace(
             self,
             tables={k: v for k, v in self.tables.items() if k != name},
@@ -177,12 +220,17 @@ class Catalog:
         if users:
             raise CatalogError(f"cannot drop or replace {what}: views {', '.join(users)} depend on it; "
                                "drop them first")
+        flows = sorted(f.name for f in self.flows.values() if dep in f.depends_on)
+        if flows:
+            raise CatalogError(f"cannot drop or replace {what}: flows {', '.join(flows)} read or write it; "
+                               "drop them first (DROP FLOW)")
 
     def to_json(self) -> bytes:
         return json.dumps(
             {
                 # an append-only table has no state of its own: older versions must not open the root
-                "format": 4 if self.functions else 3 if any(t.append_only for t in self.tables.values()) else 2,
+                "format": 5 if self.flows else 4 if self.functions else 3 if any(
+                    t.append_only for t in self.tables.values()) else 2,
                 "version": self.version,
                 "next_id": self.next_id,
                 "tables": [
@@ -197,6 +245,10 @@ class Catalog:
                     for v in self.views.values()
                 ],
                 **({"functions": [f.to_json() for f in self.functions.values()]} if self.functions else {}),
+                **({"flows": [
+                    {"id": f.id, "name": f.name, "sql": f.sql, "schema": f.schema_b64, "depends_on": list(f.depends_on),
+                     "plan": f.plan, "on_error": f.on_error, "sink": f.sink, "key": list(f.key), "comment": f.comment}
+                    for f in self.flows.values()]} if self.flows else {}),
             },
             indent=1,
         ).encode()
@@ -218,7 +270,13 @@ class Catalog:
             for v in body["views"]
         }
         functions = {f["name"]: FunctionDef.from_json(f) for f in body.get("functions", [])}
-        return cls(version=body["version"], next_id=body["next_id"], tables=tables, views=views, functions=functions)
+        flows = {
+            f["name"]: FlowDef(f["id"], f["name"], f["sql"], f["schema"], tuple(f["depends_on"]), f["plan"],
+                               f["on_error"], f["sink"], tuple(f["key"]), f["comment"])
+            for f in body.get("flows", [])
+        }
+        return cls(version=body["version"], next_id=body["next_id"], tables=tables, views=views, functions=functions,
+                   flows=flows)
 
 
 class CatalogStore:

@@ -13,7 +13,7 @@ from sqlglot import exp
 
 from millpond.errors import SchemaError
 
-__all__ = ["arrow_type", "normalize_type", "spark_ddl_type", "INTERVAL"]
+__all__ = ["arrow_type", "normalize_type", "spark_ddl_type", "sql_type", "INTERVAL"]
 
 INTERVAL = pa.struct([pa.field("months", pa.int32()), pa.field("days", pa.int32()), pa.field("micros", pa.int64())])
 
@@ -80,3 +80,19 @@ def spark_ddl_type(sql_type: str) -> str:
         return "DECIMAL({},{})".format(*_decimal_args(dt))
     return _SIMPLE[dt.this][2]
 
+
+
+def sql_type(t: pa.DataType) -> str:
+    """The SQL name of an Arrow type (a view's columns), as ``CREATE TABLE`` spells it."""
+    if pa.types.is_decimal(t):
+        return f"DECIMAL({t.precision},{t.scale})"
+    if pa.types.is_timestamp(t):
+        return "TIMESTAMPTZ" if t.tz else "TIMESTAMP"
+    if t == INTERVAL:
+        return "INTERVAL"
+    return _SQL_TYPES.get(t, str(t).upper())
+
+
+_SQL_TYPES = {pa.bool_(): "BOOLEAN", pa.int8(): "SMALLINT", pa.int16(): "SMALLINT", pa.int32(): "INT",
+              pa.int64(): "BIGINT", pa.float32(): "REAL", pa.float64(): "DOUBLE", pa.string(): "VARCHAR",
+              pa.large_string(): "VARCHAR", pa.date32(): "DATE"}

@@ -1,4 +1,4 @@
-"""The consumers of a catalog: every table's own materialization and every view's stored plan.
+"""The consumers of a catalog: every table's own materialization and every view's and flow's stored plan.
 
 Only a table with a primary key keeps rows of its own (ingest resolves upserts against them). A
 key-less table's log *is* its rows: every record carries the row's identity (``_row_id``) and
@@ -23,11 +23,13 @@ def table_plan(table: TableDef) -> P.Materialize:
 
 
 def consumers(catalog: Catalog, view_plans: dict[str, P.Materialize]) -> list[Consumer]:
-    """Tables first, then views with their plans (``view_plans`` by view name)."""
+    """Tables first, then views and flows with their plans (``view_plans`` by name)."""
     out = [Consumer(f"o{t.id}", t.id, t.name, table_plan(t), (*(c.name for c in t.columns), ROW_ID),
                     log_only=not t.primary_key)
            for t in catalog.tables.values()]
     out += [Consumer(f"o{v.id}", v.id, v.name, view_plans[v.name], tuple(v.schema.names), on_error=v.on_error,
                      sql=v.sql)
             for v in catalog.views.values()]
+    out += [Consumer(f"o{f.id}", f.id, f.name, view_plans[f.name], tuple(f.schema.names), sql=f.sql, sink=f.sink)
+            for f in catalog.flows.values()]
     return out

@@ -45,6 +45,15 @@ step point here by number.
 
 A failure in steps 1–4 commits nothing and is raised as ``epoch e failed and was not committed``.
 
+**Flows.** A flow is a consumer like a view; its changes are written into its sink table's channel
+*after* the commit (step 5), as the Database's own changelog records, by the idempotent producer
+``(flow:<key>, e)``. The commit records that the sink is owed epoch ``e``'s changes (the flow's
+:data:`SINK_OWED` offset). Before every epoch the runtime settles what is owed
+(:meth:`millpond.engine.runtime.Runtime.settle_sinks`): if the producer's last applied sequence is
+below the owed epoch (a crash or a failed append after the commit), the sink receives the
+difference between the flow's committed rows and its own rows — written once, as above. The sink's
+readers (views, other flows) take those records in the next epoch, like any table's.
+
 **Fault isolation.** One exception: a *data error* in a view (an error of SQLSTATE class 22 —
 division by zero, a bad cast, an overflow — raised by the view's expressions over its input) fails
 that view, not the epoch. The coordinator finds the failing views (step 3 again on halves of the
@@ -84,9 +93,10 @@ from millpond.store.sst import SstRef, describe_sst
 from millpond.store.state_table import StateTable
 from millpond.store.store import Runner, StateStore, run_in_process
 
-__all__ = ["Coordinator", "EpochReport", "ROWS_PER_TASK", "describe_failure"]
+__all__ = ["Coordinator", "EpochReport", "ROWS_PER_TASK", "SINK_OWED", "describe_failure"]
 
 ROWS_PER_TASK = 50_000  # an epoch's stateful stages get one task per this many new records, up to parallelism
+SINK_OWED = "@sink"  # in a flow's offsets: the last epoch whose changes its sink must receive (never a channel name)
 PROBES = 12  # jobs spent per channel narrowing a failed view's input to the record that raised
 
 log = logging.getLogger("millpond")
@@ -160,6 +170,8 @@ class Coordinator:
         offsets = {k: v for k, v in self.manifest.offsets.items() if k in live}
         for c, ranges in work:
             offsets[c.key] = {**offsets.get(c.key, {}), **{ch: b for ch, (_, b) in ranges.items()}}
+            if c.sink is not None and (change := changes.get(c.key)) is not None and change.num_rows:
+                offsets[c.key][SINK_OWED] = epoch  # a flow: this epoch's changes are owed to its sink
         # 5. commit: the one atomic write; 6. maintenance runs inside commit, in the background
         failed = {k: v for k, v in {**self.manifest.failed, **failures}.items() if k in live}  # dropped: gone
         self.state.commit(epoch, new_ssts, offsets, keep=lambda sid: sid.split(".", 1)[0] in stateful, failed=failed)

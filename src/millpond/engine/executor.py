@@ -23,7 +23,7 @@ __all__ = ["Consumer", "EpochJob", "EpochExecutor", "Ranges", "Work", "PieceSour
 
 @dataclass(frozen=True)
 class Consumer:
-    """Something that reads table channels and keeps state: a table or a view."""
+    """Something that reads table channels and keeps state: a table, a view or a flow."""
 
     key: str  # "o<object id>", the manifest's offsets key and state id prefix
     object_id: int
@@ -33,6 +33,7 @@ class Consumer:
     log_only: bool = False  # a key-less table: its log is its rows; epochs only advance its offsets
     on_error: str = "fail"  # a data error in its expressions: "fail" (the view is isolated) or "null"
     sql: str = ""  # a view's SQL as the user wrote it (its errors name the column's expression in it)
+    sink: str | None = None  # a flow: the table its changes are written into
 
 
 Ranges = dict[str, tuple[int, int]]  # channel -> [start, stop) of this epoch

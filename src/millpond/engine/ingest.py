@@ -107,6 +107,8 @@ def serve(rt: Runtime) -> None:
             table = next((t for t in rt.catalog.tables.values() if t.channel_id == channel.id), None)
             if table is None:
                 raise SchemaError(f"log channel {channel.name!r} is not a table's channel under {rt.log.store.root!r}")
+            if (flow := rt.catalog.sink_of(table.name)) is not None:
+                raise SchemaError(f"table {table.name!r} is the sink of flow {flow.name!r}: only the flow writes its rows")
             appended = insert(rt, table, conform_rows(table, rows), producer=producer)
             if appended is None:
                 end = rt.channel(table).end

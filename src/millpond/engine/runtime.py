@@ -18,12 +18,13 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from millpond import faults
 from millpond.catalog import Catalog, CatalogStore, TableDef
 from millpond.columns import COUNT, ROW_ID, W
 from millpond.engine import plan as P
 from millpond.engine.changelog import consolidate
 from millpond.engine.consumers import consumers
-from millpond.engine.coordinator import Coordinator, EpochReport, describe_failure
+from millpond.engine.coordinator import SINK_OWED, Coordinator, EpochReport, describe_failure
 from millpond.engine.executor import Consumer
 from millpond.errors import CatalogError, MillpondError
 from millpond.log import Channel, Log
@@ -71,7 +72,7 @@ class Runtime:
 
     def _plans_of(self, catalog: Catalog) -> dict[str, P.Materialize]:
         plans = {}
-        for v in catalog.views.values():
+        for v in [*catalog.views.values(), *catalog.flows.values()]:
             if v.id not in self._plans:
                 if v.plan is None:
                     raise CatalogError(f"view {v.name!r} has no stored plan (bind the catalog's plans first)")
@@ -85,11 +86,17 @@ class Runtime:
 
     # -- epochs -------------------------------------------------------------------------------
     def run_epoch(self) -> EpochReport | None:
-        """One epoch over all consumers (the protocol in :mod:`millpond.engine.coordinator`)."""
+        """One epoch over all consumers (the protocol in :mod:`millpond.engine.coordinator`), then
+        each flow's changes written into its sink."""
         started = time.perf_counter()
+        self.settle_sinks()
         report = self.coordinator.run_epoch(self.catalog, self.consumers)
         if report is None:
             return None
+        for c in self.consumers:
+            if c.sink is not None and (change := report.changes.get(c.name)) is not None and change.num_rows:
+                faults.point("flow.before_sink")
+                self._to_sink(c, change, report.epoch)
         seconds, now = time.perf_counter() - started, datetime.now(timezone.utc)
         for name, rows_in in report.rows_in.items():
             change = report.changes.get(name)
@@ -106,8 +113,32 @@ class Runtime:
             reports.append(report)
         return reports
 
+    # -- flows' sinks (the coordinator's module docstring, "Flows") --------------------------------
+    def settle_sinks(self) -> None:
+        """Give every flow's sink the changes a committed epoch owes it and it has not received
+        (after a crash between the commit and the sink's append): the difference between the
+        flow's committed rows and the sink's rows."""
+        manifest = self.coordinator.manifest
+        for c in self.consumers:
+            owed = manifest.offsets.get(c.key, {}).get(SINK_OWED) if c.sink is not None else None
+            if owed is None or self.channel(self.catalog.tables[c.sink]).producer_seq(_producer(c)) >= owed:
+                continue
+            rows = self.coordinator.rows(c, manifest).scan()
+            have = pl.from_arrow(self.snapshot(c.sink, pending=True)).with_columns(pl.lit(-1, pl.Int64).alias(W))
+            want = (rows.select([*c.columns, pl.col(COUNT).alias(W)]) if rows is not None and rows.height
+                    else have.clear().with_columns(pl.lit(1, pl.Int64).alias(W)))
+            diff = consolidate(pl.concat([want.cast(have.schema), have]))
+            self._to_sink(c, diff.to_arrow(), owed)
+
+    def _to_sink(self, flow: Consumer, change: pa.Table, epoch: int) -> None:
+        """A flow's changelog appended to its sink as the sink's changes, at most once per epoch."""
+        table = self.catalog.tables[flow.sink]
+        rows = change.select([c.name for c in table.columns])
+        records = rows.append_column(ROW_ID, pa.nulls(rows.num_rows, pa.int64())).append_column(W, change[W])
+        self.channel(table).append(records.cast(table.log_schema), producer=(_producer(flow), epoch))
+
     def _changelog_schema(self, name: str) -> pa.Schema:
-        rel = self.catalog.relation(name)
+        rel = self.catalog.flows.get(name) or self.catalog.relation(name)
         return rel.log_schema if isinstance(rel, TableDef) else rel.schema.append(pa.field(W, pa.int64()))
 
     # -- reads and channels -------------------------------------------------------------------
@@ -185,6 +216,10 @@ class Runtime:
     def close(self) -> None:
         self.coordinator.close()
         self.log.close()
+
+
+def _producer(flow: Consumer) -> str:
+    return f"flow:{flow.key}"
 
 
 def _consolidate(changes: pa.Table) -> pa.Table:

@@ -40,6 +40,10 @@ class Channel:
         """The sequence number the next record gets."""
         return self.log.live.end(self.info.id)
 
+    def producer_seq(self, producer: str) -> int:
+        """The last producer sequence number applied on this channel for ``producer`` (-1: none)."""
+        return self.log.live.last_producer_seq(self.info.id, producer)
+
     @property
     def start(self) -> int:
         """The first sequence number still readable (records below it were truncated)."""

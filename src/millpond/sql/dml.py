@@ -28,7 +28,7 @@ def insert(rt: Runtime, s: exp.Insert) -> None:
     if isinstance(target, exp.Schema):
         cols = [c.name for c in target.expressions]
         target = target.this
-    t = rt.catalog.table(target.name)
+    t = rt.catalog.writable(target.name)
     names = cols or [c.name for c in t.columns]
     body = s.expression
     if isinstance(body, exp.Values):
@@ -60,7 +60,7 @@ def insert(rt: Runtime, s: exp.Insert) -> None:
 
 
 def _changeable(rt: Runtime, name: str, verb: str) -> TableDef:
-    t = rt.catalog.table(name)
+    t = rt.catalog.writable(name)
     if t.append_only:
         raise SqlError(f"{verb} on table {t.name!r}: it is APPEND ONLY (rows can only be inserted)")
     return t

@@ -6,6 +6,7 @@ Each returns an Arrow table, like a query:
 - ``SHOW TABLES``: ``name``, ``columns``, ``primary_key`` (``"a, b"`` or NULL), ``append_only``;
 - ``SHOW MATERIALIZED VIEWS`` (or ``SHOW VIEWS``): ``name``, ``columns``, ``depends_on``, ``sql``;
 - ``SHOW FUNCTIONS``: ``name``, ``arguments``, ``returns``, ``sql`` (SQL functions, :mod:`millpond.sql.functions`);
+- ``SHOW FLOWS``: ``name``, ``sink``, ``key``, ``depends_on``, ``comment``, ``sql`` (:mod:`millpond.sql.flows`);
 - ``DESCRIBE name``: one row per column (``name``, ``type``, ``description``: ``primary key`` for
   a key column), then one row per property of the relation, its value in ``description``:
   ``kind``, ``primary key``, ``append only`` (tables), ``depends on`` and ``sql`` (views) — the
@@ -24,11 +25,13 @@ from sqlglot import exp
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
 from millpond.catalog import TableDef
+from millpond.catalog.types import sql_type
 from millpond.engine import plan as P
 from millpond.engine import runtime as runtime_module
 from millpond.engine.explain import explain as explain_plan
 from millpond.engine.runtime import Runtime
 from millpond.errors import CatalogError, SqlError
+from millpond.sql import flows
 from millpond.sql.planner import plan_view
 from millpond.sql.statements import parse
 
@@ -63,8 +66,10 @@ def show(rt: Runtime, s: exp.Command) -> pa.Table:
             "returns": pa.array([f.returns for f in functions], pa.string()),
             "sql": pa.array([f.sql for f in functions], pa.string()),
         })
+    if what == "FLOWS":
+        return flows.show(rt)
     raise SqlError(f"SHOW {what or '(nothing)'} is not supported "
-                   "(known: SHOW TABLES, SHOW MATERIALIZED VIEWS, SHOW FUNCTIONS)")
+                   "(known: SHOW TABLES, SHOW MATERIALIZED VIEWS, SHOW FUNCTIONS, SHOW FLOWS)")
 
 
 def describe(rt: Runtime, s: exp.Describe) -> pa.Table:
@@ -110,20 +115,6 @@ def explain(rt: Runtime, s: exp.Command) -> pa.Table:
                        "(nothing is created) or EXPLAIN MATERIALIZED VIEW v (a view that exists)")
     plan, _ = plan_view(create.expression, rt.catalog)
     return _plan_table(explain_plan(plan, object_id=rt.catalog.next_id, name=create.this.name))
-
-
-def sql_type(t: pa.DataType) -> str:
-    """The SQL name of an Arrow type (a view's columns), as ``CREATE TABLE`` spells it."""
-    if pa.types.is_decimal(t):
-        return f"DECIMAL({t.precision},{t.scale})"
-    if pa.types.is_timestamp(t):
-        return "TIMESTAMPTZ" if t.tz else "TIMESTAMP"
-    return _SQL_TYPES.get(t, str(t).upper())
-
-
-_SQL_TYPES = {pa.bool_(): "BOOLEAN", pa.int8(): "SMALLINT", pa.int16(): "SMALLINT", pa.int32(): "INT",
-              pa.int64(): "BIGINT", pa.float32(): "REAL", pa.float64(): "DOUBLE", pa.string(): "VARCHAR",
-              pa.large_string(): "VARCHAR", pa.date32(): "DATE"}
 
 
 def _rest(s: exp.Command) -> str:

@@ -1,6 +1,6 @@
 """The stored plans of a catalog, checked when a root opens.
 
-Every view runs the plan stored with it at CREATE (its node ids are its state ids). On open, each
+Every view (and flow) runs the plan stored with it at CREATE (its node ids are its state ids). On open, each
 view's plan is derived again from its stored SQL with this version's planner and compared with
 the stored one, node numbering aside (:func:`millpond.engine.plan.canonical`):
 
@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from millpond.catalog import Catalog
+from millpond.catalog import Catalog, FlowDef
 from millpond.engine import plan as P
 from millpond.errors import CatalogError, MillpondError
+from millpond.sql.flows import flow_plan, parse_flow
 from millpond.sql.planner import plan_view
 from millpond.sql.statements import view_query
 
@@ -32,12 +33,14 @@ def bind_plans(catalog: Catalog, *, mode: str = "verify") -> Catalog:
     taken as stored (``"stored"``)."""
     if mode not in MODES:
         raise MillpondError(f"plans={mode!r}: use 'verify' (check stored plans against their SQL) or 'stored'")
-    views = dict(catalog.views)
-    for v in catalog.views.values():
+    views, flows = dict(catalog.views), dict(catalog.flows)
+    for v in [*catalog.views.values(), *catalog.flows.values()]:
         if v.plan is not None and mode == "stored":
             continue
+        found = flows if isinstance(v, FlowDef) else views
         try:
-            derived, _ = plan_view(view_query(v.sql), catalog)
+            derived = flow_plan(parse_flow(v.sql), catalog)[0] if isinstance(v, FlowDef) else \
+                plan_view(view_query(v.sql), catalog)[0]
         except MillpondError as exc:
             if v.plan is None:
                 raise CatalogError(f"view {v.name!r} cannot be planned by this millpond ({exc}); open the root "
@@ -45,7 +48,7 @@ def bind_plans(catalog: Catalog, *, mode: str = "verify") -> Catalog:
             raise CatalogError(f"view {v.name!r}: this millpond cannot plan its SQL any more ({exc}); open with "
                                "connect(..., plans='stored') to keep running its stored plan") from None
         if v.plan is None:
-            views[v.name] = replace(v, plan=P.encode(derived))
+            found[v.name] = replace(v, plan=P.encode(derived))
             continue
         try:
             stored = P.decode(v.plan)
@@ -58,4 +61,4 @@ def bind_plans(catalog: Catalog, *, mode: str = "verify") -> Catalog:
                 f"view {v.name!r}: its stored plan differs from the plan this millpond derives from its SQL "
                 f"(at {diff}); its state was built by the stored plan. Open with connect(..., plans='stored') to "
                 "keep running the stored plan, or drop and recreate the view to adopt the new one")
-    return catalog.with_views(views)
+    return catalog.with_views(views, flows)

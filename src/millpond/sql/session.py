@@ -19,7 +19,7 @@ from sqlglot import exp
 
 from millpond.engine.runtime import Runtime
 from millpond.errors import MillpondError, ReadOnlyError, SqlError, unexpected
-from millpond.sql import ddl, dml, introspect
+from millpond.sql import ddl, dml, flows, introspect
 from millpond.sql.query import run_query
 from millpond.sql.statements import keyword, parse
 
@@ -73,6 +73,8 @@ def _reads(s: exp.Expression) -> bool:
 def verb(s: exp.Expression) -> str:
     """What a statement does, in its own words: ``CREATE MATERIALIZED VIEW``, ``INSERT``, ``FLUSH``."""
     word = keyword(s)
+    if word in ("CREATE", "DROP") and (flows.is_flow(s, word)):
+        return f"{word} FLOW"
     if word:
         return word
     if isinstance(s, (exp.Create, exp.Drop)):
@@ -110,6 +112,7 @@ _EXECUTE = {
     exp.Describe: introspect.describe,
 }
 _COMMANDS = {"SHOW": introspect.show, "EXPLAIN": introspect.explain}
+_FLOWS = {"CREATE": flows.create, "DROP": flows.drop}
 
 
 def execute(rt: Runtime, s: exp.Expression) -> pa.Table | None:
@@ -119,6 +122,8 @@ def execute(rt: Runtime, s: exp.Expression) -> pa.Table | None:
         return None
     if isinstance(s, exp.Command) and word in _COMMANDS:
         return _COMMANDS[word](rt, s)
+    if word in _FLOWS and flows.is_flow(s, word):
+        return _FLOWS[word](rt, s)
     run_it = run_query if isinstance(s, exp.Query) else _EXECUTE.get(type(s))
     if run_it is None:
         raise SqlError(f"unsupported statement: {s.sql('postgres')[:80]!r}")

@@ -15,7 +15,7 @@ from sqlglot.tokens import TokenType
 
 from millpond.errors import SqlError
 
-__all__ = ["parse", "keyword", "view_query", "view_definition", "source", "VIEW_ALIAS"]
+__all__ = ["parse", "tokens", "keyword", "view_query", "view_definition", "source", "VIEW_ALIAS"]
 
 
 class MillpondPostgres(Postgres):
@@ -61,6 +61,14 @@ def parse(text: str) -> list[exp.Expression]:
         statement.meta["sql"] = sql
         out.append(statement)
     return out
+
+
+def tokens(text: str) -> list:
+    """The tokens of ``text`` in millpond's PostgreSQL dialect (each with its ``start`` and ``end``)."""
+    try:
+        return sqlglot.Dialect.get_or_raise(_DIALECT).tokenize(text)
+    except TokenError as exc:
+        raise SqlError(f"syntax error: {exc}", sql=text) from None
 
 
 def _append_only(text: str) -> str:

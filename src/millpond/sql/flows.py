@@ -1,0 +1,220 @@
+"""Flows (seed 000, GreptimeDB's laminar flow): ``CREATE FLOW``, ``DROP FLOW``, ``SHOW FLOWS``.
+
+::
+
+    CREATE FLOW [IF NOT EXISTS] name SINK TO table [COMMENT 'text']
+    AS SELECT keys..., aggregates... FROM ... [WHERE ...] GROUP BY keys...
+
+A flow is a continuous aggregation whose results are written into an ordinary table, the *sink*:
+its primary key is the flow's group keys (a time bucket such as ``date_bin(INTERVAL '1 minute',
+ts)`` or a ``TUMBLE`` window's ``window_start``, and the other keys), so it can be queried, read from
+Spark, and read by views and other flows (a 1-minute flow under a 1-hour one). ``CREATE FLOW``
+creates the sink when it does not exist, or checks that the one that does has the flow's columns
+and key; only the flow writes it.
+
+The flow's state — per (window, key), each aggregate's partial state — is operator state in the
+state store, committed in the same epoch as the offsets the flow read to: a restart resumes from
+it with no refill. Each epoch reads only the records appended since (the sequence range
+``[offset, end)`` of each source channel), merges their partial aggregates into the windows they
+touch (the *dirty* windows, the only ones whose sink rows change), and the coordinator writes those
+changes into the sink after the commit, exactly once (:mod:`millpond.engine.coordinator`, "Flows").
+"""
+
+from __future__ import annotations
+
+import re
+
+import pyarrow as pa
+from sqlglot import exp
+from sqlglot.tokens import TokenType
+
+from millpond.catalog import Column, FlowDef
+from millpond.catalog.types import sql_type
+from millpond.engine import plan as P
+from millpond.engine.runtime import Runtime
+from millpond.errors import CatalogError, SqlError
+from millpond.sql.planner import plan_view
+from millpond.sql.statements import parse, source, tokens
+
+__all__ = ["FlowSpec", "parse_flow", "is_flow", "create", "drop", "show", "flow_plan"]
+
+
+class FlowSpec:
+    """What a ``CREATE FLOW`` statement says."""
+
+    def __init__(self, name: str, sink: str, query: exp.Expression, *, if_not_exists: bool, comment: str | None,
+                 sql: str):
+        self.name, self.sink, self.query = name, sink, query
+        self.if_not_exists, self.comment, self.sql = if_not_exists, comment, sql
+
+
+def is_flow(s: exp.Expression, verb: str) -> bool:
+    """Whether ``s`` is a ``<verb> FLOW`` statement (sqlglot keeps them as commands)."""
+    return isinstance(s, exp.Command) and str(s.this).upper() == verb and \
+        re.match(r"\s*FLOWS?\b", _rest(s), flags=re.IGNORECASE) is not None
+
+
+_SYNTAX = ("CREATE FLOW [IF NOT EXISTS] name SINK TO table [COMMENT 'text'] AS SELECT ... GROUP BY ...")
+
+
+def parse_flow(text: str) -> FlowSpec:
+    """The parts of a ``CREATE FLOW`` statement, or a SqlError saying what is missing."""
+    toks = tokens(text)
+    i = 0
+
+    def word(*expected: str) -> bool:
+        nonlocal i
+        if i + len(expected) <= len(toks) and all(toks[i + k].text.upper() == w for k, w in enumerate(expected)):
+            i += len(expected)
+            return True
+        return False
+
+    def name(what: str) -> str:
+        nonlocal i
+        if i >= len(toks) or toks[i].token_type not in (TokenType.VAR, TokenType.IDENTIFIER) and not \
+                toks[i].text.isidentifier():
+            raise SqlError(f"CREATE FLOW: expected {what} ({_SYNTAX})", sql=text)
+        t = toks[i]
+        i += 1
+        return t.text if t.token_type == TokenType.IDENTIFIER else t.text.lower()
+
+    if not word("CREATE", "FLOW"):
+        raise SqlError(f"not a CREATE FLOW statement ({_SYNTAX})", sql=text)
+    if_not_exists = word("IF", "NOT", "EXISTS")
+    flow = name("the flow's name")
+    if not word("SINK", "TO"):
+        raise SqlError(f"CREATE FLOW {flow}: expected SINK TO table ({_SYNTAX})", sql=text)
+    sink = name("the sink table's name")
+    comment = None
+    if word("EXPIRE", "AFTER"):
+        raise SqlError(f"CREATE FLOW {flow}: EXPIRE AFTER is not supported yet: a flow keeps the state of every "
+                       "window (drop and recreate the flow, or filter old rows in its WHERE)", sql=text)
+    if word("COMMENT"):
+        if i >= len(toks) or toks[i].token_type != TokenType.STRING:
+            raise SqlError(f"CREATE FLOW {flow}: COMMENT takes a string constant", sql=text)
+        comment, i = toks[i].text, i + 1
+    if not word("AS") or i >= len(toks):
+        raise SqlError(f"CREATE FLOW {flow}: expected AS SELECT ... ({_SYNTAX})", sql=text)
+    body = text[toks[i].start:]
+    statements = parse(body)
+    if len(statements) != 1 or not isinstance(statements[0], exp.Select):
+        raise SqlError(f"CREATE FLOW {flow}: its AS clause must be one SELECT ... GROUP BY ...", sql=text)
+    return FlowSpec(flow, sink, statements[0], if_not_exists=if_not_exists, comment=comment, sql=text)
+
+
+def flow_plan(spec: FlowSpec, catalog) -> tuple[P.Materialize, tuple[str, ...], tuple[str, ...]]:  # noqa: ANN001
+    """The flow's plan, the tables and views it reads, and its group keys as output columns."""
+    q = spec.query
+    group = q.args.get("group")
+    if group is None or not group.expressions:
+        raise SqlError(f"flow {spec.name!r}: a flow aggregates: its SELECT needs a GROUP BY (the sink's primary key "
+                       "is the group keys, e.g. GROUP BY host, date_bin(INTERVAL '1 minute', ts))", sql=spec.sql)
+    for clause in ("order", "limit", "offset", "distinct"):
+        if q.args.get(clause):
+            raise SqlError(f"flow {spec.name!r}: {clause.upper()} is not supported in a flow (its sink holds one row "
+                           "per group)", sql=spec.sql)
+    if q.find(exp.Window):
+        raise SqlError(f"flow {spec.name!r}: window functions (OVER) are not supported in a flow", sql=spec.sql)
+    keys = tuple(_key_column(spec, q, g) for g in group.expressions)
+    plan, depends = plan_view(q, catalog)
+    return plan, depends, keys
+
+
+def _key_column(spec: FlowSpec, q: exp.Select, g: exp.Expression) -> str:
+    """The output column a GROUP BY item is: an output name, an ordinal, or a select item's expression."""
+    items = q.expressions
+    if isinstance(g, exp.Literal) and g.is_int and 1 <= int(g.name) <= len(items):
+        return items[int(g.name) - 1].alias_or_name
+    if isinstance(g, exp.Column) and not g.table and g.name in [e.alias_or_name for e in items]:
+        return g.name
+    for e in items:
+        if e.unalias() == g:
+            return e.alias_or_name
+    raise SqlError(f"flow {spec.name!r}: GROUP BY {g.sql('postgres')} must also be an output column (the group keys "
+                   "are the sink's primary key): add it to the SELECT list", sql=spec.sql)
+
+
+def create(rt: Runtime, s: exp.Command) -> None:
+    spec = parse_flow(source(s))
+    catalog = rt.catalog
+    if spec.name in catalog.flows:
+        if spec.if_not_exists:
+            return
+        raise CatalogError(f"a flow named {spec.name!r} already exists")
+    plan, depends, keys = flow_plan(spec, catalog)
+    _check_acyclic(spec, plan, catalog)
+    schema = rt.coordinator.executor.output_schema(plan, catalog.tables)
+    columns = tuple(Column(f.name, sql_type(f.type)) for f in schema)
+    new_sink = spec.sink not in catalog.tables
+    if new_sink:
+        if spec.sink in catalog.views or spec.sink in catalog.flows:
+            raise CatalogError(f"flow {spec.name!r}: its sink {spec.sink!r} is not a table")
+        rt.log.check_table_name(spec.sink)
+        catalog = catalog.with_table(spec.sink, columns, keys)
+    else:
+        _check_sink(spec, catalog.tables[spec.sink], columns, keys)
+    flow = FlowDef(0, spec.name, spec.sql, FlowDef.encode_schema(schema), depends, P.encode(plan), "fail",
+                   sink=spec.sink, key=keys, comment=spec.comment)
+    rt.commit_catalog(catalog.with_flow(flow))
+    if new_sink:
+        t = rt.catalog.tables[spec.sink]
+        rt.log.create_channel(t.channel, t.log_schema, id=t.channel_id, table_key=t.primary_key)
+
+
+def _check_acyclic(spec: FlowSpec, plan: P.Materialize, catalog) -> None:  # noqa: ANN001
+    """A flow may not read its own sink, directly or through other flows (FLUSH would never end)."""
+    reads = {f.name: {s.table for s in P.sources(P.decode(f.plan))} for f in catalog.flows.values()}
+    reached, todo = set(), [spec.sink]
+    while todo:  # the tables that the sink's rows reach through flows
+        table = todo.pop()
+        if table in reached:
+            continue
+        reached.add(table)
+        todo += [catalog.flows[f].sink for f, tables in reads.items() if table in tables]
+    loop = sorted(reached & {s.table for s in P.sources(plan)})
+    if loop:
+        raise SqlError(f"flow {spec.name!r} reads {loop[0]!r}, which its own sink {spec.sink!r} feeds: flows may not "
+                       "form a cycle", sql=spec.sql)
+
+
+def _check_sink(spec: FlowSpec, table, columns: tuple[Column, ...], keys: tuple[str, ...]) -> None:  # noqa: ANN001
+    want = ", ".join(f"{c.name} {c.type}" for c in columns)
+    have = ", ".join(f"{c.name} {c.type}" for c in table.columns)
+    if want != have:
+        raise CatalogError(f"flow {spec.name!r}: sink table {table.name!r} has columns ({have}); the flow writes "
+                           f"({want}): drop the table or write the flow's SELECT to match")
+    if tuple(table.primary_key) != keys:
+        raise CatalogError(f"flow {spec.name!r}: sink table {table.name!r} has primary key "
+                           f"({', '.join(table.primary_key) or 'none'}); the flow's group keys are ({', '.join(keys)})")
+    if table.append_only:
+        raise CatalogError(f"flow {spec.name!r}: sink table {table.name!r} is APPEND ONLY; a flow updates its rows")
+
+
+def drop(rt: Runtime, s: exp.Command) -> None:
+    """``DROP FLOW [IF EXISTS] name``: the flow stops and its state goes; its sink table stays."""
+    m = re.fullmatch(r"\s*FLOW\s+(IF\s+EXISTS\s+)?(\S+?)\s*;?\s*", _rest(s), flags=re.IGNORECASE)
+    if m is None:
+        raise SqlError("expected DROP FLOW [IF EXISTS] name", sql=source(s))
+    name = m.group(2)
+    name = name[1:-1].replace('""', '"') if name.startswith('"') else name.lower()
+    if name not in rt.catalog.flows and m.group(1):
+        return
+    rt.commit_catalog(rt.catalog.without_flow(name))
+
+
+def show(rt: Runtime) -> pa.Table:
+    """``SHOW FLOWS``: ``name``, ``sink``, ``key``, ``depends_on``, ``comment``, ``sql``."""
+    flows = sorted(rt.catalog.flows.values(), key=lambda f: f.name)
+    return pa.table({
+        "name": pa.array([f.name for f in flows], pa.string()),
+        "sink": pa.array([f.sink for f in flows], pa.string()),
+        "key": pa.array([", ".join(f.key) for f in flows], pa.string()),
+        "depends_on": pa.array([", ".join(f.depends_on) for f in flows], pa.string()),
+        "comment": pa.array([f.comment for f in flows], pa.string()),
+        "sql": pa.array([f.sql for f in flows], pa.string()),
+    })
+
+
+def _rest(s: exp.Command) -> str:
+    """The text after a command's first word (``FLOW ...`` of ``CREATE FLOW ...``)."""
+    return re.sub(r"^\s*\w+", "", source(s), count=1)

@@ -1,0 +1,233 @@
+"""Flows (``CREATE FLOW``, :mod:`millpond.sql.flows`): continuous time-window aggregations written
+into sink tables. Each sink is checked after every FLUSH against DuckDB's GROUP BY over all the
+source rows, under random inserts (late rows for old windows among them), updates and deletes, a
+restart at another parallelism, and a flow over another flow's sink; a failed sink append after the
+commit is settled exactly once; the statements' errors name what is wrong."""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime, timedelta
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+from millpond import CatalogError, MillpondError, SqlError, StorageError
+from millpond.engine import runtime as runtime_module
+from tests import workload
+
+SOURCE = "CREATE TABLE metrics (id INT PRIMARY KEY, host TEXT, ts TIMESTAMP, cpu DOUBLE)"
+SCHEMA = pa.schema([("id", pa.int32()), ("host", pa.string()), ("ts", pa.timestamp("us")), ("cpu", pa.float64())])
+T0 = datetime(2026, 1, 1)
+
+# flow -> (CREATE FLOW, the oracle over the source table; DuckDB runs it with PostgreSQL's meaning)
+FLOWS = {
+    "per_min": ("""CREATE FLOW per_min SINK TO cpu_1m COMMENT 'per host and minute' AS
+                   SELECT host, date_bin(INTERVAL '1 minute', ts) AS minute, avg(cpu) AS avg_cpu,
+                          max(cpu) AS max_cpu, min(cpu) AS min_cpu, sum(cpu) AS total, count(*) AS n
+                   FROM metrics WHERE cpu >= 0 GROUP BY host, minute""",
+                """SELECT host, date_bin(INTERVAL '1 minute', ts) AS minute, avg(cpu) AS avg_cpu,
+                          max(cpu) AS max_cpu, min(cpu) AS min_cpu, sum(cpu) AS total, count(*) AS n
+                   FROM metrics WHERE cpu >= 0 GROUP BY host, minute"""),
+    # a flow of a flow: 10-minute rollups of the 1-minute sink
+    "per_10min": ("""CREATE FLOW per_10min SINK TO cpu_10m AS
+                     SELECT host, date_bin(INTERVAL '10 minutes', minute) AS bucket, max(max_cpu) AS hi, sum(n) AS n
+                     FROM cpu_1m GROUP BY host, bucket""",
+                  """SELECT host, date_bin(INTERVAL '10 minutes', ts) AS bucket, max(cpu) AS hi, count(*)::numeric AS n
+                     FROM metrics WHERE cpu >= 0 GROUP BY host, bucket"""),
+    # TUMBLE-style bucketing, keyed by the window alone
+    "tumbling": ("""CREATE FLOW tumbling SINK TO per_5m AS
+                    SELECT window_start, count(*) AS n, count(DISTINCT host) AS hosts
+                    FROM TUMBLE(metrics, ts, INTERVAL '5 minutes') GROUP BY window_start""",
+                 """SELECT date_bin(INTERVAL '5 minutes', ts) AS window_start, count(*) AS n, count(DISTINCT host) AS hosts
+                    FROM metrics GROUP BY 1"""),
+}
+SINKS = {"per_min": "cpu_1m", "per_10min": "cpu_10m", "tumbling": "per_5m"}
+
+
+class Source:
+    """The source rows as the oracle keeps them, and random changes to them."""
+
+    def __init__(self, seed: int):
+        self.rng = random.Random(seed)
+        self.con = duckdb.connect()
+        self.con.execute(SOURCE)
+        self.next_id, self.now = 0, 0  # minutes since T0: "now" advances; late rows go back in time
+
+    def step(self, db) -> None:  # noqa: ANN001
+        kind = self.rng.choice(["insert", "insert", "insert", "update", "delete"])
+        if kind == "insert" or self.next_id == 0:
+            self.now += self.rng.randrange(0, 3)
+            n = self.rng.randrange(1, 30)
+            minutes = [self.now - (self.rng.randrange(1, 40) if self.rng.random() < 0.1 else 0) for _ in range(n)]
+            rows = pa.table({
+                "id": list(range(self.next_id, self.next_id + n)),
+                "host": [self.rng.choice(["a", "b", "c"]) for _ in range(n)],
+                "ts": [T0 + timedelta(minutes=m, seconds=self.rng.randrange(60)) for m in minutes],
+                "cpu": [None if self.rng.random() < 0.05 else round(self.rng.uniform(-5, 100), 2) for _ in range(n)],
+            }, schema=SCHEMA)
+            self.next_id += n
+            db.insert("metrics", rows)
+            self.con.register("incoming", rows)
+            self.con.execute("INSERT INTO metrics SELECT * FROM incoming")
+            self.con.unregister("incoming")
+            return
+        lo = self.rng.randrange(self.next_id)
+        hi = lo + self.rng.randrange(1, 6)
+        sql = (f"UPDATE metrics SET cpu = cpu + {self.rng.randrange(1, 20)}, ts = ts - INTERVAL '1 minute' "
+               f"WHERE id >= {lo} AND id < {hi}" if kind == "update" else
+               f"DELETE FROM metrics WHERE id >= {lo} AND id < {hi}")
+        db.sql(sql)
+        self.con.execute(sql)
+
+    def oracle(self, sql: str) -> list[tuple]:
+        ref = workload.Reference.__new__(workload.Reference)
+        ref.con = self.con
+        return ref.query(sql)
+
+
+def _mismatches(db, source: Source, flows) -> list[str]:  # noqa: ANN001
+    return [f"{name}: got {workload.norm(db.sql(f'SELECT * FROM {SINKS[name]}'))[:5]}, want "
+            f"{source.oracle(FLOWS[name][1])[:5]}"
+            for name in flows if workload.norm(db.sql(f"SELECT * FROM {SINKS[name]}")) != source.oracle(FLOWS[name][1])]
+
+
+def test_sinks_match_duckdb_after_every_flush_through_a_restart(open_db, tmp_path):
+    path = str(tmp_path / "flows")
+    db = open_db(path=path)
+    db.sql(SOURCE)
+    source = Source(seed=7)
+    for _ in range(3):  # rows before the flows exist: their first epoch reads them all
+        source.step(db)
+    for name in FLOWS:
+        db.sql(FLOWS[name][0])
+    for i in range(10):
+        if i == 5:  # a restart at another parallelism: the flows' state is read back, nothing refilled
+            db.close()
+            db = open_db(path=path, parallelism=1)
+        for _ in range(source.rng.randrange(1, 4)):
+            source.step(db)
+        db.flush()
+        assert not _mismatches(db, source, FLOWS), (i, _mismatches(db, source, FLOWS))
+    shown = db.sql("SHOW FLOWS")
+    assert shown.column("name").to_pylist() == ["per_10min", "per_min", "tumbling"]
+    assert shown.column("sink").to_pylist() == ["cpu_10m", "cpu_1m", "per_5m"]
+    assert shown.column("key").to_pylist() == ["host, bucket", "host, minute", "window_start"]
+    assert shown.column("comment").to_pylist() == [None, "per host and minute", None]
+
+
+def test_a_sink_is_a_table_keyed_by_the_group_keys(open_db):
+    db = open_db()
+    db.sql(SOURCE)
+    db.sql(FLOWS["per_min"][0])
+    described = {r["name"]: r for r in db.sql("DESCRIBE cpu_1m").to_pylist()}
+    assert described["host"]["description"] == "primary key" and described["minute"]["description"] == "primary key"
+    assert (described["minute"]["type"], described["n"]["type"], described["kind"]["description"]) == \
+        ("TIMESTAMP", "BIGINT", "table")
+    db.insert("metrics", {"id": [1, 2], "host": ["a", "a"], "ts": [T0, T0 + timedelta(seconds=30)], "cpu": [1.0, 3.0]})
+    reports = db.flush()
+    assert [list(r.changes) for r in reports][0] == ["per_min"]  # the flow's changes, as a view's
+    # a view over the sink sees the flow's rows, one epoch after the flow wrote them
+    db.sql("CREATE MATERIALIZED VIEW busy AS SELECT host, sum(n) AS n FROM cpu_1m GROUP BY host")
+    db.insert("metrics", {"id": [3], "host": ["a"], "ts": [T0 + timedelta(minutes=1)], "cpu": [5.0]})
+    db.flush()
+    assert workload.norm(db.sql("SELECT * FROM busy")) == [("a", 3)]
+    assert workload.norm(db.sql("SELECT host, minute, avg_cpu, n FROM cpu_1m")) == [
+        ("a", T0, 2.0, 2), ("a", T0 + timedelta(minutes=1), 5.0, 1)]
+
+
+def test_only_the_flow_writes_its_sink(open_db):
+    db = open_db()
+    db.sql(SOURCE)
+    db.sql(FLOWS["per_min"][0])
+    for sql in ("INSERT INTO cpu_1m VALUES ('a', '2026-01-01', 1, 1, 1, 1, 1)", "DELETE FROM cpu_1m",
+                "UPDATE cpu_1m SET n = 0"):
+        with pytest.raises(CatalogError, match=r"table 'cpu_1m' is the sink of flow 'per_min': only the flow writes"):
+            db.sql(sql)
+    with pytest.raises(CatalogError, match=r"cannot drop 'cpu_1m': it is the sink of flow 'per_min'"):
+        db.sql("DROP TABLE cpu_1m")
+    with pytest.raises(CatalogError, match=r"cannot drop or replace 'metrics': flows per_min read or write it"):
+        db.sql("DROP TABLE metrics")
+    db.sql("DROP FLOW per_min")
+    db.sql("DROP FLOW IF EXISTS per_min")
+    with pytest.raises(CatalogError, match=r"no flow named 'per_min'"):
+        db.sql("DROP FLOW per_min")
+    db.sql("INSERT INTO cpu_1m VALUES ('a', '2026-01-01', 1, 1, 1, 1, 1)")  # the sink stays, a table like any
+    db.flush()
+    assert db.sql("SELECT count(*) AS n FROM cpu_1m").column("n").to_pylist() == [1]
+
+
+@pytest.mark.parametrize("sql,error,needle", [
+    ("CREATE FLOW f SINK TO s AS SELECT host, cpu FROM metrics", SqlError,
+     r"flow 'f': a flow aggregates: its SELECT needs a GROUP BY"),
+    ("CREATE FLOW f SINK TO s AS SELECT count(*) AS n FROM metrics GROUP BY host", SqlError,
+     r"GROUP BY host must also be an output column"),
+    ("CREATE FLOW f SINK TO s EXPIRE AFTER INTERVAL '1 hour' AS SELECT host, count(*) FROM metrics GROUP BY host",
+     SqlError, r"EXPIRE AFTER is not supported yet"),
+    ("CREATE FLOW f AS SELECT host, count(*) FROM metrics GROUP BY host", SqlError, r"expected SINK TO table"),
+    ("CREATE FLOW f SINK TO s AS SELECT host, count(*) AS n FROM metrics GROUP BY host ORDER BY n", SqlError,
+     r"ORDER is not supported in a flow"),
+    ("CREATE FLOW f SINK TO s AS SELECT host, count(*) AS n FROM nowhere GROUP BY host", MillpondError, r"nowhere"),
+    ("CREATE FLOW f SINK TO metrics AS SELECT host, count(*) AS n FROM metrics GROUP BY host", SqlError,
+     r"flow 'f' reads 'metrics', which its own sink 'metrics' feeds: flows may not form a cycle"),
+    ("CREATE FLOW f SINK TO other AS SELECT host, count(*) AS n FROM metrics GROUP BY host", CatalogError,
+     r"sink table 'other' has columns \(host VARCHAR, n INT\); the flow writes \(host VARCHAR, n BIGINT\)"),
+    ("CREATE FLOW f SINK TO keyed AS SELECT host, count(*) AS n FROM metrics GROUP BY host", CatalogError,
+     r"sink table 'keyed' has primary key \(none\); the flow's group keys are \(host\)"),
+])
+def test_create_flow_errors_name_the_problem(open_db, sql, error, needle):
+    db = open_db()
+    db.sql(SOURCE)
+    db.sql("CREATE TABLE other (host TEXT PRIMARY KEY, n INT)")
+    db.sql("CREATE TABLE keyed (host TEXT, n BIGINT)")
+    with pytest.raises(error, match=needle):
+        db.sql(sql)
+    assert db.sql("SHOW FLOWS").num_rows == 0
+    assert sorted(db.sql("SHOW TABLES").column("name").to_pylist()) == ["keyed", "metrics", "other"]
+
+
+def test_flows_may_not_form_a_cycle_through_each_other(open_db):
+    db = open_db()
+    db.sql("CREATE TABLE a (k INT, v INT)")
+    db.sql("CREATE FLOW f1 SINK TO b AS SELECT k, count(*) AS n FROM a GROUP BY k")
+    with pytest.raises(SqlError, match=r"flow 'f2' reads 'b', which its own sink 'a' feeds"):
+        db.sql("CREATE FLOW f2 SINK TO a AS SELECT k, count(*) AS n FROM b GROUP BY k")
+    db.sql("CREATE FLOW IF NOT EXISTS f1 SINK TO b AS SELECT k, count(*) AS n FROM a GROUP BY k")
+    with pytest.raises(CatalogError, match=r"a flow named 'f1' already exists"):
+        db.sql("CREATE FLOW f1 SINK TO c AS SELECT k, count(*) AS n FROM a GROUP BY k")
+    with pytest.raises(CatalogError, match=r"table 'b' is already the sink of flow 'f1'"):
+        db.sql("CREATE FLOW f3 SINK TO b AS SELECT k, count(*) AS n FROM a GROUP BY k")
+
+
+def test_a_sink_append_lost_after_the_commit_is_settled_once(open_db, monkeypatch, tmp_path):
+    """The epoch commits, then writing the sink fails (as a crash there would leave it): the next
+    epoch — or the next process — gives the sink exactly the changes it is owed."""
+    path = str(tmp_path / "settle")
+    db = open_db(path=path)
+    db.sql(SOURCE)
+    db.sql(FLOWS["per_min"][0])
+    source = Source(seed=3)
+    source.step(db)
+    db.flush()
+    real = runtime_module.Runtime._to_sink
+
+    def broken(self, flow, change, epoch):  # noqa: ANN001
+        raise OSError("storage unreachable")
+
+    monkeypatch.setattr(runtime_module.Runtime, "_to_sink", broken)
+    source.step(db)
+    with pytest.raises(StorageError, match="storage unreachable"):
+        db.flush()
+    monkeypatch.setattr(runtime_module.Runtime, "_to_sink", real)
+    assert _mismatches(db, source, ["per_min"])  # the commit happened, the sink is behind
+    db.close()
+    db = open_db(path=path)
+    db.flush()  # settles, then runs the sink's own epoch
+    assert not _mismatches(db, source, ["per_min"])
+    db.flush()
+    db.close()
+    db = open_db(path=path)  # settled once: a second open owes nothing
+    source.step(db)
+    db.flush()
+    assert not _mismatches(db, source, ["per_min"])
