@@ -93,6 +93,8 @@ class FlowDef(ViewDef):
     sink: str = ""
     key: tuple[str, ...] = ()
     comment: str | None = None
+    expire_micros: int | None = None  # EXPIRE AFTER, in microseconds
+    time_key: str | None = None  # the group key windows expire by (a DATE or TIMESTAMP column)
 
 
 @dataclass(frozen=True)
@@ -247,7 +249,8 @@ class Catalog:
                 **({"functions": [f.to_json() for f in self.functions.values()]} if self.functions else {}),
                 **({"flows": [
                     {"id": f.id, "name": f.name, "sql": f.sql, "schema": f.schema_b64, "depends_on": list(f.depends_on),
-                     "plan": f.plan, "on_error": f.on_error, "sink": f.sink, "key": list(f.key), "comment": f.comment}
+                     "plan": f.plan, "on_error": f.on_error, "sink": f.sink, "key": list(f.key), "comment": f.comment,
+                     "expire_micros": f.expire_micros, "time_key": f.time_key}
                     for f in self.flows.values()]} if self.flows else {}),
             },
             indent=1,
@@ -272,7 +275,8 @@ class Catalog:
         functions = {f["name"]: FunctionDef.from_json(f) for f in body.get("functions", [])}
         flows = {
             f["name"]: FlowDef(f["id"], f["name"], f["sql"], f["schema"], tuple(f["depends_on"]), f["plan"],
-                               f["on_error"], f["sink"], tuple(f["key"]), f["comment"])
+                               f["on_error"], f["sink"], tuple(f["key"]), f["comment"], f.get("expire_micros"),
+                               f.get("time_key"))
             for f in body.get("flows", [])
         }
         return cls(version=body["version"], next_id=body["next_id"], tables=tables, views=views, functions=functions,

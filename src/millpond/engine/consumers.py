@@ -12,6 +12,7 @@ from millpond.catalog import Catalog, TableDef
 from millpond.columns import ROW_ID
 from millpond.engine import plan as P
 from millpond.engine.executor import Consumer
+from millpond.engine.flows import Expiry
 
 __all__ = ["table_plan", "consumers"]
 
@@ -30,6 +31,7 @@ def consumers(catalog: Catalog, view_plans: dict[str, P.Materialize]) -> list[Co
     out += [Consumer(f"o{v.id}", v.id, v.name, view_plans[v.name], tuple(v.schema.names), on_error=v.on_error,
                      sql=v.sql)
             for v in catalog.views.values()]
-    out += [Consumer(f"o{f.id}", f.id, f.name, view_plans[f.name], tuple(f.schema.names), sql=f.sql, sink=f.sink)
+    out += [Consumer(f"o{f.id}", f.id, f.name, view_plans[f.name], tuple(f.schema.names), sql=f.sql, sink=f.sink,
+                     expiry=Expiry(f.key, f.time_key, f.expire_micros) if f.expire_micros else None)
             for f in catalog.flows.values()]
     return out

@@ -48,7 +48,8 @@ A failure in steps 1–4 commits nothing and is raised as ``epoch e failed and w
 **Flows.** A flow is a consumer like a view; its changes are written into its sink table's channel
 *after* the commit (step 5), as the Database's own changelog records, by the idempotent producer
 ``(flow:<key>, e)``. The commit records that the sink is owed epoch ``e``'s changes (the flow's
-:data:`SINK_OWED` offset). Before every epoch the runtime settles what is owed
+:data:`~millpond.engine.flows.SINK_OWED` offset); with ``EXPIRE AFTER``, changes to expired windows
+are dropped first (:mod:`millpond.engine.flows`). Before every epoch the runtime settles what is owed
 (:meth:`millpond.engine.runtime.Runtime.settle_sinks`): if the producer's last applied sequence is
 below the owed epoch (a crash or a failed append after the commit), the sink receives the
 difference between the flow's committed rows and its own rows — written once, as above. The sink's
@@ -82,6 +83,7 @@ from millpond import faults, paths
 from millpond.catalog import Catalog, TableDef
 from millpond.columns import ROW_ID, W
 from millpond.engine.executor import Consumer, EpochExecutor, EpochJob, Work
+from millpond.engine.flows import EXPIRED, SINK_OWED, expire
 from millpond.engine.operators import Materialize
 from millpond.engine.plan import sources as _sources
 from millpond.engine.plan import state_id
@@ -93,10 +95,9 @@ from millpond.store.sst import SstRef, describe_sst
 from millpond.store.state_table import StateTable
 from millpond.store.store import Runner, StateStore, run_in_process
 
-__all__ = ["Coordinator", "EpochReport", "ROWS_PER_TASK", "SINK_OWED", "describe_failure"]
+__all__ = ["Coordinator", "EpochReport", "ROWS_PER_TASK", "describe_failure"]
 
 ROWS_PER_TASK = 50_000  # an epoch's stateful stages get one task per this many new records, up to parallelism
-SINK_OWED = "@sink"  # in a flow's offsets: the last epoch whose changes its sink must receive (never a channel name)
 PROBES = 12  # jobs spent per channel narrowing a failed view's input to the record that raised
 
 log = logging.getLogger("millpond")
@@ -170,6 +171,12 @@ class Coordinator:
         offsets = {k: v for k, v in self.manifest.offsets.items() if k in live}
         for c, ranges in work:
             offsets[c.key] = {**offsets.get(c.key, {}), **{ch: b for ch, (_, b) in ranges.items()}}
+            if c.expiry is not None and changes.get(c.key) is not None:  # a flow's expired windows stay as they are
+                changes[c.key], marks = expire(changes[c.key], c.expiry, offsets[c.key])
+                if marks[EXPIRED] > offsets[c.key].get(EXPIRED, 0):
+                    log.warning("flow %r: %d late changes to expired windows were dropped at epoch %d (%d so far)",
+                                c.name, marks[EXPIRED] - offsets[c.key].get(EXPIRED, 0), epoch, marks[EXPIRED])
+                offsets[c.key].update(marks)
             if c.sink is not None and (change := changes.get(c.key)) is not None and change.num_rows:
                 offsets[c.key][SINK_OWED] = epoch  # a flow: this epoch's changes are owed to its sink
         # 5. commit: the one atomic write; 6. maintenance runs inside commit, in the background

@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from millpond.catalog import TableDef
 from millpond.engine import plan as P
+from millpond.engine.flows import Expiry
 from millpond.log import Piece
 from millpond.store.manifest import Manifest
 
@@ -34,6 +35,7 @@ class Consumer:
     on_error: str = "fail"  # a data error in its expressions: "fail" (the view is isolated) or "null"
     sql: str = ""  # a view's SQL as the user wrote it (its errors name the column's expression in it)
     sink: str | None = None  # a flow: the table its changes are written into
+    expiry: Expiry | None = None  # a flow's EXPIRE AFTER
 
 
 Ranges = dict[str, tuple[int, int]]  # channel -> [start, stop) of this epoch

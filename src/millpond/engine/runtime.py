@@ -24,7 +24,8 @@ from millpond.columns import COUNT, ROW_ID, W
 from millpond.engine import plan as P
 from millpond.engine.changelog import consolidate
 from millpond.engine.consumers import consumers
-from millpond.engine.coordinator import SINK_OWED, Coordinator, EpochReport, describe_failure
+from millpond.engine.coordinator import Coordinator, EpochReport, describe_failure
+from millpond.engine.flows import SINK_OWED, as_micros, threshold
 from millpond.engine.executor import Consumer
 from millpond.errors import CatalogError, MillpondError
 from millpond.log import Channel, Log
@@ -127,8 +128,11 @@ class Runtime:
             have = pl.from_arrow(self.snapshot(c.sink, pending=True)).with_columns(pl.lit(-1, pl.Int64).alias(W))
             want = (rows.select([*c.columns, pl.col(COUNT).alias(W)]) if rows is not None and rows.height
                     else have.clear().with_columns(pl.lit(1, pl.Int64).alias(W)))
-            diff = consolidate(pl.concat([want.cast(have.schema), have]))
-            self._to_sink(c, diff.to_arrow(), owed)
+            diff = consolidate(pl.concat([want.cast(have.schema), have])).to_arrow()
+            if c.expiry is not None and (oldest := threshold(manifest.offsets[c.key], c.expiry)) is not None:
+                t = as_micros(diff[c.expiry.time_key])  # expired windows stay as the sink has them
+                diff = diff.filter(pa.array(np.isnan(t) | (t >= oldest)))
+            self._to_sink(c, diff, owed)
 
     def _to_sink(self, flow: Consumer, change: pa.Table, epoch: int) -> None:
         """A flow's changelog appended to its sink as the sink's changes, at most once per epoch."""

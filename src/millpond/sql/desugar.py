@@ -1,7 +1,8 @@
 """The rewrites every query goes through before it is bound, in a view and in an ad-hoc SELECT
 alike: SQL functions inlined (:mod:`millpond.sql.functions`), named windows (``WINDOW w AS
 (...)``) written into each ``OVER w``, table column aliases (``t AS p(a, b)``) made subqueries,
-and grouping sets expanded (:mod:`millpond.sql.grouping`).
+grouping sets expanded (:mod:`millpond.sql.grouping`), and ``approx_count_distinct(x)`` (not
+PostgreSQL's, but common in streaming SQL) answered exactly, as ``count(DISTINCT x)``.
 
     >>> import sqlglot
     >>> q = sqlglot.parse_one("SELECT rank() OVER w FROM t WINDOW w AS (PARTITION BY a ORDER BY b)")
@@ -27,7 +28,18 @@ def desugar(query: exp.Expression, defined: Mapping[str, FunctionDef]) -> tuple[
     """``query`` (modified in place) without SQL function calls, named windows or grouping sets,
     and the names of the functions it called."""
     query, used = functions.inline(query, defined)
+    query = query.transform(_exact_distinct, copy=False)
     return grouping.expand(inline_named_windows(_table_column_aliases(query))), used
+
+
+def _exact_distinct(node: exp.Expression) -> exp.Expression:
+    """``approx_count_distinct(x)`` as ``count(DISTINCT x)``: exact is within any error bound, and
+    it is maintained under deletes, which a sketch is not."""
+    if isinstance(node, exp.ApproxDistinct):
+        if node.args.get("accuracy") is not None:
+            raise SqlError("approx_count_distinct takes one argument (millpond counts exactly)")
+        return exp.Count(this=exp.Distinct(expressions=[node.this]))
+    return node
 
 
 def _table_column_aliases(query: exp.Expression) -> exp.Expression:

@@ -29,11 +29,14 @@ from sqlglot import exp
 from sqlglot.tokens import TokenType
 
 from millpond.catalog import Column, FlowDef
-from millpond.catalog.types import sql_type
+from millpond.catalog.types import INTERVAL, sql_type
 from millpond.engine import plan as P
+from millpond.engine.flows import EXPIRED, WATERMARK
 from millpond.engine.runtime import Runtime
-from millpond.errors import CatalogError, SqlError
+from millpond.errors import CatalogError, MillpondError, SqlError
 from millpond.sql.planner import plan_view
+from millpond.sql.query import bind_select
+from millpond.sql.semantics import intervals
 from millpond.sql.statements import parse, source, tokens
 
 __all__ = ["FlowSpec", "parse_flow", "is_flow", "create", "drop", "show", "flow_plan"]
@@ -43,9 +46,9 @@ class FlowSpec:
     """What a ``CREATE FLOW`` statement says."""
 
     def __init__(self, name: str, sink: str, query: exp.Expression, *, if_not_exists: bool, comment: str | None,
-                 sql: str):
+                 sql: str, expire: int | None):
         self.name, self.sink, self.query = name, sink, query
-        self.if_not_exists, self.comment, self.sql = if_not_exists, comment, sql
+        self.if_not_exists, self.comment, self.sql, self.expire = if_not_exists, comment, sql, expire
 
 
 def is_flow(s: exp.Expression, verb: str) -> bool:
@@ -54,7 +57,8 @@ def is_flow(s: exp.Expression, verb: str) -> bool:
         re.match(r"\s*FLOWS?\b", _rest(s), flags=re.IGNORECASE) is not None
 
 
-_SYNTAX = ("CREATE FLOW [IF NOT EXISTS] name SINK TO table [COMMENT 'text'] AS SELECT ... GROUP BY ...")
+_SYNTAX = ("CREATE FLOW [IF NOT EXISTS] name SINK TO table [EXPIRE AFTER interval] [COMMENT 'text'] AS SELECT ... "
+           "GROUP BY ...")
 
 
 def parse_flow(text: str) -> FlowSpec:
@@ -85,10 +89,14 @@ def parse_flow(text: str) -> FlowSpec:
     if not word("SINK", "TO"):
         raise SqlError(f"CREATE FLOW {flow}: expected SINK TO table ({_SYNTAX})", sql=text)
     sink = name("the sink table's name")
-    comment = None
+    comment = expire = None
     if word("EXPIRE", "AFTER"):
-        raise SqlError(f"CREATE FLOW {flow}: EXPIRE AFTER is not supported yet: a flow keeps the state of every "
-                       "window (drop and recreate the flow, or filter old rows in its WHERE)", sql=text)
+        start = i
+        while i < len(toks) and toks[i].text.upper() not in ("COMMENT", "AS"):
+            i += 1
+        if i == start:
+            raise SqlError(f"CREATE FLOW {flow}: EXPIRE AFTER takes an interval, e.g. INTERVAL '2 hours'", sql=text)
+        expire = _micros(flow, text[toks[start].start:toks[i - 1].end + 1], text)
     if word("COMMENT"):
         if i >= len(toks) or toks[i].token_type != TokenType.STRING:
             raise SqlError(f"CREATE FLOW {flow}: COMMENT takes a string constant", sql=text)
@@ -99,7 +107,21 @@ def parse_flow(text: str) -> FlowSpec:
     statements = parse(body)
     if len(statements) != 1 or not isinstance(statements[0], exp.Select):
         raise SqlError(f"CREATE FLOW {flow}: its AS clause must be one SELECT ... GROUP BY ...", sql=text)
-    return FlowSpec(flow, sink, statements[0], if_not_exists=if_not_exists, comment=comment, sql=text)
+    return FlowSpec(flow, sink, statements[0], if_not_exists=if_not_exists, comment=comment, sql=text,
+                    expire=expire)
+
+
+def _micros(flow: str, written: str, text: str) -> int:
+    """An ``EXPIRE AFTER`` interval constant in microseconds (a month has no fixed length)."""
+    try:
+        bound = bind_select(parse(f"SELECT {written} AS x")[0], {}).expressions[0].unalias()
+    except MillpondError as exc:
+        raise SqlError(f"CREATE FLOW {flow}: EXPIRE AFTER {written}: {exc}", sql=text) from None
+    fields = intervals.value(bound)
+    if fields is None or fields[0] != 0 or fields[1] * 86_400_000_000 + fields[2] <= 0:
+        raise SqlError(f"CREATE FLOW {flow}: EXPIRE AFTER takes a positive interval constant of days, hours, minutes or "
+                       f"seconds (months have no fixed length), got {written}", sql=text)
+    return fields[1] * 86_400_000_000 + fields[2]
 
 
 def flow_plan(spec: FlowSpec, catalog) -> tuple[P.Materialize, tuple[str, ...], tuple[str, ...]]:  # noqa: ANN001
@@ -153,8 +175,13 @@ def create(rt: Runtime, s: exp.Command) -> None:
         catalog = catalog.with_table(spec.sink, columns, keys)
     else:
         _check_sink(spec, catalog.tables[spec.sink], columns, keys)
+    time_key = next((k for k in keys if pa.types.is_timestamp(t := schema.field(k).type) or pa.types.is_date(t)), None)
+    if spec.expire is not None and time_key is None:
+        raise SqlError(f"flow {spec.name!r}: EXPIRE AFTER needs a time window among the group keys (a DATE or TIMESTAMP "
+                       "key such as date_bin(INTERVAL '1 minute', ts))", sql=spec.sql)
     flow = FlowDef(0, spec.name, spec.sql, FlowDef.encode_schema(schema), depends, P.encode(plan), "fail",
-                   sink=spec.sink, key=keys, comment=spec.comment)
+                   sink=spec.sink, key=keys, comment=spec.comment, expire_micros=spec.expire,
+                   time_key=time_key if spec.expire is not None else None)
     rt.commit_catalog(catalog.with_flow(flow))
     if new_sink:
         t = rt.catalog.tables[spec.sink]
@@ -203,13 +230,21 @@ def drop(rt: Runtime, s: exp.Command) -> None:
 
 
 def show(rt: Runtime) -> pa.Table:
-    """``SHOW FLOWS``: ``name``, ``sink``, ``key``, ``depends_on``, ``comment``, ``sql``."""
+    """``SHOW FLOWS``: ``name``, ``sink``, ``key``, ``depends_on``, ``expire_after`` (an INTERVAL),
+    ``watermark`` (the latest window inserted, UTC), ``expired`` (late changes to expired windows
+    dropped so far), ``comment``, ``sql``."""
     flows = sorted(rt.catalog.flows.values(), key=lambda f: f.name)
+    offsets = rt.coordinator.manifest.offsets
+    done = [offsets.get(f"o{f.id}", {}) for f in flows]
     return pa.table({
         "name": pa.array([f.name for f in flows], pa.string()),
         "sink": pa.array([f.sink for f in flows], pa.string()),
         "key": pa.array([", ".join(f.key) for f in flows], pa.string()),
         "depends_on": pa.array([", ".join(f.depends_on) for f in flows], pa.string()),
+        "expire_after": pa.array([{"months": 0, "days": 0, "micros": f.expire_micros} if f.expire_micros else None
+                                  for f in flows], INTERVAL),
+        "watermark": pa.array([d.get(WATERMARK) for d in done], pa.int64()).cast(pa.timestamp("us")),
+        "expired": pa.array([d.get(EXPIRED, 0) if f.expire_micros else None for f, d in zip(flows, done)], pa.int64()),
         "comment": pa.array([f.comment for f in flows], pa.string()),
         "sql": pa.array([f.sql for f in flows], pa.string()),
     })
