@@ -271,3 +271,24 @@ def test_expired_windows_keep_their_rows_and_late_changes_are_counted(open_db, t
     assert frozen, "the workload should expire windows"
     assert flow["expired"] > 0, "the workload should send late rows to expired windows"
     assert workload.norm(db.sql("SELECT * FROM cpu_recent")) != source.oracle(EXPIRING_ORACLE)  # they were dropped
+
+
+def test_a_failing_flow_sits_out_and_says_why(open_db):
+    db = open_db()
+    db.sql("CREATE TABLE t (k INT, v INT)")
+    db.sql("CREATE FLOW bad SINK TO ratios AS SELECT k, sum(10 / v) AS r FROM t GROUP BY k")
+    db.sql("CREATE FLOW good SINK TO counts AS SELECT k, count(*) AS n FROM t GROUP BY k")
+    db.sql("INSERT INTO t VALUES (1, 5)")
+    db.flush()
+    db.sql("INSERT INTO t VALUES (1, 0), (2, 1)")
+    db.flush()
+    flows = {r["name"]: r for r in db.sql("SHOW FLOWS").to_pylist()}
+    assert flows["good"]["error"] is None
+    assert flows["bad"]["error"].startswith("flow 'bad' failed at epoch ")
+    assert "[DIVIDE_BY_ZERO]" in flows["bad"]["error"] and "t: k=1, v=0" in flows["bad"]["error"]
+    assert workload.norm(db.sql("SELECT * FROM counts")) == [(1, 2), (2, 1)]
+    assert workload.norm(db.sql("SELECT * FROM ratios")) == [(1, 2)]  # as of its last good epoch
+    db.sql("DROP FLOW bad")
+    db.sql("INSERT INTO t VALUES (2, 2)")
+    db.flush()
+    assert workload.norm(db.sql("SELECT * FROM counts")) == [(1, 2), (2, 2)]

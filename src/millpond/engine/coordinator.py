@@ -254,7 +254,7 @@ class Coordinator:
             elif hi > start:
                 rows.append(f"{table}: one of records [{lo}, {hi})")
         return {"name": consumer.name, "epoch": job.manifest.epoch, "failed_epoch": job.epoch, **info,
-                "rows": rows}
+                "rows": rows, **({"kind": "flow"} if consumer.sink is not None else {})}
 
     def rows(self, consumer: Consumer, manifest: Manifest | None = None) -> StateTable:
         """The committed rows of a consumer (its final materialize state) in ``manifest`` (default:
@@ -310,9 +310,10 @@ def describe_failure(f: dict, sql: str | None = None) -> str:
     shown = _written(sql, f.get("column")) or f.get("expression")
     where = f" in {shown!r}" if shown else ""
     rows = f"; input: {'; '.join(f['rows'])}" if f.get("rows") else ""
-    return (f"view {f['name']!r} failed at epoch {f['failed_epoch']} (its rows stay as of epoch {f['epoch']}): "
-            f"[{f.get('error_class')}] {f.get('message')}{where}{rows}. Drop it, or drop and recreate it "
-            "(e.g. with NULLIF, or WITH (on_error = 'null'))")
+    flow = f.get("kind") == "flow"
+    return (f"{'flow' if flow else 'view'} {f['name']!r} failed at epoch {f['failed_epoch']} (its rows stay as of "
+            f"epoch {f['epoch']}): [{f.get('error_class')}] {f.get('message')}{where}{rows}. Drop it, or drop and "
+            f"recreate it (e.g. with NULLIF{'' if flow else ', or WITH (on_error = ' + repr('null') + ')'})")
 
 
 def _written(sql: str | None, column: str | None) -> str | None:

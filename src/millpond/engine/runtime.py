@@ -201,7 +201,7 @@ class Runtime:
 
     def describe_failure(self, failure: dict) -> str:
         """A failed view's failure, naming the failing column's expression as the user wrote it."""
-        view = self.catalog.views.get(failure["name"])
+        view = self.catalog.views.get(failure["name"]) or self.catalog.flows.get(failure["name"])
         return describe_failure(failure, view.sql if view is not None else None)
 
     def epochs(self) -> pa.Table:

@@ -232,9 +232,10 @@ def drop(rt: Runtime, s: exp.Command) -> None:
 def show(rt: Runtime) -> pa.Table:
     """``SHOW FLOWS``: ``name``, ``sink``, ``key``, ``depends_on``, ``expire_after`` (an INTERVAL),
     ``watermark`` (the latest window inserted, UTC), ``expired`` (late changes to expired windows
-    dropped so far), ``comment``, ``sql``."""
+    dropped so far), ``error`` (a failed flow's failure: it sits out epochs, its sink keeps its rows,
+    as a failed view does), ``comment``, ``sql``."""
     flows = sorted(rt.catalog.flows.values(), key=lambda f: f.name)
-    offsets = rt.coordinator.manifest.offsets
+    offsets, failed = rt.coordinator.manifest.offsets, rt.coordinator.manifest.failed
     done = [offsets.get(f"o{f.id}", {}) for f in flows]
     return pa.table({
         "name": pa.array([f.name for f in flows], pa.string()),
@@ -245,6 +246,8 @@ def show(rt: Runtime) -> pa.Table:
                                   for f in flows], INTERVAL),
         "watermark": pa.array([d.get(WATERMARK) for d in done], pa.int64()).cast(pa.timestamp("us")),
         "expired": pa.array([d.get(EXPIRED, 0) if f.expire_micros else None for f, d in zip(flows, done)], pa.int64()),
+        "error": pa.array([rt.describe_failure(failed[k]) if (k := f"o{f.id}") in failed else None for f in flows],
+                          pa.string()),
         "comment": pa.array([f.comment for f in flows], pa.string()),
         "sql": pa.array([f.sql for f in flows], pa.string()),
     })
