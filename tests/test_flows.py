@@ -117,7 +117,7 @@ def test_sinks_match_duckdb_after_every_flush_through_a_restart(open_db, tmp_pat
     assert shown.column("comment").to_pylist() == [None, "per host and minute", None]
 
 
-def test_a_sink_is_a_table_keyed_by_the_group_keys(open_db):
+def test_a_sink_is_a_table_keyed_by_the_group_keys(open_db, spark, root):
     db = open_db()
     db.sql(SOURCE)
     db.sql(FLOWS["per_min"][0])
@@ -135,6 +135,11 @@ def test_a_sink_is_a_table_keyed_by_the_group_keys(open_db):
     assert workload.norm(db.sql("SELECT * FROM busy")) == [("a", 3)]
     assert workload.norm(db.sql("SELECT host, minute, avg_cpu, n FROM cpu_1m")) == [
         ("a", T0, 2.0, 2), ("a", T0 + timedelta(minutes=1), 5.0, 1)]
+    # from Spark, the sink's log is the flow's changelog: rows with _w = +1 / -1
+    log = spark.read.format("millpond").option("root", root).option("channel", "cpu_1m").load()
+    net = log.groupBy("host", "minute", "avg_cpu", "n").sum("_w").where("`sum(_w)` <> 0").collect()
+    assert sorted((r["host"], r["minute"], r["avg_cpu"], r["n"], r["sum(_w)"]) for r in net) == [
+        ("a", T0, 2.0, 2, 1), ("a", T0 + timedelta(minutes=1), 5.0, 1, 1)]
 
 
 def test_only_the_flow_writes_its_sink(open_db):
