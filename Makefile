@@ -50,6 +50,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/epochs.py
 	$(PY) benchmarks/store.py
 	$(PY) benchmarks/log.py
+	$(PY) benchmarks/flows.py
 
 clean:
 	rm -rf $(VENV) demo-data .pytest_cache

@@ -171,7 +171,11 @@ def create(rt: Runtime, s: exp.Command) -> None:
     if new_sink:
         if spec.sink in catalog.views or spec.sink in catalog.flows:
             raise CatalogError(f"flow {spec.name!r}: its sink {spec.sink!r} is not a table")
-        rt.log.check_table_name(spec.sink)
+        try:  # the sink's name names its log channel, and so object keys
+            rt.log.check_table_name(spec.sink)
+        except MillpondError as exc:
+            raise CatalogError(f"flow {spec.name!r}: sink table name not allowed (a table's name is its log "
+                               f"channel's): {exc}") from None
         catalog = catalog.with_table(spec.sink, columns, keys)
     else:
         _check_sink(spec, catalog.tables[spec.sink], columns, keys)
