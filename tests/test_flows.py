@@ -297,3 +297,23 @@ def test_a_failing_flow_sits_out_and_says_why(open_db):
     db.sql("INSERT INTO t VALUES (2, 2)")
     db.flush()
     assert workload.norm(db.sql("SELECT * FROM counts")) == [(1, 2), (2, 2)]
+
+
+def test_a_read_only_open_reads_sinks_and_refuses_flow_statements(open_db, spark, root):
+    import millpond
+    from millpond import ReadOnlyError
+
+    db = open_db()
+    db.sql("CREATE TABLE t (k INT, v INT); CREATE FLOW f SINK TO s AS SELECT k, sum(v) AS total FROM t GROUP BY k")
+    db.sql("INSERT INTO t VALUES (1, 2), (1, 3)")
+    db.flush()
+    reader = millpond.connect(root, spark=spark, read_only=True)
+    try:
+        assert reader.sql("SELECT * FROM s").to_pylist() == [{"k": 1, "total": 5}]
+        assert reader.sql("SHOW FLOWS").column("name").to_pylist() == ["f"]
+        for sql, verb in (("DROP FLOW f", "DROP FLOW"),
+                          ("CREATE FLOW g SINK TO s2 AS SELECT k, count(*) AS n FROM t GROUP BY k", "CREATE FLOW")):
+            with pytest.raises(ReadOnlyError, match=f"the database is open read-only: {verb} is refused"):
+                reader.sql(sql)
+    finally:
+        reader.close()
