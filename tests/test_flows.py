@@ -123,8 +123,8 @@ def test_a_sink_is_a_table_keyed_by_the_group_keys(open_db, spark, root):
     db.sql(FLOWS["per_min"][0])
     described = {r["name"]: r for r in db.sql("DESCRIBE cpu_1m").to_pylist()}
     assert described["host"]["description"] == "primary key" and described["minute"]["description"] == "primary key"
-    assert (described["minute"]["type"], described["n"]["type"], described["kind"]["description"]) == \
-        ("TIMESTAMP", "BIGINT", "table")
+    assert (described["minute"]["type"], described["n"]["type"], described["kind"]["description"],
+            described["written by"]["description"]) == ("TIMESTAMP", "BIGINT", "table", "flow per_min")
     db.insert("metrics", {"id": [1, 2], "host": ["a", "a"], "ts": [T0, T0 + timedelta(seconds=30)], "cpu": [1.0, 3.0]})
     reports = db.flush()
     assert [list(r.changes) for r in reports][0] == ["per_min"]  # the flow's changes, as a view's

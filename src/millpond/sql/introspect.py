@@ -9,7 +9,7 @@ Each returns an Arrow table, like a query:
 - ``SHOW FLOWS``: ``name``, ``sink``, ``key``, ``depends_on``, ``comment``, ``sql`` (:mod:`millpond.sql.flows`);
 - ``DESCRIBE name``: one row per column (``name``, ``type``, ``description``: ``primary key`` for
   a key column), then one row per property of the relation, its value in ``description``:
-  ``kind``, ``primary key``, ``append only`` (tables), ``depends on`` and ``sql`` (views) — the
+  ``kind``, ``primary key``, ``append only``, ``written by`` (a flow's sink) (tables), ``depends on`` and ``sql`` (views) — the
   shape of RisingWave's ``DESCRIBE``;
 - ``EXPLAIN ...``: one column ``plan``, one row per line (:func:`millpond.engine.explain.explain`):
   the incremental plan with its exchanges and state tables. ``EXPLAIN CREATE MATERIALIZED VIEW``
@@ -89,6 +89,8 @@ def describe(rt: Runtime, s: exp.Describe) -> pa.Table:
         rows += [("kind", None, "table"),
                  ("primary key", None, ", ".join(rel.primary_key) or "none (rows may repeat)"),
                  ("append only", None, "true" if rel.append_only else "false")]
+        if (flow := rt.catalog.sink_of(rel.name)) is not None:
+            rows.append(("written by", None, f"flow {flow.name}"))
     else:
         rows = [(f.name, sql_type(f.type), None) for f in rel.schema]
         rows += [("kind", None, "materialized view"), ("depends on", None, ", ".join(rel.depends_on)),
