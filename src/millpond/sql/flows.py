@@ -230,6 +230,7 @@ def drop(rt: Runtime, s: exp.Command) -> None:
     name = name[1:-1].replace('""', '"') if name.startswith('"') else name.lower()
     if name not in rt.catalog.flows and m.group(1):
         return
+    rt.settle_sinks()  # the sink keeps every change its flow committed
     rt.commit_catalog(rt.catalog.without_flow(name))
 
 
