@@ -224,7 +224,7 @@ class Catalog:
                                "drop them first")
         flows = sorted(f.name for f in self.flows.values() if dep in f.depends_on)
         if flows:
-            raise CatalogError(f"cannot drop or replace {what}: flows {', '.join(flows)} read or write it; "
+            raise CatalogError(f"cannot drop or replace {what}: flows {', '.join(flows)} read it; "
                                "drop them first (DROP FLOW)")
 
     def to_json(self) -> bytes:
