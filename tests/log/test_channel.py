@@ -3,7 +3,6 @@ flush to Parquet, ticks, tailing and retention, on a local folder and on S3 (mot
 
 import os
 import threading
-import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -14,6 +13,7 @@ from millpond.errors import FencedError, MillpondError, SchemaError, TruncatedEr
 from millpond.log import Log
 from millpond.log.wal import SegmentName
 from millpond.store.objects import ObjectStore
+from tests.log import inbox_empty
 
 SCHEMA = pa.schema([("x", pa.int64()), ("s", pa.string())])
 
@@ -155,12 +155,7 @@ def test_a_second_writer_appends_through_the_live_one(tmp_path):
     got = b.channel("visit").append(_batch([2]))
     assert (got.first, got.end, got.duplicate) == (1, 2, False)
     assert a.channel("visit").append(_batch([3])).first == 2  # the holder numbers both
-    # requests and answers are cleaned up: the writer deletes a request just after answering it
-    # (forward.py, steps 5-6), so it may outlive the acknowledgement by a moment
-    deadline = time.monotonic() + 10
-    while list(Path(tmp_path, "log").glob("p*/inbox/*")) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not list(Path(tmp_path, "log").glob("p*/inbox/*"))
+    assert inbox_empty(tmp_path)  # requests and answers are cleaned up
     assert not list(Path(tmp_path, "log", "staging").rglob("*.arrow"))
     a.close()
     assert b.channel("visit").append(_batch([4])).first == 3  # a closed (or crashed) writer lets go

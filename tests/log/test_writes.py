@@ -23,6 +23,7 @@ from millpond.log import Log
 from millpond.log import forward as fwd
 from millpond.store.objects import ObjectStore
 from tests.conftest import rows
+from tests.log import inbox_empty
 
 
 def _cli_append(monkeypatch, capsys, root, channel, lines):
@@ -88,7 +89,7 @@ def test_python_log_api_writes_rows_of_a_table_and_never_its_hidden_columns(open
     db.flush()
     assert rows(db.sql("SELECT * FROM t")) == [(1, "a"), (2, "B")]
     assert rows(db.sql("SELECT * FROM u")) == [(7,), (8,)]
-    assert not list(Path(root, "log").glob("p*/inbox/*"))
+    assert inbox_empty(root)
     other.close()
 
 
@@ -160,7 +161,7 @@ def test_a_forwarded_append_is_applied_once_when_its_writer_dies_before_answerin
     assert (r.first, r.end, r.duplicate) == (1, 3, False)  # the original append, acknowledged once
     producer.refresh()
     assert producer.channel("c").read().column("x").to_pylist() == [0, 1, 2]
-    assert not list(Path(tmp_path, "log").glob("p*/inbox/*"))
+    assert inbox_empty(tmp_path)
     producer.close()
 
 
@@ -237,7 +238,7 @@ def test_spark_stream_feeds_a_table_with_a_view_in_the_databases_process(open_db
     assert rows(db.read("agg")) == [(21_000, 21_000, sum(range(21_000)))]
     ids = db.runtime.log.channel("t").read().column("_row_id").to_numpy()
     assert len(ids) == 21_000 and len(np.unique(ids)) == 21_000
-    assert not list(Path(root, "log").glob("p*/inbox/*")) and not list(Path(root, "log", "staging").rglob("*.arrow"))
+    assert inbox_empty(root) and not list(Path(root, "log", "staging").rglob("*.arrow"))
     src.log.close()
 
 
