@@ -29,6 +29,21 @@ def test_put_if_absent_fences_the_second_writer(store):
     assert store.get("manifest/1") == b"first"
 
 
+def test_an_object_deleted_by_its_reader_right_after_it_was_put_is_no_error(tmp_path, monkeypatch):
+    """A forwarded append's request may be answered and deleted by the log's writer before the
+    forwarder's put has synced it: the put succeeded, and says so."""
+    store = ObjectStore(str(tmp_path / "root"))
+    real_put = store._put
+
+    def put_then_consumed(key, data, mode):  # noqa: ANN001
+        real_put(key, data, mode)
+        store.delete(key)
+
+    monkeypatch.setattr(store, "_put", put_then_consumed)
+    store.put_if_absent("log/p0/inbox/request.json", b"{}")
+    assert store.list("log/p0/inbox/") == []
+
+
 def test_missing_object_is_a_named_storage_error(store):
     with pytest.raises(StorageError, match="'nope' is missing"):
         store.get("nope")

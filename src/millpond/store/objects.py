@@ -192,7 +192,12 @@ class ObjectStore:
             return  # a completed PUT to S3 is durable
         path = self._local_dir / key
         for target in (path, path.parent):
-            fd = os.open(target, os.O_RDONLY)
+            try:
+                fd = os.open(target, os.O_RDONLY)
+            except FileNotFoundError:
+                if target is path:  # already read and deleted by its reader (a forwarded request answered
+                    continue        # in that moment): what it held no longer needs to be durable here
+                raise
             try:
                 os.fsync(fd)
             finally:
