@@ -23,12 +23,13 @@ changes into the sink after the commit, exactly once (:mod:`millpond.engine.coor
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import pyarrow as pa
 from sqlglot import exp
 from sqlglot.tokens import TokenType
 
-from millpond.catalog import Column, FlowDef
+from millpond.catalog import Catalog, Column, FlowDef, TableDef
 from millpond.catalog.types import INTERVAL, sql_type
 from millpond.engine import plan as P
 from millpond.engine.flows import EXPIRED, WATERMARK
@@ -42,13 +43,17 @@ from millpond.sql.statements import parse, source, tokens
 __all__ = ["FlowSpec", "parse_flow", "is_flow", "create", "drop", "show", "flow_plan"]
 
 
+@dataclass(frozen=True)
 class FlowSpec:
     """What a ``CREATE FLOW`` statement says."""
 
-    def __init__(self, name: str, sink: str, query: exp.Expression, *, if_not_exists: bool, comment: str | None,
-                 sql: str, expire: int | None):
-        self.name, self.sink, self.query = name, sink, query
-        self.if_not_exists, self.comment, self.sql, self.expire = if_not_exists, comment, sql, expire
+    name: str
+    sink: str
+    query: exp.Select
+    if_not_exists: bool
+    comment: str | None
+    sql: str  # the statement as written
+    expire: int | None  # EXPIRE AFTER, in microseconds
 
 
 def is_flow(s: exp.Expression, verb: str) -> bool:
@@ -107,8 +112,7 @@ def parse_flow(text: str) -> FlowSpec:
     statements = parse(body)
     if len(statements) != 1 or not isinstance(statements[0], exp.Select):
         raise SqlError(f"CREATE FLOW {flow}: its AS clause must be one SELECT ... GROUP BY ...", sql=text)
-    return FlowSpec(flow, sink, statements[0], if_not_exists=if_not_exists, comment=comment, sql=text,
-                    expire=expire)
+    return FlowSpec(flow, sink, statements[0], if_not_exists, comment, text, expire)
 
 
 def _micros(flow: str, written: str, text: str) -> int:
@@ -124,7 +128,7 @@ def _micros(flow: str, written: str, text: str) -> int:
     return fields[1] * 86_400_000_000 + fields[2]
 
 
-def flow_plan(spec: FlowSpec, catalog) -> tuple[P.Materialize, tuple[str, ...], tuple[str, ...]]:  # noqa: ANN001
+def flow_plan(spec: FlowSpec, catalog: Catalog) -> tuple[P.Materialize, tuple[str, ...], tuple[str, ...]]:
     """The flow's plan, the tables and views it reads, and its group keys as output columns."""
     q = spec.query
     group = q.args.get("group")
@@ -192,7 +196,7 @@ def create(rt: Runtime, s: exp.Command) -> None:
         rt.log.create_channel(t.channel, t.log_schema, id=t.channel_id, table_key=t.primary_key)
 
 
-def _check_acyclic(spec: FlowSpec, plan: P.Materialize, catalog) -> None:  # noqa: ANN001
+def _check_acyclic(spec: FlowSpec, plan: P.Materialize, catalog: Catalog) -> None:
     """A flow may not read its own sink, directly or through other flows (FLUSH would never end)."""
     reads = {f.name: {s.table for s in P.sources(P.decode(f.plan))} for f in catalog.flows.values()}
     reached, todo = set(), [spec.sink]
@@ -208,7 +212,7 @@ def _check_acyclic(spec: FlowSpec, plan: P.Materialize, catalog) -> None:  # noq
                        "form a cycle", sql=spec.sql)
 
 
-def _check_sink(spec: FlowSpec, table, columns: tuple[Column, ...], keys: tuple[str, ...]) -> None:  # noqa: ANN001
+def _check_sink(spec: FlowSpec, table: TableDef, columns: tuple[Column, ...], keys: tuple[str, ...]) -> None:
     want = ", ".join(f"{c.name} {c.type}" for c in columns)
     have = ", ".join(f"{c.name} {c.type}" for c in table.columns)
     if want != have:

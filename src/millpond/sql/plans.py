@@ -37,15 +37,15 @@ def bind_plans(catalog: Catalog, *, mode: str = "verify") -> Catalog:
     for v in [*catalog.views.values(), *catalog.flows.values()]:
         if v.plan is not None and mode == "stored":
             continue
-        found = flows if isinstance(v, FlowDef) else views
+        found, kind = (flows, "flow") if isinstance(v, FlowDef) else (views, "view")
         try:
-            derived = flow_plan(parse_flow(v.sql), catalog)[0] if isinstance(v, FlowDef) else \
+            derived = flow_plan(parse_flow(v.sql), catalog)[0] if kind == "flow" else \
                 plan_view(view_query(v.sql), catalog)[0]
         except MillpondError as exc:
             if v.plan is None:
-                raise CatalogError(f"view {v.name!r} cannot be planned by this millpond ({exc}); open the root "
+                raise CatalogError(f"{kind} {v.name!r} cannot be planned by this millpond ({exc}); open the root "
                                    "with the version that created it") from None
-            raise CatalogError(f"view {v.name!r}: this millpond cannot plan its SQL any more ({exc}); open with "
+            raise CatalogError(f"{kind} {v.name!r}: this millpond cannot plan its SQL any more ({exc}); open with "
                                "connect(..., plans='stored') to keep running its stored plan") from None
         if v.plan is None:
             found[v.name] = replace(v, plan=P.encode(derived))
@@ -53,12 +53,12 @@ def bind_plans(catalog: Catalog, *, mode: str = "verify") -> Catalog:
         try:
             stored = P.decode(v.plan)
         except (ValueError, TypeError, KeyError) as exc:
-            raise CatalogError(f"view {v.name!r}: its stored plan cannot be read ({exc}); open the root with "
+            raise CatalogError(f"{kind} {v.name!r}: its stored plan cannot be read ({exc}); open the root with "
                                "the millpond version that created it") from None
         diff = P.first_difference(P.canonical(stored), P.canonical(derived))
         if diff is not None:
             raise CatalogError(
-                f"view {v.name!r}: its stored plan differs from the plan this millpond derives from its SQL "
+                f"{kind} {v.name!r}: its stored plan differs from the plan this millpond derives from its SQL "
                 f"(at {diff}); its state was built by the stored plan. Open with connect(..., plans='stored') to "
-                "keep running the stored plan, or drop and recreate the view to adopt the new one")
+                f"keep running the stored plan, or drop and recreate the {kind} to adopt the new one")
     return catalog.with_views(views, flows)
