@@ -281,6 +281,7 @@ class Coordinator:
         self.state.close()
 
 
+DATA_ERRORS_AS_NULL = ", or WITH (on_error = 'null')"  # a view's other remedy (a flow has no on_error)
 _ERROR = re.compile(r"\[([A-Z][A-Z0-9_.]*)\] ([^\n]*?) ?SQLSTATE: (\w{5})")
 _CONTEXT = re.compile(r"== SQL \(line \d+, position \d+\) ==\n(.*)")
 
@@ -313,7 +314,7 @@ def describe_failure(f: dict, sql: str | None = None) -> str:
     flow = f.get("kind") == "flow"
     return (f"{'flow' if flow else 'view'} {f['name']!r} failed at epoch {f['failed_epoch']} (its rows stay as of "
             f"epoch {f['epoch']}): [{f.get('error_class')}] {f.get('message')}{where}{rows}. Drop it, or drop and "
-            f"recreate it (e.g. with NULLIF{'' if flow else ', or WITH (on_error = ' + repr('null') + ')'})")
+            f"recreate it (e.g. with NULLIF{'' if flow else DATA_ERRORS_AS_NULL})")
 
 
 def _written(sql: str | None, column: str | None) -> str | None:

@@ -5,7 +5,8 @@ Its *watermark* is the latest window its changes have inserted so far; a window 
 ``watermark - d`` has *expired*: its sink row stays as it is, and later changes to it (late rows,
 updates, deletes of its rows) are dropped and counted — never merged into another window. The
 watermark and the count are committed with the epoch, in the flow's offsets under keys that are
-never channel names (:data:`WATERMARK`, :data:`EXPIRED`; :data:`SINK_OWED` is the coordinator's).
+never channel names (:data:`WATERMARK`, :data:`EXPIRED`; also :data:`SINK_OWED`, the coordinator's record
+of what a sink is owed).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pyarrow.compute as pc
 
 from millpond.columns import W
 
-__all__ = ["SINK_OWED", "WATERMARK", "EXPIRED", "Expiry", "expire", "threshold", "as_micros"]
+__all__ = ["SINK_OWED", "WATERMARK", "EXPIRED", "Expiry", "expire", "threshold", "unexpired", "as_micros"]
 
 SINK_OWED = "@sink"  # the last epoch whose changes the flow's sink must receive
 WATERMARK = "@watermark"  # microseconds since the epoch (1970) of the latest window inserted
@@ -62,8 +63,15 @@ def expire(change: pa.Table, rule: Expiry, done: Mapping[str, int]) -> tuple[pa.
     if mark is None:
         return change, offsets
     offsets[WATERMARK] = mark
-    keep = np.isnan(t) | (t >= mark - rule.micros)
-    if not keep.all():
-        offsets[EXPIRED] += pl.from_arrow(change.filter(pa.array(~keep)).select(list(rule.keys))).unique().height
-        change = change.filter(pa.array(keep))
-    return change, offsets
+    kept = unexpired(change, rule, mark - rule.micros)
+    if kept.num_rows < change.num_rows:
+        dropped = pl.from_arrow(change.select(list(rule.keys))).join(
+            pl.from_arrow(kept.select(list(rule.keys))), on=list(rule.keys), how="anti", nulls_equal=True)
+        offsets[EXPIRED] += dropped.unique().height
+    return kept, offsets
+
+
+def unexpired(change: pa.Table, rule: Expiry, oldest: float) -> pa.Table:
+    """The rows of ``change`` whose window is ``oldest`` or later (or NULL)."""
+    t = as_micros(change[rule.time_key])
+    return change.filter(pa.array(np.isnan(t) | (t >= oldest)))

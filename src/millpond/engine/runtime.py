@@ -25,7 +25,7 @@ from millpond.engine import plan as P
 from millpond.engine.changelog import consolidate
 from millpond.engine.consumers import consumers
 from millpond.engine.coordinator import Coordinator, EpochReport, describe_failure
-from millpond.engine.flows import SINK_OWED, as_micros, threshold
+from millpond.engine.flows import SINK_OWED, threshold, unexpired
 from millpond.engine.executor import Consumer
 from millpond.errors import CatalogError, MillpondError
 from millpond.log import Channel, Log
@@ -130,8 +130,7 @@ class Runtime:
                     else have.clear().with_columns(pl.lit(1, pl.Int64).alias(W)))
             diff = consolidate(pl.concat([want.cast(have.schema), have])).to_arrow()
             if c.expiry is not None and (oldest := threshold(manifest.offsets[c.key], c.expiry)) is not None:
-                t = as_micros(diff[c.expiry.time_key])  # expired windows stay as the sink has them
-                diff = diff.filter(pa.array(np.isnan(t) | (t >= oldest)))
+                diff = unexpired(diff, c.expiry, oldest)  # expired windows stay as the sink has them
             self._to_sink(c, diff, owed)
 
     def _to_sink(self, flow: Consumer, change: pa.Table, epoch: int) -> None:
