@@ -43,6 +43,8 @@ NTH = {
     "task.before_state": 8,
     "task.after_state": 8,
     "epoch.after_job": 3,
+    "changes.before_entry": 3,      # views' changes kept, the epoch's entry not yet (nothing readable)
+    "epoch.before_commit": 3,       # the epoch's changes kept, its manifest not committed
     "epoch.after_commit": 3,
     "flow.before_sink": 3,          # a flow's epoch committed, its changes not yet in its sink
     "compaction.after_outputs": 2,  # merged files written, their version not yet (background thread)
@@ -219,6 +221,7 @@ QUICK = [
     ("task.after_state", 3),      # inside a stateful task, after it wrote state
     ("epoch.before_job", 1),      # input ranges fixed, no job yet
     ("epoch.after_commit", 2),    # between epochs
+    ("changes.before_entry", 1),  # an epoch's changes half kept, not committed: replayed, read once
     ("compaction.after_outputs", 1),  # merged files written, the compaction's version not
 ]
 

@@ -13,6 +13,7 @@ from millpond.errors import (
     InvariantError,
     MillpondError,
     ReadOnlyError,
+    RetentionError,
     SchemaError,
     SqlError,
     StorageError,
@@ -33,6 +34,7 @@ __all__ = [
     "TruncatedError",
     "InvariantError",
     "ReadOnlyError",
+    "RetentionError",
 ]
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, TypeVar
 
@@ -117,11 +118,10 @@ class Database:
                 store.check_writable()
             catalogs = CatalogStore(store)
             catalog = bind_plans(catalogs.load(), mode=plans)
-            log = Log(store)
             if read_only:  # no Spark: SELECTs are answered from the snapshots by DuckDB
-                coordinator = Coordinator(_NoEpochs(), store, log, parallelism=parallelism or 1)
-                self.runtime: Runtime = ReadOnlyRuntime(catalogs, catalog, log, coordinator)
+                self.runtime: Runtime = ReadOnlyRuntime.open(store, catalog)
             else:
+                log = Log(store)
                 from millpond.spark import SparkExecutor, spark_runner
 
                 spark = self.spark
@@ -196,12 +196,41 @@ class Database:
             with self._progress(progress):
                 return self.runtime.flush()
 
-    def read(self, name: str) -> pa.Table:
-        """The committed snapshot of a table or view as Arrow."""
-        with self._guard():
-            if self.read_only:
-                return self._read(lambda: self.runtime.snapshot(name))
-            return self.runtime.snapshot(name)
+    def read(self, name: str, *, epoch: int | None = None) -> pa.Table:
+        """The committed snapshot of a table or view as Arrow; ``epoch``: as of that committed
+        epoch (time travel, within the root's retention)."""
+        if epoch is None:
+            return self._guarded_read(lambda: self.runtime.snapshot(name))
+        return self._guarded_read(lambda: self.runtime.rows_at(name, epoch))
+
+    def subscribe(self, name: str, from_epoch: int | None = None, *, snapshot: bool | None = None,
+                  timeout: float | None = None, poll: float = 0.05) -> Iterator[pa.Table]:
+        """Follow a table's, view's or flow's changes: one changelog (its columns, ``_w`` = +1/-1
+        and ``_epoch``) per committed epoch it changed in, in epoch order, blocking for new ones.
+
+        ``from_epoch=None`` starts with the rows now (a first changelog of inserts, ``snapshot``)
+        and then follows; ``from_epoch=e`` yields the changes of the epochs after ``e`` (add
+        ``snapshot=True`` to get the rows as of ``e`` first) — a consumer that stores the last
+        ``_epoch`` it processed resumes exactly where it stopped. Changes are kept for the root's
+        retention (``SET retention``); older ones raise :class:`~millpond.errors.RetentionError`
+        naming the oldest epoch kept. The iteration ends when ``timeout`` seconds pass with no new
+        epoch for it (None: it never ends). Works on a read-only database too, in another process."""
+        snapshot = from_epoch is None if snapshot is None else snapshot
+        last, first = self._guarded_read(lambda: self.runtime.subscription(name, from_epoch, snapshot))
+        if first is not None:
+            yield first
+        waited = 0.0
+        while True:
+            upto = self._guarded_read(lambda: self.runtime.coordinator.manifest.epoch)
+            if upto > last:
+                for change in self._guarded_read(lambda: list(self.runtime.changes(name, last, upto))):
+                    yield change
+                last, waited = upto, 0.0
+            elif timeout is not None and waited >= timeout:
+                return
+            else:
+                time.sleep(poll)
+                waited += poll
 
     def table(self, name: str):  # noqa: ANN201
         """A Spark DataFrame over the committed snapshot of a table or view."""
@@ -238,6 +267,11 @@ class Database:
         if self.read_only:
             raise ReadOnlyError(f"the database is open read-only: {what} is refused (open it with "
                                 "millpond.connect(root) to write)")
+
+    def _guarded_read(self, run: Callable[[], T]) -> T:
+        """``run`` under the guard; on a read-only database, after following the writer."""
+        with self._guard():
+            return self._read(run) if self.read_only else run()
 
     def _read(self, run: Callable[[], T]) -> T:
         """A read on a read-only database: follow the writer, then read one committed state."""
@@ -281,16 +315,6 @@ class Database:
                 raise
             except Exception as exc:
                 raise unexpected(exc) from exc
-
-
-class _NoEpochs:
-    """The executor of a read-only database: it runs nothing (the writer runs the epochs)."""
-
-    def run(self, *args: object) -> dict:
-        raise ReadOnlyError("the database is open read-only: it runs no epochs")
-
-    def output_schema(self, *args: object) -> pa.Schema:
-        raise ReadOnlyError("the database is open read-only: CREATE is refused")
 
 
 def _configure_logging(level: str | None) -> None:

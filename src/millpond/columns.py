@@ -7,7 +7,7 @@ operator that owns them.
 
 from __future__ import annotations
 
-__all__ = ["W", "ROW_ID", "KH", "VN", "EP", "DEL", "COUNT", "SEQ", "TICK", "RESERVED_PREFIX"]
+__all__ = ["W", "ROW_ID", "KH", "VN", "EP", "DEL", "COUNT", "SEQ", "TICK", "EPOCH", "RESERVED_PREFIX"]
 
 RESERVED_PREFIX = "_"
 
@@ -20,3 +20,4 @@ DEL = "_del"  # tombstone flag of a row of a newest-wins state table
 COUNT = "_count"  # count change of a row of an additive state table (a read sums them)
 SEQ = "_seq"  # a log record's sequence number in its channel
 TICK = "_tick"  # the time tick of the group commit that made a log record durable
+EPOCH = "_epoch"  # the epoch that committed a change (subscriptions, a view read as a Spark stream)

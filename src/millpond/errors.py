@@ -11,6 +11,7 @@ __all__ = [
     "MissingError",
     "FencedError",
     "TruncatedError",
+    "RetentionError",
     "InvariantError",
     "ReadOnlyError",
     "MillpondNotice",
@@ -57,6 +58,13 @@ class TruncatedError(MillpondError):
     def __init__(self, message: str, *, channel: str, start: int):
         super().__init__(message)
         self.channel, self.start = channel, start
+
+
+class RetentionError(MillpondError):
+    """Changes (or a past state) asked for that retention no longer keeps; ``oldest`` is the
+    oldest epoch still kept (None: none)."""
+
+    oldest: int | None = None
 
 
 class InvariantError(MillpondError):

@@ -20,6 +20,8 @@ Layout::
     sst/<version:020d>-e<epoch:020d>.<attempt>/<state>/p<part>.sst   state of one task in one epoch attempt
     sst/<version:020d>-c.<task>/<state>/<n>.sst    outputs of one compaction
     pin/<id>.json                                  a reader's pin (epoch, version): GC keeps its files
+    changes/epochs/<epoch:020d>.json               a committed epoch: when, the views it changed (engine/changefeed.py)
+    changes/<view key>/<epoch:020d>.parquet        one view's (or flow's) changes in that epoch
 """
 
 from __future__ import annotations
@@ -64,6 +66,10 @@ __all__ = [
     "parse_sst_version",
     "parse_sst_state",
     "pin_key",
+    "CHANGES_EPOCHS_PREFIX",
+    "changes_epoch_key",
+    "changes_key",
+    "parse_numbered",
 ]
 
 CATALOG_PREFIX = "catalog/"
@@ -220,3 +226,14 @@ def random_id() -> str:
     """A fresh random id for a key (attempts, compactions, pins). Components that name objects
     take an ``ids`` callable defaulting to this, so tests can make names deterministic."""
     return uuid.uuid4().hex
+
+
+CHANGES_EPOCHS_PREFIX = "changes/epochs/"
+
+
+def changes_epoch_key(epoch: int) -> str:
+    return f"{CHANGES_EPOCHS_PREFIX}{epoch:020d}.json"
+
+
+def changes_key(view_key: str, epoch: int) -> str:
+    return f"changes/{view_key}/{epoch:020d}.parquet"

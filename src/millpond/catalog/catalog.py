@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 import pyarrow as pa
 
 from millpond import faults, paths
+from millpond.catalog.retention import DEFAULT_RETENTION, Retention
 from millpond.catalog.types import arrow_type
 from millpond.columns import ROW_ID, W
 from millpond.errors import CatalogError, FencedError
@@ -27,8 +28,8 @@ __all__ = ["Column", "TableDef", "ViewDef", "FlowDef", "FunctionDef", "dependenc
 
 # 2: views carry their CREATE statement as written and their bound plan (1: a re-generated query);
 # 3: APPEND ONLY tables (written only when there is one, so other roots stay readable by format 2);
-# 4: SQL functions (written only when there is one); 5: flows (likewise)
-FORMAT = 5
+# 4: SQL functions (written only when there is one); 5: flows (likewise); 6: SET retention (likewise)
+FORMAT = 6
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,12 @@ class Catalog:
     views: dict[str, ViewDef] = field(default_factory=dict)
     functions: dict[str, FunctionDef] = field(default_factory=dict)
     flows: dict[str, FlowDef] = field(default_factory=dict)
+    retention: Retention | None = None  # SET retention (None: DEFAULT_RETENTION)
+
+    @property
+    def kept(self) -> Retention:
+        """The retention in force."""
+        return self.retention or DEFAULT_RETENTION
 
     def relation(self, name: str) -> TableDef | ViewDef:
         found = self.tables.get(name) or self.views.get(name)
@@ -231,7 +238,7 @@ class Catalog:
         return json.dumps(
             {
                 # an append-only table has no state of its own: older versions must not open the root
-                "format": 5 if self.flows else 4 if self.functions else 3 if any(
+                "format": 6 if self.retention else 5 if self.flows else 4 if self.functions else 3 if any(
                     t.append_only for t in self.tables.values()) else 2,
                 "version": self.version,
                 "next_id": self.next_id,
@@ -252,6 +259,7 @@ class Catalog:
                      "plan": f.plan, "on_error": f.on_error, "sink": f.sink, "key": list(f.key), "comment": f.comment,
                      "expire_micros": f.expire_micros, "time_key": f.time_key}
                     for f in self.flows.values()]} if self.flows else {}),
+                **({"retention": self.retention.to_json()} if self.retention else {}),
             },
             indent=1,
         ).encode()
@@ -279,8 +287,9 @@ class Catalog:
                                f.get("time_key"))
             for f in body.get("flows", [])
         }
+        retention = Retention.from_json(body["retention"]) if "retention" in body else None
         return cls(version=body["version"], next_id=body["next_id"], tables=tables, views=views, functions=functions,
-                   flows=flows)
+                   flows=flows, retention=retention)
 
 
 class CatalogStore:

@@ -39,6 +39,8 @@ step point here by number.
    put-if-absent. This single write makes the epoch visible, exactly once. A crash anywhere
    before it leaves ``e - 1`` as the truth and the same ranges are replayed from the same
    offsets; a second coordinator on the root is fenced here (:class:`millpond.FencedError`).
+   Just before, the epoch's changes are kept for subscribers and time travel
+   (:mod:`millpond.engine.changefeed`: each view's changelog, and each table's log range).
 6. **Maintain**, off the epoch's path: start the next compaction (a background thread, or the
    executor's compaction runner), apply finished ones as versions of their own, collect
    garbage; while a state's L0 is past its bound, commits wait (backpressure).
@@ -71,6 +73,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
@@ -82,6 +85,7 @@ from sqlglot import exp
 from millpond import faults, paths
 from millpond.catalog import Catalog, TableDef
 from millpond.columns import ROW_ID, W
+from millpond.engine.changefeed import ChangeFeed
 from millpond.engine.executor import Consumer, EpochExecutor, EpochJob, Work
 from millpond.engine.flows import EXPIRED, SINK_OWED, expire
 from millpond.engine.operators import Materialize
@@ -124,6 +128,7 @@ class Coordinator:
         self.parallelism = self.default_parallelism = parallelism
         self.ids = ids
         self.state = StateStore(store, runner=compaction, ids=ids)  # recovery: resume from the last committed version
+        self.changes = ChangeFeed(store)
 
     @property
     def manifest(self) -> Manifest:
@@ -179,10 +184,21 @@ class Coordinator:
                 offsets[c.key].update(marks)
             if c.sink is not None and (change := changes.get(c.key)) is not None and change.num_rows:
                 offsets[c.key][SINK_OWED] = epoch  # a flow: this epoch's changes are owed to its sink
+        # 4b. keep the epoch's changes (engine/changefeed.py): before the commit, so a reader of a
+        # committed epoch finds them, and files of an epoch that never commits are never read
+        kept = {}
+        for c, _ in work:
+            if (change := changes.get(c.key)) is not None and c.name not in catalog.tables:
+                rel = catalog.views.get(c.name) or catalog.flows[c.name]
+                changes[c.key] = kept[c.key] = change.cast(rel.schema.append(pa.field(W, pa.int64())))
+        took = {c.key: ranges[catalog.tables[c.name].channel] for c, ranges in work if c.name in catalog.tables}
+        self.changes.write(epoch, kept, took, time.time())
+        faults.point("epoch.before_commit")
         # 5. commit: the one atomic write; 6. maintenance runs inside commit, in the background
         failed = {k: v for k, v in {**self.manifest.failed, **failures}.items() if k in live}  # dropped: gone
         self.state.commit(epoch, new_ssts, offsets, keep=lambda sid: sid.split(".", 1)[0] in stateful, failed=failed)
         faults.point("epoch.after_commit")
+        self._collect(catalog)
         names = {c.key: c.name for c in consumers}
         texts = {c.key: c.sql for c in consumers}
         for k, f in failures.items():
@@ -255,6 +271,14 @@ class Coordinator:
                 rows.append(f"{table}: one of records [{lo}, {hi})")
         return {"name": consumer.name, "epoch": job.manifest.epoch, "failed_epoch": job.epoch, **info,
                 "rows": rows, **({"kind": "flow"} if consumer.sink is not None else {})}
+
+    def _collect(self, catalog: Catalog) -> None:
+        """Step 6 for the changes: drop the epochs retention no longer keeps. A failure costs
+        nothing but a retry at the next epoch (the epoch is committed)."""
+        try:
+            self.changes.collect(catalog.kept, self.manifest.epoch, time.time())
+        except MillpondError as exc:
+            log.warning("changes: retention could not drop old epochs (retried at the next epoch): %s", exc)
 
     def rows(self, consumer: Consumer, manifest: Manifest | None = None) -> StateTable:
         """The committed rows of a consumer (its final materialize state) in ``manifest`` (default:

@@ -22,13 +22,14 @@ from typing import Callable, TypeVar
 
 import pyarrow as pa
 
-from millpond.catalog import Catalog, TableDef
-from millpond.engine.coordinator import EpochReport
+from millpond.catalog import Catalog, CatalogStore, TableDef
+from millpond.engine.coordinator import Coordinator, EpochReport
 from millpond.engine.runtime import Runtime
 from millpond.errors import MillpondError, ReadOnlyError, StorageError
-from millpond.log import Channel
+from millpond.log import Channel, Log
+from millpond.store.objects import ObjectStore
 
-__all__ = ["ReadOnlyRuntime", "READ_ATTEMPTS"]
+__all__ = ["ReadOnlyRuntime", "NoEpochs", "READ_ATTEMPTS"]
 
 READ_ATTEMPTS = 6  # follows of a writer that keeps collecting the files just read, before giving up
 RETRY_SECONDS = 0.02  # the first pause before following again (doubling)
@@ -39,6 +40,15 @@ T = TypeVar("T")
 class ReadOnlyRuntime(Runtime):
     read_only = True
     sleep: Callable[[float], None] = staticmethod(time.sleep)  # replaced by tests that count retries
+
+    @classmethod
+    def open(cls, store: ObjectStore, catalog: Catalog | None = None) -> "ReadOnlyRuntime":
+        """A reader of the root in ``store``, with ``catalog`` (bound by the caller; default: the
+        newest, running the plans stored with its views as they are)."""
+        catalogs = CatalogStore(store)
+        log = Log(store)
+        coordinator = Coordinator(NoEpochs(), store, log, parallelism=1)
+        return cls(catalogs, catalogs.load() if catalog is None else catalog, log, coordinator)
 
     def follow(self, catalog: Catalog | None = None) -> None:
         """Step 1: adopt ``catalog`` (the newest, bound; None: unchanged), then the newest manifest
@@ -84,6 +94,16 @@ class ReadOnlyRuntime(Runtime):
         if found.info.id != table.channel_id:  # a dropped incarnation: this table has no records yet
             return _NoRecords(table.log_schema)
         return found
+
+
+class NoEpochs:
+    """The executor of a read-only runtime: it runs nothing (the writer runs the epochs)."""
+
+    def run(self, *args: object) -> dict:
+        raise ReadOnlyError("the database is open read-only: it runs no epochs")
+
+    def output_schema(self, *args: object) -> pa.Schema:
+        raise ReadOnlyError("the database is open read-only: CREATE is refused")
 
 
 class _NoRecords:

@@ -8,9 +8,9 @@ the plan stored with it in the catalog. Callers serialize access with :attr:`Run
 from __future__ import annotations
 
 import threading
-from dataclasses import replace
 import time
 from collections import deque
+from typing import Iterator
 from datetime import datetime, timezone
 
 import numpy as np
@@ -19,15 +19,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from millpond import faults
-from millpond.catalog import Catalog, CatalogStore, TableDef
-from millpond.columns import COUNT, ROW_ID, W
+from millpond.catalog import Catalog, CatalogStore, TableDef, ViewDef
+from millpond.columns import COUNT, EPOCH, ROW_ID, W
 from millpond.engine import plan as P
 from millpond.engine.changelog import consolidate
 from millpond.engine.consumers import consumers
 from millpond.engine.coordinator import Coordinator, EpochReport, describe_failure
 from millpond.engine.flows import SINK_OWED, threshold, unexpired
 from millpond.engine.executor import Consumer
-from millpond.errors import CatalogError, MillpondError
+from millpond.errors import CatalogError, MillpondError, RetentionError
 from millpond.log import Channel, Log
 
 __all__ = ["Runtime", "SYSTEM_VIEWS"]
@@ -104,8 +104,7 @@ class Runtime:
             self._history.append({"epoch": report.epoch, "committed_at": now, "seconds": seconds, "name": name,
                                   "rows_in": rows_in, "rows_out": change.num_rows if change is not None else None,
                                   "state_bytes": self._state_bytes(self._by_name[name])})
-        return replace(report, changes={name: change.cast(self._changelog_schema(name))
-                                        for name, change in report.changes.items()})
+        return report
 
     def flush(self) -> list[EpochReport]:
         """Run epochs until every view reflects all input appended so far."""
@@ -139,10 +138,6 @@ class Runtime:
         rows = change.select([c.name for c in table.columns])
         records = rows.append_column(ROW_ID, pa.nulls(rows.num_rows, pa.int64())).append_column(W, change[W])
         self.channel(table).append(records.cast(table.log_schema), producer=(_producer(flow), epoch))
-
-    def _changelog_schema(self, name: str) -> pa.Schema:
-        rel = self.catalog.flows.get(name) or self.catalog.relation(name)
-        return rel.log_schema if isinstance(rel, TableDef) else rel.schema.append(pa.field(W, pa.int64()))
 
     # -- reads and channels -------------------------------------------------------------------
     def snapshot(self, name: str, *, hidden: bool = False, pending: bool = False) -> pa.Table:
@@ -178,6 +173,102 @@ class Runtime:
         if isinstance(rel, TableDef) and not hidden:
             table = table.drop_columns([ROW_ID])
         return table
+
+    # -- kept changes: subscriptions and time travel (engine/changefeed.py) ---------------------
+    def changes(self, name: str, after: int, upto: int | None = None) -> Iterator[pa.Table]:
+        """The changes of table, view or flow ``name`` committed after epoch ``after`` up to
+        ``upto`` (default: the last committed epoch): one changelog per epoch it changed in, with
+        its columns, ``_w`` (+1/-1) and ``_epoch``. A :class:`~millpond.errors.RetentionError` if
+        an epoch's changes are no longer kept."""
+        consumer, rel = self._consumer(name)
+        upto = self.coordinator.manifest.epoch if upto is None else upto
+        feed, kept = self.coordinator.changes, self.catalog.kept
+        for entry in feed.entries(after, upto, kept):
+            if isinstance(rel, TableDef):
+                if (took := entry.tables.get(consumer.key)) is None:
+                    continue
+                records = self.channel(rel).read(*took).drop_columns([ROW_ID])
+                change = consolidate(pl.from_arrow(records)).to_arrow().cast(records.schema)
+            else:
+                change = feed.view_changes(consumer.key, entry, kept)
+            if change is not None and change.num_rows:
+                yield change.append_column(EPOCH, pa.array(np.full(change.num_rows, entry.epoch, dtype=np.int64)))
+
+    def changelog_schema(self, name: str) -> pa.Schema:
+        """The columns of ``name``'s changes: its own, ``_w`` and ``_epoch``."""
+        _, rel = self._consumer(name)
+        return rel.schema.append(pa.field(W, pa.int64())).append(pa.field(EPOCH, pa.int64()))
+
+    def subscription(self, name: str, as_of: int | None, snapshot: bool) -> tuple[int, pa.Table | None]:
+        """Where a subscription to ``name`` starts: the epoch after which its changes follow
+        (``as_of``, default the last committed one) and, with ``snapshot``, the rows as of that
+        epoch as a first changelog (all ``_w`` = +1)."""
+        self._consumer(name)
+        last = self.coordinator.manifest.epoch
+        start = last if as_of is None else as_of
+        if start < 0:
+            raise MillpondError(f"an epoch is a number of at least 0, got {start}")
+        if not snapshot:
+            return start, None
+        rows = self.rows_at(name, start)
+        n = rows.num_rows
+        return start, rows.append_column(W, pa.array(np.ones(n, dtype=np.int64))).append_column(
+            EPOCH, pa.array(np.full(n, start, dtype=np.int64)))
+
+    def rows_at(self, name: str, epoch: int) -> pa.Table:
+        """The rows of table, view or flow ``name`` as of committed epoch ``epoch`` (time travel):
+        the rows now, with the changes of the epochs since undone."""
+        last = self.coordinator.manifest.epoch
+        if epoch > last:
+            raise MillpondError(f"epoch {epoch} is not committed yet (the last committed epoch is {last})")
+        if epoch < 0:
+            raise MillpondError(f"an epoch is a number of at least 0, got {epoch}")
+        now = self.snapshot(name)
+        if epoch == last:
+            return now
+        try:
+            undo = [c.drop_columns([EPOCH]) for c in self.changes(name, epoch, last)]
+        except RetentionError as exc:
+            oldest = exc.oldest
+            error = RetentionError(f"{name} as of epoch {epoch} cannot be read: the changes since are no longer "
+                                   f"kept ({'the earliest epoch readable is ' + str(oldest - 1) if oldest else 'none'}"
+                                   f"; retention: {self.catalog.kept.describe()}, SET retention to keep more)")
+            error.oldest = oldest
+            raise error from None
+        if not undo:
+            return now
+        ones = pa.array(np.ones(now.num_rows, dtype=np.int64))
+        back = [c.set_column(c.schema.get_field_index(W), W, pc.negate(c[W])) for c in undo]
+        both = pa.concat_tables([now.append_column(W, ones), *back], promote_options="permissive")
+        return _consolidate(both).drop_columns([W]).cast(now.schema)
+
+    def epoch_at(self, when: datetime) -> int:
+        """The last epoch committed at or before ``when`` (``AS OF TIMESTAMP``)."""
+        feed, last = self.coordinator.changes, self.coordinator.manifest.epoch
+        at = when.timestamp()
+        oldest = feed.oldest()
+        if oldest is None or last == 0:
+            raise RetentionError(f"no epoch committed at or before {when.isoformat()} is kept")
+        lo, hi = oldest, last  # entries of [oldest, last] are kept (unless collected meanwhile)
+        first = feed.entry(lo)
+        if first is None or first.at > at:
+            raise RetentionError(f"no epoch committed at or before {when.isoformat()} is kept (the oldest kept is "
+                                 f"epoch {oldest}{', committed ' + _iso(first.at) if first else ''})")
+        while lo < hi:  # the last epoch with at <= when
+            mid = (lo + hi + 1) // 2
+            entry = feed.entry(mid)
+            if entry is not None and entry.at <= at:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def _consumer(self, name: str) -> tuple[Consumer, TableDef | ViewDef]:
+        rel = self.catalog.flows.get(name) or self.catalog.relation(name)
+        consumer = self._by_name[name]
+        if (failure := self.coordinator.manifest.failed.get(consumer.key)) is not None:
+            raise MillpondError(self.describe_failure(failure))
+        return consumer, rel
 
     # -- what the system looks like (the system views) ----------------------------------------
     def views_status(self) -> pa.Table:
@@ -219,6 +310,10 @@ class Runtime:
     def close(self) -> None:
         self.coordinator.close()
         self.log.close()
+
+
+def _iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, timezone.utc).isoformat()
 
 
 def _producer(flow: Consumer) -> str:

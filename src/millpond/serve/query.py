@@ -8,6 +8,7 @@ the result is Arrow ``month_day_nano_interval`` (stored, and in DuckDB, it is th
 
 from __future__ import annotations
 
+from datetime import timezone
 from typing import TYPE_CHECKING
 
 import duckdb
@@ -31,8 +32,10 @@ def answer(rt: Runtime, query: exp.Expression, *, hidden: bool = False) -> pa.Ta
     con = duck.cursor()
     try:
         ctes = {c.alias_or_name for c in query.find_all(exp.CTE)}
+        query = _as_of(rt, query, con, ctes)
         for name in {t.name for t in query.find_all(exp.Table) if isinstance(t.this, exp.Identifier)} - ctes:
-            con.register(name, rt.snapshot(name, hidden=hidden))
+            if name not in _registered(con):
+                con.register(name, rt.snapshot(name, hidden=hidden))
         try:
             result = con.sql(to_duckdb(query)).to_arrow_table()
         except duckdb.Error as exc:
@@ -40,6 +43,47 @@ def answer(rt: Runtime, query: exp.Expression, *, hidden: bool = False) -> pa.Ta
         return result if hidden else _shown(result)
     finally:
         con.close()
+
+
+def _as_of(rt: Runtime, query: exp.Expression, con: duckdb.DuckDBPyConnection, ctes: set[str]) -> exp.Expression:
+    """Each ``t AS OF EPOCH n`` / ``AS OF TIMESTAMP '...'`` (parsed as ``FOR SYSTEM_TIME AS OF``)
+    read as of that epoch (:meth:`~millpond.engine.runtime.Runtime.rows_at`), registered under a
+    name of its own; the relations without one are read as of the last committed epoch. All read
+    the one manifest version in force, so a join of several relations is consistent."""
+    for table in list(query.find_all(exp.Table)):
+        version = table.args.get("version")
+        if version is None:
+            continue
+        if table.name in ctes:
+            raise SqlError(f"AS OF applies to tables and views, not to the WITH query {table.name!r}")
+        epoch = _epoch(rt, version.expression, con)
+        name = f"{table.name}@{epoch}"
+        if name not in _registered(con):
+            con.register(name, rt.rows_at(table.name, epoch))
+        alias = table.alias or table.name
+        table.replace(exp.Table(this=exp.to_identifier(name, quoted=True),
+                                alias=exp.TableAlias(this=exp.to_identifier(alias))))
+    return query
+
+
+def _epoch(rt: Runtime, when: exp.Expression, con: duckdb.DuckDBPyConnection) -> int:
+    """The epoch an ``AS OF`` names: a number is an epoch, a timestamp the last epoch committed at
+    or before it (without a time zone: UTC)."""
+    if isinstance(when, exp.Literal) and not when.is_string:
+        if not when.this.isdigit():
+            raise SqlError(f"AS OF EPOCH takes a whole number, got {when.sql('postgres')}")
+        return int(when.this)
+    try:
+        value = con.sql(f"SELECT CAST({to_duckdb(when)} AS TIMESTAMPTZ)").fetchall()[0][0]
+    except duckdb.Error as exc:
+        raise SqlError(f"AS OF TIMESTAMP {when.sql('postgres')}: not a timestamp ({exc})") from None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    return rt.epoch_at(value)
+
+
+def _registered(con: duckdb.DuckDBPyConnection) -> set[str]:
+    return {row[0] for row in con.sql("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
 
 
 def _shown(table: pa.Table) -> pa.Table:

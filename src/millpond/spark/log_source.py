@@ -8,6 +8,9 @@
         .option("checkpointLocation", CK).start()              # exactly once per batch id
     df.write.format("millpond").option("root", ROOT).option("channel", "visit")
         .mode("append").save()                                 # one append (option producer + seq: once)
+    spark.readStream.format("millpond").option("root", ROOT).option("view", "v").load()
+                                                               # a view's changes; offsets are epochs
+                                                               # (millpond.spark.view_source)
 
 Rows carry the channel's columns plus ``_seq`` (sequence number) and ``_tick`` (time tick,
 microseconds). Planning runs on the driver: it lists the pieces (WAL frames and Parquet files)
@@ -80,21 +83,40 @@ class LogDataSource(DataSource):
     def schema(self) -> str:
         if "schema" in self.options:
             return self.options["schema"]
+        if "view" in self.options:
+            from millpond.spark.view_source import view_schema
+
+            return view_schema(dict(self.options))
         from pyspark.sql.pandas.types import from_arrow_schema
 
         _, ch = _open(dict(self.options))
         return from_arrow_schema(pa.schema([*ch.schema, pa.field(SEQ, pa.int64()), pa.field(TICK, pa.int64())]))
 
     def reader(self, schema) -> DataSourceReader:  # noqa: ANN001
+        if "view" in self.options:
+            from millpond.spark.view_source import ViewBatchReader
+
+            return ViewBatchReader(dict(self.options))
         return _BatchReader(dict(self.options), schema)
 
     def streamReader(self, schema) -> DataSourceStreamReader:  # noqa: ANN001
+        if "view" in self.options:
+            from millpond.spark.view_source import ViewStreamReader
+
+            return ViewStreamReader(dict(self.options))
         return _StreamReader(dict(self.options), schema)
 
     def streamWriter(self, schema, overwrite: bool) -> DataSourceStreamArrowWriter:  # noqa: ANN001
+        self._no_view_writes()
         return _StreamWriter(dict(self.options), schema)
 
+    def _no_view_writes(self) -> None:
+        if "view" in self.options:
+            raise MillpondError(f"view {self.options['view']!r} is written by its query only: write to a table "
+                                "(option 'channel' with the table's name) or db.insert()")
+
     def writer(self, schema, overwrite: bool) -> DataSourceArrowWriter:  # noqa: ANN001
+        self._no_view_writes()
         if overwrite:
             raise MillpondError("the millpond writer only appends to a channel: use mode('append')")
         return _BatchWriter(dict(self.options), schema)

@@ -8,10 +8,11 @@ with its state ids, is what every later epoch runs.
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 
 from sqlglot import exp
 
-from millpond.catalog import Column
+from millpond.catalog import Column, Retention
 from millpond.catalog.types import normalize_type
 from millpond.columns import RESERVED_PREFIX
 from millpond.engine import plan as P
@@ -166,16 +167,32 @@ def drop(rt: Runtime, s: exp.Drop) -> None:
 
 # RisingWave's session settings seen in scripts: with a millpond meaning they are aliases,
 # without one they are accepted and ignored, with a warning that says so
-_ALIASES = {"streaming_parallelism": "parallelism", "rw_implicit_flush": "implicit_flush"}
+ALIASES = {"streaming_parallelism": "parallelism", "rw_implicit_flush": "implicit_flush"}
 _IGNORED = ("rw_", "streaming_", "query_mode", "batch_parallelism", "client_encoding", "search_path",
             "application_name", "timezone", "time zone", "statement_timeout", "extra_float_digits", "datestyle")
-SETTINGS = ("parallelism", "on_error", "implicit_flush")
+SETTINGS = ("parallelism", "on_error", "implicit_flush", "retention")
+
+
+def setting(rt: Runtime, name: str) -> str:
+    """A setting's value as ``SHOW name`` prints it."""
+    name = ALIASES.get(name, name)
+    if name == "parallelism":
+        return str(rt.coordinator.parallelism)
+    if name == "on_error":
+        return rt.on_error
+    if name == "implicit_flush":
+        return "on" if rt.implicit_flush else "off"
+    if name == "retention":
+        return rt.catalog.kept.describe()
+    raise SqlError(f"unknown setting {name!r} (known: {', '.join(SETTINGS)})")
 
 
 def set_(rt: Runtime, s: exp.Set) -> None:
     """``SET name = value`` (or ``TO``): ``parallelism`` (``streaming_parallelism``; ``0``, ``default``
     or ``adaptive`` mean the parallelism the database was opened with), ``on_error``,
-    ``implicit_flush`` (``rw_implicit_flush``: every INSERT, UPDATE and DELETE flushes)."""
+    ``implicit_flush`` (``rw_implicit_flush``: every INSERT, UPDATE and DELETE flushes), ``retention``
+    (how long the root keeps changes for subscribers and time travel: a number of epochs or a span
+    such as ``'1 day'``; ``default``: an hour; stored in the catalog, so it holds for every process)."""
     for item in s.expressions:
         eq = item.this
         if not isinstance(eq, exp.EQ):
@@ -185,7 +202,7 @@ def set_(rt: Runtime, s: exp.Set) -> None:
                                                                           exp.Var, exp.Boolean)) else None
         if isinstance(eq.expression, exp.Boolean):
             value = "true" if eq.expression.this else "false"
-        name = _ALIASES.get(name, name)
+        name = ALIASES.get(name, name)
         if name == "parallelism":
             if value in ("default", "adaptive", "0") and eq.this.name.lower() == "streaming_parallelism" \
                     or value == "default":
@@ -202,6 +219,15 @@ def set_(rt: Runtime, s: exp.Set) -> None:
             if value not in ("true", "false", "on", "off", "1", "0"):
                 raise SqlError(f"implicit_flush must be true or false, got {value!r}")
             rt.implicit_flush = value in ("true", "on", "1")
+        elif name == "retention":
+            written = eq.expression.name if isinstance(eq.expression, (exp.Literal, exp.Column, exp.Identifier,
+                                                                        exp.Var)) else eq.expression.sql("postgres")
+            try:
+                kept = None if written.lower() == "default" else Retention.parse(written)
+            except ValueError as exc:
+                raise SqlError(f"SET retention: {exc}") from None
+            if kept != rt.catalog.retention:
+                rt.commit_catalog(replace(rt.catalog, retention=kept))
         elif name.startswith(_IGNORED):
             warnings.warn(f"SET {eq.this.name}: setting ignored (it has no meaning in millpond; "
                           f"known: {', '.join(SETTINGS)})", MillpondNotice, stacklevel=2)

@@ -31,7 +31,7 @@ from millpond.engine import runtime as runtime_module
 from millpond.engine.explain import explain as explain_plan
 from millpond.engine.runtime import Runtime
 from millpond.errors import CatalogError, SqlError
-from millpond.sql import flows
+from millpond.sql import ddl, flows
 from millpond.sql.planner import plan_view
 from millpond.sql.statements import parse
 
@@ -68,8 +68,10 @@ def show(rt: Runtime, s: exp.Command) -> pa.Table:
         })
     if what == "FLOWS":
         return flows.show(rt)
-    raise SqlError(f"SHOW {what or '(nothing)'} is not supported "
-                   "(known: SHOW TABLES, SHOW MATERIALIZED VIEWS, SHOW FUNCTIONS, SHOW FLOWS)")
+    if what.lower() in (*ddl.SETTINGS, *ddl.ALIASES):  # PostgreSQL's SHOW name: one row, one column
+        return pa.table({what.lower(): pa.array([ddl.setting(rt, what.lower())], pa.string())})
+    raise SqlError(f"SHOW {what or '(nothing)'} is not supported (known: SHOW TABLES, SHOW MATERIALIZED VIEWS, "
+                   f"SHOW FUNCTIONS, SHOW FLOWS, SHOW <setting>: {', '.join(ddl.SETTINGS)})")
 
 
 def describe(rt: Runtime, s: exp.Describe) -> pa.Table:

@@ -21,6 +21,7 @@ from millpond.engine.runtime import Runtime
 from millpond.errors import MillpondError, ReadOnlyError, SqlError, unexpected
 from millpond.sql import ddl, dml, flows, introspect
 from millpond.sql.query import run_query
+from millpond.sql.subscribe import subscribe
 from millpond.sql.statements import keyword, parse
 
 __all__ = ["run", "execute", "statements", "locate", "verb"]
@@ -67,7 +68,7 @@ def locate(error: MillpondError, i: int, n: int) -> None:
 
 
 def _reads(s: exp.Expression) -> bool:
-    return isinstance(s, (exp.Query, exp.Describe)) or keyword(s) in ("SHOW", "EXPLAIN")
+    return isinstance(s, (exp.Query, exp.Describe)) or keyword(s) in ("SHOW", "EXPLAIN", "SUBSCRIBE")
 
 
 def verb(s: exp.Expression) -> str:
@@ -111,7 +112,7 @@ _EXECUTE = {
     exp.Update: dml.update,
     exp.Describe: introspect.describe,
 }
-_COMMANDS = {"SHOW": introspect.show, "EXPLAIN": introspect.explain}
+_COMMANDS = {"SHOW": introspect.show, "EXPLAIN": introspect.explain, "SUBSCRIBE": subscribe}
 _FLOWS = {"CREATE": flows.create, "DROP": flows.drop}
 
 

@@ -44,7 +44,12 @@ _DIALECT = MillpondPostgres
 def parse(text: str) -> list[exp.Expression]:
     """Statements of ``text`` with unquoted identifiers folded to lower case (PostgreSQL rules)."""
     try:
-        parsed = [s for s in sqlglot.parse(_append_only(text), dialect=_DIALECT) if s is not None and not isinstance(s, exp.Semicolon)]
+        sources = _sources(text)
+        if any(_subscribe(s) for s in sources):
+            parsed = [_subscribe(s) or sqlglot.parse_one(_rewrite(s), dialect=_DIALECT) for s in sources]
+        else:
+            parsed = [s for s in sqlglot.parse(_rewrite(text), dialect=_DIALECT)
+                      if s is not None and not isinstance(s, exp.Semicolon)]
     except ParseError as exc:
         first = exc.errors[0] if exc.errors else {}
         raise SqlError(f"syntax error: {first.get('description', exc)}"
@@ -52,9 +57,8 @@ def parse(text: str) -> list[exp.Expression]:
                        sql=text, line=first.get("line"), col=first.get("col")) from None
     except TokenError as exc:
         raise SqlError(f"syntax error: {exc}", sql=text) from None
-    sources = _sources(text)
     if len(sources) != len(parsed):  # not one token run per statement: parse the runs one by one
-        parsed = [sqlglot.parse_one(_append_only(s), dialect=_DIALECT) for s in sources]
+        parsed = [sqlglot.parse_one(_rewrite(s), dialect=_DIALECT) for s in sources]
     out = []
     for statement, sql in zip(parsed, sources):
         statement = normalize_identifiers(statement, dialect=_DIALECT)
@@ -71,14 +75,30 @@ def tokens(text: str) -> list:
         raise SqlError(f"syntax error: {exc}", sql=text) from None
 
 
-def _append_only(text: str) -> str:
-    """``CREATE TABLE t (...) APPEND ONLY`` (RisingWave's syntax) as the storage parameter
-    ``WITH (append_only = true)``, which the parser knows."""
+def _rewrite(text: str) -> str:
+    """Syntax the parser does not know, as syntax it does: ``CREATE TABLE t (...) APPEND ONLY``
+    (RisingWave's) as the storage parameter ``WITH (append_only = true)``; a relation's ``AS OF
+    EPOCH n`` / ``AS OF TIMESTAMP '...'`` (time travel) as ``FOR SYSTEM_TIME AS OF n`` / ``FOR
+    SYSTEM_TIME AS OF TIMESTAMP '...'``."""
     tokens = sqlglot.Dialect.get_or_raise(_DIALECT).tokenize(text)
-    for prev, a, b in reversed(list(zip(tokens, tokens[1:], tokens[2:]))):
+    for prev, a, b, c, d in reversed(list(zip(tokens, tokens[1:], tokens[2:], [*tokens[3:], None],
+                                              [*tokens[4:], None, None]))):
         if (prev.token_type == TokenType.R_PAREN and a.text.upper() == "APPEND" and b.token_type == TokenType.ONLY):
             text = text[:a.start] + "WITH (append_only = true)" + text[b.end + 1:]
+        elif a.token_type == TokenType.ALIAS and b.text.upper() == "OF" and c is not None \
+                and c.text.upper() in ("EPOCH", "TIMESTAMP"):
+            typed = c.text.upper() == "TIMESTAMP" and d is not None and d.token_type == TokenType.STRING
+            end = b.end + 1 if typed else c.end + 1  # TIMESTAMP '...' is a typed constant; TIMESTAMP now() is not
+            text = text[:a.start] + "FOR SYSTEM_TIME AS OF" + text[end:]
     return text
+
+
+def _subscribe(text: str) -> exp.Command | None:
+    """``SUBSCRIBE ...`` as a command (its clauses are read by :mod:`millpond.sql.subscribe`)."""
+    words = text.split(None, 1)
+    if not words or words[0].upper() != "SUBSCRIBE":
+        return None
+    return exp.Command(this="SUBSCRIBE", expression=exp.Literal.string(words[1] if len(words) > 1 else ""))
 
 
 def _sources(text: str) -> list[str]:
