@@ -232,6 +232,16 @@ class Database:
                 time.sleep(poll)
                 waited += poll
 
+    def serve(self, *, host: str = "127.0.0.1", port: int = 5433, password: str | None = None):  # noqa: ANN201
+        """Serve this database over the PostgreSQL wire protocol (``psql -h host -p port``) from
+        background threads; returns the server (``.port``, ``.close()``). Localhost unless
+        ``host`` says otherwise; with ``password``, clients must give it (any user name)."""
+        from millpond.pgwire import serve
+
+        if host not in ("127.0.0.1", "localhost", "::1") and password is None:
+            raise MillpondError(f"serving on {host!r} needs a password (password=...): only localhost may go without")
+        return serve(self, host=host, port=port, password=password)
+
     def table(self, name: str):  # noqa: ANN201
         """A Spark DataFrame over the committed snapshot of a table or view."""
         rows = self.read(name)

@@ -20,7 +20,9 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import sys
+import threading
 from typing import Sequence
 
 import pyarrow as pa
@@ -47,6 +49,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                      help="background epochs this often, e.g. 1s (default: 1s interactive, none with -c; 'none': off)")
     sql.add_argument("--log-level", default=None, help="OFF, ERROR (default), WARN, INFO, DEBUG: Spark's and millpond's logs")
 
+    srv = groups.add_parser("serve", help="serve the database over the PostgreSQL wire protocol (psql, BI tools)")
+    srv.add_argument("root")
+    srv.add_argument("--host", default="127.0.0.1", help="address to listen on (default: localhost only)")
+    srv.add_argument("--port", type=int, default=5433, help="port (default 5433)")
+    srv.add_argument("--password", default=os.environ.get("MILLPOND_PASSWORD"),
+                     help="clients must give it (default: $MILLPOND_PASSWORD; none: localhost only)")
+    srv.add_argument("--read-only", action="store_true", help="follow the root without writing (another process writes)")
+    srv.add_argument("--interval", default="1s", help="background epochs this often (default 1s; 'none': off)")
+    srv.add_argument("--log-level", default=None, help="OFF, ERROR (default), WARN, INFO, DEBUG")
+
     log_cmd = groups.add_parser("log", help="the write-ahead log").add_subparsers(dest="cmd", required=True)
 
     info = log_cmd.add_parser("info", help="channels, ranges and schemas")
@@ -71,6 +83,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.group == "sql":
             return _sql(args)
+        if args.group == "serve":
+            return _serve(args)
         log = Log(ObjectStore(_root(args.root)))
         try:
             return {"info": _info, "append": _append, "tail": _tail}[args.cmd](log, args)
@@ -93,6 +107,19 @@ def _root(root: str) -> str:
     if not root.strip():
         raise MillpondError("ROOT is empty: name the database's folder, file://... or s3://bucket/prefix")
     return root
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import millpond
+
+    interval = None if args.interval == "none" else args.interval
+    with millpond.connect(_root(args.root), read_only=args.read_only, interval=interval,
+                          log_level=args.log_level) as db:
+        with db.serve(host=args.host, port=args.port, password=args.password) as server:
+            print(f"millpond: serving {args.root} on {args.host}:{server.port} (psql -h {args.host} -p {server.port})",
+                  file=sys.stderr, flush=True)
+            threading.Event().wait()  # until interrupted
+    return 0
 
 
 def _sql(args: argparse.Namespace) -> int:

@@ -32,9 +32,9 @@ def answer(rt: Runtime, query: exp.Expression, *, hidden: bool = False) -> pa.Ta
     con = duck.cursor()
     try:
         ctes = {c.alias_or_name for c in query.find_all(exp.CTE)}
-        query = _as_of(rt, query, con, ctes)
+        query, registered = _as_of(rt, query, con, ctes)
         for name in {t.name for t in query.find_all(exp.Table) if isinstance(t.this, exp.Identifier)} - ctes:
-            if name not in _registered(con):
+            if name not in registered:
                 con.register(name, rt.snapshot(name, hidden=hidden))
         try:
             result = con.sql(to_duckdb(query)).to_arrow_table()
@@ -45,11 +45,14 @@ def answer(rt: Runtime, query: exp.Expression, *, hidden: bool = False) -> pa.Ta
         con.close()
 
 
-def _as_of(rt: Runtime, query: exp.Expression, con: duckdb.DuckDBPyConnection, ctes: set[str]) -> exp.Expression:
+def _as_of(rt: Runtime, query: exp.Expression, con: duckdb.DuckDBPyConnection, ctes: set[str]
+           ) -> tuple[exp.Expression, set[str]]:
     """Each ``t AS OF EPOCH n`` / ``AS OF TIMESTAMP '...'`` (parsed as ``FOR SYSTEM_TIME AS OF``)
     read as of that epoch (:meth:`~millpond.engine.runtime.Runtime.rows_at`), registered under a
     name of its own; the relations without one are read as of the last committed epoch. All read
-    the one manifest version in force, so a join of several relations is consistent."""
+    the one manifest version in force, so a join of several relations is consistent. Returns the
+    query and the names registered."""
+    registered: set[str] = set()
     for table in list(query.find_all(exp.Table)):
         version = table.args.get("version")
         if version is None:
@@ -58,12 +61,13 @@ def _as_of(rt: Runtime, query: exp.Expression, con: duckdb.DuckDBPyConnection, c
             raise SqlError(f"AS OF applies to tables and views, not to the WITH query {table.name!r}")
         epoch = _epoch(rt, version.expression, con)
         name = f"{table.name}@{epoch}"
-        if name not in _registered(con):
+        if name not in registered:
             con.register(name, rt.rows_at(table.name, epoch))
+            registered.add(name)
         alias = table.alias or table.name
         table.replace(exp.Table(this=exp.to_identifier(name, quoted=True),
                                 alias=exp.TableAlias(this=exp.to_identifier(alias))))
-    return query
+    return query, registered
 
 
 def _epoch(rt: Runtime, when: exp.Expression, con: duckdb.DuckDBPyConnection) -> int:
@@ -80,10 +84,6 @@ def _epoch(rt: Runtime, when: exp.Expression, con: duckdb.DuckDBPyConnection) ->
     if value.tzinfo is None:
         value = value.replace(tzinfo=timezone.utc)
     return rt.epoch_at(value)
-
-
-def _registered(con: duckdb.DuckDBPyConnection) -> set[str]:
-    return {row[0] for row in con.sql("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
 
 
 def _shown(table: pa.Table) -> pa.Table:

@@ -1,0 +1,428 @@
+"""The PostgreSQL wire protocol: ``millpond serve ROOT`` / ``db.serve()`` let ``psql``, psycopg,
+JDBC and BI tools run the same SQL as ``db.sql``.
+
+An entry point (it drives a :class:`~millpond.api.Database`). The protocol's messages are
+encoded and decoded by pygwire (a sans-I/O codec); this module is the server around it: one
+thread per connection, startup and password authentication, the simple query protocol (a script
+answers statement by statement) and the extended one (Parse/Bind/Describe/Execute/Sync, with
+text parameters substituted as constants), errors with a SQLSTATE after which the connection
+stays usable, and result columns typed and rendered as PostgreSQL does.
+
+Every statement runs through ``db.sql`` under the database's lock, so a query reads one
+committed epoch, never a half-committed one. Catalog queries of clients (``information_schema``,
+``pg_catalog``, ``version()``) are answered by DuckDB, whose PostgreSQL catalogs list the tables
+and views (with their columns, no rows). ``BEGIN``/``COMMIT``/``ROLLBACK`` are accepted and do
+nothing (each statement is atomic on its own); ``SUBSCRIBE`` returns what is kept so far.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import re
+import secrets
+import socket
+import socketserver
+import struct
+import threading
+import warnings
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Iterable
+
+import duckdb
+import pyarrow as pa
+from pygwire.connection import BackendConnection
+from pygwire.constants import TransactionStatus
+from pygwire.messages import (AuthenticationCleartextPassword, AuthenticationOk, BackendKeyData, Bind, BindComplete,
+                              CancelRequest, Close, CloseComplete, CommandComplete, DataRow, Describe,
+                              EmptyQueryResponse, ErrorResponse, Execute, Flush, GSSEncRequest,
+                              GSSResponse, NoData, ParameterDescription, ParameterStatus, Parse, ParseComplete,
+                              PasswordMessage, Query, ReadyForQuery, RowDescription, SSLRequest, SSLResponse,
+                              StartupMessage, Sync, Terminate)
+from sqlglot import exp
+from sqlglot.tokens import TokenType
+
+from millpond.errors import (CatalogError, MillpondError, MillpondNotice, ReadOnlyError, RetentionError, SchemaError,
+                             SqlError)
+from millpond.serve.pgtext import fields, rows
+from millpond.sql.session import statements, verb
+from millpond.sql.statements import tokens
+
+if TYPE_CHECKING:
+    from millpond.api import Database
+
+__all__ = ["Server", "serve"]
+
+log = logging.getLogger("millpond")
+
+SERVER_VERSION = "16.0 (millpond)"
+_TRANSACTION = {"BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT"}
+
+
+def serve(db: "Database", *, host: str = "127.0.0.1", port: int = 5433, password: str | None = None) -> "Server":
+    """Start serving ``db`` in background threads; ``port=0`` picks a free port (``server.port``)."""
+    server = Server(db, host, port, password)
+    server.start()
+    return server
+
+
+class Server(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, db: "Database", host: str, port: int, password: str | None):
+        self.db, self.password = db, password
+        super().__init__((host, port), _Handler)
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return self.server_address[1]
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.serve_forever, name="millpond-pgwire", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self.shutdown()
+        self.server_close()
+
+    def __enter__(self) -> "Server":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass
+class _Portal:
+    sql: str
+    result: "_Result | None" = None  # run by Describe, sent by Execute
+    formats: list[int] = field(default_factory=list)
+
+
+@dataclass
+class _Result:
+    table: pa.Table | None  # None: a statement without rows
+    tag: str
+
+
+class _Handler(socketserver.BaseRequestHandler):
+    server: Server
+
+    def handle(self) -> None:
+        self.conn = BackendConnection(strict=False)
+        self.status = TransactionStatus.IDLE
+        self.statements: dict[str, tuple[str, list[int]]] = {}
+        self.portals: dict[str, _Portal] = {}
+        self.failed = False  # an error in an extended-protocol run: skip until Sync
+        self.authenticated = False
+        sock: socket.socket = self.request
+        try:
+            while data := sock.recv(65536):
+                for msg in self.conn.receive(data):
+                    if not self._on(msg):
+                        return
+        except (ConnectionError, OSError):
+            return
+        except Exception:  # a protocol error: this connection ends, the server goes on
+            log.exception("pgwire: connection from %s ended by an error", self.client_address)
+
+    def _send(self, *msgs: object) -> None:
+        self.request.sendall(b"".join(self.conn.send(m) for m in msgs))
+
+    # -- one message ------------------------------------------------------------------------
+    def _on(self, msg: object) -> bool:
+        """Handle ``msg``; False ends the connection."""
+        if isinstance(msg, SSLRequest):
+            self._send(SSLResponse(accepted=False))
+        elif isinstance(msg, GSSEncRequest):
+            self._send(GSSResponse(accepted=False))
+        elif isinstance(msg, (CancelRequest, Terminate)):
+            return False
+        elif isinstance(msg, StartupMessage):
+            self.params = dict(msg.params)
+            if self.server.password is None:
+                self._ready_after_auth()
+            else:
+                self._send(AuthenticationCleartextPassword())
+        elif isinstance(msg, PasswordMessage):
+            given = msg.password if isinstance(msg.password, str) else msg.password.decode("utf-8", "replace")
+            if not hmac.compare_digest(given.rstrip("\x00").encode(), (self.server.password or "").encode()):
+                self._send(ErrorResponse(fields={"S": "FATAL", "V": "FATAL", "C": "28P01",
+                                                 "M": f"password authentication failed for user "
+                                                      f"\"{self.params.get('user', '')}\""}))
+                return False
+            self._ready_after_auth()
+        elif not self.authenticated:
+            return False
+        elif isinstance(msg, Query):
+            self._simple(msg.query_string)
+        elif isinstance(msg, Sync):
+            self.failed = False
+            self._send(ReadyForQuery(status=self.status))
+        elif isinstance(msg, Flush):
+            pass
+        elif self.failed:
+            pass  # the rest of a failed extended-protocol run, until Sync
+        else:
+            try:
+                self._extended(msg)
+            except Exception as exc:  # noqa: BLE001
+                self.failed = True
+                self._error(exc)
+        return True
+
+    def _ready_after_auth(self) -> None:
+        self.authenticated = True
+        params = {"server_version": SERVER_VERSION, "server_encoding": "UTF8", "client_encoding": "UTF8",
+                  "DateStyle": "ISO, MDY", "TimeZone": "UTC", "integer_datetimes": "on",
+                  "standard_conforming_strings": "on", "application_name": self.params.get("application_name", "")}
+        self._send(AuthenticationOk(), *(ParameterStatus(name=k, value=v) for k, v in params.items()),
+                   BackendKeyData(process_id=threading.get_ident() & 0x7FFFFFFF, secret_key=secrets.token_bytes(4)),
+                   ReadyForQuery(status=self.status))
+
+    # -- the simple query protocol ------------------------------------------------------------
+    def _simple(self, text: str) -> None:
+        try:
+            parts = [s.meta["sql"] for s in statements(text)] if text.strip().strip(";").strip() else []
+        except Exception as exc:  # noqa: BLE001
+            parts = None
+            self._error(exc)
+        if parts == []:
+            self._send(EmptyQueryResponse())
+        for sql in parts or []:
+            try:
+                self._send(*self._result(self._run(sql)))
+            except Exception as exc:  # noqa: BLE001
+                self._error(exc)
+                break
+        self._send(ReadyForQuery(status=self.status))
+
+    # -- the extended query protocol ----------------------------------------------------------
+    def _extended(self, msg: object) -> None:
+        if isinstance(msg, Parse):
+            self.statements[msg.statement] = (msg.query, list(msg.param_types))
+            self._send(ParseComplete())
+        elif isinstance(msg, Bind):
+            sql, types = self.statements[msg.statement]
+            if any(f == 1 for f in msg.result_formats):
+                raise SqlError("binary results are not supported: ask for text results")
+            formats = msg.param_formats if len(msg.param_formats) > 1 else \
+                list(msg.param_formats) * len(msg.param_values) or [0] * len(msg.param_values)
+            values = [_text_param(v, types[i] if i < len(types) else 0) if f == 1 and v is not None else v
+                      for i, (v, f) in enumerate(zip(msg.param_values, formats))]
+            self.portals[msg.portal] = _Portal(_bind(sql, types, values))
+            self._send(BindComplete())
+        elif isinstance(msg, Describe):
+            if msg.kind == "S":
+                sql, types = self.statements[msg.name]
+                n = len(re.findall(r"\$(\d+)", sql)) and max(int(d) for d in re.findall(r"\$(\d+)", sql))
+                oids = [*(t or 25 for t in types), *([25] * max(0, n - len(types)))]
+                self._send(ParameterDescription(type_oids=oids))
+                result = self._run(_bind(sql, types, [None] * n)) if _returns_rows(sql) else None
+            else:
+                portal = self.portals[msg.name]
+                portal.result = result = self._run(portal.sql)
+            self._send(RowDescription(fields=fields(result.table)) if result is not None and result.table is not None
+                       else NoData())
+        elif isinstance(msg, Execute):
+            portal = self.portals[msg.portal]
+            result = portal.result or self._run(portal.sql)
+            portal.result = None
+            self._send(*self._result(result, describe=False))
+        elif isinstance(msg, Close):
+            (self.statements if msg.kind == "S" else self.portals).pop(msg.name, None)
+            self._send(CloseComplete())
+
+    # -- running a statement --------------------------------------------------------------------
+    def _run(self, sql: str) -> _Result:
+        word = sql.strip().split(None, 1)[0].upper().rstrip(";") if sql.strip() else ""
+        if word in _TRANSACTION:  # each statement is atomic on its own: accepted, nothing to do
+            if word in ("BEGIN", "START"):
+                self.status = TransactionStatus.IN_TRANSACTION
+                return _Result(None, "BEGIN")
+            self.status = TransactionStatus.IDLE
+            return _Result(None, "ROLLBACK" if word in ("ROLLBACK", "ABORT") else "COMMIT")
+        db = self.server.db
+        parsed = statements(sql)[0]
+        if _catalog_query(parsed):
+            return _Result(_catalog(db, sql), "SELECT")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", MillpondNotice)  # a client's SET of a setting with no meaning here
+            table = db.sql(sql)
+        if table is not None and (isinstance(parsed, exp.Query) or verb(parsed) in ("SHOW", "SUBSCRIBE", "EXPLAIN")
+                                  or isinstance(parsed, exp.Describe)):
+            return _Result(table, "SELECT")
+        return _Result(None, _tag(parsed))
+
+    @staticmethod
+    def _result(result: _Result, *, describe: bool = True) -> list[object]:
+        """The messages that answer ``result`` (built whole before any is sent: a value that
+        cannot be rendered is an error, not half a result)."""
+        if result.table is None:
+            return [CommandComplete(tag=result.tag)]
+        table = result.table
+        msgs: list[object] = [RowDescription(fields=fields(table))] if describe else []
+        msgs += [DataRow(columns=row) for row in rows(table)]
+        msgs.append(CommandComplete(tag=f"SELECT {table.num_rows}"))
+        return msgs
+
+    def _error(self, exc: BaseException) -> None:
+        if self.status == TransactionStatus.IN_TRANSACTION:
+            self.status = TransactionStatus.ERROR_TRANSACTION
+        self._send(ErrorResponse(fields={"S": "ERROR", "V": "ERROR", "C": _sqlstate(exc), "M": str(exc)}))
+
+
+# -- statements ---------------------------------------------------------------------------------
+def _tag(s: exp.Expression) -> str:
+    """The command tag a statement without rows completes with (row counts are not known: 0)."""
+    word = verb(s)
+    if word in ("INSERT",):
+        return "INSERT 0 0"
+    if word in ("UPDATE", "DELETE"):
+        return f"{word} 0"
+    return word
+
+
+def _returns_rows(sql: str) -> bool:
+    word = sql.strip().split(None, 1)[0].upper() if sql.strip() else ""
+    return word in ("SELECT", "WITH", "VALUES", "SHOW", "TABLE", "SUBSCRIBE", "EXPLAIN", "DESCRIBE")
+
+
+def _bind(sql: str, types: list[int], values: list[bytes | None]) -> str:
+    """``sql`` with ``$n`` replaced by the n-th parameter as a constant of its type."""
+    out, last = [], 0
+    toks = tokens(sql)
+    for dollar, number in zip(toks, toks[1:]):
+        if dollar.token_type != TokenType.PARAMETER or number.token_type != TokenType.NUMBER \
+                or number.start != dollar.end + 1 or not number.text.isdigit():
+            continue
+        i = int(number.text) - 1
+        if i >= len(values):
+            raise SqlError(f"there is no parameter ${i + 1} (the statement was given {len(values)})")
+        out += [sql[last:dollar.start], _constant(values[i], types[i] if i < len(types) else 0)]
+        last = number.end + 1
+    return "".join(out) + sql[last:]
+
+
+_NUMERIC_OIDS = {20, 21, 23, 26, 700, 701, 1700}
+_EPOCH_2000 = datetime(2000, 1, 1)
+
+
+def _text_param(value: bytes, oid: int) -> bytes:
+    """A parameter sent in binary (psycopg sends numbers so) as its text form."""
+    v = bytes(value)
+    if oid in (20, 21, 23, 26):
+        return str(int.from_bytes(v, "big", signed=True)).encode()
+    if oid in (700, 701):
+        return repr(struct.unpack("!f" if oid == 700 else "!d", v)[0]).encode()
+    if oid == 16:
+        return b"true" if v != b"\x00" else b"false"
+    if oid in (0, 25, 1043, 19, 1042):
+        return v
+    if oid == 1082:
+        return str(_EPOCH_2000.date() + timedelta(days=int.from_bytes(v, "big", signed=True))).encode()
+    if oid in (1114, 1184):
+        when = _EPOCH_2000 + timedelta(microseconds=int.from_bytes(v, "big", signed=True))
+        return (when.isoformat(sep=" ") + ("+00" if oid == 1184 else "")).encode()
+    raise SqlError(f"a binary parameter of type oid {oid} is not supported: send it as text")
+
+
+def _constant(value: bytes | None, oid: int) -> str:
+    if value is None:
+        return "NULL"
+    text = bytes(value).decode("utf-8")
+    if oid in _NUMERIC_OIDS and re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", text.strip()):
+        return text.strip()
+    if oid == 16:
+        return "TRUE" if text.lower() in ("t", "true", "1", "on", "yes") else "FALSE"
+    quoted = "'" + text.replace("'", "''") + "'"
+    cast = _CASTS.get(oid)
+    return f"CAST({quoted} AS {cast})" if cast else quoted
+
+
+_CASTS = {1082: "DATE", 1114: "TIMESTAMP", 1184: "TIMESTAMPTZ", 1186: "INTERVAL", 25: "TEXT", 1043: "VARCHAR"}
+
+
+# -- catalogs of clients ------------------------------------------------------------------------
+_CATALOG_SCHEMAS = {"pg_catalog", "information_schema"}
+_CATALOG_FUNCTIONS = {"version", "current_database", "current_schema", "current_schemas", "current_user",
+                      "session_user", "pg_backend_pid", "has_table_privilege", "pg_get_userbyid",
+                      "pg_table_is_visible", "format_type", "obj_description", "col_description"}
+
+
+def _catalog_query(s: exp.Expression) -> bool:
+    if not isinstance(s, exp.Query):
+        return False
+    if any(t.db in _CATALOG_SCHEMAS or t.name.startswith("pg_") for t in s.find_all(exp.Table)):
+        return True
+    text = s.sql("postgres").lower()
+    return any(re.search(rf"\b{name}\s*\(", text) for name in _CATALOG_FUNCTIONS) \
+        or bool(re.search(r"\bcurrent_(user|schema|database)\b", text))
+
+
+def _catalog(db: "Database", sql: str) -> pa.Table:
+    """A client's catalog query, answered by DuckDB over empty tables shaped like millpond's
+    tables and views (so ``information_schema.tables``, ``pg_class``... list them)."""
+    con = duckdb.connect()  # a database of its own: the tables made here are seen by this query only
+    try:
+        catalog = db.catalog  # one catalog version
+        relations = {**{t.name: t.schema for t in catalog.tables.values()},
+                     **{v.name: v.schema for v in catalog.views.values()}}
+        for name, schema in relations.items():
+            con.register("_millpond_empty", schema.empty_table())
+            kind = "TABLE" if name in catalog.tables else "VIEW"
+            con.sql(f'CREATE {kind} "{name}" AS SELECT * FROM _millpond_empty' if kind == "TABLE"
+                    else f'CREATE TABLE "_v_{name}" AS SELECT * FROM _millpond_empty; '
+                         f'CREATE VIEW "{name}" AS SELECT * FROM "_v_{name}"')
+            con.unregister("_millpond_empty")
+        sql = _duckdb_catalog_sql(sql)
+        for macro in _MACROS:  # what PostgreSQL has and DuckDB's catalogs lack (or answer as DuckDB)
+            try:
+                con.sql(f"CREATE OR REPLACE MACRO {macro}")
+            except Exception:  # noqa: BLE001  a built-in of this DuckDB: kept
+                pass
+        return con.sql(sql).to_arrow_table()
+    except Exception as exc:
+        raise SqlError(f"catalog query failed: {exc}") from None
+    finally:
+        con.close()
+
+
+def _duckdb_catalog_sql(sql: str) -> str:
+    """PostgreSQL spellings of catalog queries (psql's) that DuckDB reads otherwise: calls
+    qualified with ``pg_catalog.``, ``OPERATOR(pg_catalog.~)``, ``COLLATE pg_catalog.default``."""
+    sql = re.sub(r"OPERATOR\(pg_catalog\.([~!=<>]+)\)", r"\1", sql)
+    sql = re.sub(r"COLLATE\s+pg_catalog\.\w+", "", sql)
+    return re.sub(r"pg_catalog\.(\w+)\s*\(", r"\1(", sql)
+
+
+_MACROS = [f"version() AS 'PostgreSQL {SERVER_VERSION}'", "pg_get_userbyid(id) AS 'millpond'",
+           "current_database() AS 'millpond'", "pg_encoding_to_char(e) AS 'UTF8'",
+           "array_to_string(a, sep) AS NULL"]
+
+
+def _sqlstate(exc: BaseException) -> str:
+    text = str(exc)
+    if isinstance(exc, SqlError):
+        if text.startswith("syntax error"):
+            return "42601"
+        return "42000" if "unsupported" not in text else "0A000"
+    if isinstance(exc, CatalogError):
+        if "no table or view named" in text or "no flow named" in text:
+            return "42P01"
+        if "already exists" in text:
+            return "42P07"
+        return "42000"
+    if isinstance(exc, SchemaError):
+        return "22000"
+    if isinstance(exc, ReadOnlyError):
+        return "25006"
+    if isinstance(exc, RetentionError):
+        return "22000"
+    if isinstance(exc, MillpondError) and (m := re.search(r"SQLSTATE: (\w{5})", text)):
+        return m.group(1)
+    return "XX000"
+

@@ -1,0 +1,100 @@
+"""Arrow results as PostgreSQL sends them: each column's type OID and each value's text output
+(the wire protocol's text format; :mod:`millpond.pgwire` sends them)."""
+
+from __future__ import annotations
+
+from datetime import date, datetime, time as dtime, timedelta
+from decimal import Decimal
+from typing import Iterable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pygwire.messages import FieldDescription
+
+__all__ = ["oid", "fields", "rows"]
+
+
+def oid(t: pa.DataType) -> int:
+    if pa.types.is_boolean(t):
+        return 16
+    if pa.types.is_int16(t) or pa.types.is_int8(t):
+        return 21
+    if pa.types.is_int32(t):
+        return 23
+    if pa.types.is_integer(t):
+        return 20
+    if pa.types.is_float32(t):
+        return 700
+    if pa.types.is_floating(t):
+        return 701
+    if pa.types.is_decimal(t):
+        return 1700
+    if pa.types.is_date(t):
+        return 1082
+    if pa.types.is_timestamp(t):
+        return 1184 if t.tz else 1114
+    if pa.types.is_time(t):
+        return 1083
+    if pa.types.is_interval(t):
+        return 1186
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return 17
+    return 25
+
+
+def fields(table: pa.Table) -> list[FieldDescription]:
+    return [FieldDescription(name=f.name, type_oid=oid(f.type), type_size=-1, type_modifier=-1, format_code=0)
+            for f in table.schema]
+
+
+def rows(table: pa.Table) -> Iterable[list[bytes | None]]:
+    columns = [_texts(table.column(i)) for i in range(table.num_columns)]
+    return (list(row) for row in zip(*columns)) if columns else ([] for _ in range(table.num_rows))
+
+
+def _texts(column: pa.ChunkedArray) -> list[bytes | None]:
+    """A column as PostgreSQL's text output of its values."""
+    t = column.type
+    if pa.types.is_boolean(t):
+        return [None if v is None else (b"t" if v else b"f") for v in column.to_pylist()]
+    if pa.types.is_integer(t) or pa.types.is_decimal(t) or pa.types.is_string(t) or pa.types.is_large_string(t):
+        return [None if v is None else v.encode() for v in pc.cast(column, pa.string()).to_pylist()]
+    return [None if v is None else _text(v).encode() for v in column.to_pylist()]
+
+
+def _text(v: object) -> str:
+    if isinstance(v, float):
+        if v != v:
+            return "NaN"
+        if v in (float("inf"), float("-inf")):
+            return "Infinity" if v > 0 else "-Infinity"
+        return repr(v)
+    if isinstance(v, datetime):
+        text = v.isoformat(sep=" ")
+        return text.replace("+00:00", "+00") if v.tzinfo is not None else text
+    if isinstance(v, (date, dtime, Decimal)):
+        return str(v)
+    if isinstance(v, timedelta):
+        return _interval(0, v.days, v.seconds * 1_000_000 + v.microseconds)
+    if isinstance(v, bytes):
+        return "\\x" + v.hex()
+    if hasattr(v, "months") and hasattr(v, "nanoseconds"):  # pyarrow's MonthDayNano
+        return _interval(v.months, v.days, v.nanoseconds // 1000)
+    return str(v)
+
+
+def _interval(months: int, days: int, micros: int) -> str:
+    """PostgreSQL's ``IntervalStyle = postgres`` text of an interval."""
+    parts = []
+    years, months = divmod(months, 12) if months >= 0 else (-((-months) // 12), -((-months) % 12))
+    for n, unit in ((years, "year"), (months, "mon"), (days, "day")):
+        if n:
+            parts.append(f"{n} {unit}{'s' if abs(n) != 1 else ''}")
+    if micros or not parts:
+        sign = "-" if micros < 0 else ""
+        micros = abs(micros)
+        h, rest = divmod(micros, 3_600_000_000)
+        m, rest = divmod(rest, 60_000_000)
+        s, us = divmod(rest, 1_000_000)
+        parts.append(f"{sign}{h:02d}:{m:02d}:{s:02d}" + (f".{us:06d}".rstrip("0") if us else ""))
+    return " ".join(parts)

@@ -1,0 +1,148 @@
+"""``db.serve()`` / ``millpond serve``: real PostgreSQL clients (psycopg, Debian's ``psql``) run
+millpond's SQL over the wire protocol."""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+import subprocess
+import threading
+
+import psycopg
+import pytest
+
+import millpond
+from millpond.errors import MillpondError
+
+
+@pytest.fixture
+def served(open_db):
+    db = open_db()
+    db.sql("""CREATE TABLE t (k INT PRIMARY KEY, v DOUBLE, s VARCHAR, ts TIMESTAMP, d DATE, b BOOLEAN);
+              CREATE MATERIALIZED VIEW m AS SELECT count(*) AS n, sum(v) AS total FROM t""")
+    db.sql("""INSERT INTO t VALUES (1, 1.5, 'it''s', TIMESTAMP '2026-01-01 10:00:00', DATE '2026-01-02', true),
+                                   (2, NULL, NULL, NULL, NULL, NULL)""")
+    db.flush()
+    server = db.serve(port=0)
+    yield db, server
+    server.close()
+
+
+def _connect(server, **kw) -> psycopg.Connection:  # noqa: ANN001
+    return psycopg.connect(host="127.0.0.1", port=server.port, user="anyone", dbname="millpond", **kw)
+
+
+def test_psycopg_queries_types_parameters_and_statements(served):
+    db, server = served
+    with _connect(server, autocommit=True) as conn:
+        cur = conn.execute("SELECT k, v, s, ts, d, b FROM t ORDER BY k")
+        assert cur.fetchall() == [(1, 1.5, "it's", dt.datetime(2026, 1, 1, 10), dt.date(2026, 1, 2), True),
+                                  (2, None, None, None, None, None)]
+        assert [c.type_code for c in cur.description] == [23, 701, 25, 1114, 1082, 16]  # int4 float8 text ...
+        assert conn.execute("SELECT s FROM t WHERE k = %s AND s = %s", (1, "it's")).fetchall() == [("it's",)]
+        assert conn.execute("SELECT k FROM t WHERE d = %s", (dt.date(2026, 1, 2),)).fetchall() == [(1,)]
+        assert conn.execute("SELECT %s::INT + 1 AS x, %s AS y", (41, None)).fetchall() == [(42, None)]
+        conn.execute("INSERT INTO t (k, v) VALUES (%s, %s)", (3, 2.25))
+        conn.execute("FLUSH")
+        assert conn.execute("SELECT n, total FROM m").fetchall() == [(3, 3.75)]
+        assert conn.execute("SHOW retention").fetchall() == [("1 hour",)]
+        changes = conn.execute("SUBSCRIBE m").fetchall()
+        assert changes == [(3, 3.75, 1, db.epoch)]
+        assert conn.execute("SELECT n FROM m AS OF EPOCH %s" % (db.epoch - 1)).fetchall() == [(2,)]
+        names = conn.execute("SELECT table_name, table_type FROM information_schema.tables "
+                             "WHERE table_name IN ('t', 'm') ORDER BY 1").fetchall()
+        assert names == [("m", "VIEW"), ("t", "BASE TABLE")]
+        assert conn.execute("SELECT version()").fetchone()[0].startswith("PostgreSQL 16")
+    with _connect(server) as conn:  # not autocommit: psycopg wraps statements in BEGIN ... COMMIT
+        assert conn.execute("SELECT count(*) FROM t").fetchone() == (3,)
+        conn.commit()
+
+
+def test_an_error_reaches_the_client_and_the_connection_stays_usable(served):
+    _, server = served
+    with _connect(server, autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.SyntaxError):
+            conn.execute("SELEC 1")
+        with pytest.raises(psycopg.errors.UndefinedTable, match="no table or view named 'nope'"):
+            conn.execute("SELECT * FROM nope")
+        with pytest.raises(psycopg.Error, match="division by zero|Division by zero"):
+            conn.execute("SELECT 1 / 0")
+        assert conn.execute("SELECT count(*) FROM t").fetchone() == (2,)
+    with _connect(server) as conn:  # in a transaction block: ROLLBACK, then on
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            conn.execute("SELECT * FROM nope")
+        conn.rollback()
+        assert conn.execute("SELECT n FROM m").fetchone() == (2,)
+
+
+@pytest.mark.skipif(shutil.which("psql") is None, reason="psql (Debian's postgresql-client) is installed by make setup")
+def test_psql(served):
+    _, server = served
+    base = ["psql", "-h", "127.0.0.1", "-p", str(server.port), "-U", "anyone", "-d", "millpond", "-X", "-A", "-t"]
+    out = subprocess.run([*base, "-c", "SELECT k, s FROM t ORDER BY k"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["1|it's", "2|"]
+    script = "SELECT 1 AS a; SELECT * FROM nope; SELECT 2"  # psql sends it as one simple query: stops at the error
+    out = subprocess.run([*base, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and "no table or view named 'nope'" in out.stderr and out.stdout.split() == ["1"]
+    out = subprocess.run([*base, "-v", "ON_ERROR_STOP=0", "-f", "-"], capture_output=True, text=True, timeout=60,
+                         input="SELECT * FROM nope;\nSELECT n FROM m;\n")
+    assert "no table or view named" in out.stderr and out.stdout.split() == ["2"]  # the connection went on
+
+
+def test_a_password_is_required_when_set_and_only_localhost_goes_without(open_db):
+    db = open_db()
+    with pytest.raises(MillpondError, match="needs a password"):
+        db.serve(host="0.0.0.0", port=0)
+    with db.serve(port=0, password="s3cret") as server:
+        with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+            _connect(server, password="wrong")
+        with _connect(server, password="s3cret", autocommit=True) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_fifty_clients_never_see_a_half_committed_epoch(spark, root):
+    """50 connections query while background epochs commit inserts: every answer is one committed
+    epoch — a table and a view over it agree, and rows inserted together are seen together."""
+    db = millpond.connect(root, spark=spark, parallelism=2, interval=0.2)
+    try:
+        db.sql("""CREATE TABLE pair (id INT PRIMARY KEY, amount INT);
+                  CREATE MATERIALIZED VIEW tally AS SELECT count(*) AS n, sum(amount) AS total FROM pair""")
+        db.flush()
+        stop, errors, answers = threading.Event(), [], []
+
+        def write() -> None:
+            i = 0
+            while not stop.is_set():
+                db.sql(f"INSERT INTO pair VALUES ({i}, 5), ({i + 1}, -5)")  # a pair sums to 0
+                i += 2
+
+        def read() -> None:
+            try:
+                with psycopg.connect(host="127.0.0.1", port=server.port, user="u", dbname="millpond",
+                                     autocommit=True) as conn:
+                    for _ in range(6):
+                        row = conn.execute("SELECT (SELECT count(*) FROM pair), (SELECT sum(amount) FROM pair), "
+                                           "(SELECT n FROM tally), (SELECT total FROM tally)").fetchone()
+                        answers.append(row)
+            except Exception as exc:  # noqa: BLE001
+                errors.append(exc)
+
+        with db.serve(port=0) as server:
+            writer = threading.Thread(target=write)
+            writer.start()
+            readers = [threading.Thread(target=read) for _ in range(50)]
+            for r in readers:
+                r.start()
+            for r in readers:
+                r.join(timeout=300)
+            stop.set()
+            writer.join()
+        assert errors == []
+        assert len(answers) == 300
+        for count, total, n, view_total in answers:
+            assert count % 2 == 0 and (total or 0) == 0, (count, total)  # whole transactions
+            assert (n, view_total or 0) == (count, total or 0)  # the view is at the table's epoch
+        assert max(a[0] for a in answers) > 0  # epochs committed while they read
+    finally:
+        db.close()
