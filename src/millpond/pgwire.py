@@ -28,7 +28,7 @@ import threading
 import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
@@ -43,7 +43,7 @@ from pygwire.messages import (AuthenticationCleartextPassword, AuthenticationOk,
 from sqlglot import exp
 from sqlglot.tokens import TokenType
 
-from millpond.errors import (CatalogError, MillpondError, MillpondNotice, ReadOnlyError, RetentionError, SchemaError,
+from millpond.errors import (CatalogError, MillpondNotice, ReadOnlyError, RetentionError, SchemaError,
                              SqlError)
 from millpond.serve.pgtext import fields, rows
 from millpond.sql.session import statements, verb
@@ -373,10 +373,12 @@ def _catalog(db: "Database", sql: str) -> pa.Table:
                      **{v.name: v.schema for v in catalog.views.values()}}
         for name, schema in relations.items():
             con.register("_millpond_empty", schema.empty_table())
-            kind = "TABLE" if name in catalog.tables else "VIEW"
-            con.sql(f'CREATE {kind} "{name}" AS SELECT * FROM _millpond_empty' if kind == "TABLE"
-                    else f'CREATE TABLE "_v_{name}" AS SELECT * FROM _millpond_empty; '
-                         f'CREATE VIEW "{name}" AS SELECT * FROM "_v_{name}"')
+            if name in catalog.tables:
+                con.sql(f'CREATE TABLE "{name}" AS SELECT * FROM _millpond_empty')
+            else:  # a view of typed NULLs (no table behind it to list)
+                rel = con.sql("SELECT * FROM _millpond_empty")
+                cols = ", ".join(f'CAST(NULL AS {t}) AS "{c}"' for c, t in zip(rel.columns, rel.types))
+                con.sql(f'CREATE VIEW "{name}" AS SELECT {cols} WHERE false')
             con.unregister("_millpond_empty")
         sql = _duckdb_catalog_sql(sql)
         for macro in _MACROS:  # what PostgreSQL has and DuckDB's catalogs lack (or answer as DuckDB)
@@ -400,12 +402,19 @@ def _duckdb_catalog_sql(sql: str) -> str:
 
 
 _MACROS = [f"version() AS 'PostgreSQL {SERVER_VERSION}'", "pg_get_userbyid(id) AS 'millpond'",
-           "current_database() AS 'millpond'", "pg_encoding_to_char(e) AS 'UTF8'",
-           "array_to_string(a, sep) AS NULL"]
+           "pg_encoding_to_char(e) AS 'UTF8'"]  # (DuckDB's catalog views call its own current_database())
+
+
+_DATA_ERRORS = {"division by zero": "22012", "out of range": "22003", "invalid input syntax": "22P02",
+                "overflow": "22003", "value too long": "22001"}
 
 
 def _sqlstate(exc: BaseException) -> str:
     text = str(exc)
+    if m := re.search(r"SQLSTATE:? (\w{5})", text):
+        return m.group(1)
+    if (code := next((c for phrase, c in _DATA_ERRORS.items() if phrase in text.lower()), None)) is not None:
+        return code
     if isinstance(exc, SqlError):
         if text.startswith("syntax error"):
             return "42601"
@@ -422,7 +431,5 @@ def _sqlstate(exc: BaseException) -> str:
         return "25006"
     if isinstance(exc, RetentionError):
         return "22000"
-    if isinstance(exc, MillpondError) and (m := re.search(r"SQLSTATE: (\w{5})", text)):
-        return m.group(1)
     return "XX000"
 
