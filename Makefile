@@ -51,6 +51,8 @@ bench: $(STAMP)
 	$(PY) benchmarks/store.py
 	$(PY) benchmarks/log.py
 	$(PY) benchmarks/flows.py
+	$(PY) benchmarks/changes.py
+	$(PY) benchmarks/serve.py
 
 clean:
 	rm -rf $(VENV) demo-data .pytest_cache

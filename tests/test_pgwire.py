@@ -149,3 +149,42 @@ def test_fifty_clients_never_see_a_half_committed_epoch(spark, root):
         assert max(a[0] for a in answers) > 0  # epochs committed while they read
     finally:
         db.close()
+
+
+def test_copy_subscribe_streams_changes_until_the_client_cancels(served):
+    """``COPY (SUBSCRIBE m) TO STDOUT`` (Materialize's form) streams the rows now, then each
+    epoch's changes as it commits; a cancel ends it (SQLSTATE 57014), the connection goes on."""
+    db, server = served
+    seen, done = [], threading.Event()
+    conn = _connect(server, autocommit=True)
+
+    def follow() -> None:
+        try:
+            with conn.cursor().copy("COPY (SUBSCRIBE m) TO STDOUT") as copy:
+                for row in copy.rows():
+                    seen.append(row)
+        except psycopg.errors.QueryCanceled:
+            done.set()
+
+    thread = threading.Thread(target=follow)
+    thread.start()
+    try:
+        start = db.epoch
+        for _ in range(600):  # the stream is up: the rows now came
+            if seen:
+                break
+            threading.Event().wait(0.05)
+        db.sql("INSERT INTO t (k, v) VALUES (3, 10.0)")
+        db.flush()
+        for _ in range(200):  # the new epoch's changes reach the stream
+            if any(r[3] == str(db.epoch) for r in seen):
+                break
+            threading.Event().wait(0.05)
+        conn.cancel_safe(timeout=30)  # (not cancel(): its C call would hold the GIL the server here needs)
+        thread.join(timeout=60)
+        assert done.is_set()
+        assert seen == [("2", "1.5", "1", str(start)),  # the rows now, as inserts
+                        ("2", "1.5", "-1", str(db.epoch)), ("3", "11.5", "1", str(db.epoch))]
+        assert conn.execute("SELECT n FROM m").fetchone() == (3,)  # usable after the cancel
+    finally:
+        conn.close()

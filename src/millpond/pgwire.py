@@ -35,7 +35,7 @@ import pyarrow as pa
 from pygwire.connection import BackendConnection
 from pygwire.constants import TransactionStatus
 from pygwire.messages import (AuthenticationCleartextPassword, AuthenticationOk, BackendKeyData, Bind, BindComplete,
-                              CancelRequest, Close, CloseComplete, CommandComplete, DataRow, Describe,
+                              CancelRequest, Close, CloseComplete, CommandComplete, CopyData, CopyOutResponse, DataRow, Describe,
                               EmptyQueryResponse, ErrorResponse, Execute, Flush, GSSEncRequest,
                               GSSResponse, NoData, ParameterDescription, ParameterStatus, Parse, ParseComplete,
                               PasswordMessage, Query, ReadyForQuery, RowDescription, SSLRequest, SSLResponse,
@@ -45,9 +45,10 @@ from sqlglot.tokens import TokenType
 
 from millpond.errors import (CatalogError, MillpondNotice, ReadOnlyError, RetentionError, SchemaError,
                              SqlError)
-from millpond.serve.pgtext import fields, rows
+from millpond.serve.pgtext import copy_lines, fields, rows
 from millpond.sql.session import statements, verb
 from millpond.sql.statements import tokens
+from millpond.sql.subscribe import clauses as subscribe_clauses
 
 if TYPE_CHECKING:
     from millpond.api import Database
@@ -73,6 +74,7 @@ class Server(socketserver.ThreadingTCPServer):
 
     def __init__(self, db: "Database", host: str, port: int, password: str | None):
         self.db, self.password = db, password
+        self.cancels: dict[tuple[int, bytes], threading.Event] = {}  # a connection's key -> cancel its statement
         super().__init__((host, port), _Handler)
         self._thread: threading.Thread | None = None
 
@@ -118,6 +120,8 @@ class _Handler(socketserver.BaseRequestHandler):
         self.portals: dict[str, _Portal] = {}
         self.failed = False  # an error in an extended-protocol run: skip until Sync
         self.authenticated = False
+        self.key = (threading.get_ident() & 0x7FFFFFFF, secrets.token_bytes(4))
+        self.cancel = self.server.cancels[self.key] = threading.Event()
         sock: socket.socket = self.request
         try:
             while data := sock.recv(65536):
@@ -128,6 +132,8 @@ class _Handler(socketserver.BaseRequestHandler):
             return
         except Exception:  # a protocol error: this connection ends, the server goes on
             log.exception("pgwire: connection from %s ended by an error", self.client_address)
+        finally:
+            self.server.cancels.pop(self.key, None)
 
     def _send(self, *msgs: object) -> None:
         self.request.sendall(b"".join(self.conn.send(m) for m in msgs))
@@ -139,7 +145,11 @@ class _Handler(socketserver.BaseRequestHandler):
             self._send(SSLResponse(accepted=False))
         elif isinstance(msg, GSSEncRequest):
             self._send(GSSResponse(accepted=False))
-        elif isinstance(msg, (CancelRequest, Terminate)):
+        elif isinstance(msg, CancelRequest):  # on a connection of its own: cancel another's statement
+            if (event := self.server.cancels.get((msg.process_id, bytes(msg.secret_key)))) is not None:
+                event.set()
+            return False
+        elif isinstance(msg, Terminate):
             return False
         elif isinstance(msg, StartupMessage):
             self.params = dict(msg.params)
@@ -180,11 +190,18 @@ class _Handler(socketserver.BaseRequestHandler):
                   "DateStyle": "ISO, MDY", "TimeZone": "UTC", "integer_datetimes": "on",
                   "standard_conforming_strings": "on", "application_name": self.params.get("application_name", "")}
         self._send(AuthenticationOk(), *(ParameterStatus(name=k, value=v) for k, v in params.items()),
-                   BackendKeyData(process_id=threading.get_ident() & 0x7FFFFFFF, secret_key=secrets.token_bytes(4)),
+                   BackendKeyData(process_id=self.key[0], secret_key=self.key[1]),
                    ReadyForQuery(status=self.status))
 
     # -- the simple query protocol ------------------------------------------------------------
     def _simple(self, text: str) -> None:
+        if (inner := _COPY_SUBSCRIBE.fullmatch(text.strip().rstrip(";").strip())) is not None:
+            try:
+                self._stream(inner.group(1))
+            except Exception as exc:  # noqa: BLE001  (a cancel ends it so too)
+                self._error(exc)
+            self._send(ReadyForQuery(status=self.status))
+            return
         try:
             parts = [s.meta["sql"] for s in statements(text)] if text.strip().strip(";").strip() else []
         except Exception as exc:  # noqa: BLE001
@@ -256,6 +273,28 @@ class _Handler(socketserver.BaseRequestHandler):
                                   or isinstance(parsed, exp.Describe)):
             return _Result(table, "SELECT")
         return _Result(None, _tag(parsed))
+
+    def _stream(self, subscribe: str) -> None:
+        """``COPY (SUBSCRIBE ...) TO STDOUT``: the subscription's rows as they come, in COPY's
+        text format (the relation's columns, ``_w``, ``_epoch``), until the client cancels the
+        statement (or goes away). What ``db.subscribe`` yields, from this connection's thread."""
+        db = self.server.db
+        with db._guard():  # noqa: SLF001  the start and its schema at one epoch
+            name, as_of, snapshot = subscribe_clauses(db.runtime, subscribe)
+            columns = len(db.runtime.changelog_schema(name))
+            start = db.runtime.coordinator.manifest.epoch if as_of is None else as_of
+        self.cancel.clear()
+        self._send(CopyOutResponse(overall_format=0, col_formats=[0] * columns))
+        first = True
+        while not self.cancel.is_set():
+            last = start
+            for change in db.subscribe(name, start, snapshot=snapshot and first, timeout=0.25):
+                self._send(*(CopyData(data=line) for line in copy_lines(change)))
+                last = max(last, change["_epoch"][-1].as_py())
+                if self.cancel.is_set():
+                    break
+            start, first = last, False
+        raise _Canceled("canceling statement due to user request")
 
     @staticmethod
     def _result(result: _Result, *, describe: bool = True) -> list[object]:
@@ -409,7 +448,16 @@ _DATA_ERRORS = {"division by zero": "22012", "out of range": "22003", "invalid i
                 "overflow": "22003", "value too long": "22001"}
 
 
+class _Canceled(Exception):
+    sqlstate = "57014"
+
+
+_COPY_SUBSCRIBE = re.compile(r"COPY\s*\(\s*(SUBSCRIBE\b.*)\)\s*TO\s+STDOUT(?:\s+WITH\s*\(.*\))?", re.I | re.S)
+
+
 def _sqlstate(exc: BaseException) -> str:
+    if isinstance(exc, _Canceled):
+        return exc.sqlstate
     text = str(exc)
     if m := re.search(r"SQLSTATE:? (\w{5})", text):
         return m.group(1)

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pygwire.messages import FieldDescription
 
-__all__ = ["oid", "fields", "rows"]
+__all__ = ["oid", "fields", "rows", "copy_lines"]
 
 
 def oid(t: pa.DataType) -> int:
@@ -98,3 +98,16 @@ def _interval(months: int, days: int, micros: int) -> str:
         s, us = divmod(rest, 1_000_000)
         parts.append(f"{sign}{h:02d}:{m:02d}:{s:02d}" + (f".{us:06d}".rstrip("0") if us else ""))
     return " ".join(parts)
+
+
+def copy_lines(table: pa.Table) -> list[bytes]:
+    """Rows in ``COPY ... TO STDOUT``'s text format: tab-separated, ``\\N`` for NULL, backslash,
+    tab and newline escaped; one line (ending in a newline) per row."""
+    out = []
+    for row in rows(table):
+        out.append(b"\t".join(b"\\N" if v is None else _copy_escape(v) for v in row) + b"\n")
+    return out
+
+
+def _copy_escape(value: bytes) -> bytes:
+    return value.replace(b"\\", b"\\\\").replace(b"\t", b"\\t").replace(b"\n", b"\\n").replace(b"\r", b"\\r")

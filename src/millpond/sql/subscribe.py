@@ -20,20 +20,25 @@ from millpond.engine.runtime import Runtime
 from millpond.errors import SqlError
 from millpond.sql.statements import tokens
 
-__all__ = ["subscribe", "SYNTAX"]
+__all__ = ["subscribe", "clauses", "SYNTAX"]
 
 SYNTAX = "SUBSCRIBE [TO] name [AS OF [EPOCH] n | AS OF TIMESTAMP '...'] [WITH (SNAPSHOT = true|false)]"
 
 
 def subscribe(rt: Runtime, s: exp.Command) -> pa.Table:
     text = s.expression.name
-    name, as_of, snapshot = _clauses(rt, text)
+    name, as_of, snapshot = clauses(rt, text)
     start, first = rt.subscription(name, as_of, snapshot)
     parts = [*([first] if first is not None else []), *rt.changes(name, start)]
     return pa.concat_tables(parts) if parts else rt.changelog_schema(name).empty_table()
 
 
-def _clauses(rt: Runtime, text: str) -> tuple[str, int | None, bool]:
+def clauses(rt: Runtime, text: str) -> tuple[str, int | None, bool]:
+    """The relation, the start epoch (None: the last committed) and the SNAPSHOT option of
+    ``SUBSCRIBE ...`` (``text`` may start with the keyword)."""
+    first, _, rest = text.strip().partition(" ")
+    if first.upper() == "SUBSCRIBE":
+        text = rest
     toks = tokens(text)
     words = [t.text.upper() if t.token_type != TokenType.STRING else None for t in toks]
     i = 1 if words[:1] == ["TO"] else 0

@@ -1,0 +1,79 @@
+"""Queries over the PostgreSQL wire protocol (``db.serve()``) against the same queries through
+``db.sql`` in this process, on one root with a view of ``--keys`` groups.
+
+- ``direct``: ``db.sql("SELECT ... FROM per_g WHERE g = 17")`` in a loop (the baseline);
+- ``wire, 1 client``: the same statement from psycopg with a parameter (``%s``), one connection;
+- ``wire, N clients``: ``--clients`` connections in threads, each running its share.
+
+Queries per second of each and the ratio to the baseline; while they run, nothing else writes.
+
+    .venv/bin/python benchmarks/serve.py [--queries 400] [--clients 8] [--rows 100000] [--keys 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import threading
+import time
+
+import numpy as np
+import psycopg
+import pyarrow as pa
+
+import millpond
+from millpond.spark.session import local_session
+
+QUERY = "SELECT n, total FROM per_g WHERE g = {}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--queries", type=int, default=400)
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--rows", type=int, default=100_000)
+    ap.add_argument("--keys", type=int, default=1000)
+    args = ap.parse_args()
+    spark = local_session(cores="2", shuffle_partitions=2)
+    with tempfile.TemporaryDirectory() as root:
+        db = millpond.connect(root, spark=spark, parallelism=2, interval=None)
+        db.sql("""CREATE TABLE t (k BIGINT PRIMARY KEY, g INT, v DOUBLE);
+                  CREATE MATERIALIZED VIEW per_g AS SELECT g, count(*) AS n, sum(v) AS total FROM t GROUP BY g""")
+        rng = np.random.default_rng(0)
+        db.insert("t", pa.table({"k": np.arange(args.rows), "g": rng.integers(0, args.keys, args.rows).astype(np.int32),
+                                 "v": rng.random(args.rows)}))
+        db.flush()
+        keys = rng.integers(0, args.keys, args.queries)
+
+        start = time.perf_counter()
+        for g in keys:
+            db.sql(QUERY.format(int(g)))
+        direct = args.queries / (time.perf_counter() - start)
+
+        with db.serve(port=0) as server:
+            def run(share: np.ndarray) -> None:
+                with psycopg.connect(host="127.0.0.1", port=server.port, user="bench", dbname="millpond",
+                                     autocommit=True) as conn:
+                    for g in share:
+                        conn.execute(QUERY.format("%s"), (int(g),)).fetchall()
+
+            start = time.perf_counter()
+            run(keys)
+            one = args.queries / (time.perf_counter() - start)
+
+            threads = [threading.Thread(target=run, args=(share,)) for share in np.array_split(keys, args.clients)]
+            start = time.perf_counter()
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
+            many = args.queries / (time.perf_counter() - start)
+        db.close()
+    print(f"point queries on a view of {args.keys:,} groups: direct db.sql {direct:,.0f}/s")
+    print(f"  over the wire, 1 client: {one:,.0f}/s (x{one / direct:.2f} of direct)")
+    print(f"  over the wire, {args.clients} clients: {many:,.0f}/s (x{many / direct:.2f} of direct)")
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
