@@ -71,9 +71,10 @@ class ChangeFeed:
         body = {"epoch": epoch, "at": at, "views": views, "tables": {k: list(r) for k, r in tables.items()}}
         self.store.put(paths.changes_epoch_key(epoch), json.dumps(body).encode())
 
-    def collect(self, retention: Retention, epoch: int, now: float) -> int:
-        """Drop the epochs ``retention`` no longer keeps (never ``epoch``, the last committed);
-        returns how many were dropped."""
+    def collect(self, retention: Retention, epoch: int, now: float, pinned: int | None = None) -> int:
+        """Drop the epochs ``retention`` no longer keeps (never ``epoch``, the last committed, nor
+        one after ``pinned``: a reader of the rows as of ``pinned`` needs them); returns how many
+        were dropped."""
         if self._oldest is None:
             self._oldest = self.oldest()
             if self._oldest is None:
@@ -81,7 +82,7 @@ class ChangeFeed:
         horizon = epoch - retention.epochs + 1 if retention.epochs is not None else None
         dropped = 0
         e = self._oldest
-        while e < epoch and (horizon is None or e < horizon):
+        while e < epoch and (horizon is None or e < horizon) and (pinned is None or e <= pinned):
             if retention.seconds is not None and self._oldest_at is not None and self._oldest_at >= now - retention.seconds:
                 break  # the oldest kept epoch is recent enough (known without reading it again)
             entry = self.entry(e)

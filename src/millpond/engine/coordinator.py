@@ -276,7 +276,8 @@ class Coordinator:
         """Step 6 for the changes: drop the epochs retention no longer keeps. A failure costs
         nothing but a retry at the next epoch (the epoch is committed)."""
         try:
-            self.changes.collect(catalog.kept, self.manifest.epoch, time.time())
+            pinned = min((p["epoch"] for p in self.state.pins()), default=None)  # StateStore.pin: a reader's epoch
+            self.changes.collect(catalog.kept, self.manifest.epoch, time.time(), pinned)
         except MillpondError as exc:
             log.warning("changes: retention could not drop old epochs (retried at the next epoch): %s", exc)
 
