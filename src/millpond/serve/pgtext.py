@@ -14,32 +14,18 @@ from pygwire.messages import FieldDescription
 __all__ = ["oid", "fields", "rows", "copy_lines"]
 
 
+# (test of an Arrow type, the PostgreSQL type's OID), first match wins; anything else is text (25)
+_OIDS = [(pa.types.is_boolean, 16), (lambda t: pa.types.is_int8(t) or pa.types.is_int16(t), 21),
+         (pa.types.is_int32, 23), (pa.types.is_integer, 20), (pa.types.is_float32, 700),
+         (pa.types.is_floating, 701), (pa.types.is_decimal, 1700), (pa.types.is_date, 1082),
+         (lambda t: pa.types.is_timestamp(t) and t.tz is None, 1114), (pa.types.is_timestamp, 1184),
+         (pa.types.is_time, 1083), (pa.types.is_interval, 1186),
+         (lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t), 17)]
+
+
 def oid(t: pa.DataType) -> int:
-    if pa.types.is_boolean(t):
-        return 16
-    if pa.types.is_int16(t) or pa.types.is_int8(t):
-        return 21
-    if pa.types.is_int32(t):
-        return 23
-    if pa.types.is_integer(t):
-        return 20
-    if pa.types.is_float32(t):
-        return 700
-    if pa.types.is_floating(t):
-        return 701
-    if pa.types.is_decimal(t):
-        return 1700
-    if pa.types.is_date(t):
-        return 1082
-    if pa.types.is_timestamp(t):
-        return 1184 if t.tz else 1114
-    if pa.types.is_time(t):
-        return 1083
-    if pa.types.is_interval(t):
-        return 1186
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
-        return 17
-    return 25
+    """The OID of the PostgreSQL type of Arrow type ``t``."""
+    return next((o for test, o in _OIDS if test(t)), 25)
 
 
 def fields(table: pa.Table) -> list[FieldDescription]:
