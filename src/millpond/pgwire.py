@@ -123,6 +123,7 @@ class _Handler(socketserver.BaseRequestHandler):
         self.key = (threading.get_ident() & 0x7FFFFFFF, secrets.token_bytes(4))
         self.cancel = self.server.cancels[self.key] = threading.Event()
         sock: socket.socket = self.request
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # replies are small: no Nagle delay
         try:
             while data := sock.recv(65536):
                 for msg in self.conn.receive(data):
