@@ -274,6 +274,25 @@ def test_a_failed_or_dropped_view_ends_its_subscription_with_the_reason(open_db)
         list(db.subscribe("q", 0, timeout=0))
 
 
+def test_a_flows_changes_add_up_to_its_sink(open_db):
+    db = open_db()
+    db.sql("""CREATE TABLE r (host VARCHAR, ts TIMESTAMP, cpu DOUBLE);
+              CREATE FLOW per_min SINK TO cpu_1m AS SELECT host, date_bin(INTERVAL '1 minute', ts) AS minute,
+                     count(*) AS n, max(cpu) AS top FROM r GROUP BY host, minute""")
+    rng = random.Random(5)
+    for i in range(4):
+        values = ", ".join(f"('h{rng.randrange(3)}', TIMESTAMP '2026-01-01 00:0{rng.randrange(4)}:00', {rng.random():.3f})"
+                           for _ in range(6))
+        db.sql(f"INSERT INTO r VALUES {values}")
+        if i == 2:
+            db.sql("DELETE FROM r WHERE host = 'h1'")
+        db.flush()
+    assert rows(folded(db, "per_min")) == rows(db.read("cpu_1m"))
+    assert rows(folded(db, "cpu_1m")) == rows(db.read("cpu_1m"))  # the sink table's own changes too
+    with pytest.raises(MillpondError, match="keeps its rows in its sink table 'cpu_1m'"):
+        list(db.subscribe("per_min", timeout=0))
+
+
 SUBSCRIBER = """
 import json, sys, millpond
 db = millpond.connect(sys.argv[1], read_only=True)

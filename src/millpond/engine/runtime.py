@@ -216,8 +216,12 @@ class Runtime:
             EPOCH, pa.array(np.full(n, start, dtype=np.int64)))
 
     def rows_at(self, name: str, epoch: int) -> pa.Table:
-        """The rows of table, view or flow ``name`` as of committed epoch ``epoch`` (time travel):
-        the rows now, with the changes of the epochs since undone."""
+        """The rows of table or view ``name`` as of committed epoch ``epoch`` (time travel): the
+        rows now, with the changes of the epochs since undone."""
+        if (flow := self.catalog.flows.get(name)) is not None:
+            raise MillpondError(f"flow {name!r} keeps its rows in its sink table {flow.sink!r}: read or subscribe to "
+                                f"{flow.sink}; a subscription to the flow itself follows its changes from an epoch "
+                                "(from_epoch=..., or AS OF n WITH (SNAPSHOT = false))")
         last = self.coordinator.manifest.epoch
         if epoch > last:
             raise MillpondError(f"epoch {epoch} is not committed yet (the last committed epoch is {last})")
