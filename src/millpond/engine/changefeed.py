@@ -64,7 +64,7 @@ class ChangeFeed:
         for key, table in changes.items():
             if table.num_rows:
                 sink = io.BytesIO()
-                pq.write_table(table, sink, compression="zstd", compression_level=1)
+                pq.write_table(table, sink, compression="lz4")  # 5x faster to write than zstd; kept briefly
                 self.store.put(paths.changes_key(key, epoch), sink.getvalue())
                 views[key] = table.num_rows
         faults.point("changes.before_entry")
