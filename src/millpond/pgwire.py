@@ -26,7 +26,7 @@ import socketserver
 import struct
 import threading
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -101,7 +101,6 @@ class Server(socketserver.ThreadingTCPServer):
 class _Portal:
     sql: str
     result: "_Result | None" = None  # run by Describe, sent by Execute
-    formats: list[int] = field(default_factory=list)
 
 
 @dataclass
