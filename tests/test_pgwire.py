@@ -42,7 +42,7 @@ def test_psycopg_queries_types_parameters_and_statements(served):
         assert conn.execute("SELECT s FROM t WHERE k = %s AND s = %s", (1, "it's")).fetchall() == [("it's",)]
         assert conn.execute("SELECT k FROM t WHERE d = %s", (dt.date(2026, 1, 2),)).fetchall() == [(1,)]
         assert conn.execute("SELECT %s::INT + 1 AS x, %s AS y", (41, None)).fetchall() == [(42, None)]
-        conn.execute("INSERT INTO t (k, v) VALUES (%s, %s)", (3, 2.25))
+        assert conn.execute("INSERT INTO t (k, v) VALUES (%s, %s)", (3, 2.25)).rowcount == 1
         conn.execute("FLUSH")
         assert conn.execute("SELECT n, total FROM m").fetchall() == [(3, 3.75)]
         assert conn.execute("SHOW retention").fetchall() == [("1 hour",)]

@@ -316,10 +316,12 @@ class _Handler(socketserver.BaseRequestHandler):
 
 # -- statements ---------------------------------------------------------------------------------
 def _tag(s: exp.Expression) -> str:
-    """The command tag a statement without rows completes with (row counts are not known: 0)."""
+    """The command tag a statement without rows completes with (``INSERT ... VALUES`` counts its
+    rows; other row counts are not known here: 0)."""
     word = verb(s)
-    if word in ("INSERT",):
-        return "INSERT 0 0"
+    if word == "INSERT":
+        values = s.expression if isinstance(s.expression, exp.Values) else None
+        return f"INSERT 0 {len(values.expressions) if values is not None else 0}"
     if word in ("UPDATE", "DELETE"):
         return f"{word} 0"
     return word
