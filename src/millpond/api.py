@@ -214,7 +214,8 @@ class Database:
         ``_epoch`` it processed resumes exactly where it stopped. Changes are kept for the root's
         retention (``SET retention``); older ones raise :class:`~millpond.errors.RetentionError`
         naming the oldest epoch kept. The iteration ends when ``timeout`` seconds pass with no new
-        epoch for it (None: it never ends). Works on a read-only database too, in another process."""
+        epoch for it (None: it never ends). Works on a read-only database too, in another process.
+        A flow is followed from an epoch only: its rows are its sink table's."""
         snapshot = from_epoch is None if snapshot is None else snapshot
         last, first = self._guarded_read(lambda: self.runtime.subscription(name, from_epoch, snapshot))
         if first is not None:
