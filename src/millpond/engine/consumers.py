@@ -1,5 +1,9 @@
 """The consumers of a catalog: every table's own materialization and every view's and flow's stored plan.
 
+A flow's sink table keeps no rows of its own either: they are its flow's (the flow's rows state),
+so it runs no epochs while the flow exists; after ``DROP FLOW`` it materializes its log like any
+table (from where it left off, or from the start).
+
 Only a table with a primary key keeps rows of its own (ingest resolves upserts against them). A
 key-less table's log *is* its rows: every record carries the row's identity (``_row_id``) and
 weight, so its consumer only advances offsets and a read consolidates the log
@@ -12,7 +16,7 @@ from millpond.catalog import Catalog, TableDef
 from millpond.columns import ROW_ID
 from millpond.engine import plan as P
 from millpond.engine.executor import Consumer
-from millpond.engine.flows import Expiry
+from millpond.engine.flows import Expiry, shape
 
 __all__ = ["table_plan", "consumers"]
 
@@ -25,13 +29,15 @@ def table_plan(table: TableDef) -> P.Materialize:
 
 def consumers(catalog: Catalog, view_plans: dict[str, P.Materialize]) -> list[Consumer]:
     """Tables first, then views and flows with their plans (``view_plans`` by name)."""
+    fed = {f.sink: f"o{f.id}" for f in catalog.flows.values()}
     out = [Consumer(f"o{t.id}", t.id, t.name, table_plan(t), (*(c.name for c in t.columns), ROW_ID),
-                    log_only=not t.primary_key)
+                    log_only=not t.primary_key, fed_by=fed.get(t.name))
            for t in catalog.tables.values()]
     out += [Consumer(f"o{v.id}", v.id, v.name, view_plans[v.name], tuple(v.schema.names), on_error=v.on_error,
                      sql=v.sql)
             for v in catalog.views.values()]
     out += [Consumer(f"o{f.id}", f.id, f.name, view_plans[f.name], tuple(f.schema.names), sql=f.sql, sink=f.sink,
-                     expiry=Expiry(f.key, f.time_key, f.expire_micros) if f.expire_micros else None)
+                     expiry=Expiry(f.key, f.time_key, f.expire_micros) if f.expire_micros else None,
+                     merge=shape(view_plans[f.name], f.schema, f.time_key))
             for f in catalog.flows.values()]
     return out

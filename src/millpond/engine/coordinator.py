@@ -87,7 +87,7 @@ from millpond.catalog import Catalog, TableDef
 from millpond.columns import ROW_ID, W
 from millpond.engine.changefeed import ChangeFeed
 from millpond.engine.executor import Consumer, EpochExecutor, EpochJob, Work
-from millpond.engine.flows import EXPIRED, SINK_OWED, expire
+from millpond.engine.flows import EXPIRED, SINK_OWED, merge
 from millpond.engine.operators import Materialize
 from millpond.engine.plan import sources as _sources
 from millpond.engine.plan import state_id
@@ -142,7 +142,7 @@ class Coordinator:
         _, ends = self.log.snapshot([t.channel for t in catalog.tables.values()])  # one tick: whole transactions
         work = []
         for c in consumers:
-            if c.key in self.manifest.failed:  # isolated: it sits out until it is dropped
+            if c.key in self.manifest.failed or c.fed_by is not None:  # isolated / a flow's sink: sits out
                 continue
             done = self.manifest.offsets.get(c.key, {})
             channels = {catalog.tables[s.table].channel for s in _sources(c.plan)}
@@ -160,7 +160,7 @@ class Coordinator:
         # 3. the job
         try:
             run = [(c, r) for c, r in work if not c.log_only]  # a key-less table only advances its offsets
-            changes, job, failures = self._job(job, run, catalog.tables)
+            changes, marks, job, failures = self._job(job, run, catalog.tables)
         except MillpondError:
             raise
         except Exception as exc:  # a task failed: the epoch is not committed, nothing is visible
@@ -176,12 +176,12 @@ class Coordinator:
         offsets = {k: v for k, v in self.manifest.offsets.items() if k in live}
         for c, ranges in work:
             offsets[c.key] = {**offsets.get(c.key, {}), **{ch: b for ch, (_, b) in ranges.items()}}
-            if c.expiry is not None and changes.get(c.key) is not None:  # a flow's expired windows stay as they are
-                changes[c.key], marks = expire(changes[c.key], c.expiry, offsets[c.key])
-                if marks[EXPIRED] > offsets[c.key].get(EXPIRED, 0):
+            if marks.get(c.key):  # a flow's window expiry (engine/flows.py)
+                if marks[c.key][EXPIRED] > offsets[c.key].get(EXPIRED, 0):
                     log.warning("flow %r: %d late changes to expired windows were dropped at epoch %d (%d so far)",
-                                c.name, marks[EXPIRED] - offsets[c.key].get(EXPIRED, 0), epoch, marks[EXPIRED])
-                offsets[c.key].update(marks)
+                                c.name, marks[c.key][EXPIRED] - offsets[c.key].get(EXPIRED, 0), epoch,
+                                marks[c.key][EXPIRED])
+                offsets[c.key].update(marks[c.key])
             if c.sink is not None and (change := changes.get(c.key)) is not None and change.num_rows:
                 offsets[c.key][SINK_OWED] = epoch  # a flow: this epoch's changes are owed to its sink
         # 4b. keep the epoch's changes (engine/changefeed.py): before the commit, so a reader of a
@@ -209,12 +209,13 @@ class Coordinator:
 
     # -- fault isolation (module docstring) ------------------------------------------------------
     def _job(self, job: EpochJob, run: list[Work], tables: Mapping[str, TableDef]
-             ) -> tuple[dict[str, pa.Table | None], EpochJob, dict[str, dict]]:
+             ) -> tuple[dict[str, pa.Table | None], dict[str, dict[str, int]], EpochJob, dict[str, dict]]:
         """Step 3 over ``run``; if a view's data raises, step 3 again without the failing views
         (under a fresh attempt: the failed attempt's files are never committed). Returns the
-        changelogs, the job whose files to commit, and the failures by consumer key."""
+        changelogs, flows' window-expiry offsets, the job whose files to commit, and the failures
+        by consumer key."""
         try:
-            return (self.executor.run(job, run, tables, self._pieces) if run else {}), job, {}
+            return (*self._run(job, run, tables), job, {})
         except Exception as exc:
             if _data_error(exc) is None:
                 raise
@@ -223,12 +224,27 @@ class Coordinator:
                 raise
         rest = [w for w in run if w[0].key not in failures]
         job = replace(job, attempt=self.ids()[:12])
-        return (self.executor.run(job, rest, tables, self._pieces) if rest else {}), job, failures
+        return (*self._run(job, rest, tables), job, failures)
+
+    def _run(self, job: EpochJob, run: list[Work], tables: Mapping[str, TableDef]
+             ) -> tuple[dict[str, pa.Table | None], dict[str, dict[str, int]]]:
+        """Step 3: one job over the views and tables; each flow's trigger (its partial aggregates
+        from the executor, merged on the driver: :mod:`millpond.engine.flows`)."""
+        rest = [w for w in run if w[0].merge is None]
+        changes = self.executor.run(job, rest, tables, self._pieces) if rest else {}
+        marks = {}
+        for work in run:
+            if work[0].merge is not None:
+                partials = self.executor.partials(job, work, tables, self._pieces)
+                faults.point("flow.before_merge")
+                changes[work[0].key], marks[work[0].key] = merge(self.store, job.manifest, job.epoch, job.attempt,
+                                                                 work[0], partials)
+        return changes, marks
 
     def _probe(self, job: EpochJob, run: list[Work], tables: Mapping[str, TableDef]) -> BaseException | None:
         """The data error step 3 over ``run`` raises, under a throwaway attempt (None: it passes)."""
         try:
-            self.executor.run(replace(job, attempt=self.ids()[:12]), run, tables, self._pieces)
+            self._run(replace(job, attempt=self.ids()[:12]), run, tables)
         except Exception as exc:
             if _data_error(exc) is None:
                 raise

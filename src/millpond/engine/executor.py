@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from millpond.catalog import TableDef
 from millpond.engine import plan as P
-from millpond.engine.flows import Expiry
+from millpond.engine.flows import Expiry, Merge
 from millpond.log import Piece
 from millpond.store.manifest import Manifest
 
@@ -36,6 +36,8 @@ class Consumer:
     sql: str = ""  # a view's SQL as the user wrote it (its errors name the column's expression in it)
     sink: str | None = None  # a flow: the table its changes are written into
     expiry: Expiry | None = None  # a flow's EXPIRE AFTER
+    merge: Merge | None = None  # a flow whose trigger merges Spark's partial aggregates on the driver
+    fed_by: str | None = None  # a flow's sink table: the flow's key (its rows are the flow's; it runs no epochs)
 
 
 Ranges = dict[str, tuple[int, int]]  # channel -> [start, stop) of this epoch
@@ -63,6 +65,11 @@ class EpochExecutor(Protocol):
         ``sst_attempt_prefix(job.manifest.version, job.epoch, job.attempt)``. Return each
         consumer's output changelog by consumer key (None for tables: their changes are their log).
         Raise on any failure: the coordinator then commits nothing."""
+
+    def partials(self, job: EpochJob, work: Work, tables: Mapping[str, TableDef], pieces: PieceSource) -> pa.Table:
+        """A flow's trigger (``work[0].merge``): the partial aggregates of the records its ranges
+        hold, one row per (group, min/max/distinct values) with the group's key hash ``_kh``,
+        computed by the executor (:mod:`millpond.engine.flows`). Raise on any failure."""
 
     def output_schema(self, plan: P.Materialize, tables: Mapping[str, TableDef]) -> pa.Schema:
         """The Arrow schema of a plan's rows, without running it (CREATE MATERIALIZED VIEW)."""

@@ -1,4 +1,14 @@
-"""What the engine does for flows beyond running them as consumers: window expiry.
+"""What the engine does for flows: the trigger's merge on the driver, and window expiry.
+
+**A trigger** (seed 000's design, made durable). A flow's plan is an aggregation with only
+projections and filters above it (:func:`shape`). Spark (Catalyst) computes the partial aggregates
+of the records the epoch reads — one row per (window, key) touched, the *dirty* groups, with each
+group's key hash (:meth:`millpond.spark.build.Builder.partials`) — and the driver merges them
+(:func:`merge`): the aggregation's state (:class:`~millpond.engine.operators.HashAggregate`) and
+the flow's rows (:class:`~millpond.engine.operators.Materialize`, which the flow's sink table is
+read from) are read and written for the dirty groups only, as this epoch's SSTs
+(:func:`millpond.engine.step.run_step`), committed with the flow's offsets. No Python stage runs
+in Spark for a flow, and the work on the driver follows the dirty groups, not the records.
 
 A flow with ``EXPIRE AFTER d`` has a *time key* (its first group key of a time type: the window).
 Its *watermark* is the latest window its changes have inserted so far; a window older than
@@ -12,16 +22,29 @@ of what a sink is owed).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
+
+import duckdb
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
+from sqlglot import exp
 
-from millpond.columns import W
+from millpond import duck
+from millpond.columns import KH, W
+from millpond.engine import plan as P
+from millpond.engine.expressions import to_duckdb
+from millpond.engine.operators import HashAggregate, Materialize
+from millpond.engine.step import run_step
+from millpond.store.manifest import Manifest
+from millpond.store.objects import ObjectStore
 
-__all__ = ["SINK_OWED", "WATERMARK", "EXPIRED", "Expiry", "expire", "threshold", "unexpired", "as_micros"]
+if TYPE_CHECKING:
+    from millpond.engine.executor import Consumer
+
+__all__ = ["SINK_OWED", "WATERMARK", "EXPIRED", "Expiry", "Merge", "shape", "merge", "as_micros"]
 
 SINK_OWED = "@sink"  # the last epoch whose changes the flow's sink must receive
 WATERMARK = "@watermark"  # microseconds since the epoch (1970) of the latest window inserted
@@ -45,33 +68,123 @@ class Expiry:
     micros: int
 
 
-def threshold(done: Mapping[str, int], rule: Expiry) -> float | None:
-    """The oldest window not expired, given the flow's committed offsets (None: no watermark yet)."""
-    mark = done.get(WATERMARK)
-    return None if mark is None else mark - rule.micros
+@dataclass(frozen=True)
+class Merge:
+    """How a flow's trigger runs: its aggregation, the projections and filters above it (bottom
+    up), its rows' schema, and the aggregation's group column that is its ``EXPIRE AFTER`` window."""
+
+    aggregate: P.Aggregate
+    above: tuple[P.Project | P.Filter, ...]
+    schema: pa.Schema
+    time_group: str | None
 
 
-def expire(change: pa.Table, rule: Expiry, done: Mapping[str, int]) -> tuple[pa.Table, dict[str, int]]:
-    """``change`` without its changes to expired windows, and the flow's new ``WATERMARK`` and
-    ``EXPIRED`` offsets (the watermark first moves to this change's latest inserted window)."""
-    t = as_micros(change[rule.time_key])
-    inserted = t[(change[W].to_numpy() > 0) & ~np.isnan(t)]
+def shape(plan: P.Materialize, schema: pa.Schema, time_key: str | None) -> Merge | None:
+    """A flow's plan as a :class:`Merge`, or None when it is not an aggregation under projections
+    and filters (or its window key is not one of the aggregation's group columns)."""
+    above, node = [], plan.input
+    while isinstance(node, (P.Project, P.Filter)):
+        above.append(node)
+        node = node.input
+    if not isinstance(node, P.Aggregate) or node.whole:
+        return None
+    column = time_key
+    for n in above:  # top down: the window key's name at each level
+        if column is not None and isinstance(n, P.Project):
+            e = dict((name, e) for e, name in n.exprs).get(column)
+            column = e.name if isinstance(e, exp.Column) and not e.table else None
+    if time_key is not None and column not in node.group:
+        return None
+    return Merge(node, tuple(reversed(above)), schema, column)
+
+
+def merge(store: ObjectStore, manifest: Manifest, epoch: int, attempt: str, flow: "Consumer", partials: pa.Table
+          ) -> tuple[pa.Table | None, dict[str, int]]:
+    """One trigger's merge of the partial aggregates of its dirty groups (module docstring): the
+    flow's changelog and its new window-expiry offsets. State rows are written as this attempt's
+    SSTs; nothing is visible before the coordinator commits them."""
+    m = flow.merge
+    assert m is not None
+    delta = pl.from_arrow(partials)
+    done = manifest.offsets.get(flow.key, {})
+    marks: dict[str, int] = {}
+    if flow.expiry is not None and m.time_group is not None:
+        delta, marks = _expire(delta, m, flow.expiry, done)
+    if delta.height == 0:
+        return None, marks
+    node = m.aggregate
+    op = HashAggregate(node.group, node.calls, name=f"{flow.name}#{node.node_id}", append_only=node.append_only)
+
+    def step(op, rows: pl.DataFrame, node_id: int) -> pl.DataFrame:  # noqa: ANN001
+        levels = {part: manifest.state(P.state_id(flow.object_id, node_id, part)) for part in op.parts()}
+        return run_step(op, rows, store, levels, epoch=epoch, attempt=attempt, base_version=manifest.version,
+                        object_id=flow.object_id, node_id=node_id, partition=0)
+
+    out = step(op, delta, node.node_id)
+    if out.height == 0:
+        return None, marks
+    group = list(node.group)  # the flow's rows are kept by their group's hash: one key per group
+    out = out.join(delta.select(KH, *group).unique(group), on=group, how="left", nulls_equal=True)
+    rows = _above(flow.name, m, out)
+    changes = step(Materialize(tuple(m.schema.names), flow.name), rows, flow.plan.node_id)
+    return (changes.to_arrow().cast(m.schema.append(pa.field(W, pa.int64()))) if changes.height else None), marks
+
+
+def _expire(delta: pl.DataFrame, m: Merge, rule: Expiry, done: Mapping[str, int]
+            ) -> tuple[pl.DataFrame, dict[str, int]]:
+    """The partials without those of expired windows, and the flow's new ``WATERMARK`` (the latest
+    window that received rows, this epoch's included) and ``EXPIRED`` (dropped so far) offsets."""
+    t = as_micros(delta[m.time_group].to_arrow())
+    inserted = t[(delta[W].to_numpy() > 0) & ~np.isnan(t)]
     mark = done.get(WATERMARK)
     if inserted.size:
         mark = int(inserted.max()) if mark is None else max(mark, int(inserted.max()))
-    offsets = {EXPIRED: done.get(EXPIRED, 0)}
+    marks = {EXPIRED: done.get(EXPIRED, 0)}
     if mark is None:
-        return change, offsets
-    offsets[WATERMARK] = mark
-    kept = unexpired(change, rule, mark - rule.micros)
-    if kept.num_rows < change.num_rows:
-        dropped = pl.from_arrow(change.select(list(rule.keys))).join(
-            pl.from_arrow(kept.select(list(rule.keys))), on=list(rule.keys), how="anti", nulls_equal=True)
-        offsets[EXPIRED] += dropped.unique().height
-    return kept, offsets
+        return delta, marks
+    marks[WATERMARK] = mark
+    keep = np.isnan(t) | (t >= mark - rule.micros)
+    if not keep.all():
+        marks[EXPIRED] += delta.filter(pl.Series(~keep)).select(list(m.aggregate.group)).unique().height
+        delta = delta.filter(pl.Series(keep))
+    return delta, marks
 
 
-def unexpired(change: pa.Table, rule: Expiry, oldest: float) -> pa.Table:
-    """The rows of ``change`` whose window is ``oldest`` or later (or NULL)."""
-    t = as_micros(change[rule.time_key])
-    return change.filter(pa.array(np.isnan(t) | (t >= oldest)))
+_DATA_ERRORS = {"division by zero": ("DIVIDE_BY_ZERO", "22012")}
+
+
+def _above(name: str, m: Merge, rows: pl.DataFrame) -> pl.DataFrame:
+    """The projections and filters above the aggregation, over its changelog, in DuckDB (with
+    PostgreSQL's meaning, :func:`millpond.engine.expressions.to_duckdb`): a few rows per dirty group."""
+    sql = "SELECT * FROM rows"
+    for n in m.above:
+        if isinstance(n, P.Filter):
+            sql = f"SELECT * FROM ({sql}) WHERE {to_duckdb(n.predicate)}"
+        else:
+            items = ", ".join(f"{to_duckdb(e)} AS {_ident(c)}" for e, c in n.exprs)
+            sql = f"SELECT {KH}, {items}, {W} FROM ({sql})"
+    con = duck.cursor()
+    try:
+        con.register("rows", rows.to_arrow())
+        try:
+            result = con.sql(sql).to_arrow_table()
+        except (duckdb.InvalidInputException, duckdb.ConversionException, duckdb.OutOfRangeException) as exc:
+            # a data error, named as Spark names one (the coordinator isolates the flow, as a view)
+            text = str(exc).split(":", 1)[-1].strip()
+            cls, state = _DATA_ERRORS.get(text, ("NUMERIC_VALUE_OUT_OF_RANGE", "22003")
+                                          if isinstance(exc, duckdb.OutOfRangeException) else ("CAST_INVALID_INPUT",
+                                                                                                 "22018"))
+            raise FlowDataError(f"flow {name!r}: [{cls}] {text} SQLSTATE: {state}") from None
+    finally:
+        con.close()
+    cols = [KH, *m.schema.names, W]
+    return pl.from_arrow(result.select(cols).cast(pa.schema([pa.field(KH, pa.int64()), *m.schema,
+                                                              pa.field(W, pa.int64())])))
+
+
+class FlowDataError(Exception):
+    """A data error in a flow's expressions above its aggregation (evaluated on the driver)."""
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'

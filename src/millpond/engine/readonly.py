@@ -102,6 +102,8 @@ class NoEpochs:
     def run(self, *args: object) -> dict:
         raise ReadOnlyError("the database is open read-only: it runs no epochs")
 
+    partials = run
+
     def output_schema(self, *args: object) -> pa.Schema:
         raise ReadOnlyError("the database is open read-only: CREATE is refused")
 

@@ -25,7 +25,7 @@ from millpond.engine import plan as P
 from millpond.engine.changelog import consolidate
 from millpond.engine.consumers import consumers
 from millpond.engine.coordinator import Coordinator, EpochReport, describe_failure
-from millpond.engine.flows import SINK_OWED, threshold, unexpired
+from millpond.engine.flows import SINK_OWED
 from millpond.engine.executor import Consumer
 from millpond.errors import CatalogError, MillpondError, RetentionError
 from millpond.log import Channel, Log
@@ -69,6 +69,7 @@ class Runtime:
     def _install(self, catalog: Catalog) -> None:
         self._consumers = consumers(catalog, self._plans_of(catalog))
         self._by_name = {c.name: c for c in self._consumers}
+        self._by_key = {c.key: c for c in self._consumers}
         self._catalog = catalog
 
     def _plans_of(self, catalog: Catalog) -> dict[str, P.Materialize]:
@@ -115,22 +116,21 @@ class Runtime:
 
     # -- flows' sinks (the coordinator's module docstring, "Flows") --------------------------------
     def settle_sinks(self) -> None:
-        """Give every flow's sink the changes a committed epoch owes it and it has not received
+        """Give every flow's sink log the changes a committed epoch owes it and it has not received
         (after a crash between the commit and the sink's append): the difference between the
-        flow's committed rows and the sink's rows."""
+        flow's committed rows and what the sink's log adds up to."""
         manifest = self.coordinator.manifest
         for c in self.consumers:
             owed = manifest.offsets.get(c.key, {}).get(SINK_OWED) if c.sink is not None else None
             if owed is None or self.channel(self.catalog.tables[c.sink]).producer_seq(_producer(c)) >= owed:
                 continue
+            sink = self.catalog.tables[c.sink]
             rows = self.coordinator.rows(c, manifest).scan()
-            have = pl.from_arrow(self.snapshot(c.sink, pending=True)).with_columns(pl.lit(-1, pl.Int64).alias(W))
+            log = self.channel(sink).read(0, None)  # everything the sink's log has received
+            have = pl.from_arrow(log.select([*c.columns, W])).with_columns(-pl.col(W))
             want = (rows.select([*c.columns, pl.col(COUNT).alias(W)]) if rows is not None and rows.height
-                    else have.clear().with_columns(pl.lit(1, pl.Int64).alias(W)))
-            diff = consolidate(pl.concat([want.cast(have.schema), have])).to_arrow()
-            if c.expiry is not None and (oldest := threshold(manifest.offsets[c.key], c.expiry)) is not None:
-                diff = unexpired(diff, c.expiry, oldest)  # expired windows stay as the sink has them
-            self._to_sink(c, diff, owed)
+                    else have.clear())
+            self._to_sink(c, consolidate(pl.concat([want.cast(have.schema), have])).to_arrow(), owed)
 
     def _to_sink(self, flow: Consumer, change: pa.Table, epoch: int) -> None:
         """A flow's changelog appended to its sink as the sink's changes, at most once per epoch."""
@@ -158,12 +158,18 @@ class Runtime:
         if consumer.log_only:  # a key-less table: its log up to the last committed epoch (or the end)
             table = _consolidate(self.channel(rel).read(0, end)).select(list(consumer.columns)).cast(schema)
             return table if hidden else table.drop_columns([ROW_ID])
-        found = self.coordinator.rows(consumer, manifest).scan()
+        fed = self._by_key[consumer.fed_by] if consumer.fed_by is not None else None  # a flow's sink: the flow's rows
+        found = self.coordinator.rows(fed or consumer, manifest).scan()
         if found is None or found.height == 0:
             table = schema.empty_table()
         else:
             idx = np.repeat(np.arange(found.height), found[COUNT].to_numpy())  # a multiset: one row per copy
-            table = found.select(list(consumer.columns)).to_arrow().take(pa.array(idx)).cast(schema)
+            table = found.select(list((fed or consumer).columns)).to_arrow().take(pa.array(idx))
+            if fed is not None:
+                table = table.append_column(ROW_ID, pa.nulls(table.num_rows, pa.int64()))
+            table = table.cast(schema)
+        if fed is not None:
+            return table if hidden else table.drop_columns([ROW_ID])
         if pending and isinstance(rel, TableDef):
             changes = self.channel(rel).read(stop, None)
             if changes.num_rows:
@@ -184,7 +190,9 @@ class Runtime:
         upto = self.coordinator.manifest.epoch if upto is None else upto
         feed, kept = self.coordinator.changes, self.catalog.kept
         for entry in feed.entries(after, upto, kept):
-            if isinstance(rel, TableDef):
+            if consumer.fed_by is not None:  # a flow's sink: its changes are the flow's
+                change = feed.view_changes(consumer.fed_by, entry, kept)
+            elif isinstance(rel, TableDef):
                 if (took := entry.tables.get(consumer.key)) is None:
                     continue
                 records = self.channel(rel).read(*took).drop_columns([ROW_ID])

@@ -154,6 +154,39 @@ class Builder:
 
     def _aggregate(self, node: P.Aggregate) -> DataFrame:
         """Built from SQL text, as :meth:`_exchange` (a Column object costs a JVM round trip)."""
+        df, group, values, measures, having = self._delta(node)
+        if self._records() > PRE_AGGREGATE_ROWS:  # a big delta: Catalyst combines it map-side before any exchange
+            df = self._group(df, [*group, *values], measures)
+        df = self._exchange(df, group)
+        # Catalyst consolidates the delta per (group, min/max/distinct values) before Python sees it.
+        agged = self._group(df, [VN, KH, *group, *values], measures, having=having)
+        out_fields = [agged.schema[g] for g in group]
+        for i, call in enumerate(node.calls):
+            if call.func in ("count", "count_star", "count_distinct"):
+                t = T.LongType()
+            elif call.func == "sum_distinct":
+                t = agged.schema[value_col(i)].dataType
+                t = T.LongType() if isinstance(t, T.IntegralType) else T.DoubleType() \
+                    if isinstance(t, T.FractionalType) and not isinstance(t, T.DecimalType) else t
+            else:
+                t = agged.schema[sum_col(i) if call.func == "sum" else value_col(i)].dataType
+            out_fields.append(T.StructField(call.name, t))
+        schema = T.StructType([*out_fields, T.StructField(W, T.LongType())])
+        op = HashAggregate(tuple(group), node.calls, name=f"{self.consumer.name}#{node.node_id}", whole=node.whole,
+                           append_only=node.append_only)
+        return agged.mapInArrow(self._task(node.node_id, op, schema), schema)
+
+    def partials(self, node: P.Aggregate) -> DataFrame:
+        """The epoch's delta of ``node``'s input as partial aggregates per (group, min/max/distinct
+        values), with each group's key hash: all of it computed by Catalyst (a flow's trigger,
+        :mod:`millpond.engine.flows`, merges them into its state on the driver)."""
+        df, group, values, measures, having = self._delta(node)
+        return self._group(df, [*group, *values], measures, having=having).selectExpr(f"{_hash(group)} AS {KH}", "*")
+
+    def _delta(self, node: P.Aggregate) -> tuple[DataFrame, list[str], list[str], list[str], list[str] | None]:
+        """An aggregate's input as the columns its partial aggregates are made of; its group and
+        value columns, the measures over them, and the columns of which one must be non-zero
+        for a partial to change anything."""
         df = self.build(node.input)
         group = list(node.group)
         pre, sums, values, extremes = [], [], [], []
@@ -178,27 +211,7 @@ class Builder:
                 f"CAST(0 AS BIGINT) AS {W}"))
         measures = [f"sum({W}) AS {W}", *[f"sum({_quote(c)}) AS {_quote(c)}" for c in sums],
                     *[f"{func}({_quote(c)}) AS {_quote(c)}" for c, func in extremes]]
-        if self._records() > PRE_AGGREGATE_ROWS:  # a big delta: Catalyst combines it map-side before any exchange
-            df = self._group(df, [*group, *values], measures)
-        df = self._exchange(df, group)
-        # Catalyst consolidates the delta per (group, min/max/distinct values) before Python sees it.
-        agged = self._group(df, [VN, KH, *group, *values], measures,
-                            having=None if node.whole else [W, *sums])
-        out_fields = [agged.schema[g] for g in group]
-        for i, call in enumerate(node.calls):
-            if call.func in ("count", "count_star", "count_distinct"):
-                t = T.LongType()
-            elif call.func == "sum_distinct":
-                t = agged.schema[value_col(i)].dataType
-                t = T.LongType() if isinstance(t, T.IntegralType) else T.DoubleType() \
-                    if isinstance(t, T.FractionalType) and not isinstance(t, T.DecimalType) else t
-            else:
-                t = agged.schema[sum_col(i) if call.func == "sum" else value_col(i)].dataType
-            out_fields.append(T.StructField(call.name, t))
-        schema = T.StructType([*out_fields, T.StructField(W, T.LongType())])
-        op = HashAggregate(tuple(group), node.calls, name=f"{self.consumer.name}#{node.node_id}", whole=node.whole,
-                           append_only=node.append_only)
-        return agged.mapInArrow(self._task(node.node_id, op, schema), schema)
+        return df, group, values, measures, None if node.whole else [W, *sums]
 
     def _group(self, df: DataFrame, keys: list[str], measures: list[str], having: list[str] | None = None
                ) -> DataFrame:

@@ -48,6 +48,12 @@ class SparkExecutor:
         return {k: consolidate(pl.from_arrow(pa.concat_tables(v, promote_options="permissive"))).to_arrow()
                 if v else None for k, v in out.items()}
 
+    def partials(self, job: EpochJob, work: Work, tables: Mapping[str, TableDef], pieces: PieceSource) -> pa.Table:
+        consumer, ranges = work
+        assert consumer.merge is not None
+        return Builder(self.spark, job, consumer, ranges, tables, pieces, {}, self._loaded).partials(
+            consumer.merge.aggregate).toArrow()
+
     def output_schema(self, plan: P.Materialize, tables: Mapping[str, TableDef]) -> pa.Schema:
         """From Spark's analysis of the plan over empty inputs (runs no job)."""
         from pyspark.sql.pandas.types import to_arrow_schema

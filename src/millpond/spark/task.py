@@ -19,13 +19,11 @@ import polars as pl
 import pyarrow as pa
 from pyspark import TaskContext
 
-from millpond import faults, paths
 from millpond.columns import VN
-from millpond.engine import plan as P
 from millpond.engine.operators import Operator
+from millpond.engine.step import run_step
 from millpond.store.manifest import Levels
 from millpond.store.objects import open_store
-from millpond.store.state_table import StateTable, write_state
 
 __all__ = ["Task", "CONSUMER", "IPC"]
 
@@ -57,19 +55,9 @@ class Task:
         delta = pl.from_arrow(pa.Table.from_batches(batches))
         if VN in delta.columns:
             delta = delta.drop(VN)
-        store = open_store(self.root, self.storage)
-        parts = self.op.parts()
-        states = {name: StateTable(store, self.levels[name], part.keys, additive=part.additive,
-                                   name=P.state_id(self.object_id, self.node_id, name))
-                  for name, part in parts.items()}
-        out, writes = self.op.apply(delta, states)
-        partition = TaskContext.get().partitionId()
-        faults.point("task.before_state")
-        for part, rows in writes.items():
-            sid = P.state_id(self.object_id, self.node_id, part)
-            write_state(store, paths.sst_key(self.base_version, self.epoch, self.attempt, sid, partition), rows,
-                        self.epoch, keys=parts[part].keys, additive=parts[part].additive)
-        faults.point("task.after_state")
+        out = run_step(self.op, delta, open_store(self.root, self.storage), self.levels, epoch=self.epoch,
+                       attempt=self.attempt, base_version=self.base_version, object_id=self.object_id,
+                       node_id=self.node_id, partition=TaskContext.get().partitionId())
         if out.height == 0 or not self.emit:
             return
         if self.consumer is None:

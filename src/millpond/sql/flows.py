@@ -22,6 +22,7 @@ changes into the sink after the commit, exactly once (:mod:`millpond.engine.coor
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 
@@ -32,13 +33,15 @@ from sqlglot.tokens import TokenType
 from millpond.catalog import Catalog, Column, FlowDef, TableDef
 from millpond.catalog.types import INTERVAL, sql_type
 from millpond.engine import plan as P
-from millpond.engine.flows import EXPIRED, WATERMARK
+from millpond.engine.flows import EXPIRED, WATERMARK, shape
 from millpond.engine.runtime import Runtime
 from millpond.errors import CatalogError, MillpondError, SqlError
 from millpond.sql.planner import plan_view
 from millpond.sql.query import bind_select
 from millpond.sql.semantics import intervals
 from millpond.sql.statements import parse, source, tokens
+
+log = logging.getLogger("millpond")
 
 __all__ = ["FlowSpec", "parse_flow", "is_flow", "create", "drop", "show", "flow_plan"]
 
@@ -183,10 +186,16 @@ def create(rt: Runtime, s: exp.Command) -> None:
         catalog = catalog.with_table(spec.sink, columns, keys)
     else:
         _check_sink(spec, catalog.tables[spec.sink], columns, keys)
+        if rt.snapshot(spec.sink, pending=True).num_rows:
+            raise CatalogError(f"flow {spec.name!r}: sink table {spec.sink!r} already holds rows; a sink holds only its "
+                               f"flow's rows: DELETE FROM {spec.sink} first, or sink to a new table")
     time_key = next((k for k in keys if pa.types.is_timestamp(t := schema.field(k).type) or pa.types.is_date(t)), None)
     if spec.expire is not None and time_key is None:
         raise SqlError(f"flow {spec.name!r}: EXPIRE AFTER needs a time window among the group keys (a DATE or TIMESTAMP "
                        "key such as date_bin(INTERVAL '1 minute', ts))", sql=spec.sql)
+    if spec.expire is not None and shape(plan, schema, time_key) is None:
+        raise SqlError(f"flow {spec.name!r}: EXPIRE AFTER needs a flow whose SELECT is one aggregation (its "
+                       "window key a GROUP BY column), not a union of grouping sets", sql=spec.sql)
     flow = FlowDef(0, spec.name, spec.sql, FlowDef.encode_schema(schema), depends, P.encode(plan), "fail",
                    sink=spec.sink, key=keys, comment=spec.comment, expire_micros=spec.expire,
                    time_key=time_key if spec.expire is not None else None)
@@ -234,8 +243,12 @@ def drop(rt: Runtime, s: exp.Command) -> None:
     name = name[1:-1].replace('""', '"') if name.startswith('"') else name.lower()
     if name not in rt.catalog.flows and m.group(1):
         return
-    rt.settle_sinks()  # the sink keeps every change its flow committed
+    rt.settle_sinks()  # the sink's log holds every change its flow committed
     rt.commit_catalog(rt.catalog.without_flow(name))
+    try:  # the sink, a table of its own now, materializes its log: one epoch, so it is never read empty
+        rt.run_epoch()
+    except MillpondError as exc:
+        log.warning("DROP FLOW %s: the epoch that materializes its sink failed (the next one retries): %s", name, exc)
 
 
 def show(rt: Runtime) -> pa.Table:
