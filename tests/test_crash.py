@@ -46,7 +46,8 @@ NTH = {
     "changes.before_entry": 3,      # views' changes kept, the epoch's entry not yet (nothing readable)
     "epoch.before_commit": 3,       # the epoch's changes kept, its manifest not committed
     "epoch.after_commit": 3,
-    "flow.before_sink": 3,          # a flow's epoch committed, its changes not yet in its sink
+    "flow.before_merge": 3,         # a flow's partial aggregates computed, not yet merged into its state
+    "flow.before_sink": 3,          # a flow's epoch committed, its changes not yet in its sink's log
     "compaction.after_outputs": 2,  # merged files written, their version not yet (background thread)
     "compaction.after_commit": 2,   # compaction's version written, GC not yet run
     "gc.after_delete": 2,           # in the middle of deleting replaced files
@@ -217,6 +218,7 @@ QUICK = [
     ("log.after_put", 1),         # during ingest: the batch is durable but unacknowledged
     ("task.before_state", 2),     # inside a stateful task, before it writes state
     ("epoch.after_job", 1),       # SSTs written, manifest not committed
+    ("flow.before_merge", 1),     # a flow's partials computed on Spark, its merge on the driver not yet
     ("log.before_put", 2),        # during ingest: the batch never made it
     ("task.after_state", 3),      # inside a stateful task, after it wrote state
     ("epoch.before_job", 1),      # input ranges fixed, no job yet

@@ -154,13 +154,27 @@ def test_only_the_flow_writes_its_sink(open_db):
         db.sql("DROP TABLE cpu_1m")
     with pytest.raises(CatalogError, match=r"cannot drop or replace 'metrics': flows per_min read it"):
         db.sql("DROP TABLE metrics")
-    db.sql("DROP FLOW per_min")
+    source = Source(seed=5)
+    for _ in range(4):
+        source.step(db)
+    db.flush()
+    kept = db.sql("SELECT * FROM cpu_1m")
+    assert kept.num_rows and workload.norm(kept) == source.oracle(FLOWS["per_min"][1])
+    db.sql("DROP FLOW per_min")  # the sink, a table of its own now, has the rows its log adds up to
+    assert workload.norm(db.sql("SELECT * FROM cpu_1m")) == workload.norm(kept)
     db.sql("DROP FLOW IF EXISTS per_min")
     with pytest.raises(CatalogError, match=r"no flow named 'per_min'"):
         db.sql("DROP FLOW per_min")
-    db.sql("INSERT INTO cpu_1m VALUES ('a', '2026-01-01', 1, 1, 1, 1, 1)")  # the sink stays, a table like any
+    db.sql("INSERT INTO cpu_1m VALUES ('a', '2020-01-01', 1, 1, 1, 1, 1)")  # the sink stays, a table like any
     db.flush()
-    assert db.sql("SELECT count(*) AS n FROM cpu_1m").column("n").to_pylist() == [1]
+    assert db.sql("SELECT count(*) AS n FROM cpu_1m").column("n").to_pylist() == [kept.num_rows + 1]
+    with pytest.raises(CatalogError, match=r"sink table 'cpu_1m' already holds rows; a sink holds only its flow's rows: "
+                                           r"DELETE FROM cpu_1m first"):
+        db.sql(FLOWS["per_min"][0])
+    db.sql("DELETE FROM cpu_1m")
+    db.sql(FLOWS["per_min"][0])  # an empty table may become a sink again
+    db.flush()
+    assert workload.norm(db.sql("SELECT * FROM cpu_1m")) == source.oracle(FLOWS["per_min"][1])
 
 
 @pytest.mark.parametrize("sql,error,needle", [
@@ -310,6 +324,38 @@ def test_a_failing_flow_sits_out_and_says_why(open_db):
     db.sql("INSERT INTO t VALUES (2, 2)")
     db.flush()
     assert workload.norm(db.sql("SELECT * FROM counts")) == [(1, 2), (2, 2)]
+
+
+def test_a_data_error_above_the_aggregation_fails_the_flow_alone(open_db):
+    """Expressions over the aggregates run where the flow's trigger merges them (the driver, in
+    DuckDB with PostgreSQL's meaning): a division by zero there fails that flow alone, as in Spark."""
+    db = open_db()
+    db.sql("CREATE TABLE t (k INT, v INT)")
+    db.sql("CREATE FLOW bad SINK TO per_k AS SELECT k, 100 / sum(v) AS r FROM t GROUP BY k")
+    db.sql("CREATE FLOW good SINK TO counts AS SELECT k, count(*) AS n FROM t GROUP BY k")
+    db.sql("INSERT INTO t VALUES (1, 5)")
+    db.flush()
+    db.sql("INSERT INTO t VALUES (1, -5), (2, 1)")
+    db.flush()
+    flows = {r["name"]: r for r in db.sql("SHOW FLOWS").to_pylist()}
+    assert "[DIVIDE_BY_ZERO] division by zero" in flows["bad"]["error"], flows["bad"]["error"]
+    assert flows["good"]["error"] is None
+    assert workload.norm(db.sql("SELECT * FROM per_k")) == [(1, 20)]  # as of its last good epoch
+    assert workload.norm(db.sql("SELECT * FROM counts")) == [(1, 2), (2, 1)]
+
+
+def test_a_sink_is_followed_and_read_back_as_its_flow_changes(open_db):
+    """A sink keeps no changes of its own while its flow writes it: subscriptions and AS OF read the flow's."""
+    db = open_db()
+    db.sql("CREATE TABLE t (k INT, v INT); CREATE FLOW f SINK TO s AS SELECT k, sum(v) AS total FROM t GROUP BY k")
+    db.sql("INSERT INTO t VALUES (1, 2), (2, 3)")
+    first = db.flush()[0].epoch
+    db.sql("INSERT INTO t VALUES (1, 5)")
+    db.flush()
+    assert workload.norm(db.sql(f"SELECT * FROM s AS OF EPOCH {first}")) == [(1, 2), (2, 3)]
+    assert workload.norm(db.sql("SELECT * FROM s")) == [(1, 7), (2, 3)]
+    changes = [c.to_pylist() for c in db.runtime.changes("s", first)]
+    assert [sorted((r["k"], r["total"], r["_w"]) for r in c) for c in changes] == [[(1, 2, -1), (1, 7, 1)]]
 
 
 def test_a_read_only_open_reads_sinks_and_refuses_flow_statements(open_db, spark, root):

@@ -72,26 +72,51 @@ class Builder:
         return self.scans[scan].selectExpr(*_renames(node.columns), W)
 
     def _scan(self, t: TableDef, start: int, stop: int) -> DataFrame:
-        ddl = ", ".join([f"`{c.name}` {spark_ddl_type(c.type)}" for c in t.columns]
-                        + [f"`{ROW_ID}` BIGINT", f"`{W}` BIGINT"])
+        ddl = _ddl(t)
         if start >= stop:  # nothing new on this side: an empty local relation plans in no time
             return self.spark.createDataFrame([], ddl)
         if stop - start <= DRIVER_READ_ROWS:  # a few records: read here, no data source to plan
             rows = read_pieces(open_store(self.job.root, self.job.storage), t.channel_id, t.log_schema,
                                self.pieces(t.channel, start, stop), start, stop)
             return self.spark.createDataFrame(rows.select([*(c.name for c in t.columns), ROW_ID, W]), ddl)
-        # the k-th range of this channel in the epoch (a backfilling view reads another range)
-        k = sum(1 for s in self.scans if s[0] == t.channel)
+        return self.loaded[self._load(t, start, stop)]
+
+    def _load(self, t: TableDef, start: int, stop: int) -> tuple:
+        """Name this epoch's range ``[start, stop)`` of ``t``'s channel for the data source, and
+        return the key of the loaded DataFrame that reads it (loaded once, then reused: it reads
+        whatever range the scan object names)."""
+        k = sum(1 for s in self.scans if s[0] == t.channel)  # a backfilling view reads another range
         key = write_scan(open_store(self.job.root, self.job.storage), t.channel_id, k,
                          self.pieces(t.channel, start, stop), start, stop)
         slots = max(self.job.parallelism, -(-(stop - start) // MAX_PARTITION_ROWS))
-        cached = (self.job.root, key, ddl, slots)
-        if cached not in self.loaded:  # loaded once, then reused: it reads whatever range the scan object names
+        cached = (self.job.root, key, _ddl(t), slots)
+        if cached not in self.loaded:
             self.loaded[cached] = (
                 self.spark.read.format("millpond").option("root", self.job.root).option("channel", t.channel)
-                .option("scan", key).option("slots", slots).option("schema", ddl)
+                .option("scan", key).option("slots", slots).option("schema", cached[2])
                 .option("storage", json.dumps(self.job.storage)).load())
-        return self.loaded[cached]
+        return cached
+
+    def reads(self, node: P.Node) -> tuple | None:
+        """For a stateless subtree whose every range goes through the data source: name this
+        epoch's ranges, and return the loaded DataFrames' keys — a DataFrame built over them
+        before reads this epoch's records too (so it is built once). None otherwise."""
+        todo, found = [node], []
+        while todo:
+            n = todo.pop()
+            if not isinstance(n, (P.Source, P.Filter, P.Project, P.Window, P.Union)):
+                return None
+            todo.extend(P.inputs(n))
+        keys = []
+        for source in P.sources(node):
+            t = self.tables[source.table]
+            start, stop = self.ranges[t.channel]
+            if stop - start <= DRIVER_READ_ROWS or (t.channel, start, stop) in self.scans:
+                return None
+            cached = self._load(t, start, stop)
+            self.scans[(t.channel, start, stop)] = self.loaded[cached]
+            keys.append(cached)
+        return tuple(keys)
 
     def _filter(self, node: P.Filter) -> DataFrame:
         return self.build(node.input).filter(self._sql(node.predicate))
@@ -313,6 +338,11 @@ def _hash(keys: list[str]) -> str:
 
 def _quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
+
+
+def _ddl(t: TableDef) -> str:
+    """A table's log records as a Spark schema."""
+    return ", ".join([f"`{c.name}` {spark_ddl_type(c.type)}" for c in t.columns] + [f"`{ROW_ID}` BIGINT", f"`{W}` BIGINT"])
 
 
 def _renames(columns: tuple[tuple[str, str], ...]) -> list[str]:
