@@ -1,13 +1,12 @@
 """The consumers of a catalog: every table's own materialization and every view's and flow's stored plan.
 
-A flow's sink table keeps no rows of its own either: they are its flow's (the flow's rows state),
-so it runs no epochs while the flow exists; after ``DROP FLOW`` it materializes its log like any
-table (from where it left off, or from the start).
-
 Only a table with a primary key keeps rows of its own (ingest resolves upserts against them). A
 key-less table's log *is* its rows: every record carries the row's identity (``_row_id``) and
 weight, so its consumer only advances offsets and a read consolidates the log
-(:meth:`millpond.engine.runtime.Runtime.snapshot`).
+(:meth:`millpond.engine.runtime.Runtime.snapshot`). A flow's sink table keeps no rows of its own
+either: they are its flow's (the flow's rows state), so it runs no epochs while the flow exists;
+after ``DROP FLOW`` it materializes its log like any table (from where it left off, or from the
+start).
 """
 
 from __future__ import annotations

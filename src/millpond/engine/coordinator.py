@@ -47,15 +47,19 @@ step point here by number.
 
 A failure in steps 1–4 commits nothing and is raised as ``epoch e failed and was not committed``.
 
-**Flows.** A flow is a consumer like a view; its changes are written into its sink table's channel
-*after* the commit (step 5), as the Database's own changelog records, by the idempotent producer
-``(flow:<key>, e)``. The commit records that the sink is owed epoch ``e``'s changes (the flow's
-:data:`~millpond.engine.flows.SINK_OWED` offset); with ``EXPIRE AFTER``, changes to expired windows
-are dropped first (:mod:`millpond.engine.flows`). Before every epoch the runtime settles what is owed
-(:meth:`millpond.engine.runtime.Runtime.settle_sinks`): if the producer's last applied sequence is
-below the owed epoch (a crash or a failed append after the commit), the sink receives the
-difference between the flow's committed rows and its own rows — written once, as above. The sink's
-readers (views, other flows) take those records in the next epoch, like any table's.
+**Flows.** A flow is a consumer whose step 3 is its own (:mod:`millpond.engine.flows`): the
+executor computes the partial aggregates of its ranges, and the driver merges them into the
+flow's state, writing its SSTs under the same attempt prefix as the job's (its ``EXPIRE AFTER``
+drops changes to expired windows there, before they reach the state). Its sink table runs no
+epochs: its rows are the flow's. The flow's changes are written into the sink's channel *after*
+the commit (step 5), for the sink's readers, by the idempotent producer ``(flow:<key>, e)``. The
+commit records that the sink is owed epoch ``e``'s changes (the flow's
+:data:`~millpond.engine.flows.SINK_OWED` offset). Before every epoch the runtime settles what is
+owed (:meth:`millpond.engine.runtime.Runtime.settle_sinks`): if the producer's last applied
+sequence is below the owed epoch (a crash or a failed append after the commit), the channel
+receives the difference between the flow's committed rows and what the channel adds up to —
+written once, as above. The sink's readers (views, other flows) take those records in the next
+epoch, like any table's.
 
 **Fault isolation.** One exception: a *data error* in a view (an error of SQLSTATE class 22 —
 division by zero, a bad cast, an overflow — raised by the view's expressions over its input) fails

@@ -1,9 +1,9 @@
 """The body of one stateful ``mapInArrow`` stage: steps 3c–3e of the epoch protocol
 (:mod:`millpond.engine.coordinator`).
 
-A task opens its operator's state parts at the last committed epoch, applies the partition's
-delta (:meth:`millpond.engine.operators.Operator.apply`), writes each part's state rows as one SST
-named by (version, epoch, attempt, state, partition), and emits its output changelog. Tasks are
+A task runs its operator's step over the partition's delta (:func:`millpond.engine.step.run_step`:
+open the state parts at the last committed epoch, apply, write each part's state rows as one SST
+named by (version, epoch, attempt, state, partition)) and emits its output changelog. Tasks are
 deterministic for a given input, so a retried or speculative task rewrites the same files with
 the same bytes; files of a failed attempt are never referenced (the coordinator lists only its
 own attempt's prefix).
