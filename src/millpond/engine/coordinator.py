@@ -91,7 +91,7 @@ from millpond.catalog import Catalog, TableDef
 from millpond.columns import ROW_ID, W
 from millpond.engine.changefeed import ChangeFeed
 from millpond.engine.executor import Consumer, EpochExecutor, EpochJob, Work
-from millpond.engine.flows import EXPIRED, SINK_OWED, merge
+from millpond.engine.flows import EXPIRED, SINK_OWED, expiry_floors, merge
 from millpond.engine.operators import Materialize
 from millpond.engine.plan import sources as _sources
 from millpond.engine.plan import state_id
@@ -200,7 +200,8 @@ class Coordinator:
         faults.point("epoch.before_commit")
         # 5. commit: the one atomic write; 6. maintenance runs inside commit, in the background
         failed = {k: v for k, v in {**self.manifest.failed, **failures}.items() if k in live}  # dropped: gone
-        self.state.commit(epoch, new_ssts, offsets, keep=lambda sid: sid.split(".", 1)[0] in stateful, failed=failed)
+        self.state.commit(epoch, new_ssts, offsets, keep=lambda sid: sid.split(".", 1)[0] in stateful, failed=failed,
+                          expiry=expiry_floors(work, offsets))
         faults.point("epoch.after_commit")
         self._collect(catalog)
         names = {c.key: c.name for c in consumers}

@@ -44,7 +44,8 @@ from millpond.store.objects import ObjectStore
 if TYPE_CHECKING:
     from millpond.engine.executor import Consumer
 
-__all__ = ["SINK_OWED", "WATERMARK", "EXPIRED", "Expiry", "Merge", "shape", "merge", "as_micros"]
+__all__ = ["SINK_OWED", "WATERMARK", "EXPIRED", "Expiry", "Merge", "shape", "merge", "expiry_floors",
+           "as_micros"]
 
 SINK_OWED = "@sink"  # the last epoch whose changes the flow's sink must receive
 WATERMARK = "@watermark"  # microseconds since the epoch (1970) of the latest window inserted
@@ -148,6 +149,21 @@ def _expire(delta: pl.DataFrame, m: Merge, rule: Expiry, done: Mapping[str, int]
         marks[EXPIRED] += delta.filter(pl.Series(~keep)).select(list(m.aggregate.group)).unique().height
         delta = delta.filter(pl.Series(keep))
     return delta, marks
+
+
+def expiry_floors(work: "list[tuple[Consumer, dict]]", offsets: Mapping[str, Mapping[str, int]]
+                  ) -> dict[str, list]:
+    """Each expiring flow's aggregation states, with their window column and the oldest window not
+    expired (the manifest's ``expiry``: compaction drops the older windows' state; their sink rows
+    stay in the flow's rows state, which has none)."""
+    floors = {}
+    for flow, _ in work:
+        m, mark = flow.merge, offsets.get(flow.key, {}).get(WATERMARK)
+        if flow.expiry is None or m is None or m.time_group is None or mark is None:
+            continue
+        for part in ("groups", "values"):
+            floors[P.state_id(flow.object_id, m.aggregate.node_id, part)] = [m.time_group, mark - flow.expiry.micros]
+    return floors
 
 
 _DATA_ERRORS = {"division by zero": ("DIVIDE_BY_ZERO", "22012")}

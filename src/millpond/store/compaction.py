@@ -13,6 +13,12 @@ the safe epoch sees — the newest version of a key (newest-wins tables) or the 
 (additive tables; a zero sum disappears). A tombstone at or below the safe epoch is dropped when
 no deeper level overlaps the output (nothing older is left for it to hide).
 
+**Expiry** (a compaction filter, as RocksDB's TTL and Flink's state TTL use): a state whose
+manifest entry names a time key column and a floor (a flow's aggregation state: its expired
+windows, :mod:`millpond.engine.flows`) loses every version of the keys older than the floor
+whenever its files are merged. Nothing reads those keys again, so files not merged yet may keep
+them; the state shrinks as compaction reaches them.
+
 **Executors**: :func:`run_task` reads the inputs, merges and writes the outputs under a fresh
 prefix; it runs in-process or inside a Spark task (``spark/compact.py``) — same code, same root.
 Outputs become visible only when the coordinator applies the result in a new manifest version
@@ -57,6 +63,7 @@ class Task:
     bottom: bool  # no deeper level overlaps the inputs' key range
     prefix: str   # where the outputs go (unique per task)
     target_file_bytes: int
+    expiry: tuple[str, int] | None = None  # (time key column, floor): older keys are dropped
 
 
 def _size(files) -> int:  # noqa: ANN001
@@ -67,7 +74,8 @@ def _overlapping(level: tuple[SstRef, ...], lo: int, hi: int) -> tuple[SstRef, .
     return tuple(ref for ref in level if ref.max_kh >= lo and ref.min_kh <= hi)
 
 
-def pick(state: str, levels: Levels, policy: Policy, safe_epoch: int, prefix: str) -> Task | None:
+def pick(state: str, levels: Levels, policy: Policy, safe_epoch: int, prefix: str,
+         expiry: list | tuple | None = None) -> Task | None:
     """The next merge for one state table, or None when its shape is within the policy."""
     deeper = list(levels.levels)
     if len(levels.l0) >= policy.l0_trigger:
@@ -84,13 +92,20 @@ def pick(state: str, levels: Levels, policy: Policy, safe_epoch: int, prefix: st
     below = deeper[target - 1] if target - 1 < len(deeper) else ()
     inputs = (*top, *_overlapping(below, lo, hi))
     bottom = not any(_overlapping(lv, lo, hi) for lv in deeper[target:])
-    return Task(state, source, target, inputs, safe_epoch, bottom, prefix, policy.target_file_bytes)
+    return Task(state, source, target, inputs, safe_epoch, bottom, prefix, policy.target_file_bytes,
+                tuple(expiry) if expiry else None)
 
 
 def merge_rows(rows: pl.DataFrame, keys: tuple[str, ...], additive: bool, safe_epoch: int,
-               bottom: bool) -> pl.DataFrame:
-    """The merged rows of a compaction (see the module docstring); sorted by key, newest first."""
+               bottom: bool, expiry: tuple[str, int] | None = None) -> pl.DataFrame:
+    """The merged rows of a compaction (see the module docstring); sorted by key, newest first.
+    With ``expiry`` (a time key column, a floor in microseconds since 1970), every version of a key
+    whose time is below the floor is dropped (a flow's expired windows: never read again)."""
     ident = [KH, *keys]
+    if expiry is not None:
+        column, floor = expiry
+        t = pl.col(column).cast(pl.Datetime("us")) if rows.schema[column] == pl.Date else pl.col(column)
+        rows = rows.filter(t.is_null() | (t.dt.epoch("us") >= floor))
     old, new = rows.filter(pl.col(EP) <= safe_epoch), rows.filter(pl.col(EP) > safe_epoch)
     if additive:
         old = (old.group_by(ident).agg(pl.col(COUNT).sum(), pl.col(EP).max(), pl.col(DEL).first())
@@ -122,7 +137,7 @@ def run_task(store: ObjectStore, task: Task) -> tuple[SstRef, ...]:
     keys, additive = metas[0].keys, metas[0].additive
     tables = [read_all(store, ref) for ref in task.inputs]
     rows = pl.from_arrow(pa.concat_tables(tables, promote_options="permissive"))
-    merged = merge_rows(rows, keys, additive, task.safe_epoch, task.bottom)
+    merged = merge_rows(rows, keys, additive, task.safe_epoch, task.bottom, task.expiry)
     if merged.height == 0:
         return ()
     per_row = max(1, merged.estimated_size() // merged.height)

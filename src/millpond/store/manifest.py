@@ -71,6 +71,9 @@ class Manifest:
     # consumer -> why it stopped (a view's data error): it sits out epochs, its state and offsets
     # stay at its last good epoch (the coordinator's fault isolation)
     failed: dict[str, dict] = field(default_factory=dict)
+    # state -> [time column, floor in microseconds since 1970]: its rows of keys with an older time
+    # are never read again (a flow's expired windows), and compaction drops them
+    expiry: dict[str, list] = field(default_factory=dict)
 
     def to_json(self) -> bytes:
         body = {
@@ -81,6 +84,7 @@ class Manifest:
             "states": {sid: levels.to_json() for sid, levels in sorted(self.states.items())},
             "offsets": self.offsets,
             "failed": self.failed,
+            **({"expiry": self.expiry} if self.expiry else {}),
         }
         return json.dumps(body, sort_keys=True).encode()
 
@@ -98,6 +102,7 @@ class Manifest:
             states={sid: Levels.from_json(lv) for sid, lv in body["states"].items()},
             offsets=body["offsets"],
             failed=body.get("failed", {}),
+            expiry=body.get("expiry", {}),
         )
 
     def state(self, state_id: str) -> Levels:
