@@ -190,6 +190,10 @@ def test_only_the_flow_writes_its_sink(open_db):
     ("CREATE FLOW f SINK TO s EXPIRE AFTER AS SELECT ts, count(*) FROM metrics GROUP BY ts",
      SqlError, r"EXPIRE AFTER takes an interval"),
     ("CREATE FLOW f AS SELECT host, count(*) FROM metrics GROUP BY host", SqlError, r"expected SINK TO table"),
+    ("CREATE FLOW f SINK TO s TRIGGER AFTER 0 ROWS AS SELECT host, count(*) FROM metrics GROUP BY host", SqlError,
+     r"TRIGGER AFTER takes a positive whole number of rows, e.g. TRIGGER AFTER 10000 ROWS"),
+    ("CREATE FLOW f SINK TO s TRIGGER AFTER 1000 AS SELECT host, count(*) FROM metrics GROUP BY host", SqlError,
+     r"TRIGGER AFTER takes a positive whole number of rows"),
     ("CREATE FLOW f SINK TO s AS SELECT host, count(*) AS n FROM metrics GROUP BY host ORDER BY n", SqlError,
      r"ORDER is not supported in a flow"),
     ("CREATE FLOW f SINK TO s AS SELECT host, count(*) AS n FROM nowhere GROUP BY host", MillpondError, r"nowhere"),
@@ -398,3 +402,48 @@ def test_a_read_only_open_reads_sinks_and_refuses_flow_statements(open_db, spark
                 reader.sql(sql)
     finally:
         reader.close()
+
+
+def test_a_row_threshold_triggers_an_epoch_before_the_interval(spark, root):
+    import time
+
+    import millpond
+
+    db = millpond.connect(root, spark=spark, parallelism=2, interval="1h")  # the interval alone would never fire
+    try:
+        db.sql(SOURCE)
+        db.sql("CREATE TABLE quiet (id INT PRIMARY KEY, v INT)")
+        db.sql("""CREATE FLOW hot SINK TO per_host TRIGGER AFTER 100 ROWS COMMENT 'early' AS
+                  SELECT host, count(*) AS n FROM metrics GROUP BY host""")
+        db.sql("CREATE FLOW calm SINK TO calm_sink AS SELECT v, count(*) AS n FROM quiet GROUP BY v")
+        assert db.sql("SHOW FLOWS").select(["name", "trigger_rows", "comment"]).to_pylist() == [
+            {"name": "calm", "trigger_rows": None, "comment": None},
+            {"name": "hot", "trigger_rows": 100, "comment": "early"}]
+
+        def rows(n: int, first: int) -> pa.Table:
+            return pa.table({"id": list(range(first, first + n)), "host": ["a", "b"] * (n // 2),
+                             "ts": [T0] * n, "cpu": [1.0] * n}, schema=SCHEMA)
+
+        db.insert("quiet", pa.table({"id": list(range(500)), "v": [1] * 500}))  # no threshold: waits for the hour
+        db.insert("metrics", rows(60, 0))
+        time.sleep(1.0)  # 20 checks of the threshold
+        assert db.epoch == 0, "below every threshold, no epoch runs before the interval"
+        db.insert("metrics", rows(40, 60))  # 100 unread rows: the loop runs an epoch within a check
+        deadline = time.monotonic() + 60
+        while db.epoch == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert db.epoch >= 1
+        assert db.runtime.due() is False
+        assert sorted(db.sql("SELECT * FROM per_host").to_pylist(), key=str) == [
+            {"host": "a", "n": 50}, {"host": "b", "n": 50}]
+    finally:
+        db.close()
+    db = millpond.connect(root, spark=spark, parallelism=2, interval=None)
+    try:
+        assert db.sql("SHOW FLOWS").column("trigger_rows").to_pylist() == [None, 100]  # kept in the catalog
+        assert sorted(db.sql("SELECT * FROM per_host").to_pylist(), key=str) == [
+            {"host": "a", "n": 50}, {"host": "b", "n": 50}]
+        db.flush()
+        assert db.sql("SELECT * FROM calm_sink").to_pylist() == [{"v": 1, "n": 500}]
+    finally:
+        db.close()

@@ -79,10 +79,10 @@ def connect(root: str, *, spark: Any = None, parallelism: int | None = None,
 def _seconds(interval: str | float | None) -> float | None:
     if interval is None or isinstance(interval, (int, float)):
         return None if interval is None else float(interval)
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*", interval)
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", interval)
     if not m:
-        raise MillpondError(f"interval {interval!r}: use e.g. '1s', '250ms', '2m' or a number of seconds")
-    return float(m.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}[m.group(2)]
+        raise MillpondError(f"interval {interval!r}: use e.g. '1s', '250ms', '2m', '1h' or a number of seconds")
+    return float(m.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}[m.group(2)]
 
 
 def _check_root(root: Any) -> str:
@@ -136,7 +136,8 @@ class Database:
             if isinstance(exc, Exception) and not isinstance(exc, MillpondError):
                 raise unexpected(exc) from exc
             raise
-        self._loop = EpochLoop(self.runtime.run_epoch, period, self.runtime.lock) if period else None
+        self._loop = EpochLoop(self.runtime.run_epoch, period, self.runtime.lock, due=self.runtime.due) if period \
+            else None
 
     # -- public API ---------------------------------------------------------------------------
     @property

@@ -96,6 +96,7 @@ class FlowDef(ViewDef):
     comment: str | None = None
     expire_micros: int | None = None  # EXPIRE AFTER, in microseconds
     time_key: str | None = None  # the group key windows expire by (a DATE or TIMESTAMP column)
+    trigger_rows: int | None = None  # TRIGGER AFTER n ROWS: the background loop runs an epoch early
 
 
 @dataclass(frozen=True)
@@ -257,7 +258,8 @@ class Catalog:
                 **({"flows": [
                     {"id": f.id, "name": f.name, "sql": f.sql, "schema": f.schema_b64, "depends_on": list(f.depends_on),
                      "plan": f.plan, "on_error": f.on_error, "sink": f.sink, "key": list(f.key), "comment": f.comment,
-                     "expire_micros": f.expire_micros, "time_key": f.time_key}
+                     "expire_micros": f.expire_micros, "time_key": f.time_key,
+                     **({"trigger_rows": f.trigger_rows} if f.trigger_rows else {})}
                     for f in self.flows.values()]} if self.flows else {}),
                 **({"retention": self.retention.to_json()} if self.retention else {}),
             },
@@ -284,7 +286,7 @@ class Catalog:
         flows = {
             f["name"]: FlowDef(f["id"], f["name"], f["sql"], f["schema"], tuple(f["depends_on"]), f["plan"],
                                f["on_error"], f["sink"], tuple(f["key"]), f["comment"], f.get("expire_micros"),
-                               f.get("time_key"))
+                               f.get("time_key"), f.get("trigger_rows"))
             for f in body.get("flows", [])
         }
         retention = Retention.from_json(body["retention"]) if "retention" in body else None

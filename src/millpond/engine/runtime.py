@@ -70,6 +70,8 @@ class Runtime:
         self._consumers = consumers(catalog, self._plans_of(catalog))
         self._by_name = {c.name: c for c in self._consumers}
         self._by_key = {c.key: c for c in self._consumers}
+        self._triggers = [(c.key, f.trigger_rows, [catalog.tables[s.table] for s in P.sources(c.plan)])
+                          for f in catalog.flows.values() if f.trigger_rows and (c := self._by_name[f.name])]
         self._catalog = catalog
 
     def _plans_of(self, catalog: Catalog) -> dict[str, P.Materialize]:
@@ -106,6 +108,18 @@ class Runtime:
                                   "rows_in": rows_in, "rows_out": change.num_rows if change is not None else None,
                                   "state_bytes": self._state_bytes(self._by_name[name])})
         return report
+
+    def due(self) -> bool:
+        """Whether a flow's unread input has reached its ``TRIGGER AFTER n ROWS`` (the records
+        appended to its tables since its last epoch): the background loop then runs an epoch
+        before its interval ends. Reads only this process's log index; takes no lock."""
+        manifest = self.coordinator.manifest
+        for key, rows, tables in self._triggers:
+            done = manifest.offsets.get(key, {})
+            if key not in manifest.failed and \
+                    sum(self.log.live.end(t.channel_id) - done.get(t.channel, 0) for t in tables) >= rows:
+                return True
+        return False
 
     def flush(self) -> list[EpochReport]:
         """Run epochs until every view reflects all input appended so far."""

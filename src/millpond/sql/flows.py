@@ -2,8 +2,8 @@
 
 ::
 
-    CREATE FLOW [IF NOT EXISTS] name SINK TO table [COMMENT 'text']
-    AS SELECT keys..., aggregates... FROM ... [WHERE ...] GROUP BY keys...
+    CREATE FLOW [IF NOT EXISTS] name SINK TO table [EXPIRE AFTER interval] [TRIGGER AFTER n ROWS]
+        [COMMENT 'text'] AS SELECT keys..., aggregates... FROM ... [WHERE ...] GROUP BY keys...
 
 A flow is a continuous aggregation whose results are written into an ordinary table, the *sink*:
 its primary key is the flow's group keys (a time bucket such as ``date_bin(INTERVAL '1 minute',
@@ -57,6 +57,7 @@ class FlowSpec:
     comment: str | None
     sql: str  # the statement as written
     expire: int | None  # EXPIRE AFTER, in microseconds
+    trigger_rows: int | None = None  # TRIGGER AFTER n ROWS
 
 
 def is_flow(s: exp.Expression, verb: str) -> bool:
@@ -65,8 +66,8 @@ def is_flow(s: exp.Expression, verb: str) -> bool:
         re.match(r"\s*FLOWS?\b", _rest(s), flags=re.IGNORECASE) is not None
 
 
-_SYNTAX = ("CREATE FLOW [IF NOT EXISTS] name SINK TO table [EXPIRE AFTER interval] [COMMENT 'text'] AS SELECT ... "
-           "GROUP BY ...")
+_SYNTAX = ("CREATE FLOW [IF NOT EXISTS] name SINK TO table [EXPIRE AFTER interval] [TRIGGER AFTER n ROWS] "
+           "[COMMENT 'text'] AS SELECT ... GROUP BY ...")
 
 
 def parse_flow(text: str) -> FlowSpec:
@@ -97,14 +98,20 @@ def parse_flow(text: str) -> FlowSpec:
     if not word("SINK", "TO"):
         raise SqlError(f"CREATE FLOW {flow}: expected SINK TO table ({_SYNTAX})", sql=text)
     sink = name("the sink table's name")
-    comment = expire = None
+    comment = expire = rows = None
     if word("EXPIRE", "AFTER"):
         start = i
-        while i < len(toks) and toks[i].text.upper() not in ("COMMENT", "AS"):
+        while i < len(toks) and toks[i].text.upper() not in ("TRIGGER", "COMMENT", "AS"):
             i += 1
         if i == start:
             raise SqlError(f"CREATE FLOW {flow}: EXPIRE AFTER takes an interval, e.g. INTERVAL '2 hours'", sql=text)
         expire = _micros(flow, text[toks[start].start:toks[i - 1].end + 1], text)
+    if word("TRIGGER", "AFTER"):
+        if i + 1 >= len(toks) or toks[i].token_type != TokenType.NUMBER or not toks[i].text.isdigit() or \
+                int(toks[i].text) < 1 or toks[i + 1].text.upper() not in ("ROWS", "ROW"):
+            raise SqlError(f"CREATE FLOW {flow}: TRIGGER AFTER takes a positive whole number of rows, e.g. "
+                           "TRIGGER AFTER 10000 ROWS", sql=text)
+        rows, i = int(toks[i].text), i + 2
     if word("COMMENT"):
         if i >= len(toks) or toks[i].token_type != TokenType.STRING:
             raise SqlError(f"CREATE FLOW {flow}: COMMENT takes a string constant", sql=text)
@@ -115,7 +122,7 @@ def parse_flow(text: str) -> FlowSpec:
     statements = parse(body)
     if len(statements) != 1 or not isinstance(statements[0], exp.Select):
         raise SqlError(f"CREATE FLOW {flow}: its AS clause must be one SELECT ... GROUP BY ...", sql=text)
-    return FlowSpec(flow, sink, statements[0], if_not_exists, comment, text, expire)
+    return FlowSpec(flow, sink, statements[0], if_not_exists, comment, text, expire, rows)
 
 
 def _micros(flow: str, written: str, text: str) -> int:
@@ -198,7 +205,7 @@ def create(rt: Runtime, s: exp.Command) -> None:
                        "window key a GROUP BY column), not a union of grouping sets", sql=spec.sql)
     flow = FlowDef(0, spec.name, spec.sql, FlowDef.encode_schema(schema), depends, P.encode(plan), "fail",
                    sink=spec.sink, key=keys, comment=spec.comment, expire_micros=spec.expire,
-                   time_key=time_key if spec.expire is not None else None)
+                   time_key=time_key if spec.expire is not None else None, trigger_rows=spec.trigger_rows)
     rt.commit_catalog(catalog.with_flow(flow))
     if new_sink:
         t = rt.catalog.tables[spec.sink]
@@ -253,7 +260,7 @@ def drop(rt: Runtime, s: exp.Command) -> None:
 
 def show(rt: Runtime) -> pa.Table:
     """``SHOW FLOWS``: ``name``, ``sink``, ``key``, ``depends_on``, ``expire_after`` (an INTERVAL),
-    ``watermark`` (the latest window inserted, UTC), ``expired`` (late changes to expired windows
+    ``trigger_rows`` (``TRIGGER AFTER n ROWS``), ``watermark`` (the latest window inserted, UTC), ``expired`` (late changes to expired windows
     dropped so far), ``error`` (a failed flow's failure: it sits out epochs, its sink keeps its rows,
     as a failed view does), ``comment``, ``sql``."""
     flows = sorted(rt.catalog.flows.values(), key=lambda f: f.name)
@@ -266,6 +273,7 @@ def show(rt: Runtime) -> pa.Table:
         "depends_on": pa.array([", ".join(f.depends_on) for f in flows], pa.string()),
         "expire_after": pa.array([{"months": 0, "days": 0, "micros": f.expire_micros} if f.expire_micros else None
                                   for f in flows], INTERVAL),
+        "trigger_rows": pa.array([f.trigger_rows for f in flows], pa.int64()),
         "watermark": pa.array([d.get(WATERMARK) for d in done], pa.int64()).cast(pa.timestamp("us")),
         "expired": pa.array([d.get(EXPIRED, 0) if f.expire_micros else None for f, d in zip(flows, done)], pa.int64()),
         "error": pa.array([rt.describe_failure(failed[k]) if (k := f"o{f.id}") in failed else None for f in flows],
