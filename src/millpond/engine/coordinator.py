@@ -10,7 +10,9 @@ step point here by number.
    or a view — reads ``[its offset in the last manifest, the channel's end at the snapshot)`` of
    each channel it depends on. Consumers with nothing new sit the epoch out (a new view runs once,
    so e.g. ``COUNT(*)`` shows 0). An APPEND ONLY table keeps no state: its rows are its log, so it
-   takes no part in the job and only its offsets advance (step 5).
+   takes no part in the job and only its offsets advance (step 5). *Batch mode*: a new view's or
+   flow's first epoch reads a keyed table as its committed rows at ``v`` (step 2) plus the log
+   from the table's own offset in ``v`` — not its whole log (:meth:`Coordinator._batch_starts`).
 2. **Pin the input version.** Apply finished compactions (store maintenance), then take the
    current manifest version ``v`` as the job's input: epoch ``e = v.epoch + 1``, a fresh attempt
    id. Every task reads state at ``v``.
@@ -144,22 +146,25 @@ class Coordinator:
         for t in catalog.tables.values():
             self.log.create_channel(t.channel, t.log_schema, id=t.channel_id)
         _, ends = self.log.snapshot([t.channel for t in catalog.tables.values()])  # one tick: whole transactions
-        work = []
+        work, batch = [], {}
         for c in consumers:
             if c.key in self.manifest.failed or c.fed_by is not None:  # isolated / a flow's sink: sits out
                 continue
             done = self.manifest.offsets.get(c.key, {})
             channels = {catalog.tables[s.table].channel for s in _sources(c.plan)}
             ranges = {ch: (done.get(ch, 0), ends[ch]) for ch in channels}
+            if c.name not in catalog.tables and c.key not in self.manifest.offsets:
+                batch[c.key] = self._batch_starts(catalog, consumers, ranges)
             new_view = c.name in catalog.views and c.key not in self.manifest.offsets
-            if new_view or any(a < b for a, b in ranges.values()):  # a new view's first epoch: e.g. COUNT(*) = 0
+            if new_view or batch.get(c.key) or any(a < b for a, b in ranges.values()):  # a new view: COUNT(*) = 0
                 work.append((c, ranges))
         if not work:
             return None
         # 2. pin the input version (apply finished compactions first)
         self.state.maintain()
         epoch, attempt = self.manifest.epoch + 1, self.ids()[:12]
-        job = EpochJob(self.store.root, self.store.options, epoch, attempt, self._parallelism(work), self.manifest)
+        job = EpochJob(self.store.root, self.store.options, epoch, attempt, self._parallelism(work), self.manifest,
+                       {k: v for k, v in batch.items() if v})
         faults.point("epoch.before_job")
         # 3. the job
         try:
@@ -213,6 +218,24 @@ class Coordinator:
                            {c.name: sum(b - a for a, b in r.values()) for c, r in work})
 
     # -- fault isolation (module docstring) ------------------------------------------------------
+    def _batch_starts(self, catalog: Catalog, consumers: list[Consumer], ranges: dict[str, tuple[int, int]]
+                      ) -> dict[str, str]:
+        """Batch mode for a new view's or flow's first epoch: each keyed table it reads with
+        committed rows is read as those rows (its rows state in the pinned version) plus its log from
+        the offset they reach — not its whole log, which holds every update and delete ever made.
+        ``ranges`` start there; returns {channel: the table's consumer}. An APPEND ONLY or key-less
+        table's log is its rows, and a flow's sink keeps none of its own: they are read from the log."""
+        by_name = {c.name: c for c in consumers}
+        out = {}
+        for t in catalog.tables.values():
+            table = by_name.get(t.name)
+            if t.channel not in ranges or table is None or table.log_only or table.fed_by is not None or \
+                    t.append_only or not (done := self.manifest.offsets.get(table.key, {}).get(t.channel)):
+                continue
+            ranges[t.channel] = (done, ranges[t.channel][1])
+            out[t.channel] = table.key
+        return out
+
     def _job(self, job: EpochJob, run: list[Work], tables: Mapping[str, TableDef]
              ) -> tuple[dict[str, pa.Table | None], dict[str, dict[str, int]], EpochJob, dict[str, dict]]:
         """Step 3 over ``run``; if a view's data raises, step 3 again without the failing views
@@ -274,6 +297,12 @@ class Coordinator:
         info = _data_error(exc) or {}
         narrowed, rows = dict(ranges), []
         for channel, (start, stop) in ranges.items():
+            table = next(t.name for t in tables.values() if t.channel == channel)
+            if channel in job.batch.get(consumer.key, {}) and \
+                    self._probe(job, [(consumer, {**narrowed, channel: (start, start)})], tables) is not None:
+                narrowed[channel] = (start, start)  # batch mode: a row the table held already raises
+                rows.append(f"{table}: one of its rows at epoch {job.manifest.epoch} (read whole by a first epoch)")
+                continue
             lo, hi = start, stop  # the prefix [start, lo) passes (or is empty), [start, hi) fails
             for _ in range(PROBES):
                 if hi - lo <= 1:
@@ -284,7 +313,6 @@ class Coordinator:
                 else:
                     hi = mid
             narrowed[channel] = (start, hi)
-            table = next(t.name for t in tables.values() if t.channel == channel)
             if hi - lo == 1 and hi > start:
                 record = self.log.channel(channel).read(lo, hi).drop_columns([ROW_ID, W]).to_pylist()[0]
                 rows.append(f"{table}: " + ", ".join(f"{k}={v!r}" for k, v in record.items()))

@@ -8,7 +8,7 @@ is Spark (:class:`millpond.spark.SparkExecutor`), handed to the coordinator by t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Mapping, Protocol, Sequence
 
 import pyarrow as pa
@@ -55,6 +55,9 @@ class EpochJob:
     attempt: str
     parallelism: int
     manifest: Manifest  # last committed: tasks read state at this epoch
+    # consumer -> {channel: the table's consumer}: a new view's or flow's first epoch starts from the
+    # table's rows in ``manifest`` and reads its log from that consumer's offset on (batch mode)
+    batch: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
 class EpochExecutor(Protocol):

@@ -11,18 +11,21 @@ group (and MIN/MAX/DISTINCT value).
 from __future__ import annotations
 
 import json
-from functools import reduce
-from typing import Mapping
+from functools import partial, reduce
+from typing import Iterator, Mapping
 
+import polars as pl
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
+from pyspark.sql.pandas.types import to_arrow_schema
 from sqlglot import exp
 
 from millpond.catalog import TableDef
 from millpond.catalog.types import spark_ddl_type
-from millpond.columns import KH, ROW_ID, VN, W
+from millpond.columns import COUNT, KH, ROW_ID, VN, W
 from millpond.engine import plan as P
+from millpond.engine.consumers import table_plan
 from millpond.engine.executor import Consumer, EpochJob, PieceSource, Ranges
 from millpond.engine.expressions import to_duckdb, to_spark
 from millpond.engine.operators import HashAggregate, HashJoin, Materialize, Operator, Over, TopN
@@ -31,7 +34,9 @@ from millpond.engine.operators.join import SIDE
 from millpond.log import read_pieces
 from millpond.spark.log_source import MAX_PARTITION_ROWS, write_scan
 from millpond.spark.task import CONSUMER, IPC, Task
+from millpond.store.manifest import Levels
 from millpond.store.objects import open_store
+from millpond.store.state_table import StateTable
 from millpond.store.sst import VNODES
 
 __all__ = ["Builder", "DRIVER_READ_ROWS", "PRE_AGGREGATE_ROWS"]
@@ -69,7 +74,22 @@ class Builder:
         scan = (t.channel, start, stop)
         if scan not in self.scans:  # one source per channel range and epoch: each costs planning on the driver
             self.scans[scan] = self._scan(t, start, stop)
+        table = self.job.batch.get(self.consumer.key, {}).get(t.channel)
+        if table is not None:  # batch mode (coordinator, step 1): the table's rows, then its log from there
+            if (*scan, table) not in self.scans:
+                self.scans[(*scan, table)] = self.scans[scan].unionByName(self._rows(t, table))
+            scan = (*scan, table)
         return self.scans[scan].selectExpr(*_renames(node.columns), W)
+
+    def _rows(self, t: TableDef, key: str) -> DataFrame:
+        """The committed rows of ``t`` (its consumer ``key``'s rows state in the job's version) as
+        log records of weight +1 each copy, read by ``parallelism`` tasks in slices of key hashes."""
+        ddl, n = _ddl(t), self.job.parallelism
+        schema = to_arrow_schema(self.spark.createDataFrame([], ddl).schema, timezone="UTC")
+        sid = P.state_id(int(key[1:]), table_plan(t).node_id, "rows")
+        read = partial(read_rows, self.job.root, self.job.storage, self.job.manifest.state(sid),
+                       tuple(c.name for c in t.columns), n, schema)
+        return self.spark.range(0, n, 1, n).mapInArrow(read, ddl)
 
     def _scan(self, t: TableDef, start: int, stop: int) -> DataFrame:
         ddl = _ddl(t)
@@ -107,6 +127,8 @@ class Builder:
             if not isinstance(n, (P.Source, P.Filter, P.Project, P.Window, P.Union)):
                 return None
             todo.extend(P.inputs(n))
+        if self.job.batch.get(self.consumer.key):  # a first epoch in batch mode reads a table's rows too: once
+            return None
         keys = []
         for source in P.sources(node):
             t = self.tables[source.table]
@@ -338,6 +360,23 @@ def _hash(keys: list[str]) -> str:
 
 def _quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
+
+
+def read_rows(root: str, storage: dict, levels: Levels, columns: tuple[str, ...], slices: int, schema: pa.Schema,
+              batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """A Spark task of :meth:`Builder._rows`: for each slice number in ``batches``, the rows of a
+    table's rows state (``levels``) whose key hash falls in that slice of the 64-bit range."""
+    store = open_store(root, storage)
+    state = StateTable(store, levels, (*columns, ROW_ID), additive=True)
+    width = (1 << 64) // slices
+    for batch in batches:
+        for i in batch.column(0).to_pylist():
+            lo = -(1 << 63) + i * width
+            hi = None if i == slices - 1 else lo + width
+            found = state.scan(None if i == 0 else lo, hi)
+            if found is None or found.height == 0:
+                continue
+            yield from found.select(*columns, ROW_ID, pl.col(COUNT).alias(W)).to_arrow().cast(schema).to_batches()
 
 
 def _ddl(t: TableDef) -> str:
