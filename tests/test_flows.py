@@ -43,8 +43,18 @@ FLOWS = {
                     FROM TUMBLE(metrics, ts, INTERVAL '5 minutes') GROUP BY window_start""",
                  """SELECT date_bin(INTERVAL '5 minutes', ts) AS window_start, count(*) AS n, count(DISTINCT host) AS hosts
                     FROM metrics GROUP BY 1"""),
+    # exact percentiles per host and 10 minutes
+    "spread": ("""CREATE FLOW spread SINK TO cpu_pct AS
+                  SELECT host, date_bin(INTERVAL '10 minutes', ts) AS bucket,
+                         percentile_cont(0.9) WITHIN GROUP (ORDER BY cpu) AS p90,
+                         percentile_disc(0.5) WITHIN GROUP (ORDER BY cpu DESC) AS median
+                  FROM metrics GROUP BY host, bucket""",
+               """SELECT host, date_bin(INTERVAL '10 minutes', ts) AS bucket,
+                         percentile_cont(0.9) WITHIN GROUP (ORDER BY cpu) AS p90,
+                         percentile_disc(0.5) WITHIN GROUP (ORDER BY cpu DESC) AS median
+                  FROM metrics GROUP BY host, bucket"""),
 }
-SINKS = {"per_min": "cpu_1m", "per_10min": "cpu_10m", "tumbling": "per_5m"}
+SINKS = {"per_min": "cpu_1m", "per_10min": "cpu_10m", "tumbling": "per_5m", "spread": "cpu_pct"}
 
 
 class Source:
@@ -112,10 +122,10 @@ def test_sinks_match_duckdb_after_every_flush_through_a_restart(open_db, tmp_pat
         db.flush()
         assert not _mismatches(db, source, FLOWS), (i, _mismatches(db, source, FLOWS))
     shown = db.sql("SHOW FLOWS")
-    assert shown.column("name").to_pylist() == ["per_10min", "per_min", "tumbling"]
-    assert shown.column("sink").to_pylist() == ["cpu_10m", "cpu_1m", "per_5m"]
-    assert shown.column("key").to_pylist() == ["host, bucket", "host, minute", "window_start"]
-    assert shown.column("comment").to_pylist() == [None, "per host and minute", None]
+    assert shown.column("name").to_pylist() == ["per_10min", "per_min", "spread", "tumbling"]
+    assert shown.column("sink").to_pylist() == ["cpu_10m", "cpu_1m", "cpu_pct", "per_5m"]
+    assert shown.column("key").to_pylist() == ["host, bucket", "host, minute", "host, bucket", "window_start"]
+    assert shown.column("comment").to_pylist() == [None, "per host and minute", None, None]
 
 
 def test_a_sink_is_a_table_keyed_by_the_group_keys(open_db, spark, root):

@@ -40,6 +40,10 @@ VIEWS = {
     "self_join": """SELECT a.product, b."user" AS other, COUNT(*) AS pairs
         FROM visit a JOIN visit b ON a.product = b.product AND a."user" <> b."user"
         GROUP BY a.product, b."user" """,
+    # exact percentiles over each group's kept values: a delete or update moves them exactly
+    "quantiles": """SELECT "user", percentile_cont(0.5) WITHIN GROUP (ORDER BY length) AS median,
+               percentile_disc(0.25) WITHIN GROUP (ORDER BY length DESC) AS upper_quartile, COUNT(*) AS n
+        FROM visit GROUP BY "user" """,
 }
 
 # flow -> (its sink, its SELECT): the sink is checked against the SELECT over the oracle's tables

@@ -175,7 +175,7 @@ def mismatch(case: Case, value: object, arrow: pa.DataType) -> str | None:
 def _batches(cases: list[Case]) -> list[list[Case]]:
     """Groups of cases for one view or one SELECT each; aggregates apart (one aggregate makes the
     whole SELECT an aggregation)."""
-    aggregate = re.compile(r"\b(count|sum|avg|min|max)\s*\(", re.IGNORECASE)
+    aggregate = re.compile(r"\b(count|sum|avg|min|max|percentile_cont|percentile_disc)\s*\(", re.IGNORECASE)
     out = []
     for group in ([c for c in cases if not aggregate.search(c.expr)], [c for c in cases if aggregate.search(c.expr)]):
         out += [group[i:i + BATCH] for i in range(0, len(group), BATCH)]

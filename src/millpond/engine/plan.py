@@ -92,7 +92,8 @@ class Join:
     residual: exp.Expression | None = None
 
 
-AggFunc = Literal["count_star", "count", "sum", "min", "max", "count_distinct", "sum_distinct"]
+AggFunc = Literal["count_star", "count", "sum", "min", "max", "count_distinct", "sum_distinct", "percentile_cont",
+                  "percentile_disc"]
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,8 @@ class AggCall:
     func: AggFunc
     arg: str | None  # an input column name (None for count_star)
     name: str  # output column name
+    fraction: float | None = None  # percentile_cont/percentile_disc: the fraction, in [0, 1]
+    desc: bool = False  # percentile_cont/percentile_disc: WITHIN GROUP (ORDER BY arg DESC)
 
 
 @dataclass(frozen=True)
@@ -366,7 +369,9 @@ def describe(node: Node) -> str:
         residual = f" residual {node.residual.sql()}" if node.residual is not None else ""
         return f"Join #{node.node_id} {node.kind} on {on}{residual}"
     if isinstance(node, Aggregate):
-        calls = ", ".join(f"{c.name} := {c.func}({c.arg or ''})" for c in node.calls)
+        calls = ", ".join(f"{c.name} := {c.func}({c.arg or ''}"
+                          + (f", {c.fraction}{' desc' if c.desc else ''})" if c.fraction is not None else ")")
+                          for c in node.calls)
         group = "whole input" if node.whole else f"group [{', '.join(node.group)}]"
         return (f"Aggregate #{node.node_id} {group}" + (f" calls [{calls}]" if calls else "")
                 + (" append-only" if node.append_only else ""))

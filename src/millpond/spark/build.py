@@ -211,6 +211,8 @@ class Builder:
         for i, call in enumerate(node.calls):
             if call.func in ("count", "count_star", "count_distinct"):
                 t = T.LongType()
+            elif call.func == "percentile_cont":
+                t = T.DoubleType()
             elif call.func == "sum_distinct":
                 t = agged.schema[value_col(i)].dataType
                 t = T.LongType() if isinstance(t, T.IntegralType) else T.DoubleType() \

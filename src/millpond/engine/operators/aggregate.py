@@ -1,5 +1,5 @@
 """Hash aggregation with retraction: COUNT(*), COUNT(x), SUM(x), MIN(x), MAX(x),
-COUNT(DISTINCT x), SUM(DISTINCT x).
+COUNT(DISTINCT x), SUM(DISTINCT x), and the percentiles PERCENTILE_CONT / PERCENTILE_DISC.
 
 The delta arrives pre-aggregated by the executor (``spark/build.py``): one row per
 (group, min/max arguments) with ``_w`` = sum of weights, ``_s<i>`` = sum of ``x * _w`` for
@@ -15,7 +15,8 @@ State:
   the result then falls back to the next value still in the multiset (full state, as in Flink's
   MAX with retraction); otherwise the new extreme is the old one (``_o<i>``) combined with the
   values inserted. A distinct count is the number of different non-NULL arguments in the
-  multiset, read for every changed group.
+  multiset, read for every changed group; so is a percentile (exact, computed as PostgreSQL
+  does from the group's sorted values: no sketch, and a delete retracts exactly).
 
 Over an input that only ever inserts (``append_only``: the planner proves it from APPEND ONLY
 tables) MIN and MAX need no multiset: the executor pre-aggregates each group's extreme of the
@@ -45,7 +46,7 @@ from millpond.store.state_table import StateTable
 __all__ = ["HashAggregate", "sum_col", "nonnull_col", "value_col", "VALUE_FUNCS"]
 
 CNT = "_cnt"
-VALUE_FUNCS = ("min", "max", "count_distinct", "sum_distinct")
+VALUE_FUNCS = ("min", "max", "count_distinct", "sum_distinct", "percentile_cont", "percentile_disc")
 
 
 def sum_col(i: int) -> str:
@@ -216,7 +217,9 @@ def _apply_minmax(spec: HashAggregate, delta: pl.DataFrame, cur: pl.DataFrame, v
 def _extreme(spec: HashAggregate, i: int) -> pl.Expr:
     """The result of value call ``i`` over a group's live multiset rows."""
     col, func = pl.col(value_col(i)), spec.calls[i].func
-    if func == "count_distinct":
+    if func.startswith("percentile"):
+        e = _percentile(col, spec.calls[i])
+    elif func == "count_distinct":
         e = col.drop_nulls().n_unique()
     elif func == "sum_distinct":
         e = pl.when(col.drop_nulls().n_unique() > 0).then(col.drop_nulls().unique().sum())
@@ -225,11 +228,32 @@ def _extreme(spec: HashAggregate, i: int) -> pl.Expr:
     return e.alias(f"_mm{i}")
 
 
+def _percentile(col: pl.Expr, call: AggCall) -> pl.Expr:
+    """PostgreSQL's percentile over a group's multiset rows (value, ``_w`` copies), NULLs aside:
+    ``percentile_disc(f)`` is the value at row ``max(1, ceil(f * n))`` of the ordered values,
+    ``percentile_cont(f)`` interpolates between rows ``floor(f * (n - 1))`` and ``ceil(...)``
+    (0-based) — the formulas of PostgreSQL's ``orderedsetaggs.c``."""
+    live = col.is_not_null()
+    values = col.filter(live).sort(descending=call.desc)
+    upto = pl.col(W).filter(live).sort_by(col.filter(live), descending=call.desc).cum_sum()  # rows up to each value
+    n, f = pl.col(W).filter(live).sum(), call.fraction
+
+    def row(i: pl.Expr) -> pl.Expr:  # the value at 0-based row i
+        return values.filter(upto > i).first()
+    if call.func == "percentile_disc":
+        return row(pl.max_horizontal((n * f).ceil(), pl.lit(1.0)) - 1)
+    at = (n - 1) * f
+    lo, hi = row(at.floor()).cast(pl.Float64), row(at.ceil()).cast(pl.Float64)
+    return lo + (at - at.floor()) * (hi - lo)
+
+
 def _output_types(spec: HashAggregate, delta: pl.DataFrame) -> list[pl.DataType]:
     types = []
     for i, c in enumerate(spec.calls):
         if c.func in ("count_star", "count", "count_distinct"):
             types.append(pl.Int64)
+        elif c.func == "percentile_cont":
+            types.append(pl.Float64)
         elif c.func == "sum":
             types.append(delta.schema[sum_col(i)])
         elif c.func == "sum_distinct":

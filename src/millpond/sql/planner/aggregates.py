@@ -1,5 +1,6 @@
 """Aggregation: ``GROUP BY`` (or the whole input) with COUNT(*), COUNT, SUM, AVG, MIN, MAX, their
-DISTINCT forms and ``FILTER (WHERE ...)``, and ``HAVING``.
+DISTINCT forms and ``FILTER (WHERE ...)``, PERCENTILE_CONT / PERCENTILE_DISC ``WITHIN GROUP``, and
+``HAVING``.
 
 The rewrite projects each group expression to ``_g<i>`` and each aggregate argument to
 ``_a<i>`` (a FILTER becomes ``CASE WHEN cond THEN arg END``), plans one
@@ -29,12 +30,19 @@ def plan_aggregate(ctx: Context, q: exp.Select, node: P.Node, selects: list[exp.
     calls: list[P.AggCall] = []
     replaced: dict[str, exp.Expression] = {}
 
-    def call(func: str, arg: exp.Expression | None) -> exp.Expression:
+    def call(func: str, arg: exp.Expression | None, fraction: float | None = None, desc: bool = False
+             ) -> exp.Expression:
         if arg is not None:
             pre.append((rename(arg), f"_a{len(pre)}"))
         name = f"_c{len(calls)}"
-        calls.append(P.AggCall(func, pre[-1][1] if arg is not None else None, name))
+        calls.append(P.AggCall(func, pre[-1][1] if arg is not None else None, name, fraction, desc))
         return column(name)
+
+    def percentile(n: exp.WithinGroup, cond: exp.Expression | None) -> exp.Expression:
+        ordered = n.expression.expressions[0]  # bound: one ORDER BY item, a numeric fraction
+        arg = ordered.this if cond is None else exp.Case(ifs=[exp.If(this=cond.copy(), true=ordered.this.copy())])
+        func = "percentile_cont" if isinstance(n.this, exp.PercentileCont) else "percentile_disc"
+        return call(func, arg, float(n.this.this.name), bool(ordered.args.get("desc")))  # NULLs do not count
 
     def aggregate(agg: exp.Expression, cond: exp.Expression | None) -> exp.Expression:
         arg = agg.this
@@ -59,10 +67,17 @@ def plan_aggregate(ctx: Context, q: exp.Select, node: P.Node, selects: list[exp.
             s = call("sum_distinct" if distinct else "sum", arg)
             c = call("count_distinct" if distinct else "count", arg)
             return exp.Div(this=exp.cast(s, "DOUBLE"), expression=exp.Nullif(this=c, expression=exp.Literal.number(0)))
-        raise err(f"aggregate {agg.sql('postgres')} is not supported (COUNT, SUM, AVG, MIN, MAX are)", agg)
+        raise err(f"aggregate {agg.sql('postgres')} is not supported (COUNT, SUM, AVG, MIN, MAX, PERCENTILE_CONT and "
+                  "PERCENTILE_DISC are)", agg)
 
     def rewrite(e: exp.Expression) -> exp.Expression:
         def fn(n: exp.Expression) -> exp.Expression:
+            if isinstance(n, exp.WithinGroup) or isinstance(n, exp.Filter) and isinstance(n.this, exp.WithinGroup):
+                key = n.sql()
+                if key not in replaced:
+                    replaced[key] = percentile(n.this, n.expression.this) if isinstance(n, exp.Filter) else \
+                        percentile(n, None)
+                return replaced[key].copy()
             if isinstance(n, exp.Filter) and isinstance(n.this, exp.AggFunc):
                 key = n.sql()
                 if key not in replaced:

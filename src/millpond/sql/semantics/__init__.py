@@ -90,8 +90,10 @@ def _pg_name(e: exp.Expression) -> str:
         return "exists"
     if isinstance(e, exp.Window):
         return _pg_name(e.this)
-    if isinstance(e, exp.Filter):
+    if isinstance(e, (exp.Filter, exp.WithinGroup)):
         return _pg_name(e.this)
+    if isinstance(e, (exp.PercentileCont, exp.PercentileDisc)):
+        return "percentile_cont" if isinstance(e, exp.PercentileCont) else "percentile_disc"
     if isinstance(e, exp.Pad):
         return "lpad" if e.args.get("is_left") else "rpad"
     if isinstance(e, exp.Case):

@@ -139,12 +139,57 @@ def _min_max(b: Binder, node: exp.Expression) -> Typed:
     return type(node)(this=arg), t
 
 
+def _within_group(b: Binder, node: exp.WithinGroup) -> Typed:
+    """``percentile_cont(f)`` / ``percentile_disc(f) WITHIN GROUP (ORDER BY x [DESC])``, f a constant
+    in [0, 1] (PostgreSQL also takes an array of fractions: not supported). percentile_cont
+    interpolates double precision values (an integer or numeric ``x`` is cast, as PostgreSQL
+    does); percentile_disc returns one of the values, of ``x``'s type."""
+    func, order = node.this, node.expression
+    if not isinstance(func, (exp.PercentileCont, exp.PercentileDisc)) or not isinstance(order, exp.Order):
+        raise _refuse(f"{node.sql('postgres')}: WITHIN GROUP is supported for percentile_cont and percentile_disc",
+                      node)
+    name = "percentile_cont" if isinstance(func, exp.PercentileCont) else "percentile_disc"
+    if len(order.expressions) != 1:
+        raise _refuse(f"{name} takes one ORDER BY expression in WITHIN GROUP", node)
+    fraction = func.this
+    negative = isinstance(fraction, exp.Neg)
+    literal = fraction.this if negative else fraction
+    if not (isinstance(literal, exp.Literal) and not literal.is_string):
+        raise _refuse(f"{name}: the fraction must be a numeric constant, not {fraction.sql('postgres')}", node)
+    value = -float(literal.name) if negative else float(literal.name)
+    if not 0 <= value <= 1:
+        raise _refuse(f"percentile value {fraction.sql('postgres')} is not between 0 and 1", node)
+    ordered = order.expressions[0]
+    arg, t = b.value(ordered.this)
+    if name == "percentile_cont":
+        if t.kind == "interval":
+            raise _refuse("percentile_cont over an interval is not supported (numbers are; percentile_disc takes "
+                          "any type)", node)
+        if not (t.number or t.untyped):
+            raise _refuse(f"function percentile_cont(double precision) within group ({t}) does not exist", node)
+        arg, t = b.cast_to((arg, t), T.DOUBLE, node), T.DOUBLE
+    elif t.untyped:
+        arg, t = b.cast_to((arg, t), T.TEXT, node), T.TEXT
+    out = type(func)(this=exp.Literal.number(value))
+    return exp.WithinGroup(this=out, expression=exp.Order(expressions=[
+        exp.Ordered(this=arg, desc=bool(ordered.args.get("desc")), nulls_first=False)])), t
+
+
+def _bare_percentile(b: Binder, node: exp.Expression) -> Typed:
+    raise _refuse(f"WITHIN GROUP is required for ordered-set aggregate {_ordered_name(node)}: write "
+                  f"{_ordered_name(node)}(fraction) WITHIN GROUP (ORDER BY x)", node)
+
+
+def _ordered_name(node: exp.Expression) -> str:
+    return "percentile_cont" if isinstance(node, exp.PercentileCont) else "percentile_disc"
+
+
 def _filter(b: Binder, node: exp.Filter) -> Typed:
     """``agg FILTER (WHERE cond)``; the FILTER stays on the aggregate call inside the rule's result
     (``CAST(SUM(x) FILTER (WHERE c) AS BIGINT)``)."""
     out, t = b.value(node.this)
     cond, _ = b.condition(node.expression.this)
-    if isinstance(out, exp.AggFunc):
+    if isinstance(out, (exp.AggFunc, exp.WithinGroup)):
         return exp.Filter(this=out, expression=exp.Where(this=cond)), t
     for call in list(out.find_all(exp.AggFunc)):  # AVG is a SUM and a COUNT: both filtered
         call.replace(exp.Filter(this=call.copy(), expression=exp.Where(this=cond.copy())))
@@ -154,6 +199,9 @@ def _filter(b: Binder, node: exp.Filter) -> Typed:
 def _window(b: Binder, node: exp.Window) -> Typed:
     from millpond.sql.semantics import intervals
 
+    ordered = node.this.this if isinstance(node.this, exp.WithinGroup) else node.this
+    if isinstance(ordered, (exp.PercentileCont, exp.PercentileDisc)):
+        raise _refuse(f"OVER is not supported for ordered-set aggregate {_ordered_name(ordered)}", node)
     func, t = b.value(node.this)
     if t.kind == "interval" and not isinstance(func, type(node.this)):  # an aggregate rewritten over fields
         raise _refuse(f"{_name(node.this)}(interval) over a window is not supported", node)
@@ -216,5 +264,6 @@ def _lag_lead(b: Binder, node: exp.Expression) -> Typed:
 HANDLERS = {
     exp.Count: _count, exp.Sum: _sum, exp.Avg: _avg, exp.Min: _min_max, exp.Max: _min_max, exp.Filter: _filter,
     exp.Window: _window, exp.RowNumber: _rank, exp.Rank: _rank, exp.DenseRank: _rank, exp.Lag: _lag_lead,
-    exp.Lead: _lag_lead,
+    exp.Lead: _lag_lead, exp.WithinGroup: _within_group, exp.PercentileCont: _bare_percentile,
+    exp.PercentileDisc: _bare_percentile,
 }

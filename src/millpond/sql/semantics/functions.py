@@ -424,7 +424,7 @@ FUNCTIONS = (
     "justify_hours", "justify_days", "justify_interval",
     "coalesce", "nullif", "greatest", "least",
 )
-AGGREGATES = ("count", "sum", "avg", "min", "max")
+AGGREGATES = ("count", "sum", "avg", "min", "max", "percentile_cont", "percentile_disc")
 def _function_argument(b: Binder, node: exp.Anonymous) -> Typed:
     arg, declared, fname = node.expressions
     target = T.from_catalog(declared.name)
