@@ -83,7 +83,7 @@ class Builder:
 
     def _rows(self, t: TableDef, key: str) -> DataFrame:
         """The committed rows of ``t`` (its consumer ``key``'s rows state in the job's version) as
-        log records of weight +1 each copy, read by ``parallelism`` tasks in slices of key hashes."""
+        log records weighted by their copies, read by ``parallelism`` tasks in slices of key hashes."""
         ddl, n = _ddl(t), self.job.parallelism
         schema = to_arrow_schema(self.spark.createDataFrame([], ddl).schema, timezone="UTC")
         sid = P.state_id(int(key[1:]), table_plan(t).node_id, "rows")
