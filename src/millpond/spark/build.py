@@ -378,7 +378,8 @@ def read_rows(root: str, storage: dict, levels: Levels, columns: tuple[str, ...]
             found = state.scan(None if i == 0 else lo, hi)
             if found is None or found.height == 0:
                 continue
-            yield from found.select(*columns, ROW_ID, pl.col(COUNT).alias(W)).to_arrow().cast(schema).to_batches()
+            rows = found.select(*columns, ROW_ID, pl.col(COUNT).alias(W)).to_arrow()
+            yield from rows.cast(schema).to_batches()
 
 
 def _ddl(t: TableDef) -> str:

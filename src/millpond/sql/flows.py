@@ -260,9 +260,10 @@ def drop(rt: Runtime, s: exp.Command) -> None:
 
 def show(rt: Runtime) -> pa.Table:
     """``SHOW FLOWS``: ``name``, ``sink``, ``key``, ``depends_on``, ``expire_after`` (an INTERVAL),
-    ``trigger_rows`` (``TRIGGER AFTER n ROWS``), ``watermark`` (the latest window inserted, UTC), ``expired`` (late changes to expired windows
-    dropped so far), ``error`` (a failed flow's failure: it sits out epochs, its sink keeps its rows,
-    as a failed view does), ``comment``, ``sql``."""
+    ``trigger_rows`` (``TRIGGER AFTER n ROWS``), ``watermark`` (the latest window inserted, UTC),
+    ``expired`` (late changes to expired windows dropped so far), ``error`` (a failed flow's
+    failure: it sits out epochs, its sink keeps its rows, as a failed view does), ``comment``,
+    ``sql``."""
     flows = sorted(rt.catalog.flows.values(), key=lambda f: f.name)
     offsets, failed = rt.coordinator.manifest.offsets, rt.coordinator.manifest.failed
     done = [offsets.get(f"o{f.id}", {}) for f in flows]

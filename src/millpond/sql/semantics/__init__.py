@@ -71,6 +71,7 @@ _PG_NAMES = {
     exp.Substring: "substring", exp.Trim: "btrim", exp.Concat: "concat", exp.ConcatWs: "concat_ws",
     exp.CurrentTimestamp: "now", exp.CurrentDate: "current_date", exp.Pow: "power", exp.Rand: "random",
     exp.RowNumber: "row_number", exp.DenseRank: "dense_rank", exp.StartsWith: "starts_with",
+    exp.PercentileCont: "percentile_cont", exp.PercentileDisc: "percentile_disc",
 }
 
 
@@ -92,8 +93,6 @@ def _pg_name(e: exp.Expression) -> str:
         return _pg_name(e.this)
     if isinstance(e, (exp.Filter, exp.WithinGroup)):
         return _pg_name(e.this)
-    if isinstance(e, (exp.PercentileCont, exp.PercentileDisc)):
-        return "percentile_cont" if isinstance(e, exp.PercentileCont) else "percentile_disc"
     if isinstance(e, exp.Pad):
         return "lpad" if e.args.get("is_left") else "rpad"
     if isinstance(e, exp.Case):

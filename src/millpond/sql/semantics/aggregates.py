@@ -148,7 +148,7 @@ def _within_group(b: Binder, node: exp.WithinGroup) -> Typed:
     if not isinstance(func, (exp.PercentileCont, exp.PercentileDisc)) or not isinstance(order, exp.Order):
         raise _refuse(f"{node.sql('postgres')}: WITHIN GROUP is supported for percentile_cont and percentile_disc",
                       node)
-    name = "percentile_cont" if isinstance(func, exp.PercentileCont) else "percentile_disc"
+    name = _ordered_name(func)
     if len(order.expressions) != 1:
         raise _refuse(f"{name} takes one ORDER BY expression in WITHIN GROUP", node)
     fraction = func.this
