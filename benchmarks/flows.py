@@ -13,7 +13,9 @@ The same Arrow tables go to every system.
   them), timed. A flow's changes reach its sink table's rows in the next epoch, so each epoch
   also lands the previous trigger's changes in the sink (a final FLUSH, untimed, lands the last).
 - ``view``: the same aggregation as ``CREATE MATERIALIZED VIEW ... FROM TUMBLE(metrics, ts,
-  INTERVAL '1 minute') GROUP BY host, window_start``; same timing.
+  INTERVAL '1 minute') GROUP BY host, window_start``; same timing. The flow and the view run
+  in turn, batch by batch (each on its own root), after three warm-up batches of each, so
+  neither measures a colder JVM than the other.
 - ``spark``: ``readStream.parquet`` (one file per batch, ``maxFilesPerTrigger=1``,
   ``Trigger.AvailableNow``), ``withWatermark("ts", "1 hour")``, ``groupBy(window(ts, "1
   minute"), host)``, ``outputMode("update")`` into a ``foreachBatch`` sink that upserts each
@@ -28,7 +30,7 @@ old data) runs a trigger touching the same windows as a flow with little history
 median trigger times), and a restart (``millpond.connect`` plus the first trigger, median of three) is timed on
 both roots — state is read where it lies, never refilled.
 
-    .venv/bin/python benchmarks/flows.py [--batches 6] [--rows 100000] [--hosts 200] [--history 100]
+    .venv/bin/python benchmarks/flows.py [--batches 10] [--rows 100000] [--hosts 200] [--history 100]
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ FROM metrics GROUP BY host, minute"""
 VIEW = """CREATE MATERIALIZED VIEW cpu_1m AS
 SELECT host, window_start AS minute, avg(cpu) AS avg_cpu, max(cpu) AS max_cpu, count(*) AS n
 FROM TUMBLE(metrics, ts, INTERVAL '1 minute') GROUP BY host, window_start"""
+DDL = {"flow": FLOW, "view": VIEW}
 SCHEMA = pa.schema([("host", pa.string()), ("ts", pa.timestamp("us")), ("cpu", pa.float64())])
 
 
@@ -90,22 +93,30 @@ def differs(got: pl.DataFrame, want: pl.DataFrame) -> pl.DataFrame | None:
     return bad if bad.height else None
 
 
-def run_millpond(spark, parts: list[pa.Table], root: str, ddl: str) -> tuple[list[float], pl.DataFrame]:  # noqa: ANN001
-    db = millpond.connect(root, spark=spark, interval=None)
+def run_millpond(spark, parts: list[pa.Table], roots: dict[str, str]) -> dict[str, tuple[list[float], pl.DataFrame]]:  # noqa: ANN001
+    """Each of ``roots`` (name -> root) with its DDL, batch by batch in turn, so every system's
+    batch i runs on the JVM as warm as the others' (the first batch warms up and is not timed)."""
+    dbs = {name: millpond.connect(root, spark=spark, interval=None) for name, root in roots.items()}
     try:
-        db.sql(TABLE)
-        db.sql(ddl)
-        times = []
+        for name, db in dbs.items():
+            db.sql(TABLE)
+            db.sql(DDL[name])
+        times: dict[str, list[float]] = {name: [] for name in dbs}
         for i, part in enumerate(parts):
-            db.insert("metrics", part)
-            t0 = time.perf_counter()
-            db.runtime.run_epoch()  # one trigger, as a running stream gets: it also lands the last one in a sink
-            if i:  # batch 0 warms up
-                times.append(time.perf_counter() - t0)
-        db.flush()
-        return times, _canonical(pl.from_arrow(db.sql("SELECT * FROM cpu_1m")))
+            for name, db in dbs.items():
+                db.insert("metrics", part)
+                t0 = time.perf_counter()
+                db.runtime.run_epoch()  # one trigger, as a running stream gets: it also lands the last one in a sink
+                if i:
+                    times[name].append(time.perf_counter() - t0)
+        out = {}
+        for name, db in dbs.items():
+            db.flush()
+            out[name] = times[name], _canonical(pl.from_arrow(db.sql("SELECT * FROM cpu_1m")))
+        return out
     finally:
-        db.close()
+        for db in dbs.values():
+            db.close()
 
 
 class _Upsert:
@@ -182,7 +193,7 @@ def history(spark, root: str, minutes: int, hosts: int, rows: int, probes: int) 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--batches", type=int, default=6)
+    ap.add_argument("--batches", type=int, default=10)
     ap.add_argument("--rows", type=int, default=100_000)
     ap.add_argument("--hosts", type=int, default=200)
     ap.add_argument("--history", type=int, default=100)
@@ -193,11 +204,10 @@ def main() -> None:
     want = oracle(parts)
     results = {}
     with tempfile.TemporaryDirectory() as work:
-        run_millpond(spark, parts[:3], os.path.join(work, "warm-up"), VIEW)  # the JVM's and workers' first runs
-        for name, run in (("flow", lambda: run_millpond(spark, parts, os.path.join(work, "flow"), FLOW)),
-                          ("view", lambda: run_millpond(spark, parts, os.path.join(work, "view"), VIEW)),
-                          ("spark", lambda: run_spark(spark, parts, os.path.join(work, "spark")))):
-            times, got = run()
+        run_millpond(spark, parts[:3], {n: os.path.join(work, f"warm-up-{n}") for n in DDL})  # JVM, workers
+        runs = run_millpond(spark, parts, {n: os.path.join(work, n) for n in DDL})
+        runs["spark"] = run_spark(spark, parts, os.path.join(work, "spark"))
+        for name, (times, got) in runs.items():
             if (bad := differs(got, want)) is not None:
                 raise SystemExit(f"{name}: result differs from the oracle:\n{bad}")
             results[name] = times
