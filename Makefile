@@ -53,6 +53,8 @@ bench: $(STAMP)
 	$(PY) benchmarks/flows.py
 	$(PY) benchmarks/changes.py
 	$(PY) benchmarks/serve.py
+	$(PY) benchmarks/backfill.py
+	$(PY) benchmarks/sharing.py
 
 clean:
 	rm -rf $(VENV) demo-data .pytest_cache
