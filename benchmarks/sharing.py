@@ -1,16 +1,16 @@
-"""N views joining one large table on the same key: state bytes and per-epoch time as N grows.
-
-Issue 18's first benchmark, run today *without* shared arrangements: every view keeps its own
-copy of both sides of its join, so the state should grow linearly in N; with sharing, the large
-table's side is kept once. The same script will measure both once sharing exists.
+"""N views joining one large table on the same key: state bytes and per-epoch time as N grows,
+with and without shared arrangements (issue 18).
 
 Tables: ``info`` (``--products`` rows, keyed by ``product``) and ``visit`` (``--visits`` rows,
 keyed by ``id``). View i (i = 0 .. N-1): ``SELECT v.id, i.category, v.length FROM visit v JOIN
 info i ON v.product = i.product WHERE v.length >= i`` — the same join, a different filter, so N
-distinct views. After the load, ``--epochs`` epochs each insert ``--delta`` visits and update
-1% of that many info rows; each epoch's time is measured (``FLUSH``). Every view is checked
-against DuckDB over the same input at the end. State bytes are the views' ``state_bytes`` (in
-``millpond_views``: both join sides and the view's rows; the tables' own state is not counted).
+distinct views. *own*: every view keeps both join sides (millpond before indexes). *shared*:
+``CREATE INDEX`` on ``info (product)`` and ``visit (product)`` first, so every view reads both
+sides from the two indexes (its filter applied after the join) and keeps only its own rows.
+After the load, ``--epochs`` epochs each insert ``--delta`` visits and update 1% of that many
+info rows; each epoch's time is measured (``FLUSH``). Every view is checked against DuckDB over
+the same input at the end. State bytes: the views' (``millpond_views``: join sides and rows) plus
+the indexes' (``SHOW INDEXES``), each kept once; the tables' own rows are not counted.
 
     .venv/bin/python benchmarks/sharing.py [--views 1,5,20] [--products 100000] [--visits 100000]
 """
@@ -44,13 +44,16 @@ def visits(rng: np.random.Generator, first: int, n: int, products: int) -> pa.Ta
                      "length": pa.array(rng.integers(0, 1000, n).astype(np.int32))})
 
 
-def run(spark, n: int, args: argparse.Namespace) -> dict:  # noqa: ANN001
+def run(spark, n: int, args: argparse.Namespace, shared: bool) -> dict:  # noqa: ANN001
     rng = np.random.default_rng(7)
     with tempfile.TemporaryDirectory() as root:
         db = millpond.connect(root, spark=spark, interval=None)
         try:
             db.sql("CREATE TABLE info (product VARCHAR PRIMARY KEY, category VARCHAR)")
             db.sql("CREATE TABLE visit (id BIGINT PRIMARY KEY, product VARCHAR, length INT)")
+            if shared:
+                db.sql("CREATE INDEX info_product ON info (product)")
+                db.sql("CREATE INDEX visit_product ON visit (product)")
             for i in range(n):
                 db.sql(VIEW.format(i=i))
             db.insert("info", info(rng, np.arange(args.products)))
@@ -68,10 +71,15 @@ def run(spark, n: int, args: argparse.Namespace) -> dict:  # noqa: ANN001
                 times.append(time.perf_counter() - t0)
             views = db.sql("SELECT name, state_bytes FROM millpond_views")
             view_bytes = sum(views.column("state_bytes").to_pylist())
+            index_bytes = sum(db.sql("SHOW INDEXES").column("state_bytes").to_pylist())
+            ids = {f"o{v.id}." for v in db.catalog.views.values()}
+            rows_bytes = sum(ref.size for sid, levels in db.runtime.coordinator.manifest.states.items()
+                             if sid.endswith(".rows") and sid[:sid.index(".") + 1] in ids for ref in levels.files())
             _check(db, n)
         finally:
             db.close()
-    return {"n": n, "load": load, "epoch": statistics.median(times), "view_bytes": view_bytes}
+    return {"n": n, "load": load, "epoch": statistics.median(times), "view_bytes": view_bytes,
+            "index_bytes": index_bytes, "bytes": view_bytes + index_bytes, "rows_bytes": rows_bytes}
 
 
 def _check(db, n: int) -> None:  # noqa: ANN001
@@ -97,19 +105,26 @@ def main() -> None:
     args = ap.parse_args()
     spark = local_session(cores="2", shuffle_partitions=2)
     counts = [int(x) for x in args.views.split(",")]
-    run(spark, 1, argparse.Namespace(**{**vars(args), "products": 1000, "visits": 1000, "epochs": 2}))  # warm-up
-    results = [run(spark, n, args) for n in counts]
+    for shared in (False, True):  # warm-up
+        run(spark, 1, argparse.Namespace(**{**vars(args), "products": 1000, "visits": 1000, "epochs": 2}), shared)
+    results = {(shared, n): run(spark, n, args, shared) for n in counts for shared in (False, True)}
     print(f"{args.products:,} info rows, {args.visits:,} visits; per epoch {args.delta:,} visits and "
           f"{max(1, args.delta // 100):,} info updates; every view equals DuckDB's join")
-    print(f"{'views':>5} {'view state MB':>14} {'per view MB':>12} {'load s':>7} {'epoch s':>8}")
-    for r in results:
-        print(f"{r['n']:>5} {r['view_bytes'] / 1e6:>14.1f} {r['view_bytes'] / r['n'] / 1e6:>12.2f} "
-              f"{r['load']:>7.1f} {r['epoch']:>8.2f}")
-    a, b = results[0], results[-1]
-    print(f"{b['n']} views / {a['n']}: state {b['view_bytes'] / a['view_bytes']:.1f}x, "
-          f"epoch time {b['epoch'] / a['epoch']:.1f}x (no sharing yet: each view keeps both join sides)")
+    print(f"{'views':>5} {'mode':>6} {'views MB':>9} {'indexes MB':>11} {'total MB':>9} {'load s':>7} {'epoch s':>8}")
+    for (shared, n), r in results.items():
+        print(f"{n:>5} {'shared' if shared else 'own':>6} {r['view_bytes'] / 1e6:>9.1f} {r['index_bytes'] / 1e6:>11.1f} "
+              f"{r['bytes'] / 1e6:>9.1f} {r['load']:>7.1f} {r['epoch']:>8.2f}")
+    lo, hi = counts[0], counts[-1]
+    for shared in (False, True):
+        a, b = results[(shared, lo)], results[(shared, hi)]
+        print(f"{'shared' if shared else 'own'}: {hi} views / {lo}: state {b['bytes'] / a['bytes']:.1f}x, "
+              f"epoch time {b['epoch'] / a['epoch']:.1f}x")
+    for n in counts:
+        own, sh = results[(False, n)], results[(True, n)]
+        print(f"{n} views: shared / own: state {sh['bytes'] / own['bytes']:.2f}, join state (all but the views' "
+              f"rows) {(sh['bytes'] - sh['rows_bytes']) / max(1, own['bytes'] - own['rows_bytes']):.2f}; "
+              f"epoch time {sh['epoch'] / own['epoch']:.2f}")
     spark.stop()
-
 
 if __name__ == "__main__":
     main()

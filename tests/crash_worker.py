@@ -41,6 +41,7 @@ def setup_statements() -> list[tuple[str, str, str]]:
     for text in (s.strip() for s in workload.TABLES.split(";")):
         if text:
             out.append(("table", parse(text)[0].this.this.name, text))
+    out += [("index", name, sql) for name, sql in workload.INDEXES.items()]
     out += [("view", name, f"CREATE MATERIALIZED VIEW {name} AS {sql}") for name, sql in workload.VIEWS.items()]
     out += [("flow", name, f"CREATE FLOW {name} SINK TO {sink} AS {sql}")
             for name, (sink, sql) in workload.FLOWS.items()]
@@ -48,11 +49,12 @@ def setup_statements() -> list[tuple[str, str, str]]:
 
 
 def _made(db, kind: str):  # noqa: ANN001, ANN202
-    return {"table": db.catalog.tables, "view": db.catalog.views, "flow": db.catalog.flows}[kind]
+    return {"table": db.catalog.tables, "index": db.catalog.indexes, "view": db.catalog.views,
+            "flow": db.catalog.flows}[kind]
 
 
 def created(db) -> list[str]:  # noqa: ANN001
-    """Names of the workload's tables, views and flows that exist on the root, in setup order."""
+    """Names of the workload's tables, indexes, views and flows that exist on the root, in setup order."""
     return [name for kind, name, _ in setup_statements() if name in _made(db, kind)]
 
 

@@ -13,6 +13,7 @@ __all__ = [
     "TruncatedError",
     "RetentionError",
     "InvariantError",
+    "IndexMismatch",
     "ReadOnlyError",
     "MillpondNotice",
     "unexpected",
@@ -69,6 +70,13 @@ class RetentionError(MillpondError):
 
 class InvariantError(MillpondError):
     """An internal invariant broke (e.g. a retraction of a row that is not there)."""
+
+
+class IndexMismatch(SqlError):
+    """An index a view's join was to read cannot serve it (its keys' types differ from the join's):
+    the view keeps that side's state of its own instead. ``index`` is the index's id."""
+
+    index: int = 0
 
 
 class ReadOnlyError(MillpondError):

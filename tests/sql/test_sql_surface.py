@@ -87,7 +87,9 @@ def test_each_drop_kind_drops_only_its_kind(open_db):
         db.sql("DROP TABLE m")
     with pytest.raises(CatalogError, match="'t' is not a materialized view; use DROP TABLE"):
         db.sql("DROP MATERIALIZED VIEW t")
-    for kind in ("VIEW", "INDEX", "SEQUENCE"):
+    with pytest.raises(CatalogError, match="'m' is not an index; use DROP MATERIALIZED VIEW"):
+        db.sql("DROP INDEX m")
+    for kind in ("VIEW", "SEQUENCE"):
         with pytest.raises(SqlError, match=f"DROP {kind} is not supported"):
             db.sql(f"DROP {kind} m")
     db.sql("DROP FUNCTION IF EXISTS m")  # no function m: nothing happens

@@ -1,7 +1,8 @@
-"""Table, view, flow and SQL function definitions, persisted on the root."""
+"""Table, view, flow, index and SQL function definitions, persisted on the root."""
 
 from millpond.catalog.retention import DEFAULT_RETENTION, Retention
-from millpond.catalog.catalog import Catalog, CatalogStore, Column, FlowDef, FunctionDef, TableDef, ViewDef, dependency
+from millpond.catalog.catalog import (Catalog, CatalogStore, Column, FlowDef, FunctionDef, IndexDef, TableDef, ViewDef,
+                                      dependency, index_dependency)
 
-__all__ = ["Catalog", "CatalogStore", "Column", "FlowDef", "FunctionDef", "TableDef", "ViewDef", "dependency",
-           "Retention", "DEFAULT_RETENTION"]
+__all__ = ["Catalog", "CatalogStore", "Column", "FlowDef", "FunctionDef", "IndexDef", "TableDef", "ViewDef",
+           "dependency", "index_dependency", "Retention", "DEFAULT_RETENTION"]

@@ -23,13 +23,14 @@ from millpond.columns import ROW_ID, W
 from millpond.errors import CatalogError, FencedError
 from millpond.store.objects import AlreadyExists, ObjectStore
 
-__all__ = ["Column", "TableDef", "ViewDef", "FlowDef", "FunctionDef", "dependency", "Catalog", "CatalogStore",
-           "FORMAT"]
+__all__ = ["Column", "TableDef", "ViewDef", "FlowDef", "FunctionDef", "IndexDef", "dependency", "index_dependency",
+           "Catalog", "CatalogStore", "FORMAT"]
 
 # 2: views carry their CREATE statement as written and their bound plan (1: a re-generated query);
 # 3: APPEND ONLY tables (written only when there is one, so other roots stay readable by format 2);
-# 4: SQL functions (written only when there is one); 5: flows (likewise); 6: SET retention (likewise)
-FORMAT = 6
+# 4: SQL functions (written only when there is one); 5: flows (likewise); 6: SET retention (likewise);
+# 7: indexes (likewise)
+FORMAT = 7
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,23 @@ class FunctionDef:
         return f"{self.name}({', '.join(t for _, t in self.params)})"
 
 
+@dataclass(frozen=True)
+class IndexDef:
+    """An index (``CREATE INDEX``): the rows of ``table`` arranged by ``columns``, kept once by its own
+    consumer and read by every view whose join needs that table by those columns."""
+
+    id: int
+    name: str
+    table: str
+    columns: tuple[str, ...]
+    sql: str = ""
+
+
+def index_dependency(name: str) -> str:
+    """How a view's ``depends_on`` names an index it reads (so the index cannot be dropped under it)."""
+    return f"index {name}"
+
+
 def dependency(name: str) -> str:
     """How a view's ``depends_on`` names a function it calls (apart from tables and views)."""
     return f"{name}()"
@@ -134,6 +152,7 @@ class Catalog:
     functions: dict[str, FunctionDef] = field(default_factory=dict)
     flows: dict[str, FlowDef] = field(default_factory=dict)
     retention: Retention | None = None  # SET retention (None: DEFAULT_RETENTION)
+    indexes: dict[str, IndexDef] = field(default_factory=dict)
 
     @property
     def kept(self) -> Retention:
@@ -169,6 +188,8 @@ class Catalog:
             raise CatalogError(f"a table or view named {name!r} already exists")
         if name in self.flows:
             raise CatalogError(f"a flow named {name!r} already exists")
+        if name in self.indexes:
+            raise CatalogError(f"an index named {name!r} already exists")
 
     def with_views(self, views: dict[str, ViewDef], flows: dict[str, FlowDef] | None = None) -> "Catalog":
         """The same catalog with these view (and flow) definitions (e.g. their plans filled in)."""
@@ -202,6 +223,7 @@ class Catalog:
         return replace(self, flows={k: v for k, v in self.flows.items() if k != name})
 
     def without(self, name: str) -> "Catalog":
+        """The catalog without table or view ``name`` (and a table's indexes, as in PostgreSQL)."""
         self.relation(name)
         self._check_unused(name, repr(name))
         if (flow := self.sink_of(name)) is not None:
@@ -211,7 +233,19 @@ class Catalog:
             self,
             tables={k: v for k, v in self.tables.items() if k != name},
             views={k: v for k, v in self.views.items() if k != name},
+            indexes={k: v for k, v in self.indexes.items() if v.table != name},
         )
+
+    def with_index(self, name: str, table: str, columns: tuple[str, ...], sql: str) -> "Catalog":
+        self._check_free(name)
+        i = IndexDef(self.next_id, name, table, columns, sql)
+        return replace(self, next_id=self.next_id + 1, indexes={**self.indexes, name: i})
+
+    def without_index(self, name: str) -> "Catalog":
+        if name not in self.indexes:
+            raise CatalogError(f"no index named {name!r} (known: {', '.join(sorted(self.indexes)) or 'none'})")
+        self._check_unused(index_dependency(name), f"index {name!r}")
+        return replace(self, indexes={k: v for k, v in self.indexes.items() if k != name})
 
     def with_function(self, f: FunctionDef, *, replace_: bool = False) -> "Catalog":
         if f.name in self.functions:
@@ -239,7 +273,7 @@ class Catalog:
         return json.dumps(
             {
                 # an append-only table has no state of its own: older versions must not open the root
-                "format": 6 if self.retention else 5 if self.flows else 4 if self.functions else 3 if any(
+                "format": 7 if self.indexes else 6 if self.retention else 5 if self.flows else 4 if self.functions else 3 if any(
                     t.append_only for t in self.tables.values()) else 2,
                 "version": self.version,
                 "next_id": self.next_id,
@@ -262,6 +296,8 @@ class Catalog:
                      **({"trigger_rows": f.trigger_rows} if f.trigger_rows else {})}
                     for f in self.flows.values()]} if self.flows else {}),
                 **({"retention": self.retention.to_json()} if self.retention else {}),
+                **({"indexes": [{"id": i.id, "name": i.name, "table": i.table, "columns": list(i.columns), "sql": i.sql}
+                                for i in self.indexes.values()]} if self.indexes else {}),
             },
             indent=1,
         ).encode()
@@ -290,8 +326,10 @@ class Catalog:
             for f in body.get("flows", [])
         }
         retention = Retention.from_json(body["retention"]) if "retention" in body else None
+        indexes = {i["name"]: IndexDef(i["id"], i["name"], i["table"], tuple(i["columns"]), i.get("sql", ""))
+                   for i in body.get("indexes", [])}
         return cls(version=body["version"], next_id=body["next_id"], tables=tables, views=views, functions=functions,
-                   flows=flows, retention=retention)
+                   flows=flows, retention=retention, indexes=indexes)
 
 
 class CatalogStore:

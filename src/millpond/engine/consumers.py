@@ -6,18 +6,19 @@ weight, so its consumer only advances offsets and a read consolidates the log
 (:meth:`millpond.engine.runtime.Runtime.snapshot`). A flow's sink table keeps no rows of its own
 either: they are its flow's (the flow's rows state), so it runs no epochs while the flow exists;
 after ``DROP FLOW`` it materializes its log like any table (from where it left off, or from the
-start).
+start). An index (``CREATE INDEX``) is a consumer of its table that keeps the table's rows arranged
+by the index's columns (:class:`~millpond.engine.plan.Arrange`) for the views that read it.
 """
 
 from __future__ import annotations
 
-from millpond.catalog import Catalog, TableDef
+from millpond.catalog import Catalog, IndexDef, TableDef
 from millpond.columns import ROW_ID
 from millpond.engine import plan as P
 from millpond.engine.executor import Consumer
 from millpond.engine.flows import Expiry, shape
 
-__all__ = ["table_plan", "consumers"]
+__all__ = ["table_plan", "index_plan", "consumers"]
 
 
 def table_plan(table: TableDef) -> P.Materialize:
@@ -26,12 +27,19 @@ def table_plan(table: TableDef) -> P.Materialize:
     return P.Materialize(P.Source(table.name, tuple((c, c) for c in columns)), node_id=1)
 
 
+def index_plan(index: IndexDef, table: TableDef) -> P.Arrange:
+    """An index's consumer: every column of the table, arranged by the index's columns."""
+    return P.Arrange(P.Source(table.name, tuple((c.name, c.name) for c in table.columns)), index.columns, node_id=1)
+
+
 def consumers(catalog: Catalog, view_plans: dict[str, P.Materialize]) -> list[Consumer]:
-    """Tables first, then views and flows with their plans (``view_plans`` by name)."""
+    """Tables first, then indexes, then views and flows with their plans (``view_plans`` by name)."""
     fed = {f.sink: f"o{f.id}" for f in catalog.flows.values()}
     out = [Consumer(f"o{t.id}", t.id, t.name, table_plan(t), (*(c.name for c in t.columns), ROW_ID),
                     log_only=not t.primary_key, fed_by=fed.get(t.name))
            for t in catalog.tables.values()]
+    out += [Consumer(f"o{i.id}", i.id, i.name, index_plan(i, catalog.tables[i.table]), ())
+            for i in catalog.indexes.values()]
     out += [Consumer(f"o{v.id}", v.id, v.name, view_plans[v.name], tuple(v.schema.names), on_error=v.on_error,
                      sql=v.sql)
             for v in catalog.views.values()]

@@ -95,6 +95,7 @@ from millpond.engine.changefeed import ChangeFeed
 from millpond.engine.executor import Consumer, EpochExecutor, EpochJob, Work
 from millpond.engine.flows import EXPIRED, SINK_OWED, expiry_floors, merge
 from millpond.engine.operators import Materialize
+from millpond.engine.plan import shared_sides as _shared_sides
 from millpond.engine.plan import sources as _sources
 from millpond.engine.plan import state_id
 from millpond.errors import MillpondError
@@ -154,8 +155,11 @@ class Coordinator:
             channels = {catalog.tables[s.table].channel for s in _sources(c.plan)}
             ranges = {ch: (done.get(ch, 0), ends[ch]) for ch in channels}
             if c.name not in catalog.tables and c.key not in self.manifest.offsets:
-                batch[c.key] = self._batch_starts(catalog, consumers, ranges)
-            new_view = c.name in catalog.views and c.key not in self.manifest.offsets
+                shared = {catalog.tables[t].channel: i for t, i in _shared_sides(c.plan, first=True).items()}
+                for ch, i in shared.items():  # read through an index: from where the index holds the table
+                    ranges[ch] = (self.manifest.offsets.get(f"o{i}", {}).get(ch, 0), ends[ch])
+                batch[c.key] = self._batch_starts(catalog, consumers, ranges, shared)
+            new_view = (c.name in catalog.views or c.name in catalog.indexes) and c.key not in self.manifest.offsets
             if new_view or batch.get(c.key) or any(a < b for a, b in ranges.values()):  # a new view: COUNT(*) = 0
                 work.append((c, ranges))
         if not work:
@@ -218,18 +222,19 @@ class Coordinator:
                            {c.name: sum(b - a for a, b in r.values()) for c, r in work})
 
     # -- fault isolation (module docstring) ------------------------------------------------------
-    def _batch_starts(self, catalog: Catalog, consumers: list[Consumer], ranges: dict[str, tuple[int, int]]
-                      ) -> dict[str, str]:
+    def _batch_starts(self, catalog: Catalog, consumers: list[Consumer], ranges: dict[str, tuple[int, int]],
+                      shared: Mapping[str, int]) -> dict[str, str]:
         """Batch mode for a new view's or flow's first epoch: each keyed table it reads with
         committed rows is read as those rows (its rows state in the pinned version) plus its log from
         the offset they reach — not its whole log, which holds every update and delete ever made.
         ``ranges`` start there; returns {channel: the table's consumer}. An APPEND ONLY or key-less
-        table's log is its rows, and a flow's sink keeps none of its own: they are read from the log."""
+        table's log is its rows, and a flow's sink keeps none of its own: they are read from the log.
+        A table read through an index (``shared`` channels) needs none of its rows: the index holds them."""
         by_name = {c.name: c for c in consumers}
         out = {}
         for t in catalog.tables.values():
             table = by_name.get(t.name)
-            if t.channel not in ranges or table is None or table.log_only or table.fed_by is not None or \
+            if t.channel not in ranges or t.channel in shared or table is None or table.log_only or table.fed_by is not None or \
                     t.append_only or not (done := self.manifest.offsets.get(table.key, {}).get(t.channel)):
                 continue
             ranges[t.channel] = (done, ranges[t.channel][1])

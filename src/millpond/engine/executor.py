@@ -24,12 +24,12 @@ __all__ = ["Consumer", "EpochJob", "EpochExecutor", "Ranges", "Work", "PieceSour
 
 @dataclass(frozen=True)
 class Consumer:
-    """Something that reads table channels and keeps state: a table, a view or a flow."""
+    """Something that reads table channels and keeps state: a table, an index, a view or a flow."""
 
     key: str  # "o<object id>", the manifest's offsets key and state id prefix
     object_id: int
     name: str
-    plan: P.Materialize
+    plan: P.Materialize | P.Arrange  # Arrange: an index's
     columns: tuple[str, ...]  # output columns (the rows state's key)
     log_only: bool = False  # a key-less table: its log is its rows; epochs only advance its offsets
     on_error: str = "fail"  # a data error in its expressions: "fail" (the view is isolated) or "null"

@@ -41,6 +41,10 @@ def explain(plan: P.Materialize, *, object_id: int, name: str = "view") -> list[
         if op is not None:
             counts["stateful"] += 1
             for part, spec in op.parts().items():
+                index = dict(zip(("left", "right"), node.shared)).get(part) if isinstance(node, P.Join) else None
+                if index is not None:  # read from an index's rows, kept once by the index (sql/indexes.py)
+                    lines.append(f"{pad}  state o{index}.n1.rows  (the index's: {part} side, shared)")
+                    continue
                 counts["states"] += 1
                 keys = ", ".join(_annotate(node, k) for k in spec.keys)
                 lines.append(f"{pad}  state {P.state_id(object_id, node.node_id, part)}  key [{keys}]"

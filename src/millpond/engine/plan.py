@@ -27,7 +27,7 @@ from typing import Union as Union_
 from sqlglot import exp
 
 __all__ = ["Source", "Filter", "Project", "Window", "Union", "Join", "AggCall", "Aggregate", "TopN", "Frame",
-           "OverCall", "Over", "Materialize", "Node", "state_id", "keyed_by", "sources", "encode", "decode",
+           "OverCall", "Over", "Materialize", "Arrange", "Node", "shared_sides", "state_id", "keyed_by", "sources", "encode", "decode",
            "canonical", "explain", "describe", "PLAN_FORMAT"]
 
 PLAN_FORMAT = 1  # the encoding of a stored plan; another one is refused by name
@@ -90,6 +90,9 @@ class Join:
     node_id: int
     kind: JoinKind = "inner"
     residual: exp.Expression | None = None
+    # per side (left, right): the id of the index the side reads in place of state of its own (a
+    # physical choice made when the view is created: ``millpond.sql.indexes``), or None
+    shared: tuple[int | None, int | None] = (None, None)
 
 
 AggFunc = Literal["count_star", "count", "sum", "min", "max", "count_distinct", "sum_distinct", "percentile_cont",
@@ -183,9 +186,19 @@ class Materialize:
     node_id: int
 
 
-Node = Union_[Source, Filter, Project, Window, Union, Join, Aggregate, TopN, Over, Materialize]
+@dataclass(frozen=True)
+class Arrange:
+    """An index's plan: a table's rows (``input``, a :class:`Source` of all its columns) kept as
+    ``HashJoin`` side state keyed by ``keys`` (an arrangement, read by the views that join on them)."""
+
+    input: "Node"
+    keys: tuple[str, ...]
+    node_id: int
+
+
+Node = Union_[Source, Filter, Project, Window, Union, Join, Aggregate, TopN, Over, Materialize, Arrange]
 _CLASSES = {c.__name__: c for c in (Source, Filter, Project, Window, Union, Join, AggCall, Aggregate, TopN,
-                                    Frame, OverCall, Over, Materialize)}
+                                    Frame, OverCall, Over, Materialize, Arrange)}
 
 
 def state_id(object_id: int, node_id: int, part: str) -> str:
@@ -217,6 +230,23 @@ def sources(node: Node) -> list[Source]:
     if isinstance(node, Source):
         return [node]
     return [s for i in inputs(node) for s in sources(i)]
+
+
+def shared_sides(node: Node, *, first: bool = False) -> dict[str, int]:
+    """The tables ``node`` reads through an index (table -> index id): a join side that is the
+    table's :class:`Source`. In a view's ``first`` epoch, a join whose sides both read indexes
+    reads its left side as if it had no rows yet (its whole table as this epoch's delta, so the
+    epoch emits every match the view starts with): that side is not listed."""
+    out = {}
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        if isinstance(n, Join):
+            both = first and None not in n.shared
+            out.update({side.table: i for k, (side, i) in enumerate(zip((n.left, n.right), n.shared))
+                        if i is not None and not (both and k == 0)})
+        todo.extend(inputs(n))
+    return out
 
 
 # -- storing plans ------------------------------------------------------------------------------
@@ -367,7 +397,8 @@ def describe(node: Node) -> str:
     if isinstance(node, Join):
         on = " AND ".join(f"{a.sql()} = {b.sql()}" for a, b in zip(node.left_keys, node.right_keys)) or "(cross)"
         residual = f" residual {node.residual.sql()}" if node.residual is not None else ""
-        return f"Join #{node.node_id} {node.kind} on {on}{residual}"
+        shared = "".join(f" {side} from index o{i}" for side, i in zip(("left", "right"), node.shared) if i is not None)
+        return f"Join #{node.node_id} {node.kind} on {on}{residual}{shared}"
     if isinstance(node, Aggregate):
         calls = ", ".join(f"{c.name} := {c.func}({c.arg or ''}"
                           + (f", {c.fraction}{' desc' if c.desc else ''})" if c.fraction is not None else ")")
@@ -384,6 +415,8 @@ def describe(node: Node) -> str:
         order = ", ".join(f"{c}{' DESC' if d else ''}{' NULLS FIRST' if nf else ''}" for c, d, nf in node.order)
         calls = ", ".join(f"{c.name} := {_call(c)}" for c in node.calls)
         return f"Over #{node.node_id} partition [{', '.join(node.partition)}] order [{order}] calls [{calls}]"
+    if isinstance(node, Arrange):
+        return f"Arrange #{node.node_id} by [{', '.join(node.keys)}]"
     return f"Materialize #{node.node_id}"
 
 

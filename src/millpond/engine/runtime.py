@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from millpond import faults
-from millpond.catalog import Catalog, CatalogStore, TableDef, ViewDef
+from millpond.catalog import Catalog, CatalogStore, TableDef, ViewDef, index_dependency
 from millpond.columns import COUNT, EPOCH, ROW_ID, W
 from millpond.engine import plan as P
 from millpond.engine.changelog import consolidate
@@ -314,6 +314,21 @@ class Runtime:
                          else None, "lag": lag, "state_bytes": self._state_bytes(c), "on_error": v.on_error,
                          "error": self.describe_failure(failure) if failure else None})
         return pa.Table.from_pylist(rows, schema=_VIEWS_SCHEMA)
+
+    def indexes_status(self) -> pa.Table:
+        """``SHOW INDEXES``: each index's table and columns, its state bytes (kept once, however many
+        views read it), the views that read it, and its statement."""
+        indexes = sorted(self.catalog.indexes.values(), key=lambda i: i.name)
+        readers = {i.name: ", ".join(sorted(v.name for v in self.catalog.views.values()
+                                           if index_dependency(i.name) in v.depends_on)) or None for i in indexes}
+        return pa.table({
+            "name": pa.array([i.name for i in indexes], pa.string()),
+            "table": pa.array([i.table for i in indexes], pa.string()),
+            "columns": pa.array([", ".join(i.columns) for i in indexes], pa.string()),
+            "state_bytes": pa.array([self._state_bytes(self._by_name[i.name]) for i in indexes], pa.int64()),
+            "read_by": pa.array([readers[i.name] for i in indexes], pa.string()),
+            "sql": pa.array([i.sql for i in indexes], pa.string()),
+        })
 
     def describe_failure(self, failure: dict) -> str:
         """A failed view's failure, naming the failing column's expression as the user wrote it."""

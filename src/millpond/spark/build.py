@@ -28,9 +28,10 @@ from millpond.engine import plan as P
 from millpond.engine.consumers import table_plan
 from millpond.engine.executor import Consumer, EpochJob, PieceSource, Ranges
 from millpond.engine.expressions import to_duckdb, to_spark
-from millpond.engine.operators import HashAggregate, HashJoin, Materialize, Operator, Over, TopN
+from millpond.engine.operators import Arrange, HashAggregate, HashJoin, Materialize, Operator, Over, TopN
 from millpond.engine.operators.aggregate import VALUE_FUNCS, nonnull_col, sum_col, value_col
 from millpond.engine.operators.join import SIDE
+from millpond.errors import IndexMismatch, InvariantError
 from millpond.log import read_pieces
 from millpond.spark.log_source import MAX_PARTITION_ROWS, write_scan
 from millpond.spark.task import CONSUMER, IPC, Task
@@ -167,8 +168,10 @@ class Builder:
         return df.repartition(self.job.parallelism, VN)
 
     def _task(self, node_id: int, op: Operator, schema: T.StructType, *, final: bool = False,
-              emit: bool = True) -> "Task":
-        levels = {part: self.job.manifest.state(P.state_id(self.consumer.object_id, node_id, part))
+              emit: bool = True, shared: Mapping[str, str] | None = None) -> "Task":
+        """``shared``: parts read from another consumer's state (part -> its state id)."""
+        shared = shared or {}
+        levels = {part: self.job.manifest.state(shared.get(part) or P.state_id(self.consumer.object_id, node_id, part))
                   for part in op.parts()}
         return Task(op=op, root=self.job.root, storage=self.job.storage, epoch=self.job.epoch,
                      attempt=self.job.attempt, base_version=self.job.manifest.version,
@@ -194,10 +197,55 @@ class Builder:
                                T.StructField(W, T.LongType())])
         if node.kind != "inner":  # padded rows: every column may be NULL
             schema = T.StructType([T.StructField(f.name, f.dataType, True) for f in schema])
+        common = [_common_type(a, b) for a, b in zip(ltypes, rtypes)]
+        stored = {label: self._shared(side, index, keys, types, common, cols) for label, side, index, keys, types, cols in
+                  (("left", node.left, node.shared[0], node.left_keys, ltypes, lcols),
+                   ("right", node.right, node.shared[1], node.right_keys, rtypes, rcols))
+                  if index is not None}
+        if "left" in stored and self.consumer.key not in self.job.manifest.offsets and \
+                node.left.table not in P.shared_sides(node, first=True):  # a first epoch reads it whole (P.shared_sides)
+            stored["left"] = (P.state_id(self.consumer.object_id, node.node_id, "left"), stored["left"][1])  # no rows
         op = HashJoin(tuple(kcols), tuple(lcols), tuple(rcols), name=f"{self.consumer.name}#{node.node_id}",
                       kind=node.kind,
-                      residual=to_duckdb(node.residual) if node.residual is not None else None)
-        return both.mapInArrow(self._task(node.node_id, op, schema), schema)
+                      residual=to_duckdb(node.residual) if node.residual is not None else None,
+                      left_shared=stored["left"][1] if "left" in stored else None,
+                      right_shared=stored["right"][1] if "right" in stored else None)
+        task = self._task(node.node_id, op, schema, shared={label: sid for label, (sid, _) in stored.items()})
+        return both.mapInArrow(task, schema)
+
+    def _shared(self, side: P.Node, index: int, keys: tuple[exp.Expression, ...], types: list[T.DataType],
+                common: list[T.DataType], cols: list[str]) -> tuple[str, tuple[str, ...]]:
+        """A join side read from index ``index`` (``P.Join.shared``): the index's state id and the
+        table column each of the side's ``cols`` is. Checks what makes the index's rows the side's
+        state: its keys hashed as the join's (the join compares them as their own types), and the
+        index at the offset the view reads the table from."""
+        assert isinstance(side, P.Source)
+        t = self.tables[side.table]
+        if types != common:
+            error = IndexMismatch(f"index o{index} on {t.name} keeps {', '.join(k.sql() for k in keys)} as "
+                                  f"{', '.join(x.simpleString() for x in types)}; the join compares them as "
+                                  f"{', '.join(x.simpleString() for x in common)}")
+            error.index = index
+            raise error
+        srcs = dict(side.columns)
+        start, done = self.ranges[t.channel][0], self.job.manifest.offsets.get(f"o{index}", {}).get(t.channel, 0)
+        first = self.consumer.key not in self.job.manifest.offsets
+        if start != done and not (first and t.name not in P.shared_sides(self.consumer.plan, first=True)):
+            raise InvariantError(f"{self.consumer.name}: reads {t.name} from offset {start}, but its index o{index} "
+                                 f"holds {t.name} up to offset {done}")
+        return P.state_id(index, 1, "rows"), tuple(srcs[c] for c in cols)
+
+    def _arrange(self, node: P.Arrange) -> DataFrame:
+        """An index's consumer: the table's delta exchanged by the index's key hash and written as
+        join side state (:class:`~millpond.engine.operators.join.Arrange`)."""
+        df = self.build(node.input)
+        cols = [c for c in df.columns if c not in (W, ROW_ID)]
+        kcols = [f"_k{i}" for i in range(len(node.keys))]
+        df = self._exchange(df.selectExpr(*[f"{_quote(k)} AS {c}" for k, c in zip(node.keys, kcols)],
+                                          *map(_quote, cols), W), kcols)
+        op = Arrange(tuple(kcols), tuple(cols), name=self.consumer.name)
+        out = T.StructType([T.StructField(CONSUMER, T.StringType()), T.StructField(IPC, T.BinaryType())])
+        return df.mapInArrow(self._task(node.node_id, op, out, final=True, emit=False), out)
 
     def _aggregate(self, node: P.Aggregate) -> DataFrame:
         """Built from SQL text, as :meth:`_exchange` (a Column object costs a JVM round trip)."""

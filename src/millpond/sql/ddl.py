@@ -1,4 +1,4 @@
-"""DDL: ``CREATE TABLE``, ``CREATE MATERIALIZED VIEW``, ``CREATE FUNCTION``, ``DROP``, ``SET``.
+"""DDL: ``CREATE TABLE``, ``CREATE MATERIALIZED VIEW``, ``CREATE INDEX``, ``CREATE FUNCTION``, ``DROP``, ``SET``.
 
 Each statement that changes the catalog writes one catalog version. A view's catalog entry holds
 its CREATE statement as written and its bound plan (:func:`millpond.engine.plan.encode`): the plan,
@@ -12,13 +12,14 @@ from dataclasses import replace
 
 from sqlglot import exp
 
-from millpond.catalog import Column, Retention
+from millpond.catalog import Column, Retention, index_dependency
 from millpond.catalog.types import normalize_type
 from millpond.columns import RESERVED_PREFIX
 from millpond.engine import plan as P
 from millpond.engine.runtime import Runtime
 from millpond.errors import CatalogError, MillpondError, MillpondNotice, SqlError
 from millpond.sql import functions
+from millpond.sql.indexes import choose
 from millpond.sql.planner import plan_view
 from millpond.sql.statements import source, view_definition
 
@@ -33,7 +34,9 @@ def create(rt: Runtime, s: exp.Create) -> None:
         return _create_view(rt, s)
     if kind == "FUNCTION":
         return _create_function(rt, s)
-    raise SqlError(f"CREATE {kind} is not supported (tables, materialized views and SQL functions are)")
+    if kind == "INDEX":
+        return _create_index(rt, s)
+    raise SqlError(f"CREATE {kind} is not supported (tables, materialized views, indexes and SQL functions are)")
 
 
 def _create_table(rt: Runtime, s: exp.Create) -> None:
@@ -97,7 +100,8 @@ def _create_view(rt: Runtime, s: exp.Create) -> None:
         return
     on_error = _on_error_property(name, props, rt.on_error)
     plan, depends = plan_view(view_definition(s), rt.catalog)
-    schema = rt.coordinator.executor.output_schema(plan, rt.catalog.tables)
+    plan, schema, indexes = choose(plan, rt.catalog, rt.coordinator.executor)  # the indexes its joins read
+    depends = (*depends, *map(index_dependency, indexes))
     if isinstance(s.this, exp.Schema) and len(s.this.expressions) > len(schema):
         raise SqlError(f"view {name!r}: too many column names were specified ({len(s.this.expressions)} "
                        f"for {len(schema)} columns)")
@@ -124,6 +128,53 @@ def _on_error_property(view: str, props: exp.Properties, default: str) -> str:
     return found
 
 
+def _create_index(rt: Runtime, s: exp.Create) -> None:
+    """``CREATE INDEX [IF NOT EXISTS] [name] ON table [USING btree|hash] (column, ...)``: the table's rows
+    arranged by those columns, for views created from now on to share (:mod:`millpond.sql.indexes`).
+    Built by the next epoch, from the table's rows; no name: ``<table>_<columns>_idx``, as PostgreSQL."""
+    index = s.this
+    table = index.args.get("table")
+    params = index.args.get("params")
+    if not isinstance(index, exp.Index) or table is None or params is None:
+        raise SqlError("CREATE INDEX needs a table and a column list: CREATE INDEX name ON table (column, ...)")
+    if table.name not in rt.catalog.tables:
+        if table.name in rt.catalog.views:
+            raise SqlError(f"CREATE INDEX on materialized view {table.name!r}: not supported (an index arranges a "
+                           "table's rows)")
+        raise CatalogError(f"CREATE INDEX: no table named {table.name!r} (known: "
+                           f"{', '.join(sorted(rt.catalog.tables)) or 'none'})")
+    t = rt.catalog.tables[table.name]
+    cols = []
+    for item in params.args.get("columns") or []:
+        col = item.this if isinstance(item, exp.Ordered) else item
+        if not isinstance(col, exp.Column) or col.table:
+            raise SqlError(f"CREATE INDEX on {t.name}: only plain columns can be indexed, not "
+                           f"{col.sql('postgres')!r} (an index on an expression is not supported)")
+        cols.append(col.name)
+    known = {c.name: c.type for c in t.columns}
+    bad = [c for c in cols if c not in known]
+    if not cols or bad or len(set(cols)) != len(cols):
+        raise SqlError(f"CREATE INDEX on {t.name}: " + (f"no column {bad[0]!r} (columns: {', '.join(known)})" if bad
+                                                        else "columns must be listed once each"))
+    if s.args.get("unique"):
+        raise SqlError("CREATE UNIQUE INDEX is not supported: a millpond index arranges rows for joins; "
+                       "a PRIMARY KEY is what keeps a table's rows unique")
+    using = params.args.get("using")
+    if using is not None and using.name.lower() not in ("btree", "hash"):
+        raise SqlError(f"CREATE INDEX ... USING {using.name}: not supported (an index is a hash arrangement; "
+                       "USING btree or hash are accepted)")
+    if (where := params.args.get("where")) is not None:
+        raise SqlError(f"CREATE INDEX ... WHERE {where.this.sql('postgres')}: a partial index is not supported")
+    for c in cols:
+        if known[c] == "INTERVAL":
+            raise SqlError(f"CREATE INDEX on {t.name}: an INTERVAL column ({c!r}) cannot be indexed (PostgreSQL's "
+                           "equality makes '24 hours' and '1 day' equal)")
+    name = index.this.name if index.this is not None else f"{t.name}_{'_'.join(cols)}_idx"
+    if s.args.get("exists") and name in rt.catalog.indexes:
+        return
+    rt.commit_catalog(rt.catalog.with_index(name, t.name, tuple(cols), source(s)))
+
+
 def _create_function(rt: Runtime, s: exp.Create) -> None:
     f = functions.define(s)
     if s.args.get("exists") and f.name in rt.catalog.functions:
@@ -132,33 +183,38 @@ def _create_function(rt: Runtime, s: exp.Create) -> None:
     rt.commit_catalog(rt.catalog.with_function(f, replace_=bool(s.args.get("replace"))))
 
 
-_DROP_KINDS = {"TABLE": "table", "MATERIALIZED VIEW": "materialized view", "FUNCTION": "function"}
+_DROP_KINDS = {"TABLE": "table", "MATERIALIZED VIEW": "materialized view", "FUNCTION": "function", "INDEX": "index"}
 
 
 def drop(rt: Runtime, s: exp.Drop) -> None:
-    """``DROP TABLE | MATERIALIZED VIEW | FUNCTION [IF EXISTS] name, ...``: each kind drops only its kind,
-    as in PostgreSQL (``DROP VIEW`` names no materialized view)."""
+    """``DROP TABLE | MATERIALIZED VIEW | INDEX | FUNCTION [IF EXISTS] name, ...``: each kind drops only its
+    kind, as in PostgreSQL (``DROP VIEW`` names no materialized view). A table's indexes go with it."""
     kind = (s.args.get("kind") or "").upper()
     kind = "MATERIALIZED VIEW" if kind == "VIEW" and s.args.get("materialized") else kind
     if kind not in _DROP_KINDS:
-        raise SqlError(f"DROP {kind} is not supported (DROP TABLE, DROP MATERIALIZED VIEW and DROP FUNCTION are)")
+        raise SqlError(f"DROP {kind} is not supported (DROP TABLE, DROP MATERIALIZED VIEW, DROP INDEX and DROP "
+                       "FUNCTION are)")
     if s.args.get("cascade"):
         raise SqlError(f"DROP {kind} ... CASCADE is not supported: drop the dependent views first")
     what = _DROP_KINDS[kind]
     for t in s.args.get("tables") or [s.this]:
         name = t.name
         found = {"TABLE": rt.catalog.tables, "MATERIALIZED VIEW": rt.catalog.views,
-                 "FUNCTION": rt.catalog.functions}[kind]
+                 "FUNCTION": rt.catalog.functions, "INDEX": rt.catalog.indexes}[kind]
         if name not in found:
             if s.args.get("exists"):
                 continue
             other = next((k for k, names in (("TABLE", rt.catalog.tables), ("MATERIALIZED VIEW", rt.catalog.views))
                           if k != kind and name in names), None)
             if other is not None:  # PostgreSQL's own wording
-                raise CatalogError(f"{name!r} is not a {what}; use DROP {other} to remove a {_DROP_KINDS[other]}")
+                article = "an" if what[0] in "aeiou" else "a"
+                raise CatalogError(f"{name!r} is not {article} {what}; use DROP {other} to remove a {_DROP_KINDS[other]}")
             raise CatalogError(f"no {what} named {name!r}")
         if kind == "FUNCTION":
             rt.commit_catalog(rt.catalog.without_function(name))
+            continue
+        if kind == "INDEX":
+            rt.commit_catalog(rt.catalog.without_index(name))
             continue
         rt.commit_catalog(rt.catalog.without(name))
         if kind == "TABLE":  # after the catalog: a crash in between leaves a channel the next CREATE replaces

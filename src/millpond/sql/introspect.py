@@ -1,4 +1,4 @@
-"""Statements that show what is inside: ``SHOW TABLES``, ``SHOW MATERIALIZED VIEWS``, ``SHOW FUNCTIONS``,
+"""Statements that show what is inside: ``SHOW TABLES``, ``SHOW MATERIALIZED VIEWS``, ``SHOW FUNCTIONS``, ``SHOW INDEXES``,
 ``DESCRIBE name`` and ``EXPLAIN CREATE MATERIALIZED VIEW ...`` / ``EXPLAIN MATERIALIZED VIEW name``.
 
 Each returns an Arrow table, like a query:
@@ -7,6 +7,8 @@ Each returns an Arrow table, like a query:
 - ``SHOW MATERIALIZED VIEWS`` (or ``SHOW VIEWS``): ``name``, ``columns``, ``depends_on``, ``sql``;
 - ``SHOW FUNCTIONS``: ``name``, ``arguments``, ``returns``, ``sql`` (SQL functions, :mod:`millpond.sql.functions`);
 - ``SHOW FLOWS``: ``name``, ``sink``, ``key``, ``depends_on``, ``comment``, ``sql`` (:mod:`millpond.sql.flows`);
+- ``SHOW INDEXES``: ``name``, ``table``, ``columns``, ``state_bytes``, ``read_by`` (the views that
+  read it), ``sql`` (:mod:`millpond.sql.indexes`);
 - ``DESCRIBE name``: one row per column (``name``, ``type``, ``description``: ``primary key`` for
   a key column), then one row per property of the relation, its value in ``description``:
   ``kind``, ``primary key``, ``append only``, ``written by`` (a flow's sink) (tables), ``depends on`` and ``sql`` (views) — the
@@ -32,6 +34,7 @@ from millpond.engine.explain import explain as explain_plan
 from millpond.engine.runtime import Runtime
 from millpond.errors import CatalogError, SqlError
 from millpond.sql import ddl, flows
+from millpond.sql.indexes import choose
 from millpond.sql.planner import plan_view
 from millpond.sql.statements import parse
 
@@ -68,10 +71,12 @@ def show(rt: Runtime, s: exp.Command) -> pa.Table:
         })
     if what == "FLOWS":
         return flows.show(rt)
+    if what == "INDEXES":
+        return rt.indexes_status()
     if what.lower() in (*ddl.SETTINGS, *ddl.ALIASES):  # PostgreSQL's SHOW name: one row, one column
         return pa.table({what.lower(): pa.array([ddl.setting(rt, what.lower())], pa.string())})
     raise SqlError(f"SHOW {what or '(nothing)'} is not supported (known: SHOW TABLES, SHOW MATERIALIZED VIEWS, "
-                   f"SHOW FUNCTIONS, SHOW FLOWS, SHOW <setting>: {', '.join(ddl.SETTINGS)})")
+                   f"SHOW FUNCTIONS, SHOW FLOWS, SHOW INDEXES, SHOW <setting>: {', '.join(ddl.SETTINGS)})")
 
 
 def describe(rt: Runtime, s: exp.Describe) -> pa.Table:
@@ -118,6 +123,7 @@ def explain(rt: Runtime, s: exp.Command) -> pa.Table:
         raise SqlError("EXPLAIN shows incremental plans: use EXPLAIN CREATE MATERIALIZED VIEW v AS SELECT ... "
                        "(nothing is created) or EXPLAIN MATERIALIZED VIEW v (a view that exists)")
     plan, _ = plan_view(create.expression, rt.catalog)
+    plan, _, _ = choose(plan, rt.catalog, rt.coordinator.executor)
     return _plan_table(explain_plan(plan, object_id=rt.catalog.next_id, name=create.this.name))
 
 

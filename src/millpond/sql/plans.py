@@ -4,7 +4,8 @@ Every view (and flow) runs the plan stored with it at CREATE (its node ids are i
 view's plan is derived again from its stored SQL with this version's planner and compared with
 the stored one, node numbering aside (:func:`millpond.engine.plan.canonical`):
 
-- equal: the stored plan runs — a planner that merely numbers nodes differently changes nothing;
+- equal: the stored plan runs — a planner that merely numbers nodes differently changes nothing
+  (the derived plan reads the indexes the stored one reads: :mod:`millpond.sql.indexes`);
 - different: the root is refused with a :class:`~millpond.errors.CatalogError` naming the view and
   the first difference, unless the caller asks to run the stored plans as they are
   (``connect(..., plans="stored")``); dropping and recreating the view adopts the new plan;
@@ -20,6 +21,7 @@ from millpond.catalog import Catalog, FlowDef
 from millpond.engine import plan as P
 from millpond.errors import CatalogError, MillpondError
 from millpond.sql.flows import flow_plan, parse_flow
+from millpond.sql.indexes import share
 from millpond.sql.planner import plan_view
 from millpond.sql.statements import view_query
 
@@ -55,6 +57,8 @@ def bind_plans(catalog: Catalog, *, mode: str = "verify") -> Catalog:
         except (ValueError, TypeError, KeyError) as exc:
             raise CatalogError(f"{kind} {v.name!r}: its stored plan cannot be read ({exc}); open the root with "
                                "the millpond version that created it") from None
+        if kind == "view":  # the indexes it was created reading (a choice made at CREATE: sql/indexes.py)
+            derived, _ = share(derived, catalog, only=frozenset(P.shared_sides(stored).values()))
         diff = P.first_difference(P.canonical(stored), P.canonical(derived))
         if diff is not None:
             raise CatalogError(

@@ -5,9 +5,9 @@ write for this epoch (puts and tombstones, or count changes)."""
 
 from millpond.engine.operators.aggregate import HashAggregate
 from millpond.engine.operators.base import Operator, Part, lookup
-from millpond.engine.operators.join import HashJoin
+from millpond.engine.operators.join import Arrange, HashJoin
 from millpond.engine.operators.materialize import Materialize
 from millpond.engine.operators.over import Over
 from millpond.engine.operators.topn import TopN
 
-__all__ = ["Operator", "Part", "lookup", "HashAggregate", "HashJoin", "TopN", "Over", "Materialize"]
+__all__ = ["Operator", "Part", "lookup", "HashAggregate", "HashJoin", "Arrange", "TopN", "Over", "Materialize"]

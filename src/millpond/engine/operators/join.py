@@ -18,6 +18,14 @@ are not stored.
 
 Delta layout: ``_side`` (0 left, 1 right), ``_kh`` (hash of the join key), the key columns
 ``_k0..``, the left columns, the right columns (the other side's are null), ``_w``.
+
+**Shared sides.** A side may be read from an index instead (``CREATE INDEX``; seed 002's shared
+arrangements): :class:`Arrange` keeps a table's rows in exactly a side's format, keyed by the
+index's columns and holding the table's own column names, once for every view that joins the
+table on them. The join then reads that side's rows at the previous epoch from the index (renamed
+to its own column names) and writes none: the index's own consumer applies the table's delta in
+the same epoch. This is exact while the view and the index have read the table up to the same
+offset, which the epoch checks (:mod:`millpond.spark.build`).
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ from millpond.engine.changelog import consolidate, state_rows
 from millpond.engine.operators.base import Part, lookup
 from millpond.store.state_table import StateTable
 
-__all__ = ["HashJoin", "SIDE"]
+__all__ = ["HashJoin", "Arrange", "SIDE"]
 
 SIDE = "_side"
 
@@ -49,17 +57,61 @@ class HashJoin:
     name: str  # for error messages
     kind: str = "inner"  # inner | left | right | full
     residual: str | None = None  # DuckDB SQL over the columns of both sides (outer joins only)
+    # per side: None (its own state), or the index's column each of the side's columns is (a shared side)
+    left_shared: tuple[str, ...] | None = None
+    right_shared: tuple[str, ...] | None = None
 
     def parts(self) -> dict[str, Part]:
-        return {"left": Part((*self.key_columns, *self.left_columns), additive=True),
-                "right": Part((*self.key_columns, *self.right_columns), additive=True)}
+        return {"left": Part((*self.key_columns, *(self.left_shared or self.left_columns)), additive=True),
+                "right": Part((*self.key_columns, *(self.right_shared or self.right_columns)), additive=True)}
 
     def apply(self, delta: pl.DataFrame, states: Mapping[str, StateTable]
               ) -> tuple[pl.DataFrame, dict[str, pl.DataFrame]]:
-        return _apply(self, delta, states["left"], states["right"])
+        left, right = (_Shared(states["left"], self.left_columns, self.left_shared),
+                       _Shared(states["right"], self.right_columns, self.right_shared))
+        out, writes = _apply(self, delta, left, right)
+        return out, {k: v for k, v in writes.items() if getattr(self, f"{k}_shared") is None}
 
 
-def _apply(spec: HashJoin, delta: pl.DataFrame, left: StateTable, right: StateTable
+@dataclass(frozen=True)
+class Arrange:
+    """An index's rows: a table's delta written as a :class:`HashJoin` side's state, keyed by the
+    index's columns (``_k0..``, their hash in ``_kh``) and holding the table's ``columns``. Rows
+    whose key is NULL are not kept (they never match). Emits nothing."""
+
+    key_columns: tuple[str, ...]
+    columns: tuple[str, ...]
+    name: str
+
+    def parts(self) -> dict[str, Part]:
+        return {"rows": Part((*self.key_columns, *self.columns), additive=True)}
+
+    def apply(self, delta: pl.DataFrame, states: Mapping[str, StateTable]
+              ) -> tuple[pl.DataFrame, dict[str, pl.DataFrame]]:
+        rows = consolidate(delta.filter(pl.all_horizontal(pl.col(k).is_not_null() for k in self.key_columns))
+                           .select(KH, *self.key_columns, *self.columns, W))
+        return delta.head(0).select(W), {"rows": state_rows(rows.rename({W: COUNT}), live=pl.lit(True))}
+
+
+@dataclass(frozen=True)
+class _Shared:
+    """One side's state as the join reads it: its own, or an index's under the side's column names
+    (several index rows may be one side row when the side reads fewer columns: their counts add)."""
+
+    table: StateTable
+    columns: tuple[str, ...]
+    stored: tuple[str, ...] | None
+
+    def read(self, probe: pl.DataFrame, keys: list[str], schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
+        if self.stored is None:
+            return lookup(self.table, probe, keys, schema)
+        renames = dict(zip(self.columns, self.stored))
+        found = lookup(self.table, probe, keys, {renames.get(c, c): t for c, t in schema.items()})
+        found = found.rename({s: c for c, s in renames.items()})
+        return found.group_by([c for c in schema if c != COUNT]).agg(pl.col(COUNT).sum()).select(list(schema))
+
+
+def _apply(spec: HashJoin, delta: pl.DataFrame, left: _Shared, right: _Shared
            ) -> tuple[pl.DataFrame, dict[str, pl.DataFrame]]:
     if spec.kind != "inner" or spec.residual:
         return _apply_outer(spec, delta, left, right)
@@ -86,13 +138,13 @@ def _apply(spec: HashJoin, delta: pl.DataFrame, left: StateTable, right: StateTa
     return out, writes
 
 
-def _side(table: StateTable, probe: pl.DataFrame, other: pl.DataFrame, keys: list[str], cols: tuple[str, ...]
+def _side(table: _Shared, probe: pl.DataFrame, other: pl.DataFrame, keys: list[str], cols: tuple[str, ...]
           ) -> pl.DataFrame:
     """State rows of one side whose join key is in ``probe`` (typed like ``other``, that side's delta)."""
-    return lookup(table, probe, keys, {**{c: other.schema[c] for c in (*keys, *cols)}, COUNT: pl.Int64})
+    return table.read(probe, keys, {**{c: other.schema[c] for c in (*keys, *cols)}, COUNT: pl.Int64})
 
 
-def _apply_outer(spec: HashJoin, delta: pl.DataFrame, left: StateTable, right: StateTable
+def _apply_outer(spec: HashJoin, delta: pl.DataFrame, left: _Shared, right: _Shared
                  ) -> tuple[pl.DataFrame, dict[str, pl.DataFrame]]:
     keys = [KH, *spec.key_columns]
     null_key = pl.any_horizontal(pl.col(k).is_null() for k in spec.key_columns) if spec.key_columns else pl.lit(False)

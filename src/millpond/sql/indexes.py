@@ -1,0 +1,102 @@
+"""Indexes: ``CREATE INDEX``, ``DROP INDEX``, and the planner's choice of an index for a join side.
+
+An index is a table's rows arranged by some of its columns, kept once by its own consumer
+(:class:`~millpond.engine.plan.Arrange`) in the format of a hash join's side state (seed 002's
+shared arrangements). A view created while an index exists reads it for every join side that is
+the index's table joined on exactly the index's columns (in any order: the join's keys are put in
+the index's order), instead of keeping that side's rows itself: ten views joining one table keep
+one copy of it. The choice is made once, at ``CREATE MATERIALIZED VIEW``, and stored in the view's
+plan (:attr:`~millpond.engine.plan.Join.shared`); the view then depends on the index, which cannot
+be dropped while it does. An inner join's filters on such a side are applied after the join
+instead (the same rows come out, and the side is then the table's rows). Not chosen: an outer
+join's side that filters or computes before the join (its rows are not the table's), a table the
+view reads twice, and keys whose type differs from the other side's (the hashes would not meet:
+:class:`~millpond.errors.IndexMismatch`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+from sqlglot import exp
+
+import pyarrow as pa
+
+from millpond.catalog import Catalog
+from millpond.engine import plan as P
+from millpond.engine.executor import EpochExecutor
+from millpond.errors import IndexMismatch
+
+__all__ = ["share", "choose"]
+
+
+def choose(plan: P.Materialize, catalog: Catalog, executor: EpochExecutor
+           ) -> tuple[P.Materialize, pa.Schema, tuple[str, ...]]:
+    """``plan`` reading the indexes that can serve its joins (:func:`share`), its output schema (the
+    executor's analysis, which refuses an index whose key types differ: it is then left out), and
+    the names of the indexes it reads."""
+    skip: frozenset[int] = frozenset()
+    while True:
+        shared, names = share(plan, catalog, skip)
+        try:
+            return shared, executor.output_schema(shared, catalog.tables), names
+        except IndexMismatch as exc:
+            skip |= {exc.index}
+
+
+def share(plan: P.Materialize, catalog: Catalog, skip: frozenset[int] = frozenset(),
+          only: frozenset[int] | None = None) -> tuple[P.Materialize, tuple[str, ...]]:
+    """``plan`` with each join side that can read an index reading it (indexes whose id is in
+    ``skip`` excepted; with ``only``, those indexes alone: a stored plan's, to derive it again);
+    and the names of the indexes it reads."""
+    reads = Counter(s.table for s in P.sources(plan))
+    used: list[str] = []
+
+    def walk(node: P.Node) -> P.Node:
+        if isinstance(node, P.Source):
+            return node
+        if isinstance(node, P.Join):
+            node = dataclasses.replace(node, left=walk(node.left), right=walk(node.right))
+            lifted: list[exp.Expression] = []
+            for side in (0, 1):
+                node = _side(node, side, lifted)
+            for predicate in lifted:
+                node = P.Filter(node, predicate)
+            return node
+        if isinstance(node, P.Union):
+            return dataclasses.replace(node, inputs=tuple(walk(i) for i in node.inputs))
+        return dataclasses.replace(node, input=walk(node.input))
+
+    def _side(node: P.Join, side: int, lifted: list[exp.Expression]) -> P.Join:
+        """``node`` with side ``side`` reading an index if one serves it. An inner join's filters
+        on that side move above the join (same rows out), so the side is the table's rows."""
+        below, keys = (node.left, node.left_keys) if side == 0 else (node.right, node.right_keys)
+        predicates = []
+        while isinstance(below, P.Filter) and node.kind == "inner":
+            predicates.append(below.predicate)
+            below = below.input
+        if not isinstance(below, P.Source) or not keys or reads[below.table] != 1:
+            return node
+        srcs = dict(below.columns)
+        if len(set(srcs.values())) != len(srcs) or not all(isinstance(k, exp.Column) and k.name in srcs for k in keys):
+            return node
+        names = [srcs[k.name] for k in keys]
+        for index in sorted(catalog.indexes.values(), key=lambda i: i.name):
+            if index.table != below.table or index.id in skip or (only is not None and index.id not in only) \
+                    or len(set(names)) != len(names) \
+                    or sorted(index.columns) != sorted(names):
+                continue
+            order = [names.index(c) for c in index.columns]  # the join's keys in the index's order
+            shared = (index.id, node.shared[1]) if side == 0 else (node.shared[0], index.id)
+            used.append(index.name)
+            lifted.extend(reversed(predicates))
+            return dataclasses.replace(node, left=below if side == 0 else node.left,
+                                       right=below if side == 1 else node.right,
+                                       left_keys=tuple(node.left_keys[i] for i in order),
+                                       right_keys=tuple(node.right_keys[i] for i in order), shared=shared)
+        return node
+
+    out = walk(plan)
+    assert isinstance(out, P.Materialize)
+    return out, tuple(dict.fromkeys(used))
