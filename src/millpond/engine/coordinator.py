@@ -13,6 +13,9 @@ step point here by number.
    takes no part in the job and only its offsets advance (step 5). *Batch mode*: a new view's or
    flow's first epoch reads a keyed table as its committed rows at ``v`` (step 2) plus the log
    from the table's own offset in ``v`` — not its whole log (:meth:`Coordinator._batch_starts`).
+   *Indexes*: a view that reads a table through an index (:mod:`millpond.sql.indexes`) starts
+   reading the table where the index holds it, and from then on both read the same ranges, so
+   the index at ``v`` is the table as of the view's offset (checked in every epoch).
 2. **Pin the input version.** Apply finished compactions (store maintenance), then take the
    current manifest version ``v`` as the job's input: epoch ``e = v.epoch + 1``, a fresh attempt
    id. Every task reads state at ``v``.
