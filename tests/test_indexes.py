@@ -136,7 +136,12 @@ def test_index_ddl_and_its_errors(open_db):
         db.sql("CREATE INDEX i ON info (lower(category))")
     with pytest.raises(CatalogError, match="no table named 'nope'"):
         db.sql("CREATE INDEX i ON nope (k)")
+    described = {r["name"]: r["description"] for r in db.sql("DESCRIBE info").to_pylist()}
+    assert described["indexes"] == "info_product_idx (product)"
     db.sql("CREATE MATERIALIZED VIEW v AS " + VIEWS["inner_j"])
+    plan = db.sql("EXPLAIN MATERIALIZED VIEW v").column("plan").to_pylist()
+    assert any("right from index" in line for line in plan)
+    assert any("(the index's: right side, shared)" in line for line in plan)
     with pytest.raises(CatalogError, match="views v depend on it"):
         db.sql("DROP INDEX info_product_idx")
     with pytest.raises(CatalogError, match="no index named 'nope'"):

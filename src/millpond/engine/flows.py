@@ -127,7 +127,7 @@ def merge(store: ObjectStore, manifest: Manifest, epoch: int, attempt: str, flow
     group = list(node.group)  # the flow's rows are kept by their group's hash: one key per group
     out = out.join(delta.select(KH, *group).unique(group), on=group, how="left", nulls_equal=True)
     rows = _above(flow.name, m, out)
-    changes = step(Materialize(tuple(m.schema.names), flow.name), rows, flow.plan.node_id)
+    changes = step(Materialize(tuple(m.schema.names), flow.name, check=False), rows, flow.plan.node_id)
     return (changes.to_arrow().cast(m.schema.append(pa.field(W, pa.int64()))) if changes.height else None), marks
 
 

@@ -198,13 +198,9 @@ class Builder:
         if node.kind != "inner":  # padded rows: every column may be NULL
             schema = T.StructType([T.StructField(f.name, f.dataType, True) for f in schema])
         common = [_common_type(a, b) for a, b in zip(ltypes, rtypes)]
-        stored = {label: self._shared(side, index, keys, types, common, cols) for label, side, index, keys, types, cols in
-                  (("left", node.left, node.shared[0], node.left_keys, ltypes, lcols),
-                   ("right", node.right, node.shared[1], node.right_keys, rtypes, rcols))
-                  if index is not None}
-        if "left" in stored and self.consumer.key not in self.job.manifest.offsets and \
-                node.left.table not in P.shared_sides(node, first=True):  # a first epoch reads it whole (P.shared_sides)
-            stored["left"] = (P.state_id(self.consumer.object_id, node.node_id, "left"), stored["left"][1])  # no rows
+        stored = {label: self._shared(node, k, types, common, cols)
+                  for k, (label, types, cols) in enumerate((("left", ltypes, lcols), ("right", rtypes, rcols)))
+                  if node.shared[k] is not None}
         op = HashJoin(tuple(kcols), tuple(lcols), tuple(rcols), name=f"{self.consumer.name}#{node.node_id}",
                       kind=node.kind,
                       residual=to_duckdb(node.residual) if node.residual is not None else None,
@@ -213,13 +209,15 @@ class Builder:
         task = self._task(node.node_id, op, schema, shared={label: sid for label, (sid, _) in stored.items()})
         return both.mapInArrow(task, schema)
 
-    def _shared(self, side: P.Node, index: int, keys: tuple[exp.Expression, ...], types: list[T.DataType],
-                common: list[T.DataType], cols: list[str]) -> tuple[str, tuple[str, ...]]:
-        """A join side read from index ``index`` (``P.Join.shared``): the index's state id and the
-        table column each of the side's ``cols`` is. Checks what makes the index's rows the side's
-        state: its keys hashed as the join's (the join compares them as their own types), and the
-        index at the offset the view reads the table from."""
-        assert isinstance(side, P.Source)
+    def _shared(self, node: P.Join, k: int, types: list[T.DataType], common: list[T.DataType], cols: list[str]
+                ) -> tuple[str, tuple[str, ...]]:
+        """Side ``k`` of ``node``, read from an index (``P.Join.shared``): the state id to read it
+        from and the table column each of the side's ``cols`` is. Checks what makes the index's rows
+        the side's state: its keys hashed as the join's (the join compares them as their own
+        types), and the index at the offset the view reads the table from."""
+        side, index, keys = (node.left, node.shared[0], node.left_keys) if k == 0 else \
+            (node.right, node.shared[1], node.right_keys)
+        assert isinstance(side, P.Source) and index is not None
         t = self.tables[side.table]
         if types != common:
             error = IndexMismatch(f"index o{index} on {t.name} keeps {', '.join(k.sql() for k in keys)} as "
@@ -228,12 +226,17 @@ class Builder:
             error.index = index
             raise error
         srcs = dict(side.columns)
+        stored = tuple(srcs[c] for c in cols)
+        if self.consumer.key not in self.job.manifest.offsets and \
+                t.name not in P.shared_sides(self.consumer.plan, first=True):
+            # a first epoch reads this side's table whole, as its delta: no rows before it (the
+            # view's own state id for the side, which is never written)
+            return P.state_id(self.consumer.object_id, node.node_id, ("left", "right")[k]), stored
         start, done = self.ranges[t.channel][0], self.job.manifest.offsets.get(f"o{index}", {}).get(t.channel, 0)
-        first = self.consumer.key not in self.job.manifest.offsets
-        if start != done and not (first and t.name not in P.shared_sides(self.consumer.plan, first=True)):
+        if start != done:
             raise InvariantError(f"{self.consumer.name}: reads {t.name} from offset {start}, but its index o{index} "
                                  f"holds {t.name} up to offset {done}")
-        return P.state_id(index, 1, "rows"), tuple(srcs[c] for c in cols)
+        return P.state_id(index, 1, "rows"), stored
 
     def _arrange(self, node: P.Arrange) -> DataFrame:
         """An index's consumer: the table's delta exchanged by the index's key hash and written as

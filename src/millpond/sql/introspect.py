@@ -11,7 +11,7 @@ Each returns an Arrow table, like a query:
   read it), ``sql`` (:mod:`millpond.sql.indexes`);
 - ``DESCRIBE name``: one row per column (``name``, ``type``, ``description``: ``primary key`` for
   a key column), then one row per property of the relation, its value in ``description``:
-  ``kind``, ``primary key``, ``append only``, ``written by`` (a flow's sink) (tables), ``depends on`` and ``sql`` (views) — the
+  ``kind``, ``primary key``, ``append only``, ``written by`` (a flow's sink), ``indexes`` (tables), ``depends on`` and ``sql`` (views) — the
   shape of RisingWave's ``DESCRIBE``;
 - ``EXPLAIN ...``: one column ``plan``, one row per line (:func:`millpond.engine.explain.explain`):
   the incremental plan with its exchanges and state tables. ``EXPLAIN CREATE MATERIALIZED VIEW``
@@ -98,6 +98,9 @@ def describe(rt: Runtime, s: exp.Describe) -> pa.Table:
                  ("append only", None, "true" if rel.append_only else "false")]
         if (flow := rt.catalog.sink_of(rel.name)) is not None:
             rows.append(("written by", None, f"flow {flow.name}"))
+        indexes = sorted((i for i in rt.catalog.indexes.values() if i.table == rel.name), key=lambda i: i.name)
+        if indexes:
+            rows.append(("indexes", None, ", ".join(f"{i.name} ({', '.join(i.columns)})" for i in indexes)))
     else:
         rows = [(f.name, sql_type(f.type), None) for f in rel.schema]
         rows += [("kind", None, "materialized view"), ("depends on", None, ", ".join(rel.depends_on)),
