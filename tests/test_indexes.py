@@ -26,6 +26,7 @@ VIEWS = {
     "filtered": "SELECT v.id, i.category FROM visit v JOIN (SELECT * FROM info WHERE price > 50) i "
                 "ON v.product = i.product",
     "left_on": "SELECT v.id, i.category FROM visit v LEFT JOIN info i ON v.product = i.product AND i.price > 50",
+    "right_j": "SELECT v.id, i.product, i.category FROM visit v RIGHT JOIN info i ON v.product = i.product",
 }
 
 
@@ -91,8 +92,8 @@ def test_views_reading_an_index_equal_duckdb_under_random_changes_and_restarts(o
     views = {**VIEWS, "before_index": VIEWS["inner_j"]}
     shown = db.sql("SHOW INDEXES").to_pylist()
     assert {r["name"]: r["read_by"] for r in shown} == {
-        "info_product": "agg, full_j, inner_j, left_j",
-        "visit_product": "agg, filtered, full_j, inner_j, left_j, left_on"}
+        "info_product": "agg, full_j, inner_j, left_j, right_j",
+        "visit_product": "agg, filtered, full_j, inner_j, left_j, left_on, right_j"}
     for epoch in range(14):
         for s in _statements(rng, next_id):
             db.sql(s)
@@ -102,17 +103,19 @@ def test_views_reading_an_index_equal_duckdb_under_random_changes_and_restarts(o
         if epoch == 6:  # a restart: the views go on reading the indexes from the committed version
             db.close()
             db = open_db()
-        if epoch == 9:  # a view created over tables that hold data reads the index from its offset
-            db.sql("CREATE MATERIALIZED VIEW late AS " + VIEWS["left_j"])
-            views["late"] = VIEWS["left_j"]
+        if epoch == 9:  # views created over tables that hold data read the indexes from their offsets
+            for name in ("left_j", "full_j", "right_j", "left_on", "agg"):  # a preserved side's rows are read whole
+                db.sql(f"CREATE MATERIALIZED VIEW late_{name} AS {VIEWS[name]}")
+                views[f"late_{name}"] = VIEWS[name]
     assert db.sql("SELECT count(*) AS n FROM inner_j").column("n")[0].as_py() > 0
-    for name in ("left_j", "full_j", "agg", "late"):  # both sides read indexes: no join state at all
+    for name in ("left_j", "full_j", "right_j", "agg", "late_left_j", "late_full_j", "late_right_j", "late_agg"):
+        # both sides read indexes: no join state at all
         assert _own_sides(db, name) == set(), f"{name} keeps a join side of its own"
     assert _own_sides(db, "before_index") == {"left", "right"}
     # an inner join's filters move above it; an outer join's padded side filters first, and a
     # subquery's side computes (a projection): they keep their own
     assert _own_sides(db, "inner_j") == set()
-    assert _own_sides(db, "left_on") == _own_sides(db, "filtered") == {"right"}
+    assert _own_sides(db, "left_on") == _own_sides(db, "late_left_on") == _own_sides(db, "filtered") == {"right"}
     assert all(r["state_bytes"] > 0 for r in db.sql("SHOW INDEXES").to_pylist())
 
 

@@ -234,17 +234,23 @@ def sources(node: Node) -> list[Source]:
 
 def shared_sides(node: Node, *, first: bool = False) -> dict[str, int]:
     """The tables ``node`` reads through an index (table -> index id): a join side that is the
-    table's :class:`Source`. In a view's ``first`` epoch, a join whose sides both read indexes
-    reads its left side as if it had no rows yet (its whole table as this epoch's delta, so the
-    epoch emits every match the view starts with): that side is not listed."""
+    table's :class:`Source`. In a view's ``first`` epoch, the join's output so far must be empty:
+    a side that the join preserves (the left of a LEFT or FULL join, the right of a RIGHT or FULL
+    one) and the left of a join whose sides both read indexes are read as having no rows yet (their
+    whole table is this epoch's delta, so the epoch emits every row the view starts with): they
+    are not listed."""
     out = {}
     todo = [node]
     while todo:
         n = todo.pop()
         if isinstance(n, Join):
-            both = first and None not in n.shared
+            whole: set[int] = set()
+            if first:
+                whole = {k for k, kinds in ((0, ("left", "full")), (1, ("right", "full"))) if n.kind in kinds}
+                if n.kind == "inner" and None not in n.shared:
+                    whole = {0}
             out.update({side.table: i for k, (side, i) in enumerate(zip((n.left, n.right), n.shared))
-                        if i is not None and not (both and k == 0)})
+                        if i is not None and k not in whole})
         todo.extend(inputs(n))
     return out
 
