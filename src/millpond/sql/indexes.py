@@ -7,11 +7,12 @@ the index's table joined on exactly the index's columns (in any order: the join'
 the index's order), instead of keeping that side's rows itself: ten views joining one table keep
 one copy of it. The choice is made once, at ``CREATE MATERIALIZED VIEW``, and stored in the view's
 plan (:attr:`~millpond.engine.plan.Join.shared`); the view then depends on the index, which cannot
-be dropped while it does. An inner join's filters on such a side are applied after the join
-instead (the same rows come out, and the side is then the table's rows). Not chosen: an outer
-join's side that filters or computes before the join (its rows are not the table's), a table the
-view reads twice, and keys whose type differs from the other side's (the hashes would not meet:
-:class:`~millpond.errors.IndexMismatch`).
+be dropped while it does. A side may be a subquery or CTE that only selects and renames the
+table's columns; its filters are applied after the join instead where the same rows come out (an
+inner join's sides, an outer join's preserved side), and the side is then the table's rows. Not
+chosen: a side that computes before the join, an outer join's padded side that filters first
+(the filter decides which rows are padded), a table the view reads twice, and keys whose type
+differs from the other side's (the hashes would not meet: :class:`~millpond.errors.IndexMismatch`).
 """
 
 from __future__ import annotations
@@ -69,15 +70,16 @@ def share(plan: P.Materialize, catalog: Catalog, skip: frozenset[int] = frozense
         return dataclasses.replace(node, input=walk(node.input))
 
     def _side(node: P.Join, side: int, lifted: list[exp.Expression]) -> P.Join:
-        """``node`` with side ``side`` reading an index if one serves it. An inner join's filters
-        on that side move above the join (same rows out), so the side is the table's rows."""
-        below, keys = (node.left, node.left_keys) if side == 0 else (node.right, node.right_keys)
-        predicates = []
-        while isinstance(below, P.Filter) and node.kind == "inner":
-            predicates.append(below.predicate)
-            below = below.input
-        if not isinstance(below, P.Source) or not keys or reads[below.table] != 1:
+        """``node`` with side ``side`` reading an index if one serves it. Filters on that side
+        move above the join where that keeps its meaning, so the side is the table's rows."""
+        top, keys = (node.left, node.left_keys) if side == 0 else (node.right, node.right_keys)
+        # a filter on a side whose every row is kept (both of an inner join, the preserved side of
+        # an outer one) commutes with the join; on a padded side it decides which rows are padded
+        lift = node.kind == "inner" or (node.kind, side) in (("left", 0), ("right", 1))
+        flat = _flatten(top, lift=lift)
+        if flat is None or not keys or reads[flat[0].table] != 1:
             return node
+        below, predicates = flat
         srcs = dict(below.columns)
         if len(set(srcs.values())) != len(srcs) or not all(isinstance(k, exp.Column) and k.name in srcs for k in keys):
             return node
@@ -90,7 +92,7 @@ def share(plan: P.Materialize, catalog: Catalog, skip: frozenset[int] = frozense
             order = [names.index(c) for c in index.columns]  # the join's keys in the index's order
             shared = (index.id, node.shared[1]) if side == 0 else (node.shared[0], index.id)
             used.append(index.name)
-            lifted.extend(reversed(predicates))
+            lifted.extend(predicates)
             return dataclasses.replace(node, left=below if side == 0 else node.left,
                                        right=below if side == 1 else node.right,
                                        left_keys=tuple(node.left_keys[i] for i in order),
@@ -100,3 +102,38 @@ def share(plan: P.Materialize, catalog: Catalog, skip: frozenset[int] = frozense
     out = walk(plan)
     assert isinstance(out, P.Materialize)
     return out, tuple(dict.fromkeys(used))
+
+
+def _flatten(node: P.Node, *, lift: bool) -> tuple[P.Source, list[exp.Expression]] | None:
+    """A join side as the table it reads, when it is one: a :class:`~millpond.engine.plan.Source`
+    under projections that only rename or drop columns (a subquery's or CTE's ``SELECT a, b``) and,
+    if ``lift``, filters — as a Source with the side's own column names, and the filters over those
+    names (bottom first). None when the side computes anything, or filters on a column it drops."""
+    names = {c: c for c in _columns(node)}  # this level's name -> the side's name
+    predicates: list[exp.Expression] = []
+    while not isinstance(node, P.Source):
+        if isinstance(node, P.Project) and all(isinstance(e, exp.Column) and not e.table for e, _ in node.exprs):
+            below: dict[str, str] = {}
+            for e, out in node.exprs:
+                if out in names:
+                    below.setdefault(e.name, names[out])
+            names = below
+        elif isinstance(node, P.Filter) and lift:
+            cols = {c.name for c in node.predicate.find_all(exp.Column)}
+            if not cols <= set(names) or any(c.table for c in node.predicate.find_all(exp.Column)):
+                return None
+            predicates.insert(0, node.predicate.transform(
+                lambda n: exp.column(names[n.name], quoted=True) if isinstance(n, exp.Column) else n))
+        else:
+            return None
+        node = node.input
+    return P.Source(node.table, tuple((names[out], src) for out, src in node.columns if out in names)), predicates
+
+
+def _columns(node: P.Node) -> list[str]:
+    """Output columns of a side made of projections and filters over a Source."""
+    while isinstance(node, P.Filter):
+        node = node.input
+    if isinstance(node, P.Project):
+        return [out for _, out in node.exprs]
+    return [out for out, _ in node.columns] if isinstance(node, P.Source) else []
