@@ -337,7 +337,7 @@ class Runtime:
 
     def epochs(self) -> pa.Table:
         """``millpond_epochs``: the epochs this process committed (the last 1,000), one row per
-        table or view that ran in each: records read, changes out (views), state bytes after it."""
+        table, index or view that ran in each: records read, changes out (views), state bytes after it."""
         return pa.Table.from_pylist(list(self._history), schema=_EPOCHS_SCHEMA)
 
     def _state_bytes(self, consumer: Consumer) -> int:
