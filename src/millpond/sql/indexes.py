@@ -20,9 +20,8 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 
-from sqlglot import exp
-
 import pyarrow as pa
+from sqlglot import exp
 
 from millpond.catalog import Catalog
 from millpond.engine import plan as P
