@@ -29,8 +29,8 @@ __all__ = ["Column", "TableDef", "ViewDef", "FlowDef", "FunctionDef", "IndexDef"
 # 2: views carry their CREATE statement as written and their bound plan (1: a re-generated query);
 # 3: APPEND ONLY tables (written only when there is one, so other roots stay readable by format 2);
 # 4: SQL functions (written only when there is one); 5: flows (likewise); 6: SET retention (likewise);
-# 7: indexes (likewise)
-FORMAT = 7
+# 7: indexes (likewise); 8: partial views (likewise)
+FORMAT = 8
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,8 @@ class ViewDef:
     depends_on: tuple[str, ...]
     plan: dict | None = None  # the encoded plan (millpond.engine.plan.encode); None in format 1
     on_error: str = "fail"  # a data error (e.g. division by zero): "fail" isolates the view, "null" yields NULL
+    # a partial view (millpond.engine.partial): {"key": its key column, "max_keys": its budget}
+    partial: dict | None = field(default=None, kw_only=True)
 
     @property
     def schema(self) -> pa.Schema:
@@ -202,9 +204,9 @@ class Catalog:
         return replace(self, next_id=self.next_id + 1, tables={**self.tables, name: t})
 
     def with_view(self, name: str, sql: str, schema: pa.Schema, depends_on: tuple[str, ...], plan: dict | None,
-                  *, on_error: str = "fail") -> "Catalog":
+                  *, on_error: str = "fail", partial: dict | None = None) -> "Catalog":
         self._check_free(name)
-        v = ViewDef(self.next_id, name, sql, ViewDef.encode_schema(schema), depends_on, plan, on_error)
+        v = ViewDef(self.next_id, name, sql, ViewDef.encode_schema(schema), depends_on, plan, on_error, partial=partial)
         return replace(self, next_id=self.next_id + 1, views={**self.views, name: v})
 
     def with_flow(self, flow: FlowDef) -> "Catalog":
@@ -273,7 +275,7 @@ class Catalog:
         return json.dumps(
             {
                 # an append-only table has no state of its own: older versions must not open the root
-                "format": 7 if self.indexes else 6 if self.retention else 5 if self.flows else 4 if self.functions else 3 if any(
+                "format": 8 if any(v.partial for v in self.views.values()) else 7 if self.indexes else 6 if self.retention else 5 if self.flows else 4 if self.functions else 3 if any(
                     t.append_only for t in self.tables.values()) else 2,
                 "version": self.version,
                 "next_id": self.next_id,
@@ -285,7 +287,8 @@ class Catalog:
                 "views": [
                     {"id": v.id, "name": v.name, "sql": v.sql, "schema": v.schema_b64,
                      "depends_on": list(v.depends_on), "plan": v.plan,
-                     **({"on_error": v.on_error} if v.on_error != "fail" else {})}
+                     **({"on_error": v.on_error} if v.on_error != "fail" else {}),
+                     **({"partial": v.partial} if v.partial else {})}
                     for v in self.views.values()
                 ],
                 **({"functions": [f.to_json() for f in self.functions.values()]} if self.functions else {}),
@@ -315,7 +318,7 @@ class Catalog:
         }
         views = {
             v["name"]: ViewDef(v["id"], v["name"], v["sql"], v["schema"], tuple(v["depends_on"]), v.get("plan"),
-                               v.get("on_error", "fail"))
+                               v.get("on_error", "fail"), partial=v.get("partial"))
             for v in body["views"]
         }
         functions = {f["name"]: FunctionDef.from_json(f) for f in body.get("functions", [])}

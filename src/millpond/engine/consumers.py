@@ -7,16 +7,18 @@ weight, so its consumer only advances offsets and a read consolidates the log
 either: they are its flow's (the flow's rows state), so it runs no epochs while the flow exists;
 after ``DROP FLOW`` it materializes its log like any table (from where it left off, or from the
 start). An index (``CREATE INDEX``) is a consumer of its table that keeps the table's rows arranged
-by the index's columns (:class:`~millpond.engine.plan.Arrange`) for the views that read it.
+by the index's columns (:class:`~millpond.engine.plan.Arrange`) for the views that read it. A
+partial view's consumer carries its key (:mod:`millpond.engine.partial`).
 """
 
 from __future__ import annotations
 
-from millpond.catalog import Catalog, IndexDef, TableDef
+from millpond.catalog import Catalog, IndexDef, TableDef, ViewDef
 from millpond.columns import ROW_ID
 from millpond.engine import plan as P
 from millpond.engine.executor import Consumer
 from millpond.engine.flows import Expiry, shape
+from millpond.engine.partial import PartialKey, trace
 
 __all__ = ["table_plan", "index_plan", "consumers"]
 
@@ -41,10 +43,26 @@ def consumers(catalog: Catalog, view_plans: dict[str, P.Materialize]) -> list[Co
     out += [Consumer(f"o{i.id}", i.id, i.name, index_plan(i, catalog.tables[i.table]), ())
             for i in catalog.indexes.values()]
     out += [Consumer(f"o{v.id}", v.id, v.name, view_plans[v.name], tuple(v.schema.names), on_error=v.on_error,
-                     sql=v.sql)
+                     sql=v.sql, partial=_partial(catalog, v, view_plans[v.name]))
             for v in catalog.views.values()]
     out += [Consumer(f"o{f.id}", f.id, f.name, view_plans[f.name], tuple(f.schema.names), sql=f.sql, sink=f.sink,
                      expiry=Expiry(f.key, f.time_key, f.expire_micros) if f.expire_micros else None,
                      merge=shape(view_plans[f.name], f.schema, f.time_key))
             for f in catalog.flows.values()]
     return out
+
+
+def _partial(catalog: Catalog, view: ViewDef, plan: P.Materialize) -> PartialKey | None:
+    """A partial view's key, traced to the source nodes of its plan that it filters: the one its
+    key column is read from, and those joined to it on the key that are of the same type and keep
+    rows to be filled from (a table with a primary key, not a flow's sink)."""
+    if not view.partial:
+        return None
+    (first, column), *others = trace(plan, view.partial["key"])
+
+    def kind(source: P.Source, col: str) -> str:
+        return {c.name: c.type for c in catalog.tables[source.table].columns}[col]
+    sinks = {f.sink for f in catalog.flows.values()}
+    others = [(s, c) for s, c in others if kind(s, c) == kind(first, column) and catalog.tables[s.table].primary_key
+              and s.table not in sinks]
+    return PartialKey(view.partial["key"], ((first, column), *others), view.partial["max_keys"])

@@ -87,6 +87,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
+import polars as pl
 import pyarrow as pa
 import sqlglot
 from sqlglot import exp
@@ -98,15 +99,17 @@ from millpond.engine.changefeed import ChangeFeed
 from millpond.engine.executor import Consumer, EpochExecutor, EpochJob, Work
 from millpond.engine.flows import EXPIRED, SINK_OWED, expiry_floors, merge
 from millpond.engine.operators import Materialize
+from millpond.engine.partial import KEY, PartialStep, filled_state, read_filled
+from millpond.engine.partial import step as partial_step
 from millpond.engine.plan import shared_sides as _shared_sides
 from millpond.engine.plan import sources as _sources
 from millpond.engine.plan import state_id
-from millpond.errors import MillpondError
+from millpond.errors import InvariantError, MillpondError
 from millpond.log import Log, Piece
 from millpond.store.manifest import Manifest
 from millpond.store.objects import ObjectStore
 from millpond.store.sst import SstRef, describe_sst
-from millpond.store.state_table import StateTable
+from millpond.store.state_table import StateTable, write_state
 from millpond.store.store import Runner, StateStore, run_in_process
 
 __all__ = ["Coordinator", "EpochReport", "ROWS_PER_TASK", "describe_failure"]
@@ -144,13 +147,16 @@ class Coordinator:
     def manifest(self) -> Manifest:
         return self.state.manifest
 
-    def run_epoch(self, catalog: Catalog, consumers: list[Consumer]) -> EpochReport | None:
-        """Steps 1-6 of the epoch protocol (module docstring); None when no consumer has work."""
+    def run_epoch(self, catalog: Catalog, consumers: list[Consumer], wanted: Mapping[str, pa.Array] | None = None
+                  ) -> EpochReport | None:
+        """Steps 1-6 of the epoch protocol (module docstring); None when no consumer has work.
+        ``wanted``: the keys of each partial view read since its last epoch (consumer key -> keys):
+        those not filled yet are filled by this epoch (:mod:`millpond.engine.partial`)."""
         # 1. fix the input ranges
         for t in catalog.tables.values():
             self.log.create_channel(t.channel, t.log_schema, id=t.channel_id)
         _, ends = self.log.snapshot([t.channel for t in catalog.tables.values()])  # one tick: whole transactions
-        work, batch = [], {}
+        work, batch, partial = [], {}, {}
         for c in consumers:
             if c.key in self.manifest.failed or c.fed_by is not None:  # isolated / a flow's sink: sits out
                 continue
@@ -163,7 +169,11 @@ class Coordinator:
                     ranges[ch] = (self.manifest.offsets.get(f"o{i}", {}).get(ch, 0), ends[ch])
                 batch[c.key] = self._batch_starts(catalog, consumers, ranges, shared)
             new_view = (c.name in catalog.views or c.name in catalog.indexes) and c.key not in self.manifest.offsets
-            if new_view or batch.get(c.key) or any(a < b for a, b in ranges.values()):  # a new view: COUNT(*) = 0
+            if c.partial is not None:
+                partial[c.key] = self._partial_step(catalog, consumers, c, ranges, (wanted or {}).get(c.key))
+            keys = partial.get(c.key)
+            if new_view or batch.get(c.key) or any(a < b for a, b in ranges.values()) or \
+                    (keys is not None and (len(keys[0].fill) or len(keys[0].evict))):  # a new view: COUNT(*) = 0
                 work.append((c, ranges))
         if not work:
             return None
@@ -171,7 +181,7 @@ class Coordinator:
         self.state.maintain()
         epoch, attempt = self.manifest.epoch + 1, self.ids()[:12]
         job = EpochJob(self.store.root, self.store.options, epoch, attempt, self._parallelism(work), self.manifest,
-                       {k: v for k, v in batch.items() if v})
+                       {k: v for k, v in batch.items() if v}, {k: keys for k, (keys, _) in partial.items()})
         faults.point("epoch.before_job")
         # 3. the job
         try:
@@ -182,6 +192,11 @@ class Coordinator:
         except Exception as exc:  # a task failed: the epoch is not committed, nothing is visible
             raise MillpondError(f"epoch {epoch} failed and was not committed: {_cause(exc)}") from exc
         work = [(c, r) for c, r in work if c.key not in failures]
+        for c, _ in work:  # a partial view's filled keys, written with its state (engine/partial.py)
+            if c.key in partial:
+                sid = filled_state(c.object_id, c.plan)
+                write_state(self.store, paths.sst_key(job.manifest.version, epoch, job.attempt, sid, 0),
+                            partial[c.key][1], epoch, keys=(KEY,), additive=False)
         faults.point("epoch.after_job")
         # 4. this attempt's SSTs (their footers say what they hold)
         new_ssts: dict[str, list[SstRef]] = defaultdict(list)
@@ -223,6 +238,27 @@ class Coordinator:
         return EpochReport(epoch, {names[k]: v for k, v in changes.items() if v is not None},
                            {names[k]: f for k, f in failures.items()},
                            {c.name: sum(b - a for a, b in r.values()) for c, r in work})
+
+    def _partial_step(self, catalog: Catalog, consumers: list[Consumer], c: Consumer, ranges: dict[str, tuple[int, int]],
+                      wanted: pa.Array | None) -> tuple[PartialStep, pl.DataFrame]:
+        """Step 1 for a partial view (:mod:`millpond.engine.partial`): the keys it fills and evicts
+        in this epoch, and its filled state's writes. Its table's rows at the pinned version must be
+        the table as of the offset the view reads its records from: checked here."""
+        key = c.partial
+        assert key is not None
+        tables = {}
+        for source, _ in key.sources:
+            t = catalog.tables[source.table]
+            table = next(x for x in consumers if x.name == t.name)
+            start, done = ranges[t.channel][0], self.manifest.offsets.get(table.key, {}).get(t.channel, 0)
+            if start != done:
+                raise InvariantError(f"{c.name}: reads {t.name} from offset {start}, but {t.name}'s rows are as of "
+                                     f"offset {done}: its keys cannot be filled from them")
+            tables[t.name] = table.key
+        filled = read_filled(self.store, self.manifest, c.object_id, c.plan)
+        after, fill, evict, writes = partial_step(filled, wanted, key.max_keys, self.manifest.epoch + 1,
+                                                  catalog.tables[key.table].schema.field(key.source_column).type)
+        return PartialStep(tables, after, fill, evict), writes
 
     # -- fault isolation (module docstring) ------------------------------------------------------
     def _batch_starts(self, catalog: Catalog, consumers: list[Consumer], ranges: dict[str, tuple[int, int]],

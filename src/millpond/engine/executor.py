@@ -16,6 +16,7 @@ import pyarrow as pa
 from millpond.catalog import TableDef
 from millpond.engine import plan as P
 from millpond.engine.flows import Expiry, Merge
+from millpond.engine.partial import PartialKey, PartialStep
 from millpond.log import Piece
 from millpond.store.manifest import Manifest
 
@@ -38,6 +39,7 @@ class Consumer:
     expiry: Expiry | None = None  # a flow's EXPIRE AFTER
     merge: Merge | None = None  # a flow whose trigger merges Spark's partial aggregates on the driver
     fed_by: str | None = None  # a flow's sink table: the flow's key (its rows are the flow's; it runs no epochs)
+    partial: PartialKey | None = None  # a partial view's key (millpond.engine.partial)
 
 
 Ranges = dict[str, tuple[int, int]]  # channel -> [start, stop) of this epoch
@@ -58,6 +60,8 @@ class EpochJob:
     # consumer -> {channel: the table's consumer}: a new view's or flow's first epoch starts from the
     # table's rows in ``manifest`` and reads its log from that consumer's offset on (batch mode)
     batch: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # consumer -> the keys a partial view reads its table for, fills and evicts in this epoch
+    partial: Mapping[str, PartialStep] = field(default_factory=dict)
 
 
 class EpochExecutor(Protocol):

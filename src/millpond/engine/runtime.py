@@ -27,7 +27,8 @@ from millpond.engine.consumers import consumers
 from millpond.engine.coordinator import Coordinator, EpochReport, describe_failure
 from millpond.engine.flows import SINK_OWED
 from millpond.engine.executor import Consumer
-from millpond.errors import CatalogError, MillpondError, RetentionError
+from millpond.engine.partial import filled_rows, missing, read_filled
+from millpond.errors import CatalogError, MillpondError, RetentionError, SqlError
 from millpond.log import Channel, Log
 
 __all__ = ["Runtime", "SYSTEM_VIEWS"]
@@ -50,6 +51,7 @@ class Runtime:
         self.implicit_flush = False  # every INSERT, UPDATE and DELETE statement flushes (SET implicit_flush)
         self._history: deque[dict] = deque(maxlen=HISTORY)  # one row per (epoch, consumer that ran)
         self._plans: dict[int, P.Materialize] = {}  # decoded view plans by view id
+        self._wanted: dict[str, pa.Array] = {}  # partial view -> keys read since it last ran (engine/partial.py)
         self._install(catalog)
 
     @property
@@ -94,9 +96,11 @@ class Runtime:
         each flow's changes written into its sink."""
         started = time.perf_counter()
         self.settle_sinks()
-        report = self.coordinator.run_epoch(self.catalog, self.consumers)
+        report = self.coordinator.run_epoch(self.catalog, self.consumers, self._wanted)
         if report is None:
             return None
+        for name in report.rows_in:  # a partial view that ran has filled and marked the keys read
+            self._wanted.pop(self._by_name[name].key, None)
         for c in self.consumers:
             if c.sink is not None and (change := report.changes.get(c.name)) is not None and change.num_rows:
                 faults.point("flow.before_sink")
@@ -127,6 +131,35 @@ class Runtime:
         while (report := self.run_epoch()) is not None:
             reports.append(report)
         return reports
+
+    # -- partial views (engine/partial.py) ---------------------------------------------------------
+    def fill(self, name: str, keys: pa.Array) -> None:
+        """An upquery: make partial view ``name`` hold ``keys`` (values of its key column). Keys it
+        does not hold yet are filled by an epoch run now; every key is marked read (the least
+        recently read keys are evicted first)."""
+        with self.lock:
+            c = self._by_name[name]
+            assert c.partial is not None
+            t = self.catalog.tables[c.partial.table]
+            kind = t.schema.field(c.partial.source_column).type
+            try:
+                keys = keys.cast(kind)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise SqlError(f"partial view {name!r}: a value of its key {c.partial.column!r} must be of type "
+                               f"{kind}: {exc}") from None
+            before = self._wanted.get(c.key)
+            self._wanted[c.key] = keys if before is None else pa.concat_arrays([before, keys])
+            if c.key in self.coordinator.manifest.failed:
+                return  # its rows stay as of its last good epoch (reading it says why)
+            if len(missing(self.filled(name), keys)):
+                self.run_epoch()
+
+    def filled(self, name: str) -> pa.Array:
+        """The keys partial view ``name`` holds at the last committed epoch."""
+        c = self._by_name[name]
+        assert c.partial is not None
+        kind = self.catalog.tables[c.partial.table].schema.field(c.partial.source_column).type
+        return filled_rows(read_filled(self.coordinator.store, self.coordinator.manifest, c.object_id, c.plan), kind)
 
     # -- flows' sinks (the coordinator's module docstring, "Flows") --------------------------------
     def settle_sinks(self) -> None:

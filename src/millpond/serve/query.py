@@ -33,6 +33,7 @@ def answer(rt: Runtime, query: exp.Expression, *, hidden: bool = False) -> pa.Ta
     try:
         ctes = {c.alias_or_name for c in query.find_all(exp.CTE)}
         query, registered = _as_of(rt, query, con, ctes)
+        _upqueries(rt, query, ctes)
         for name in {t.name for t in query.find_all(exp.Table) if isinstance(t.this, exp.Identifier)} - ctes:
             if name not in registered:
                 con.register(name, rt.snapshot(name, hidden=hidden))
@@ -43,6 +44,52 @@ def answer(rt: Runtime, query: exp.Expression, *, hidden: bool = False) -> pa.Ta
         return result if hidden else _shown(result)
     finally:
         con.close()
+
+
+def _upqueries(rt: Runtime, query: exp.Expression, ctes: set[str]) -> None:
+    """Each partial view the query reads (:mod:`millpond.engine.partial`) must be read by its key:
+    the keys its WHERE names are filled first (an upquery, :meth:`Runtime.fill`)."""
+    for table in query.find_all(exp.Table):
+        view = rt.catalog.views.get(table.name)
+        if table.name in ctes or view is None or not view.partial:
+            continue
+        column, select = view.partial["key"], table.find_ancestor(exp.Select)
+        keys = _keys(select, table.alias_or_name, column) if select is not None else None
+        if keys is None:
+            raise SqlError(f"{table.name!r} is a partial view: it is read by its key {column!r} — add "
+                           f"WHERE {column} = <value> or {column} IN (<values>) (a condition the WHERE ANDs "
+                           "with the rest); to read all of it, create it without partial = true")
+        rt.fill(table.name, keys)
+
+
+def _keys(select: exp.Select, alias: str, column: str) -> pa.Array | None:
+    """The values ``alias.column`` is compared equal to in a conjunct of ``select``'s WHERE."""
+    where = select.args.get("where")
+    conjuncts = list(where.this.flatten()) if where is not None and isinstance(where.this, exp.And) else \
+        [where.this] if where is not None else []
+
+    def ours(e: exp.Expression) -> bool:
+        return isinstance(e, exp.Column) and e.name == column and e.table in ("", alias)
+
+    def value(e: exp.Expression):  # noqa: ANN202
+        while isinstance(e, (exp.Cast, exp.Paren)):
+            e = e.this
+        if isinstance(e, exp.Neg) and isinstance(e.this, exp.Literal):
+            return -e.this.to_py()
+        if isinstance(e, exp.Literal):
+            return e.to_py()
+        raise ValueError(e)
+    for c in conjuncts:
+        while isinstance(c, exp.Paren):
+            c = c.this
+        try:
+            if isinstance(c, exp.EQ) and (ours(c.this) or ours(c.expression)):
+                return pa.array([value(c.expression if ours(c.this) else c.this)])
+            if isinstance(c, exp.In) and ours(c.this) and c.expressions:
+                return pa.array([value(e) for e in c.expressions])
+        except (ValueError, pa.ArrowInvalid, pa.ArrowTypeError):
+            continue
+    return None
 
 
 def _as_of(rt: Runtime, query: exp.Expression, con: duckdb.DuckDBPyConnection, ctes: set[str]

@@ -75,12 +75,39 @@ class Builder:
         scan = (t.channel, start, stop)
         if scan not in self.scans:  # one source per channel range and epoch: each costs planning on the driver
             self.scans[scan] = self._scan(t, start, stop)
+        partial = self.consumer.partial
+        for source, column in partial.sources if partial is not None else ():
+            if node is source:
+                return self._partial(t, column, self.scans[scan]).selectExpr(*_renames(node.columns), W)
         table = self.job.batch.get(self.consumer.key, {}).get(t.channel)
         if table is not None:  # batch mode (coordinator, step 1): the table's rows, then its log from there
             if (*scan, table) not in self.scans:
                 self.scans[(*scan, table)] = self.scans[scan].unionByName(self._rows(t, table))
             scan = (*scan, table)
         return self.scans[scan].selectExpr(*_renames(node.columns), W)
+
+    def _partial(self, t: TableDef, key: str, delta: DataFrame) -> DataFrame:
+        """A partial view's table (:mod:`millpond.engine.partial`), filtered on its column ``key``:
+        its new records of the keys filled after this epoch, and its rows of the keys this epoch
+        fills (as inserts) and evicts (as deletes), read from its rows state at the pinned version."""
+        step = self.job.partial.get(self.consumer.key)
+        column = _quote(key).replace("{", "{{").replace("}", "}}")
+        ddl = f"_pk {spark_ddl_type({c.name: c.type for c in t.columns}[key])}"
+
+        def among(df: DataFrame, keys: pa.Array) -> DataFrame | None:
+            if not len(keys):
+                return None
+            wanted = self.spark.createDataFrame(pa.table({"_pk": keys}), ddl)
+            return self.spark.sql(f"SELECT * FROM {{df}} WHERE {column} IN (SELECT _pk FROM {{keys}})", df=df,
+                                  keys=wanted)
+        parts = [among(delta, step.filled)] if step is not None else []
+        if step is not None and (len(step.fill) or len(step.evict)):
+            rows = self._rows(t, step.table_keys[t.name])
+            parts.append(among(rows, step.fill))
+            if (evicted := among(rows, step.evict)) is not None:
+                parts.append(evicted.selectExpr(*[_quote(c) for c in evicted.columns if c != W], f"-{W} AS {W}"))
+        parts = [p for p in parts if p is not None]
+        return reduce(DataFrame.unionByName, parts) if parts else self.spark.createDataFrame([], _ddl(t))
 
     def _rows(self, t: TableDef, key: str) -> DataFrame:
         """The committed rows of ``t`` (its consumer ``key``'s rows state in the job's version) as

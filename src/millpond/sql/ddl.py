@@ -10,12 +10,15 @@ from __future__ import annotations
 import warnings
 from dataclasses import replace
 
+import pyarrow as pa
 from sqlglot import exp
 
 from millpond.catalog import Column, Retention, index_dependency
 from millpond.catalog.types import normalize_type
 from millpond.columns import RESERVED_PREFIX
 from millpond.engine import plan as P
+from millpond.engine.partial import DEFAULT_MAX_KEYS, NotPartial
+from millpond.engine.partial import trace as partial_trace
 from millpond.engine.runtime import Runtime
 from millpond.errors import CatalogError, MillpondError, MillpondNotice, SqlError
 from millpond.sql import functions
@@ -98,34 +101,80 @@ def _create_view(rt: Runtime, s: exp.Create) -> None:
     name = (s.this.this if isinstance(s.this, exp.Schema) else s.this).name
     if s.args.get("exists") and name in rt.catalog.views:
         return
-    on_error = _on_error_property(name, props, rt.on_error)
+    on_error, options = _view_options(name, props, rt.on_error)
     plan, depends = plan_view(view_definition(s), rt.catalog)
-    plan, schema, indexes = choose(plan, rt.catalog, rt.coordinator.executor)  # the indexes its joins read
+    # the indexes its joins read (a partial view reads none: its inputs are restricted to its keys)
+    plan, schema, indexes = choose(plan, rt.catalog, rt.coordinator.executor,
+                                   skip=frozenset(i.id for i in rt.catalog.indexes.values()) if options.get("partial")
+                                   else frozenset())
     depends = (*depends, *map(index_dependency, indexes))
     if isinstance(s.this, exp.Schema) and len(s.this.expressions) > len(schema):
         raise SqlError(f"view {name!r}: too many column names were specified ({len(s.this.expressions)} "
                        f"for {len(schema)} columns)")
-    rt.commit_catalog(rt.catalog.with_view(name, source(s), schema, depends, P.encode(plan), on_error=on_error))
+    partial = _partial(rt, name, plan, schema, options)
+    rt.commit_catalog(rt.catalog.with_view(name, source(s), schema, depends, P.encode(plan), on_error=on_error,
+                                           partial=partial))
 
 
 ON_ERROR = ("fail", "null")
+VIEW_OPTIONS = "WITH (on_error = 'fail' | 'null', partial = true | false, partial_key = '<column>', max_keys = <n>)"
 
 
-def _on_error_property(view: str, props: exp.Properties, default: str) -> str:
-    """``WITH (on_error = 'fail' | 'null')``: what a data error in the view's expressions does
-    (README, "When a view fails"); any other view option is refused."""
-    found = default
+def _view_options(view: str, props: exp.Properties, default: str) -> tuple[str, dict]:
+    """``WITH (...)`` of a view: what a data error in its expressions does (``on_error``, README
+    "When a view fails"), and the partial view options (``partial``, ``partial_key``,
+    ``max_keys``); any other view option is refused."""
+    found, options = default, {}
     for p in props.expressions:
         if isinstance(p, exp.MaterializedProperty):
             continue
-        value = p.args.get("value")
-        if isinstance(p, exp.Property) and p.name.lower() == "on_error" and isinstance(value, exp.Literal) \
-                and value.is_string and value.this.lower() in ON_ERROR:
+        value, key = p.args.get("value"), p.name.lower() if isinstance(p, exp.Property) else ""
+        if key == "on_error" and isinstance(value, exp.Literal) and value.is_string \
+                and value.this.lower() in ON_ERROR:
             found = value.this.lower()
+        elif key == "partial" and isinstance(value, exp.Boolean):
+            options["partial"] = bool(value.this)
+        elif key == "partial_key" and isinstance(value, exp.Literal) and value.is_string:
+            options["key"] = value.this
+        elif key == "max_keys" and isinstance(value, exp.Literal) and not value.is_string \
+                and value.this.isdigit() and int(value.this) > 0:
+            options["max_keys"] = int(value.this)
         else:
-            raise SqlError(f"view {view!r}: unsupported view option {p.sql('postgres')!r} "
-                           "(known: WITH (on_error = 'fail' | 'null'))")
-    return found
+            raise SqlError(f"view {view!r}: unsupported view option {p.sql('postgres')!r} (known: {VIEW_OPTIONS})")
+    return found, options
+
+
+def _partial(rt: Runtime, view: str, plan: P.Materialize, schema, options: dict) -> dict | None:  # noqa: ANN001
+    """A partial view's catalog entry (:mod:`millpond.engine.partial`): its key column (``partial_key``,
+    or the first output column that can be one) and budget; None for a full view."""
+    if not options.get("partial"):
+        if set(options) - {"partial"}:
+            raise SqlError(f"view {view!r}: {', '.join(sorted(set(options) - {'partial'}))} needs "
+                           "WITH (partial = true)")
+        return None
+    wanted = options.get("key")
+    if wanted is not None and wanted not in schema.names:
+        raise SqlError(f"view {view!r}: partial_key {wanted!r} is not one of its columns ({', '.join(schema.names)})")
+    reasons = []
+    for column in [wanted] if wanted is not None else schema.names:
+        try:
+            source, table_column = partial_trace(plan, column)[0]
+        except NotPartial as exc:
+            reasons.append(f"{column!r}: {exc}")
+            continue
+        t = rt.catalog.tables[source.table]
+        kind = {c.name: c.type for c in t.columns}[table_column]
+        if not t.primary_key or source.table in {f.sink for f in rt.catalog.flows.values()}:
+            reasons.append(f"{column!r}: its table {t.name!r} keeps no rows to fill keys from (a partial view's key "
+                           "must come from a table with a PRIMARY KEY that is not a flow's sink)")
+            continue
+        if kind in ("INTERVAL", "JSONB") or pa.types.is_nested(schema.field(column).type):
+            reasons.append(f"{column!r}: a {kind} key is not supported")
+            continue
+        return {"key": column, "max_keys": options.get("max_keys", DEFAULT_MAX_KEYS)}
+    raise SqlError(f"view {view!r} cannot be partial: no column is a key that its rows can be filled by "
+                   f"({'; '.join(reasons)}). A partial key is a column of one table passed through unchanged: "
+                   "a group key of every GROUP BY, in every PARTITION BY, from a side no outer join pads")
 
 
 def _create_index(rt: Runtime, s: exp.Create) -> None:

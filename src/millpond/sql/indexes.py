@@ -31,12 +31,11 @@ from millpond.errors import IndexMismatch
 __all__ = ["share", "choose"]
 
 
-def choose(plan: P.Materialize, catalog: Catalog, executor: EpochExecutor
+def choose(plan: P.Materialize, catalog: Catalog, executor: EpochExecutor, skip: frozenset[int] = frozenset()
            ) -> tuple[P.Materialize, pa.Schema, tuple[str, ...]]:
-    """``plan`` reading the indexes that can serve its joins (:func:`share`), its output schema (the
-    executor's analysis, which refuses an index whose key types differ: it is then left out), and
-    the names of the indexes it reads."""
-    skip: frozenset[int] = frozenset()
+    """``plan`` reading the indexes that can serve its joins (:func:`share`; not those in ``skip``),
+    its output schema (the executor's analysis, which refuses an index whose key types differ: it
+    is then left out), and the names of the indexes it reads."""
     while True:
         shared, names = share(plan, catalog, skip)
         try:

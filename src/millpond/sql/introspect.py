@@ -31,6 +31,7 @@ from millpond.catalog.types import sql_type
 from millpond.engine import plan as P
 from millpond.engine import runtime as runtime_module
 from millpond.engine.explain import explain as explain_plan
+from millpond.engine.partial import describe as describe_partial
 from millpond.engine.runtime import Runtime
 from millpond.errors import CatalogError, SqlError
 from millpond.sql import ddl, flows
@@ -105,6 +106,10 @@ def describe(rt: Runtime, s: exp.Describe) -> pa.Table:
         rows = [(f.name, sql_type(f.type), None) for f in rel.schema]
         rows += [("kind", None, "materialized view"), ("depends on", None, ", ".join(rel.depends_on)),
                  ("sql", None, rel.sql)]
+        consumer = next(c for c in rt.consumers if c.name == rel.name)
+        if consumer.partial is not None:
+            rows.append(("partial", None, describe_partial(consumer.partial, consumer.object_id, consumer.plan,
+                                                           len(rt.filled(rel.name)))))
     return _describe_table(rows)
 
 
@@ -116,8 +121,13 @@ def explain(rt: Runtime, s: exp.Command) -> pa.Table:
         view = rt.catalog.views.get(name)
         if view is None:
             raise CatalogError(f"no materialized view named {name!r} (known: {', '.join(sorted(rt.catalog.views)) or 'none'})")
-        return _plan_table(explain_plan(P.decode(view.plan), object_id=view.id, name=view.name)
-                           if view.plan is not None else [f"view {view.name}: no stored plan"])
+        if view.plan is None:
+            return _plan_table([f"view {view.name}: no stored plan"])
+        lines = explain_plan(P.decode(view.plan), object_id=view.id, name=view.name)
+        consumer = next(c for c in rt.consumers if c.name == view.name)
+        if consumer.partial is not None:
+            lines.insert(1, describe_partial(consumer.partial, view.id, consumer.plan))
+        return _plan_table(lines)
     statements = parse(text)
     create = statements[0] if len(statements) == 1 else None
     props = create.args.get("properties") if isinstance(create, exp.Create) else None
