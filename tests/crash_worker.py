@@ -43,6 +43,7 @@ def setup_statements() -> list[tuple[str, str, str]]:
             out.append(("table", parse(text)[0].this.this.name, text))
     out += [("index", name, sql) for name, sql in workload.INDEXES.items()]
     out += [("view", name, f"CREATE MATERIALIZED VIEW {name} AS {sql}") for name, sql in workload.VIEWS.items()]
+    out += [("view", name, sql) for name, sql in workload.partial_views().items()]
     out += [("flow", name, f"CREATE FLOW {name} SINK TO {sink} AS {sql}")
             for name, (sink, sql) in workload.FLOWS.items()]
     return out
@@ -121,6 +122,7 @@ def main(root: str, seed: int, lo: int, hi: int, stop: int) -> int:
     for i in range(resume, stop):
         workload.apply(db, plan[i])
         db.flush()
+        workload.read_partial(db, i)  # upqueries: fill and evict epochs, under the same crash points
         say(f"ACK {i + 1}")
     db.close()
     say("DONE")

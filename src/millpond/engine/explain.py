@@ -42,6 +42,9 @@ def explain(plan: P.Materialize, *, object_id: int, name: str = "view") -> list[
             counts["stateful"] += 1
             for part, spec in op.parts().items():
                 index = dict(zip(("left", "right"), node.shared)).get(part) if isinstance(node, P.Join) else None
+                if isinstance(node, P.Join) and dict(zip(("left", "right"), node.lookup)).get(part) == "stream":
+                    lines.append(f"{pad}  state none  ({part} side: the epoch's delta, kept nowhere)")
+                    continue
                 if index is not None:  # read from an index's rows, kept once by the index (sql/indexes.py)
                     lines.append(f"{pad}  state o{index}.n1.rows  (the index's: {part} side, shared)")
                     continue

@@ -27,7 +27,7 @@ from typing import Union as Union_
 from sqlglot import exp
 
 __all__ = ["Source", "Filter", "Project", "Window", "Union", "Join", "AggCall", "Aggregate", "TopN", "Frame",
-           "OverCall", "Over", "Materialize", "Arrange", "Node", "shared_sides", "state_id", "keyed_by", "sources", "encode", "decode",
+           "OverCall", "Over", "Materialize", "Arrange", "Node", "shared_sides", "indexes_read", "state_id", "keyed_by", "sources", "encode", "decode",
            "canonical", "explain", "describe", "PLAN_FORMAT"]
 
 PLAN_FORMAT = 1  # the encoding of a stored plan; another one is refused by name
@@ -93,6 +93,10 @@ class Join:
     # per side (left, right): the id of the index the side reads in place of state of its own (a
     # physical choice made when the view is created: ``millpond.sql.indexes``), or None
     shared: tuple[int | None, int | None] = (None, None)
+    # per side, in a delta join's probe (``millpond.sql.indexes``): "" (a join's side), "stream" (the
+    # epoch's delta, probing the other side; no state), "old" (an index as of before the epoch: its
+    # delta not read) or "new" (an index with the epoch's delta added)
+    lookup: tuple[str, str] = ("", "")
 
 
 AggFunc = Literal["count_star", "count", "sum", "min", "max", "count_distinct", "sum_distinct", "percentile_cont",
@@ -232,6 +236,18 @@ def sources(node: Node) -> list[Source]:
     return [s for i in inputs(node) for s in sources(i)]
 
 
+def indexes_read(node: Node) -> frozenset[int]:
+    """The ids of every index ``node`` reads."""
+    out: set[int] = set()
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        if isinstance(n, Join):
+            out.update(i for i in n.shared if i is not None)
+        todo.extend(inputs(n))
+    return frozenset(out)
+
+
 def shared_sides(node: Node, *, first: bool = False) -> dict[str, int]:
     """The tables ``node`` reads through an index (table -> index id): a join side that is the
     table's :class:`Source`. In a view's ``first`` epoch, the join's output so far must be empty:
@@ -245,7 +261,9 @@ def shared_sides(node: Node, *, first: bool = False) -> dict[str, int]:
         n = todo.pop()
         if isinstance(n, Join):
             whole: set[int] = set()
-            if first:
+            if first and any(n.lookup):  # a delta join's first epoch reads every table whole
+                whole = {0, 1}
+            elif first:
                 whole = {k for k, kinds in ((0, ("left", "full")), (1, ("right", "full"))) if n.kind in kinds}
                 if n.kind == "inner" and None not in n.shared:
                     whole = {0}
@@ -271,9 +289,10 @@ def decode(data: dict) -> Node:
 def _enc(value: Any) -> Any:
     if isinstance(value, exp.Expression):
         return {"expr": _enc_expr(value)}
-    if dataclasses.is_dataclass(value):
+    if dataclasses.is_dataclass(value):  # a field at its default is left out (a reader without it reads the plan)
         return {"node": type(value).__name__,
-                **{f.name: _enc(getattr(value, f.name)) for f in dataclasses.fields(value)}}
+                **{f.name: _enc(getattr(value, f.name)) for f in dataclasses.fields(value)
+                   if f.default is dataclasses.MISSING or getattr(value, f.name) != f.default}}
     if isinstance(value, tuple):
         return [_enc(v) for v in value]
     return value
@@ -404,6 +423,10 @@ def describe(node: Node) -> str:
         on = " AND ".join(f"{a.sql()} = {b.sql()}" for a, b in zip(node.left_keys, node.right_keys)) or "(cross)"
         residual = f" residual {node.residual.sql()}" if node.residual is not None else ""
         shared = "".join(f" {side} from index o{i}" for side, i in zip(("left", "right"), node.shared) if i is not None)
+        if any(node.lookup):  # a delta join's probe
+            index = node.shared[1]
+            return (f"Probe #{node.node_id} on {on}: the left's delta probes index o{index}"
+                    + (" as of before the epoch" if node.lookup[1] == "old" else " with the epoch's delta"))
         return f"Join #{node.node_id} {node.kind} on {on}{residual}{shared}"
     if isinstance(node, Aggregate):
         calls = ", ".join(f"{c.name} := {c.func}({c.arg or ''}"

@@ -207,6 +207,8 @@ class Builder:
 
     def _join(self, node: P.Join) -> DataFrame:
         left, right = self.build(node.left), self.build(node.right)
+        if node.lookup[1] == "old":  # a delta join's probe of an index as of before the epoch: no delta
+            right = right.where("false")
         lcols = [c for c in left.columns if c != W]
         rcols = [c for c in right.columns if c != W]
         lsql, rsql = [self._sql(k) for k in node.left_keys], [self._sql(k) for k in node.right_keys]
@@ -228,6 +230,8 @@ class Builder:
         stored = {label: self._shared(node, k, types, common, cols)
                   for k, (label, types, cols) in enumerate((("left", ltypes, lcols), ("right", rtypes, rcols)))
                   if node.shared[k] is not None}
+        if node.lookup[0] == "stream":  # a delta join's delta: no rows before it, none kept (a state never written)
+            stored["left"] = (P.state_id(self.consumer.object_id, node.node_id, "left"), tuple(lcols))
         op = HashJoin(tuple(kcols), tuple(lcols), tuple(rcols), name=f"{self.consumer.name}#{node.node_id}",
                       kind=node.kind,
                       residual=to_duckdb(node.residual) if node.residual is not None else None,

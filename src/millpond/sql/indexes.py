@@ -26,6 +26,7 @@ from sqlglot import exp
 from millpond.catalog import Catalog
 from millpond.engine import plan as P
 from millpond.engine.executor import EpochExecutor
+from millpond.engine.explain import columns as plan_columns
 from millpond.errors import IndexMismatch
 
 __all__ = ["share", "choose"]
@@ -99,7 +100,100 @@ def share(plan: P.Materialize, catalog: Catalog, skip: frozenset[int] = frozense
 
     out = walk(plan)
     assert isinstance(out, P.Materialize)
+    out = _delta_joins(out, catalog, skip, only, used)
     return out, tuple(dict.fromkeys(used))
+
+
+def _delta_joins(plan: P.Materialize, catalog: Catalog, skip: frozenset[int], only: frozenset[int] | None,
+                 used: list[str]) -> P.Materialize:
+    """``plan`` with each inner join of three tables that indexes serve as a *delta join* (seed
+    002; Materialize's): ``(A ⋈ B) ⋈ C`` where both sides of ``A ⋈ B`` and ``C`` read indexes, and the
+    table of ``A``/``B`` whose columns ``C`` is joined on has an index on those columns too. Its
+    change in an epoch is the sum of one term per input, each that input's delta probing the other
+    inputs' indexes in turn — ``dA ⋈ B ⋈ C`` + ``A' ⋈ dB ⋈ C`` + ``A' ⋈ B' ⋈ dC``, where an input before
+    the delta's in that order is read as of after the epoch (its index plus its delta: ``'``) and
+    one after it as of before — so no intermediate ``A ⋈ B`` is kept anywhere, and nothing at all
+    but the indexes. Filters between the joins move above (they commute with inner joins)."""
+    ids = [max((n.node_id for n in _nodes(plan) if hasattr(n, "node_id")), default=0)]
+
+    def new_id() -> int:
+        ids[0] += 1
+        return ids[0]
+
+    def usable(table: str, columns: list[str]):  # noqa: ANN202
+        for index in sorted(catalog.indexes.values(), key=lambda i: i.name):
+            if index.table == table and index.id not in skip and (only is None or index.id in only) \
+                    and sorted(index.columns) == sorted(columns) and len(set(columns)) == len(columns):
+                return index
+        return None
+
+    def probe(stream: P.Node, stream_keys: tuple, side: P.Source, side_keys: tuple, index, mode: str) -> P.Join:  # noqa: ANN001
+        names = [dict(side.columns)[k.name] for k in side_keys]
+        order = [names.index(c) for c in index.columns]  # the keys in the index's order
+        return P.Join(stream, side, tuple(stream_keys[i] for i in order), tuple(side_keys[i] for i in order),
+                      new_id(), "inner", shared=(None, index.id), lookup=("stream", mode))
+
+    def rewrite(j2: P.Join) -> P.Node | None:
+        if j2.kind != "inner" or any(j2.lookup) or j2.residual is not None:
+            return None
+        for m in (0, 1):  # the side of j2 that is the join of two tables
+            mid, c, mid_keys, c_keys, ic = (j2.left, j2.right, j2.left_keys, j2.right_keys, j2.shared[1]) if m == 0 \
+                else (j2.right, j2.left, j2.right_keys, j2.left_keys, j2.shared[0])
+            filters = []
+            while isinstance(mid, P.Filter):
+                filters.insert(0, mid.predicate)
+                mid = mid.input
+            if ic is None or not isinstance(c, P.Source) or not isinstance(mid, P.Join) or mid.kind != "inner" \
+                    or None in mid.shared or any(mid.lookup) or mid.residual is not None or not mid_keys \
+                    or not all(isinstance(k, exp.Column) and not k.table for k in (*mid_keys, *c_keys)):
+                continue
+            a, b = mid.left, mid.right
+            assert isinstance(a, P.Source) and isinstance(b, P.Source)
+            index = {i.id: i for i in catalog.indexes.values()}
+            ia, ib, ic_ = index[mid.shared[0]], index[mid.shared[1]], index[ic]
+            for x, y, x_keys, y_keys, iy in ((b, a, mid.right_keys, mid.left_keys, ia),
+                                             (a, b, mid.left_keys, mid.right_keys, ib)):
+                cols = dict(x.columns)
+                if not all(k.name in cols for k in mid_keys):
+                    continue
+                ix = usable(x.table, [cols[k.name] for k in mid_keys])
+                if ix is None:
+                    continue
+                terms = [
+                    probe(probe(a, mid.left_keys, b, mid.right_keys, ib, "old"), mid_keys, c, c_keys, ic_, "old"),
+                    probe(probe(b, mid.right_keys, a, mid.left_keys, ia, "new"), mid_keys, c, c_keys, ic_, "old"),
+                    probe(probe(c, c_keys, x, mid_keys, ix, "new"), x_keys, y, y_keys, iy, "new"),
+                ]
+                order = _cols(j2.left) + _cols(j2.right)
+                out: P.Node = P.Union(tuple(P.Project(t, tuple((exp.column(n, quoted=True), n) for n in order))
+                                            for t in terms))
+                for predicate in filters:
+                    out = P.Filter(out, predicate)
+                used.extend([ix.name])
+                return out
+        return None
+
+    def walk(node: P.Node) -> P.Node:
+        if isinstance(node, P.Source):
+            return node
+        if isinstance(node, P.Join):
+            node = dataclasses.replace(node, left=walk(node.left), right=walk(node.right))
+            return rewrite(node) or node
+        if isinstance(node, P.Union):
+            return dataclasses.replace(node, inputs=tuple(walk(i) for i in node.inputs))
+        return dataclasses.replace(node, input=walk(node.input))
+
+    out = walk(plan)
+    assert isinstance(out, P.Materialize)
+    return out
+
+
+def _nodes(node: P.Node) -> list[P.Node]:
+    return [node, *(n for i in P.inputs(node) for n in _nodes(i))]
+
+
+def _cols(node: P.Node) -> list[str]:
+    return list(plan_columns(node))
 
 
 def _flatten(node: P.Node, *, lift: bool) -> tuple[P.Source, list[exp.Expression]] | None:

@@ -58,7 +58,7 @@ def bind_plans(catalog: Catalog, *, mode: str = "verify") -> Catalog:
             raise CatalogError(f"{kind} {v.name!r}: its stored plan cannot be read ({exc}); open the root with "
                                "the millpond version that created it") from None
         if kind == "view":  # the indexes it was created reading (a choice made at CREATE: sql/indexes.py)
-            derived, _ = share(derived, catalog, only=frozenset(P.shared_sides(stored).values()))
+            derived, _ = share(derived, catalog, only=P.indexes_read(stored))
         diff = P.first_difference(P.canonical(stored), P.canonical(derived))
         if diff is not None:
             raise CatalogError(
