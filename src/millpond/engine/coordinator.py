@@ -16,6 +16,12 @@ step point here by number.
    *Indexes*: a view that reads a table through an index (:mod:`millpond.sql.indexes`) starts
    reading the table where the index holds it, and from then on both read the same ranges, so
    the index at ``v`` is the table as of the view's offset (checked in every epoch).
+   *Partial views* (:mod:`millpond.engine.partial`): the keys read since the view last ran are
+   filled, the least recently read evicted past its budget; the view reads its table's records of
+   its filled keys, and the table's rows at ``v`` of the keys it fills (as inserts) and evicts (as
+   deletes) — in lockstep with the table's own consumer (checked); a view with keys to fill or
+   evict runs even with no new records. Its filled keys are written by the driver with the job's
+   files (step 4 lists them).
 2. **Pin the input version.** Apply finished compactions (store maintenance), then take the
    current manifest version ``v`` as the job's input: epoch ``e = v.epoch + 1``, a fresh attempt
    id. Every task reads state at ``v``.

@@ -13,6 +13,9 @@ inner join's sides, an outer join's preserved side), and the side is then the ta
 chosen: a side that computes before the join, an outer join's padded side that filters first
 (the filter decides which rows are padded), a table the view reads twice, and keys whose type
 differs from the other side's (the hashes would not meet: :class:`~millpond.errors.IndexMismatch`).
+
+*Delta joins*: an inner join of three tables whose inputs indexes serve keeps no intermediate
+state: each input's delta probes the others' indexes (:func:`_delta_joins`).
 """
 
 from __future__ import annotations
