@@ -43,7 +43,8 @@ def consumers(catalog: Catalog, view_plans: dict[str, P.Materialize]) -> list[Co
     out += [Consumer(f"o{i.id}", i.id, i.name, index_plan(i, catalog.tables[i.table]), ())
             for i in catalog.indexes.values()]
     out += [Consumer(f"o{v.id}", v.id, v.name, view_plans[v.name], tuple(v.schema.names), on_error=v.on_error,
-                     sql=v.sql, partial=_partial(catalog, v, view_plans[v.name]))
+                     sql=v.sql, partial=_partial(catalog, v, view_plans[v.name]),
+                     views=tuple(sorted({s.table for s in P.sources(view_plans[v.name]) if s.table in catalog.views})))
             for v in catalog.views.values()]
     out += [Consumer(f"o{f.id}", f.id, f.name, view_plans[f.name], tuple(f.schema.names), sql=f.sql, sink=f.sink,
                      expiry=Expiry(f.key, f.time_key, f.expire_micros) if f.expire_micros else None,
@@ -63,6 +64,6 @@ def _partial(catalog: Catalog, view: ViewDef, plan: P.Materialize) -> PartialKey
     def kind(source: P.Source, col: str) -> str:
         return {c.name: c.type for c in catalog.tables[source.table].columns}[col]
     sinks = {f.sink for f in catalog.flows.values()}
-    others = [(s, c) for s, c in others if kind(s, c) == kind(first, column) and catalog.tables[s.table].primary_key
-              and s.table not in sinks]
+    others = [(s, c) for s, c in others if s.table in catalog.tables and kind(s, c) == kind(first, column)
+              and catalog.tables[s.table].primary_key and s.table not in sinks]
     return PartialKey(view.partial["key"], ((first, column), *others), view.partial["max_keys"])

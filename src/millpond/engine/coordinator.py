@@ -29,7 +29,10 @@ step point here by number.
 *The job* (:meth:`millpond.engine.executor.EpochExecutor.run`; on Spark:
 :mod:`millpond.spark.executor`, :mod:`millpond.spark.build`, :mod:`millpond.spark.task`):
 
-3. One job over all consumers:
+3. One job over all consumers (*views over views*: consumers that read a view's changes run in a
+   job after the view's, given its changelog; a reader's first epoch reads the view's rows at
+   ``v`` too — :meth:`millpond.spark.build.Builder._view`; a reader runs whenever a view it reads
+   does):
 
    a. read each range from the log (the driver lists the pieces: WAL frames or Parquet files);
    b. evaluate stateless nodes as the executor's expressions; exchange rows by the vnode of each
@@ -102,7 +105,7 @@ from millpond import faults, paths
 from millpond.catalog import Catalog, TableDef
 from millpond.columns import ROW_ID, W
 from millpond.engine.changefeed import ChangeFeed
-from millpond.engine.executor import Consumer, EpochExecutor, EpochJob, Work
+from millpond.engine.executor import Consumer, EpochExecutor, EpochJob, ViewInput, Work
 from millpond.engine.flows import EXPIRED, SINK_OWED, expiry_floors, merge
 from millpond.engine.operators import Materialize
 from millpond.engine.partial import KEY, PartialStep, filled_state, read_filled
@@ -148,6 +151,7 @@ class Coordinator:
         self.ids = ids
         self.state = StateStore(store, runner=compaction, ids=ids)  # recovery: resume from the last committed version
         self.changes = ChangeFeed(store)
+        self._inputs: dict[str, tuple[pa.Schema, str]] = {}  # views read by views: schema, rows state id
 
     @property
     def manifest(self) -> Manifest:
@@ -167,7 +171,7 @@ class Coordinator:
             if c.key in self.manifest.failed or c.fed_by is not None:  # isolated / a flow's sink: sits out
                 continue
             done = self.manifest.offsets.get(c.key, {})
-            channels = {catalog.tables[s.table].channel for s in _sources(c.plan)}
+            channels = {catalog.tables[s.table].channel for s in _sources(c.plan) if s.table in catalog.tables}
             ranges = {ch: (done.get(ch, 0), ends[ch]) for ch in channels}
             if c.name not in catalog.tables and c.key not in self.manifest.offsets:
                 shared = {catalog.tables[t].channel: i for t, i in _shared_sides(c.plan, first=True).items()}
@@ -181,8 +185,20 @@ class Coordinator:
             if new_view or batch.get(c.key) or any(a < b for a, b in ranges.values()) or \
                     (keys is not None and (len(keys[0].fill) or len(keys[0].evict))):  # a new view: COUNT(*) = 0
                 work.append((c, ranges))
+        idle = [(c, {ch: (self.manifest.offsets.get(c.key, {}).get(ch, 0), ends[ch])
+                     for ch in {catalog.tables[s.table].channel for s in _sources(c.plan) if s.table in catalog.tables}})
+                for c in consumers if c.views and c.key not in self.manifest.failed]
+        while True:  # a view reading a view that runs runs too (after it: _run), to read its changes
+            running = {c.name for c, _ in work}
+            more = [w for w in idle if w[0].name not in running and running & set(w[0].views)]
+            if not more:
+                break
+            work += more
         if not work:
             return None
+        plans = {c.name: c.plan for c in consumers}
+        self._inputs = {v.name: (v.schema, state_id(v.id, plans[v.name].node_id, "rows"))
+                        for v in catalog.views.values() if any(v.name in c.views for c in consumers)}
         # 2. pin the input version (apply finished compactions first)
         self.state.maintain()
         epoch, attempt = self.manifest.epoch + 1, self.ids()[:12]
@@ -309,7 +325,12 @@ class Coordinator:
         """Step 3: one job over the views and tables; each flow's trigger (its partial aggregates
         from the executor, merged on the driver: :mod:`millpond.engine.flows`)."""
         rest = [w for w in run if w[0].merge is None]
-        changes = self.executor.run(job, rest, tables, self._pieces) if rest else {}
+        changes: dict[str, pa.Table | None] = {}
+        for level in _levels(rest):  # a view that reads views runs in a job after theirs, with their changes
+            names = {c.name: c.key for c, _ in run}
+            views = {name: ViewInput(schema, sid, _cast(changes.get(names.get(name, "")), schema))
+                     for name, (schema, sid) in self._inputs.items() if any(name in c.views for c, _ in level)}
+            changes.update(self.executor.run(job, level, tables, self._pieces, views))
         marks = {}
         for work in run:
             if work[0].merge is not None:
@@ -408,6 +429,29 @@ class Coordinator:
 DATA_ERRORS_AS_NULL = ", or WITH (on_error = 'null')"  # a view's other remedy (a flow has no on_error)
 _ERROR = re.compile(r"\[([A-Z][A-Z0-9_.]*)\] ([^\n]*?) ?SQLSTATE: (\w{5})")
 _CONTEXT = re.compile(r"== SQL \(line \d+, position \d+\) ==\n(.*)")
+
+
+def _levels(work: list[Work]) -> list[list[Work]]:
+    """``work`` in jobs: a consumer after every consumer of ``work`` whose view it reads."""
+    by_name = {c.name: (c, r) for c, r in work}
+    depth: dict[str, int] = {}
+
+    def level(name: str) -> int:
+        if name not in depth:
+            c = by_name[name][0]
+            depth[name] = 1 + max((level(v) for v in c.views if v in by_name), default=-1)
+        return depth[name]
+    out: list[list[Work]] = []
+    for name in by_name:
+        while len(out) <= level(name):
+            out.append([])
+        out[level(name)].append(by_name[name])
+    return out
+
+
+def _cast(changes: pa.Table | None, schema: pa.Schema) -> pa.Table | None:
+    """A view's changelog as its rows' schema and the weight."""
+    return None if changes is None else changes.cast(schema.append(pa.field(W, pa.int64())))
 
 
 def _data_error(exc: BaseException) -> dict | None:

@@ -20,7 +20,7 @@ from millpond.engine.partial import PartialKey, PartialStep
 from millpond.log import Piece
 from millpond.store.manifest import Manifest
 
-__all__ = ["Consumer", "EpochJob", "EpochExecutor", "Ranges", "Work", "PieceSource"]
+__all__ = ["Consumer", "EpochJob", "EpochExecutor", "Ranges", "Work", "PieceSource", "ViewInput"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,17 @@ class Consumer:
     merge: Merge | None = None  # a flow whose trigger merges Spark's partial aggregates on the driver
     fed_by: str | None = None  # a flow's sink table: the flow's key (its rows are the flow's; it runs no epochs)
     partial: PartialKey | None = None  # a partial view's key (millpond.engine.partial)
+    views: tuple[str, ...] = ()  # the views whose changes it reads (computed before it in an epoch)
+
+
+@dataclass(frozen=True)
+class ViewInput:
+    """A view that other views read, in one epoch: its rows' schema, its rows state id (a reader's
+    first epoch starts from its rows), and its changes in this epoch (None: none)."""
+
+    schema: pa.Schema
+    state: str
+    changes: pa.Table | None = None
 
 
 Ranges = dict[str, tuple[int, int]]  # channel -> [start, stop) of this epoch
@@ -65,10 +76,11 @@ class EpochJob:
 
 
 class EpochExecutor(Protocol):
-    def run(self, job: EpochJob, work: Sequence[Work], tables: Mapping[str, TableDef], pieces: PieceSource
-            ) -> dict[str, pa.Table | None]:
+    def run(self, job: EpochJob, work: Sequence[Work], tables: Mapping[str, TableDef], pieces: PieceSource,
+            views: Mapping[str, ViewInput] | None = None) -> dict[str, pa.Table | None]:
         """Run step 3 of the epoch protocol for every consumer in ``work`` as one job: read the
-        ranges, evaluate the plans, and have every stateful task write its state delta under
+        ranges (and the ``views`` they read: their changes, computed by an earlier job of the
+        epoch), evaluate the plans, and have every stateful task write its state delta under
         ``sst_attempt_prefix(job.manifest.version, job.epoch, job.attempt)``. Return each
         consumer's output changelog by consumer key (None for tables: their changes are their log).
         Raise on any failure: the coordinator then commits nothing."""
@@ -78,5 +90,6 @@ class EpochExecutor(Protocol):
         hold, one row per (group, min/max/distinct values) with the group's key hash ``_kh``,
         computed by the executor (:mod:`millpond.engine.flows`). Raise on any failure."""
 
-    def output_schema(self, plan: P.Materialize, tables: Mapping[str, TableDef]) -> pa.Schema:
+    def output_schema(self, plan: P.Materialize, tables: Mapping[str, TableDef],
+                      views: Mapping[str, pa.Schema] | None = None) -> pa.Schema:
         """The Arrow schema of a plan's rows, without running it (CREATE MATERIALIZED VIEW)."""

@@ -340,7 +340,7 @@ class Runtime:
             c = self._by_name[v.name]
             failure = manifest.failed.get(c.key)
             done = manifest.offsets.get(c.key)
-            tables = {self.catalog.tables[s.table] for s in P.sources(c.plan)}
+            tables = {self.catalog.tables[s.table] for s in P.sources(c.plan) if s.table in self.catalog.tables}
             lag = sum(max(0, self.channel(t).end - (done or {}).get(t.channel, 0)) for t in tables)
             rows.append({"name": v.name, "status": "failed" if failure else "running" if done is not None
                          else "backfilling", "epoch": failure["epoch"] if failure else manifest.epoch if done is not None

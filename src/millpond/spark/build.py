@@ -18,7 +18,7 @@ import polars as pl
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
-from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from sqlglot import exp
 
 from millpond.catalog import TableDef
@@ -26,7 +26,7 @@ from millpond.catalog.types import spark_ddl_type
 from millpond.columns import COUNT, KH, ROW_ID, VN, W
 from millpond.engine import plan as P
 from millpond.engine.consumers import table_plan
-from millpond.engine.executor import Consumer, EpochJob, PieceSource, Ranges
+from millpond.engine.executor import Consumer, EpochJob, PieceSource, Ranges, ViewInput
 from millpond.engine.expressions import to_duckdb, to_spark
 from millpond.engine.operators import Arrange, HashAggregate, HashJoin, Materialize, Operator, Over, TopN
 from millpond.engine.operators.aggregate import VALUE_FUNCS, nonnull_col, sum_col, value_col
@@ -51,8 +51,9 @@ class Builder:
 
     def __init__(self, spark: SparkSession, job: EpochJob, consumer: Consumer, ranges: Ranges,
                  tables: Mapping[str, TableDef], pieces: PieceSource, scans: dict | None = None,
-                 loaded: dict | None = None):
+                 loaded: dict | None = None, views: Mapping[str, ViewInput] | None = None):
         self.spark, self.job, self.consumer = spark, job, consumer
+        self.views = views or {}  # the views read as sources: their changes in this epoch
         self.ranges, self.tables, self.pieces = ranges, tables, pieces
         self.scans = {} if scans is None else scans  # (channel, start, stop) -> DataFrame, shared by an epoch's consumers
         self.loaded = {} if loaded is None else loaded  # data source DataFrames reused across epochs
@@ -70,6 +71,8 @@ class Builder:
         return spark_sql(null_on_error(e) if self.consumer.on_error == "null" else e)
 
     def _source(self, node: P.Source) -> DataFrame:
+        if node.table not in self.tables:
+            return self._view(node)
         t = self.tables[node.table]
         start, stop = self.ranges[t.channel]
         scan = (t.channel, start, stop)
@@ -108,6 +111,23 @@ class Builder:
                 parts.append(evicted.selectExpr(*[_quote(c) for c in evicted.columns if c != W], f"-{W} AS {W}"))
         parts = [p for p in parts if p is not None]
         return reduce(DataFrame.unionByName, parts) if parts else self.spark.createDataFrame([], _ddl(t))
+
+    def _view(self, node: P.Source) -> DataFrame:
+        """A view read by this one: its changes in this epoch (computed by an earlier job of the
+        epoch); in this view's first epoch, its rows before them too (its rows state at the
+        pinned version), so the view starts from all of them."""
+        view = self.views[node.table]
+        schema = from_arrow_schema(view.schema.append(pa.field(W, pa.int64())))
+        parts = []
+        if view.changes is not None and view.changes.num_rows:
+            parts.append(self.spark.createDataFrame(view.changes.select(schema.names), schema))
+        if view.state and self.consumer.key not in self.job.manifest.offsets:
+            n = self.job.parallelism
+            read = partial(read_rows, self.job.root, self.job.storage, self.job.manifest.state(view.state),
+                           tuple(view.schema.names), n, _arrow_schema(schema), row_id=False)
+            parts.append(self.spark.range(0, n, 1, n).mapInArrow(read, schema))
+        df = reduce(DataFrame.unionByName, parts) if parts else self.spark.createDataFrame([], schema)
+        return df.selectExpr(*_renames(node.columns), W)
 
     def _rows(self, t: TableDef, key: str) -> DataFrame:
         """The committed rows of ``t`` (its consumer ``key``'s rows state in the job's version) as
@@ -447,11 +467,13 @@ def _quote(name: str) -> str:
 
 
 def read_rows(root: str, storage: dict, levels: Levels, columns: tuple[str, ...], slices: int, schema: pa.Schema,
-              batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+              batches: Iterator[pa.RecordBatch], *, row_id: bool = True) -> Iterator[pa.RecordBatch]:
     """A Spark task of :meth:`Builder._rows`: for each slice number in ``batches``, the rows of a
-    table's rows state (``levels``) whose key hash falls in that slice of the 64-bit range."""
+    table's rows state (``levels``) whose key hash falls in that slice of the 64-bit range (a
+    view's, with no ``_row_id``, for :meth:`Builder._view`)."""
     store = open_store(root, storage)
-    state = StateTable(store, levels, (*columns, ROW_ID), additive=True)
+    extra = (ROW_ID,) if row_id else ()
+    state = StateTable(store, levels, (*columns, *extra), additive=True)
     width = (1 << 64) // slices
     for batch in batches:
         for i in batch.column(0).to_pylist():
@@ -460,7 +482,7 @@ def read_rows(root: str, storage: dict, levels: Levels, columns: tuple[str, ...]
             found = state.scan(None if i == 0 else lo, hi)
             if found is None or found.height == 0:
                 continue
-            rows = found.select(*columns, ROW_ID, pl.col(COUNT).alias(W)).to_arrow()
+            rows = found.select(*columns, *extra, pl.col(COUNT).alias(W)).to_arrow()
             yield from rows.cast(schema).to_batches()
 
 

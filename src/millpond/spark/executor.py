@@ -21,7 +21,7 @@ from millpond.catalog import TableDef
 from millpond.columns import W
 from millpond.engine import plan as P
 from millpond.engine.changelog import consolidate
-from millpond.engine.executor import Consumer, EpochJob, PieceSource, Work
+from millpond.engine.executor import Consumer, EpochJob, PieceSource, ViewInput, Work
 from millpond.spark.build import Builder
 from millpond.spark.task import CONSUMER, IPC
 from millpond.store.manifest import Manifest
@@ -37,10 +37,11 @@ class SparkExecutor:
         self._loaded: dict = {}  # the log's data source, loaded once per channel scan (see log_source.write_scan)
         self._partials: dict = {}  # each flow's partial aggregates over loaded scans (see partials)
 
-    def run(self, job: EpochJob, work: Sequence[Work], tables: Mapping[str, TableDef], pieces: PieceSource
-            ) -> dict[str, pa.Table | None]:
+    def run(self, job: EpochJob, work: Sequence[Work], tables: Mapping[str, TableDef], pieces: PieceSource,
+            views: Mapping[str, ViewInput] | None = None) -> dict[str, pa.Table | None]:
         scans: dict = {}  # consumers reading the same channel range share its source
-        frames = [Builder(self.spark, job, c, ranges, tables, pieces, scans, self._loaded).final() for c, ranges in work]
+        frames = [Builder(self.spark, job, c, ranges, tables, pieces, scans, self._loaded, views).final()
+                  for c, ranges in work]
         result = reduce(DataFrame.unionByName, frames).toArrow()
         out: dict[str, list[pa.Table]] = {c.key: [] for c, _ in work}
         for consumer, blob in zip(result.column(CONSUMER).to_pylist(), result.column(IPC).to_pylist()):
@@ -65,12 +66,14 @@ class SparkExecutor:
         # a new Dataset over the same plan: re-running one would reuse its shuffle files (last epoch's rows)
         return self._partials[key].alias("partials").toArrow()
 
-    def output_schema(self, plan: P.Materialize, tables: Mapping[str, TableDef]) -> pa.Schema:
+    def output_schema(self, plan: P.Materialize, tables: Mapping[str, TableDef],
+                      views: Mapping[str, pa.Schema] | None = None) -> pa.Schema:
         """From Spark's analysis of the plan over empty inputs (runs no job)."""
         from pyspark.sql.pandas.types import to_arrow_schema
 
         ranges = {t.channel: (0, 0) for t in tables.values()}
         job = EpochJob(root="", storage={}, epoch=0, attempt="", parallelism=1, manifest=Manifest())
         consumer = Consumer("o0", 0, "", plan, ())
-        df = Builder(self.spark, job, consumer, ranges, tables, lambda *_: []).build(plan.input)
+        inputs = {name: ViewInput(schema, "") for name, schema in (views or {}).items()}
+        df = Builder(self.spark, job, consumer, ranges, tables, lambda *_: [], views=inputs).build(plan.input)
         return to_arrow_schema(T.StructType([f for f in df.schema if f.name != W]), timezone="UTC")

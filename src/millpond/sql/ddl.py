@@ -102,7 +102,7 @@ def _create_view(rt: Runtime, s: exp.Create) -> None:
     if s.args.get("exists") and name in rt.catalog.views:
         return
     on_error, options = _view_options(name, props, rt.on_error)
-    plan, depends = plan_view(view_definition(s), rt.catalog)
+    plan, depends = plan_view(view_definition(s), rt.catalog, views=True)
     # the indexes its joins read (a partial view reads none: its inputs are restricted to its keys)
     plan, schema, indexes = choose(plan, rt.catalog, rt.coordinator.executor,
                                    skip=frozenset(i.id for i in rt.catalog.indexes.values()) if options.get("partial")
@@ -161,6 +161,9 @@ def _partial(rt: Runtime, view: str, plan: P.Materialize, schema, options: dict)
             source, table_column = partial_trace(plan, column)[0]
         except NotPartial as exc:
             reasons.append(f"{column!r}: {exc}")
+            continue
+        if source.table not in rt.catalog.tables:
+            reasons.append(f"{column!r}: it comes from the view {source.table!r} (a partial key is a table's column)")
             continue
         t = rt.catalog.tables[source.table]
         kind = {c.name: c.type for c in t.columns}[table_column]

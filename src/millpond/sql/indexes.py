@@ -43,7 +43,8 @@ def choose(plan: P.Materialize, catalog: Catalog, executor: EpochExecutor, skip:
     while True:
         shared, names = share(plan, catalog, skip)
         try:
-            return shared, executor.output_schema(shared, catalog.tables), names
+            return shared, executor.output_schema(shared, catalog.tables,
+                                                  {v.name: v.schema for v in catalog.views.values()}), names
         except IndexMismatch as exc:
             skip |= {exc.index}
 

@@ -42,7 +42,7 @@ def bind_plans(catalog: Catalog, *, mode: str = "verify") -> Catalog:
         found, kind = (flows, "flow") if isinstance(v, FlowDef) else (views, "view")
         try:
             derived = flow_plan(parse_flow(v.sql), catalog)[0] if kind == "flow" else \
-                plan_view(view_query(v.sql), catalog)[0]
+                plan_view(view_query(v.sql), catalog, views=_reads_views(v, catalog))[0]
         except MillpondError as exc:
             if v.plan is None:
                 raise CatalogError(f"{kind} {v.name!r} cannot be planned by this millpond ({exc}); open the root "
@@ -66,3 +66,14 @@ def bind_plans(catalog: Catalog, *, mode: str = "verify") -> Catalog:
                 f"(at {diff}); its state was built by the stored plan. Open with connect(..., plans='stored') to "
                 f"keep running the stored plan, or drop and recreate the {kind} to adopt the new one")
     return catalog.with_views(views, flows)
+
+
+def _reads_views(v, catalog: Catalog) -> bool:  # noqa: ANN001
+    """Whether ``v``'s stored plan reads views as sources (a view created since views read views'
+    changes); with no stored plan (a catalog of format 1), the inner views' queries are inlined."""
+    if v.plan is None:
+        return False
+    try:
+        return any(s.table in catalog.views for s in P.sources(P.decode(v.plan)))
+    except (ValueError, TypeError, KeyError):
+        return False

@@ -127,7 +127,10 @@ def _relation(ctx: Context, item: exp.Expression, ctes: dict, rn_limit: int | No
     if name in ctes:
         return plan_query(ctx, ctes[name], {k: v for k, v in ctes.items() if k != name}, rn_limit)
     ctx.depends.add(name)
-    if name in ctx.catalog.views:  # a view over a view inlines the inner view's query
+    if name in ctx.catalog.views and ctx.views and not ctx.catalog.views[name].partial:  # its changes
+        cols = ctx.catalog.views[name].schema.names
+        return P.Source(name, tuple((c, c) for c in cols)), cols
+    if name in ctx.catalog.views:  # a view over a view inlines the inner view's query (before views read views)
         return plan_query(ctx, prepare(ctx, view_query(ctx.catalog.views[name].sql)), {}, rn_limit)
     cols = [c.name for c in ctx.catalog.tables[name].columns]
     return P.Source(name, tuple((c, c) for c in cols)), cols
