@@ -202,9 +202,25 @@ class Builder:
             *map(_quote, df.columns), f"_win.`start` AS {_quote(node.start)}", f"_win.`end` AS {_quote(node.end)}")
 
     def _union(self, node: P.Union) -> DataFrame:
-        frames = [self.build(i) for i in node.inputs]
+        inputs = [i for i in node.inputs if not self._quiet(i)] or list(node.inputs[:1])
+        frames = [self.build(i) for i in inputs]
         cols = list(map(_quote, frames[0].columns))
         return reduce(DataFrame.unionByName, [f.selectExpr(*cols) for f in frames])
+
+    def _quiet(self, node: P.Node) -> bool:
+        """Whether ``node`` is a delta join's term whose input delta is empty in this epoch (its
+        probes would find nothing to probe with: the term is left out)."""
+        while isinstance(node, P.Project):
+            node = node.input
+        if not (isinstance(node, P.Join) and node.lookup[0] == "stream"):
+            return False
+        while isinstance(node, P.Join) and node.lookup[0] == "stream":
+            node = node.left
+        if not isinstance(node, P.Source) or node.table not in self.tables:
+            return False
+        channel = self.tables[node.table].channel
+        start, stop = self.ranges[channel]
+        return start >= stop and self.job.batch.get(self.consumer.key, {}).get(channel) is None
 
     # -- stateful -----------------------------------------------------------------------------
     def _exchange(self, df: DataFrame, keys: list[str]) -> DataFrame:
