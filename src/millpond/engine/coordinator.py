@@ -88,9 +88,7 @@ which is then retried as a whole.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import re
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
@@ -98,14 +96,15 @@ from typing import Callable, Mapping
 
 import polars as pl
 import pyarrow as pa
-import sqlglot
-from sqlglot import exp
 
 from millpond import faults, paths
 from millpond.catalog import Catalog, TableDef
 from millpond.columns import ROW_ID, W
 from millpond.engine.changefeed import ChangeFeed
 from millpond.engine.executor import Consumer, EpochExecutor, EpochJob, ViewInput, Work
+from millpond.engine.failures import cause as _cause
+from millpond.engine.failures import data_error as _data_error
+from millpond.engine.failures import describe_failure
 from millpond.engine.flows import EXPIRED, SINK_OWED, expiry_floors, merge
 from millpond.engine.operators import Materialize
 from millpond.engine.partial import KEY, PartialStep, filled_state, read_filled
@@ -121,7 +120,7 @@ from millpond.store.sst import SstRef, describe_sst
 from millpond.store.state_table import StateTable, write_state
 from millpond.store.store import Runner, StateStore, run_in_process
 
-__all__ = ["Coordinator", "EpochReport", "ROWS_PER_TASK", "describe_failure"]
+__all__ = ["Coordinator", "EpochReport", "ROWS_PER_TASK", "describe_failure"]  # describe_failure: engine/failures.py
 
 ROWS_PER_TASK = 50_000  # an epoch's stateful stages get one task per this many new records, up to parallelism
 PROBES = 12  # jobs spent per channel narrowing a failed view's input to the record that raised
@@ -426,11 +425,6 @@ class Coordinator:
         self.state.close()
 
 
-DATA_ERRORS_AS_NULL = ", or WITH (on_error = 'null')"  # a view's other remedy (a flow has no on_error)
-_ERROR = re.compile(r"\[([A-Z][A-Z0-9_.]*)\] ([^\n]*?) ?SQLSTATE: (\w{5})")
-_CONTEXT = re.compile(r"== SQL \(line \d+, position \d+\) ==\n(.*)")
-
-
 def _levels(work: list[Work]) -> list[list[Work]]:
     """``work`` in jobs: a consumer after every consumer of ``work`` whose view it reads."""
     by_name = {c.name: (c, r) for c, r in work}
@@ -452,57 +446,3 @@ def _levels(work: list[Work]) -> list[list[Work]]:
 def _cast(changes: pa.Table | None, schema: pa.Schema) -> pa.Table | None:
     """A view's changelog as its rows' schema and the weight."""
     return None if changes is None else changes.cast(schema.append(pa.field(W, pa.int64())))
-
-
-def _data_error(exc: BaseException) -> dict | None:
-    """A Spark error of SQLSTATE class 22 (data exception) as {error_class, sqlstate, message,
-    expression}; None for any other error."""
-    text = str(exc)
-    m = _ERROR.search(text)
-    if m is None or not m.group(3).startswith("22"):
-        return None
-    message = m.group(2).split(". ")[0].rstrip(".")  # Spark's advice (try_divide, ansi) does not apply here
-    context = _CONTEXT.search(text[m.end():])
-    expression = column = None
-    if context:  # the fragment of the SQL millpond generated, back in the user's column names
-        fragment = context.group(1).strip()
-        if (alias := re.search(r"\s+AS\s+`([^`]*)`\s*$", fragment)) is not None:
-            column, fragment = alias.group(1), fragment[:alias.start()]
-        expression = re.sub(r"`(?:[^`]*__)?([^`]*)`", r"\1", fragment)
-    return {"error_class": m.group(1), "sqlstate": m.group(3), "message": message, "expression": expression,
-            "column": column}
-
-
-def describe_failure(f: dict, sql: str | None = None) -> str:
-    """One line: which view failed, where, why, on which input: the failing column's expression as
-    written in the view's ``sql`` when it can be found, else the fragment of the SQL millpond generated."""
-    shown = _written(sql, f.get("column")) or f.get("expression")
-    where = f" in {shown!r}" if shown else ""
-    rows = f"; input: {'; '.join(f['rows'])}" if f.get("rows") else ""
-    flow = f.get("kind") == "flow"
-    return (f"{'flow' if flow else 'view'} {f['name']!r} failed at epoch {f['failed_epoch']} (its rows stay as of "
-            f"epoch {f['epoch']}): [{f.get('error_class')}] {f.get('message')}{where}{rows}. Drop it, or drop and "
-            f"recreate it (e.g. with NULLIF{'' if flow else DATA_ERRORS_AS_NULL})")
-
-
-def _written(sql: str | None, column: str | None) -> str | None:
-    """``column = <its expression>`` as the view's SQL writes it, or None."""
-    if not sql or not column:
-        return None
-    with contextlib.suppress(sqlglot.errors.SqlglotError):
-        select = sqlglot.parse_one(sql, dialect="postgres").find(exp.Select)
-        for item in select.expressions if select is not None else ():
-            if item.alias_or_name == column:
-                return f"{column} = {item.unalias().sql('postgres')}"
-    return None
-
-
-def _cause(exc: BaseException) -> str:
-    """The innermost error line of a (possibly Spark-wrapped) exception: Spark's error class line
-    when there is one (never its caret line)."""
-    m = _ERROR.search(str(exc))
-    if m is not None:
-        return f"[{m.group(1)}] {m.group(2)}".strip()
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    errors = [ln for ln in lines if "Error:" in ln or "Exception:" in ln]
-    return (errors[-1] if errors else lines[-1] if lines else type(exc).__name__)[:500]

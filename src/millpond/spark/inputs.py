@@ -1,0 +1,203 @@
+"""Where a consumer's rows come from, as Spark DataFrames (:class:`Inputs`, the part of
+:class:`millpond.spark.build.Builder` that reads): a table's records of the epoch's range (read by
+the driver when few, else by the ``millpond`` data source), its committed rows (batch mode, a
+partial view's fills and evictions), a partial view's table restricted to its keys
+(:mod:`millpond.engine.partial`), and a view's changes and rows for the views that read it.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import partial, reduce
+from typing import Iterator, Mapping
+
+import polars as pl
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+
+from millpond.catalog import TableDef
+from millpond.catalog.types import spark_ddl_type
+from millpond.columns import COUNT, ROW_ID, W
+from millpond.engine import plan as P
+from millpond.engine.consumers import table_plan
+from millpond.engine.executor import Consumer, EpochJob, PieceSource, Ranges, ViewInput
+from millpond.log import read_pieces
+from millpond.spark.log_source import MAX_PARTITION_ROWS, write_scan
+from millpond.store.manifest import Levels
+from millpond.store.objects import open_store
+from millpond.store.state_table import StateTable
+
+__all__ = ["Inputs", "DRIVER_READ_ROWS", "read_rows"]
+
+DRIVER_READ_ROWS = 10_000  # a smaller range is read by the driver and handed to Spark as Arrow
+
+
+class Inputs:
+    """The reading half of a builder: the attributes :class:`~millpond.spark.build.Builder` sets."""
+
+    spark: SparkSession
+    job: EpochJob
+    consumer: Consumer
+    ranges: Ranges
+    tables: Mapping[str, TableDef]
+    pieces: PieceSource
+    scans: dict
+    loaded: dict
+    views: Mapping[str, ViewInput]
+
+    def _source(self, node: P.Source) -> DataFrame:
+        if node.table not in self.tables:
+            return self._view(node)
+        t = self.tables[node.table]
+        start, stop = self.ranges[t.channel]
+        scan = (t.channel, start, stop)
+        if scan not in self.scans:  # one source per channel range and epoch: each costs planning on the driver
+            self.scans[scan] = self._scan(t, start, stop)
+        partial = self.consumer.partial
+        for source, column in partial.sources if partial is not None else ():
+            if node is source:
+                return self._partial(t, column, self.scans[scan]).selectExpr(*_renames(node.columns), W)
+        table = self.job.batch.get(self.consumer.key, {}).get(t.channel)
+        if table is not None:  # batch mode (coordinator, step 1): the table's rows, then its log from there
+            if (*scan, table) not in self.scans:
+                self.scans[(*scan, table)] = self.scans[scan].unionByName(self._rows(t, table))
+            scan = (*scan, table)
+        return self.scans[scan].selectExpr(*_renames(node.columns), W)
+
+    def _partial(self, t: TableDef, key: str, delta: DataFrame) -> DataFrame:
+        """A partial view's table (:mod:`millpond.engine.partial`), filtered on its column ``key``:
+        its new records of the keys filled after this epoch, and its rows of the keys this epoch
+        fills (as inserts) and evicts (as deletes), read from its rows state at the pinned version."""
+        step = self.job.partial.get(self.consumer.key)
+        column = _quote(key).replace("{", "{{").replace("}", "}}")
+        ddl = f"_pk {spark_ddl_type({c.name: c.type for c in t.columns}[key])}"
+
+        def among(df: DataFrame, keys: pa.Array) -> DataFrame | None:
+            if not len(keys):
+                return None
+            wanted = self.spark.createDataFrame(pa.table({"_pk": keys}), ddl)
+            return self.spark.sql(f"SELECT * FROM {{df}} WHERE {column} IN (SELECT _pk FROM {{keys}})", df=df,
+                                  keys=wanted)
+        parts = [among(delta, step.filled)] if step is not None else []
+        if step is not None and (len(step.fill) or len(step.evict)):
+            rows = self._rows(t, step.table_keys[t.name])
+            parts.append(among(rows, step.fill))
+            if (evicted := among(rows, step.evict)) is not None:
+                parts.append(evicted.selectExpr(*[_quote(c) for c in evicted.columns if c != W], f"-{W} AS {W}"))
+        parts = [p for p in parts if p is not None]
+        return reduce(DataFrame.unionByName, parts) if parts else self.spark.createDataFrame([], _ddl(t))
+
+    def _view(self, node: P.Source) -> DataFrame:
+        """A view read by this one: its changes in this epoch (computed by an earlier job of the
+        epoch); in this view's first epoch, its rows before them too (its rows state at the
+        pinned version), so the view starts from all of them."""
+        view = self.views[node.table]
+        schema = from_arrow_schema(view.schema.append(pa.field(W, pa.int64())))
+        parts = []
+        if view.changes is not None and view.changes.num_rows:
+            parts.append(self.spark.createDataFrame(view.changes.select(schema.names), schema))
+        if view.state and self.consumer.key not in self.job.manifest.offsets:
+            n = self.job.parallelism
+            read = partial(read_rows, self.job.root, self.job.storage, self.job.manifest.state(view.state),
+                           tuple(view.schema.names), n, _arrow_schema(schema), row_id=False)
+            parts.append(self.spark.range(0, n, 1, n).mapInArrow(read, schema))
+        df = reduce(DataFrame.unionByName, parts) if parts else self.spark.createDataFrame([], schema)
+        return df.selectExpr(*_renames(node.columns), W)
+
+    def _rows(self, t: TableDef, key: str) -> DataFrame:
+        """The committed rows of ``t`` (its consumer ``key``'s rows state in the job's version) as
+        log records weighted by their copies, read by ``parallelism`` tasks in slices of key hashes."""
+        ddl, n = _ddl(t), self.job.parallelism
+        schema = to_arrow_schema(self.spark.createDataFrame([], ddl).schema, timezone="UTC")
+        sid = P.state_id(int(key[1:]), table_plan(t).node_id, "rows")
+        read = partial(read_rows, self.job.root, self.job.storage, self.job.manifest.state(sid),
+                       tuple(c.name for c in t.columns), n, schema)
+        return self.spark.range(0, n, 1, n).mapInArrow(read, ddl)
+
+    def _scan(self, t: TableDef, start: int, stop: int) -> DataFrame:
+        ddl = _ddl(t)
+        if start >= stop:  # nothing new on this side: an empty local relation plans in no time
+            return self.spark.createDataFrame([], ddl)
+        if stop - start <= DRIVER_READ_ROWS:  # a few records: read here, no data source to plan
+            rows = read_pieces(open_store(self.job.root, self.job.storage), t.channel_id, t.log_schema,
+                               self.pieces(t.channel, start, stop), start, stop)
+            return self.spark.createDataFrame(rows.select([*(c.name for c in t.columns), ROW_ID, W]), ddl)
+        return self.loaded[self._load(t, start, stop)]
+
+    def _load(self, t: TableDef, start: int, stop: int) -> tuple:
+        """Name this epoch's range ``[start, stop)`` of ``t``'s channel for the data source, and
+        return the key of the loaded DataFrame that reads it (loaded once, then reused: it reads
+        whatever range the scan object names)."""
+        k = sum(1 for s in self.scans if s[0] == t.channel)  # a backfilling view reads another range
+        key = write_scan(open_store(self.job.root, self.job.storage), t.channel_id, k,
+                         self.pieces(t.channel, start, stop), start, stop)
+        slots = max(self.job.parallelism, -(-(stop - start) // MAX_PARTITION_ROWS))
+        cached = (self.job.root, key, _ddl(t), slots)
+        if cached not in self.loaded:
+            self.loaded[cached] = (
+                self.spark.read.format("millpond").option("root", self.job.root).option("channel", t.channel)
+                .option("scan", key).option("slots", slots).option("schema", cached[2])
+                .option("storage", json.dumps(self.job.storage)).load())
+        return cached
+
+    def reads(self, node: P.Node) -> tuple | None:
+        """For a stateless subtree whose every range goes through the data source: name this
+        epoch's ranges, and return the loaded DataFrames' keys — a DataFrame built over them
+        before reads this epoch's records too (so it is built once). None otherwise."""
+        todo, found = [node], []
+        while todo:
+            n = todo.pop()
+            if not isinstance(n, (P.Source, P.Filter, P.Project, P.Window, P.Union)):
+                return None
+            todo.extend(P.inputs(n))
+        if self.job.batch.get(self.consumer.key):  # a first epoch in batch mode reads a table's rows too: once
+            return None
+        keys = []
+        for source in P.sources(node):
+            t = self.tables[source.table]
+            start, stop = self.ranges[t.channel]
+            if stop - start <= DRIVER_READ_ROWS or (t.channel, start, stop) in self.scans:
+                return None
+            cached = self._load(t, start, stop)
+            self.scans[(t.channel, start, stop)] = self.loaded[cached]
+            keys.append(cached)
+        return tuple(keys)
+
+
+def read_rows(root: str, storage: dict, levels: Levels, columns: tuple[str, ...], slices: int, schema: pa.Schema,
+              batches: Iterator[pa.RecordBatch], *, row_id: bool = True) -> Iterator[pa.RecordBatch]:
+    """A Spark task of :meth:`Builder._rows`: for each slice number in ``batches``, the rows of a
+    table's rows state (``levels``) whose key hash falls in that slice of the 64-bit range (a
+    view's, with no ``_row_id``, for :meth:`Builder._view`)."""
+    store = open_store(root, storage)
+    extra = (ROW_ID,) if row_id else ()
+    state = StateTable(store, levels, (*columns, *extra), additive=True)
+    width = (1 << 64) // slices
+    for batch in batches:
+        for i in batch.column(0).to_pylist():
+            lo = -(1 << 63) + i * width
+            hi = None if i == slices - 1 else lo + width
+            found = state.scan(None if i == 0 else lo, hi)
+            if found is None or found.height == 0:
+                continue
+            rows = found.select(*columns, *extra, pl.col(COUNT).alias(W)).to_arrow()
+            yield from rows.cast(schema).to_batches()
+
+
+def _ddl(t: TableDef) -> str:
+    """A table's log records as a Spark schema."""
+    return ", ".join([f"`{c.name}` {spark_ddl_type(c.type)}" for c in t.columns] + [f"`{ROW_ID}` BIGINT", f"`{W}` BIGINT"])
+
+
+def _renames(columns: tuple[tuple[str, str], ...]) -> list[str]:
+    return [f"{_quote(src)} AS {_quote(out)}" for out, src in columns]
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _arrow_schema(schema: T.StructType) -> pa.Schema:
+    return to_arrow_schema(schema, prefers_large_types=True, timezone="UTC")  # a TIMESTAMP is a UTC instant
