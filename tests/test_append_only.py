@@ -65,7 +65,9 @@ def test_append_only_views_match_duckdb_after_every_epoch(open_db, root):
     marked = {name: [a.append_only for a in _aggregates(db.runtime._by_name[name].plan)] for name in VIEWS}
     assert marked == {"per_product": [True], "whole": [True], "mixed": [True], "joined": [True],
                       "tagged": [False], "outer_hi": [False]}
-    assert [a.append_only for a in _aggregates(db.runtime._by_name["top_hi"].plan)] == [False, True]
+    # a view over a view reads its changes, which retract (an aggregation's rows change): not append-only
+    top = db.runtime._by_name["top_hi"].plan
+    assert [a.append_only for a in _aggregates(top)] == [False] and [s.table for s in P.sources(top)] == ["per_product"]
 
     for step in range(10):
         if step == 5:  # a restart in the middle: views and tables resume from the committed epoch
