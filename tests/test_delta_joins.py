@@ -82,13 +82,13 @@ def test_delta_joins_equal_duckdb_and_keep_no_join_state(open_db):
         assert plan.count("Probe #") == 6 and "Join #" not in plan, plan
     db.flush()
     _check(db, ref, VIEWS, -1)
-    for epoch in range(10):
+    for epoch in range(7):
         for s in _statements(rng, next_id):
             db.sql(s)
             ref.sql(_upsert(s))
         db.flush()
         _check(db, ref, VIEWS, epoch)
-        if epoch == 5:
+        if epoch == 4:
             db.close()
             db = open_db()
     states = {sid for sid in db.runtime.coordinator.manifest.states
@@ -96,4 +96,4 @@ def test_delta_joins_equal_duckdb_and_keep_no_join_state(open_db):
     assert not [sid for sid in states if sid.endswith((".left", ".right"))], states  # no join state: indexes only
     db.sql("CREATE MATERIALIZED VIEW late AS " + VIEWS["by_region"])  # a first epoch over populated indexes
     db.flush()
-    _check(db, ref, {"late": VIEWS["by_region"]}, 10)
+    _check(db, ref, {"late": VIEWS["by_region"]}, 7)

@@ -65,7 +65,7 @@ def test_partial_views_equal_duckdb_for_the_keys_read(open_db, root):
     db.sql("CREATE MATERIALIZED VIEW full_by_product AS " + VIEWS["by_product"][0])
     db.flush()
     assert all(len(db.runtime.filled(name)) == 0 for name in VIEWS)  # nothing is filled before it is read
-    for epoch in range(12):
+    for epoch in range(9):
         for s in _statements(rng, next_id):
             db.sql(s)
             ref.sql(_upsert(s))
