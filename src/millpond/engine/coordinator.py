@@ -278,7 +278,7 @@ class Coordinator:
             tables[t.name] = table.key
         filled = read_filled(self.store, self.manifest, c.object_id, c.plan)
         after, fill, evict, writes = partial_step(filled, wanted, key.max_keys, self.manifest.epoch + 1,
-                                                  catalog.tables[key.table].schema.field(key.source_column).type)
+                                                  key.key_type(catalog.tables))
         return PartialStep(tables, after, fill, evict), writes
 
     # -- fault isolation (module docstring) ------------------------------------------------------

@@ -20,8 +20,9 @@ epoch the view's ``T`` input is:
   own consumer read ``T`` in lockstep: checked every epoch).
 
 So every operator's state for a key appears when it is filled and is gone when it is evicted,
-exactly, and between the two it is maintained incrementally like any view's. Other inputs (the
-other side of a join) are kept whole, as in a full view; an index makes them shared.
+exactly, and between the two it is maintained incrementally like any view's. A join's other side
+joined on the key is restricted (and filled) the same way, on its own key column; other inputs
+are kept whole, as in a full view.
 
 **Upqueries** (:meth:`millpond.engine.runtime.Runtime.fill`): a ``SELECT`` of a partial view must
 name its keys (``WHERE key = …`` or ``key IN (…)``); keys not filled yet make the runtime run an
@@ -33,12 +34,14 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from typing import Mapping
 
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
+from millpond.catalog import TableDef
 from millpond.columns import DEL, KH
 from millpond.engine import plan as P
 from millpond.engine.explain import columns
@@ -74,6 +77,10 @@ class PartialKey:
     @property
     def source_column(self) -> str:
         return self.sources[0][1]
+
+    def key_type(self, tables: Mapping[str, TableDef]) -> pa.DataType:
+        """The Arrow type of the key's values (its table column's)."""
+        return tables[self.table].schema.field(self.source_column).type
 
 
 @dataclass(frozen=True)

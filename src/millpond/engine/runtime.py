@@ -140,8 +140,7 @@ class Runtime:
         with self.lock:
             c = self._by_name[name]
             assert c.partial is not None
-            t = self.catalog.tables[c.partial.table]
-            kind = t.schema.field(c.partial.source_column).type
+            kind = c.partial.key_type(self.catalog.tables)
             try:
                 keys = keys.cast(kind)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
@@ -158,7 +157,7 @@ class Runtime:
         """The keys partial view ``name`` holds at the last committed epoch."""
         c = self._by_name[name]
         assert c.partial is not None
-        kind = self.catalog.tables[c.partial.table].schema.field(c.partial.source_column).type
+        kind = c.partial.key_type(self.catalog.tables)
         return filled_rows(read_filled(self.coordinator.store, self.coordinator.manifest, c.object_id, c.plan), kind)
 
     # -- flows' sinks (the coordinator's module docstring, "Flows") --------------------------------

@@ -26,7 +26,7 @@ from millpond.engine.operators import Arrange, HashAggregate, HashJoin, Material
 from millpond.engine.operators.aggregate import VALUE_FUNCS, nonnull_col, sum_col, value_col
 from millpond.engine.operators.join import SIDE
 from millpond.errors import IndexMismatch, InvariantError
-from millpond.spark.inputs import DRIVER_READ_ROWS, Inputs, _arrow_schema, _quote
+from millpond.spark.inputs import DRIVER_READ_ROWS, Inputs, arrow_schema, quote
 from millpond.spark.task import CONSUMER, IPC, Task
 from millpond.store.sst import VNODES
 
@@ -63,19 +63,19 @@ class Builder(Inputs):
         return self.build(node.input).filter(self._sql(node.predicate))
 
     def _project(self, node: P.Project) -> DataFrame:
-        return self.build(node.input).selectExpr(*[f"{self._sql(e)} AS {_quote(n)}" for e, n in node.exprs], W)
+        return self.build(node.input).selectExpr(*[f"{self._sql(e)} AS {quote(n)}" for e, n in node.exprs], W)
 
     def _window(self, node: P.Window) -> DataFrame:
-        df, ts = self.build(node.input), _quote(node.time)
+        df, ts = self.build(node.input), quote(node.time)
         durations = f"'{node.size_us} microseconds'" + (
             f", '{node.slide_us} microseconds'" if node.slide_us != node.size_us else "")
         return df.filter(f"{ts} IS NOT NULL").selectExpr("*", f"window({ts}, {durations}) AS _win").selectExpr(
-            *map(_quote, df.columns), f"_win.`start` AS {_quote(node.start)}", f"_win.`end` AS {_quote(node.end)}")
+            *map(quote, df.columns), f"_win.`start` AS {quote(node.start)}", f"_win.`end` AS {quote(node.end)}")
 
     def _union(self, node: P.Union) -> DataFrame:
         inputs = [i for i in node.inputs if not self._quiet(i)] or list(node.inputs[:1])
         frames = [self.build(i) for i in inputs]
-        cols = list(map(_quote, frames[0].columns))
+        cols = list(map(quote, frames[0].columns))
         return reduce(DataFrame.unionByName, [f.selectExpr(*cols) for f in frames])
 
     def _quiet(self, node: P.Node) -> bool:
@@ -110,7 +110,7 @@ class Builder(Inputs):
         return Task(op=op, root=self.job.root, storage=self.job.storage, epoch=self.job.epoch,
                      attempt=self.job.attempt, base_version=self.job.manifest.version,
                      object_id=self.consumer.object_id, node_id=node_id, levels=levels,
-                     out_schema=_arrow_schema(schema), consumer=self.consumer.key if final else None, emit=emit)
+                     out_schema=arrow_schema(schema), consumer=self.consumer.key if final else None, emit=emit)
 
     def _join(self, node: P.Join) -> DataFrame:
         left, right = self.build(node.left), self.build(node.right)
@@ -126,7 +126,7 @@ class Builder(Inputs):
         def side(df: DataFrame, n: int, keys: list[str], cols: list[str]) -> DataFrame:
             return df.selectExpr(f"CAST({n} AS TINYINT) AS {SIDE}",
                                  *[f"CAST(({k}) AS {t}) AS {c}" for k, t, c in zip(keys, casts, kcols)],
-                                 *map(_quote, cols), W)
+                                 *map(quote, cols), W)
         lsel, rsel = side(left, 0, lsql, lcols), side(right, 1, rsql, rcols)
         both = self._exchange(lsel.unionByName(rsel, allowMissingColumns=True), kcols)
         schema = T.StructType([*[left.schema[c] for c in lcols], *[right.schema[c] for c in rcols],
@@ -182,8 +182,8 @@ class Builder(Inputs):
         df = self.build(node.input)
         cols = [c for c in df.columns if c not in (W, ROW_ID)]
         kcols = [f"_k{i}" for i in range(len(node.keys))]
-        df = self._exchange(df.selectExpr(*[f"{_quote(k)} AS {c}" for k, c in zip(node.keys, kcols)],
-                                          *map(_quote, cols), W), kcols)
+        df = self._exchange(df.selectExpr(*[f"{quote(k)} AS {c}" for k, c in zip(node.keys, kcols)],
+                                          *map(quote, cols), W), kcols)
         op = Arrange(tuple(kcols), tuple(cols), name=self.consumer.name)
         out = T.StructType([T.StructField(CONSUMER, T.StringType()), T.StructField(IPC, T.BinaryType())])
         return df.mapInArrow(self._task(node.node_id, op, out, final=True, emit=False), out)
@@ -229,26 +229,26 @@ class Builder(Inputs):
         group = list(node.group)
         pre, sums, values, extremes = [], [], [], []
         for i, call in enumerate(node.calls):
-            arg = _quote(call.arg) if call.arg else None
+            arg = quote(call.arg) if call.arg else None
             if call.func in VALUE_FUNCS:
-                pre.append(f"{arg} AS {_quote(value_col(i))}")
+                pre.append(f"{arg} AS {quote(value_col(i))}")
                 if node.append_only and call.func in ("min", "max"):  # one value per group, no multiset
                     extremes.append((value_col(i), call.func))
                 else:
                     values.append(value_col(i))
             if call.func == "sum":
-                pre.append(f"{arg} * {W} AS {_quote(sum_col(i))}")
+                pre.append(f"{arg} * {W} AS {quote(sum_col(i))}")
                 sums.append(sum_col(i))
             if call.func in ("sum", "count"):
-                pre.append(f"CAST(CASE WHEN {arg} IS NOT NULL THEN {W} ELSE 0 END AS BIGINT) AS {_quote(nonnull_col(i))}")
+                pre.append(f"CAST(CASE WHEN {arg} IS NOT NULL THEN {W} ELSE 0 END AS BIGINT) AS {quote(nonnull_col(i))}")
                 sums.append(nonnull_col(i))
-        df = df.selectExpr(*[_quote(g) for g in group], *pre, W)
+        df = df.selectExpr(*[quote(g) for g in group], *pre, W)
         if node.whole:  # one zero-weight row per epoch: the single group exists from the first epoch
             df = df.unionByName(self.spark.range(1).selectExpr(
-                *[f"CAST(NULL AS {f.dataType.simpleString()}) AS {_quote(f.name)}" for f in df.schema if f.name != W],
+                *[f"CAST(NULL AS {f.dataType.simpleString()}) AS {quote(f.name)}" for f in df.schema if f.name != W],
                 f"CAST(0 AS BIGINT) AS {W}"))
-        measures = [f"sum({W}) AS {W}", *[f"sum({_quote(c)}) AS {_quote(c)}" for c in sums],
-                    *[f"{func}({_quote(c)}) AS {_quote(c)}" for c, func in extremes]]
+        measures = [f"sum({W}) AS {W}", *[f"sum({quote(c)}) AS {quote(c)}" for c in sums],
+                    *[f"{func}({quote(c)}) AS {quote(c)}" for c, func in extremes]]
         return df, group, values, measures, None if node.whole else [W, *sums]
 
     def _group(self, df: DataFrame, keys: list[str], measures: list[str], having: list[str] | None = None
@@ -257,10 +257,10 @@ class Builder(Inputs):
         not 0], as one SQL statement."""
         def text(sql: str) -> str:  # spark.sql formats the text with str.format: a brace in a name is doubled
             return sql.replace("{", "{{").replace("}", "}}")
-        sql = text(f"SELECT {', '.join([*map(_quote, keys), *measures])}") + " FROM {df}" \
-            + (text(f" GROUP BY {', '.join(map(_quote, keys))}") if keys else "")
+        sql = text(f"SELECT {', '.join([*map(quote, keys), *measures])}") + " FROM {df}" \
+            + (text(f" GROUP BY {', '.join(map(quote, keys))}") if keys else "")
         if having:
-            sql = f"SELECT * FROM ({sql}) WHERE " + text(" OR ".join(f"{_quote(c)} != 0" for c in having))
+            sql = f"SELECT * FROM ({sql}) WHERE " + text(" OR ".join(f"{quote(c)} != 0" for c in having))
         return self.spark.sql(sql, df=df)
 
     def _records(self) -> int:
@@ -346,7 +346,7 @@ def _over_type(call: P.OverCall, arg: T.DataType | None) -> T.DataType:
 
 def _hash(keys: list[str]) -> str:
     """The SQL of the 64-bit key hash of ``keys`` (its vnode is the hash modulo ``VNODES``)."""
-    return f"xxhash64({', '.join(_quote(k) for k in keys)})" if keys else "CAST(0 AS BIGINT)"
+    return f"xxhash64({', '.join(quote(k) for k in keys)})" if keys else "CAST(0 AS BIGINT)"
 
 
 def _types(df: DataFrame, exprs: list[str]) -> list[T.DataType]:

@@ -29,7 +29,7 @@ from millpond.store.manifest import Levels
 from millpond.store.objects import open_store
 from millpond.store.state_table import StateTable
 
-__all__ = ["Inputs", "DRIVER_READ_ROWS", "read_rows"]
+__all__ = ["Inputs", "DRIVER_READ_ROWS", "read_rows", "quote", "arrow_schema"]
 
 DRIVER_READ_ROWS = 10_000  # a smaller range is read by the driver and handed to Spark as Arrow
 
@@ -71,7 +71,7 @@ class Inputs:
         its new records of the keys filled after this epoch, and its rows of the keys this epoch
         fills (as inserts) and evicts (as deletes), read from its rows state at the pinned version."""
         step = self.job.partial.get(self.consumer.key)
-        column = _quote(key).replace("{", "{{").replace("}", "}}")
+        column = quote(key).replace("{", "{{").replace("}", "}}")
         ddl = f"_pk {spark_ddl_type({c.name: c.type for c in t.columns}[key])}"
 
         def among(df: DataFrame, keys: pa.Array) -> DataFrame | None:
@@ -85,7 +85,7 @@ class Inputs:
             rows = self._rows(t, step.table_keys[t.name])
             parts.append(among(rows, step.fill))
             if (evicted := among(rows, step.evict)) is not None:
-                parts.append(evicted.selectExpr(*[_quote(c) for c in evicted.columns if c != W], f"-{W} AS {W}"))
+                parts.append(evicted.selectExpr(*[quote(c) for c in evicted.columns if c != W], f"-{W} AS {W}"))
         parts = [p for p in parts if p is not None]
         return reduce(DataFrame.unionByName, parts) if parts else self.spark.createDataFrame([], _ddl(t))
 
@@ -101,7 +101,7 @@ class Inputs:
         if view.state and self.consumer.key not in self.job.manifest.offsets:
             n = self.job.parallelism
             read = partial(read_rows, self.job.root, self.job.storage, self.job.manifest.state(view.state),
-                           tuple(view.schema.names), n, _arrow_schema(schema), row_id=False)
+                           tuple(view.schema.names), n, arrow_schema(schema), row_id=False)
             parts.append(self.spark.range(0, n, 1, n).mapInArrow(read, schema))
         df = reduce(DataFrame.unionByName, parts) if parts else self.spark.createDataFrame([], schema)
         return df.selectExpr(*_renames(node.columns), W)
@@ -192,12 +192,12 @@ def _ddl(t: TableDef) -> str:
 
 
 def _renames(columns: tuple[tuple[str, str], ...]) -> list[str]:
-    return [f"{_quote(src)} AS {_quote(out)}" for out, src in columns]
+    return [f"{quote(src)} AS {quote(out)}" for out, src in columns]
 
 
-def _quote(name: str) -> str:
+def quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def _arrow_schema(schema: T.StructType) -> pa.Schema:
+def arrow_schema(schema: T.StructType) -> pa.Schema:
     return to_arrow_schema(schema, prefers_large_types=True, timezone="UTC")  # a TIMESTAMP is a UTC instant
