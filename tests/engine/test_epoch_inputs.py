@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from millpond.engine import coordinator
-from millpond.spark import build
+from millpond.spark import build, executor, inputs
 from tests.conftest import rows
 
 VIEWS = """
@@ -26,7 +26,7 @@ CREATE MATERIALIZED VIEW total AS SELECT MAX(v) AS hi, SUM(v) AS s FROM e
 def test_both_read_paths_give_the_same_views(open_db, monkeypatch, driver_read_rows, pre_aggregate_rows):
     """Every range through the data source and every aggregation combined map-side first, or
     every range read by the driver and aggregated after the exchange only."""
-    monkeypatch.setattr(build, "DRIVER_READ_ROWS", driver_read_rows)
+    monkeypatch.setattr(inputs, "DRIVER_READ_ROWS", driver_read_rows)
     monkeypatch.setattr(build, "PRE_AGGREGATE_ROWS", pre_aggregate_rows)
     db = open_db()
     db.sql(VIEWS)
@@ -54,6 +54,35 @@ def test_both_read_paths_give_the_same_views(open_db, monkeypatch, driver_read_r
         groups.setdefault(r["k"] % 7, []).append(r["v"])
     assert rows(db.sql("SELECT * FROM agg")) == sorted((g, len(vs), sum(vs), max(vs)) for g, vs in groups.items())
     assert rows(db.sql("SELECT * FROM big")) == sorted((r["k"], r["v"]) for r in data if r["v"] > 50)
+
+
+@pytest.mark.parametrize("single_task_rows", [0, 10**9])
+def test_a_flows_triggers_read_through_the_data_source_in_one_task_or_two_stages(open_db, monkeypatch,
+                                                                                  single_task_rows):
+    """A flow's partial aggregates (:meth:`SparkExecutor.partials`) over ranges read by the data
+    source, in one task (its Dataset planned once and re-run every trigger) or in two stages (a new
+    Dataset each trigger): every trigger's sink is the GROUP BY of all rows, never a re-read or a
+    stale range."""
+    monkeypatch.setattr(inputs, "DRIVER_READ_ROWS", 0)
+    monkeypatch.setattr(executor, "SINGLE_TASK_ROWS", single_task_rows)
+    db = open_db(parallelism=2)
+    db.sql("CREATE TABLE m (k INT, v INT) APPEND ONLY")
+    db.sql("CREATE FLOW f SINK TO s AS SELECT k % 3 AS g, count(*) AS n, sum(v) AS total, max(v) AS hi FROM m "
+           "GROUP BY g")
+    seen: list[tuple[int, int]] = []
+    for i in range(4):
+        batch = [(k, (k * 31 + i) % 17) for k in range(i * 50, i * 50 + 40 + 10 * i)]
+        db.insert("m", pa.table({"k": pa.array([k for k, _ in batch], pa.int32()),
+                                 "v": pa.array([v for _, v in batch], pa.int32())}))
+        seen += batch
+        db.flush()
+        want = {}
+        for k, v in seen:
+            n, total, hi = want.get(k % 3, (0, 0, v))
+            want[k % 3] = (n + 1, total + v, max(hi, v))
+        assert rows(db.sql("SELECT * FROM s")) == sorted((g, *t) for g, t in want.items()), i
+    plans = list(db.runtime.coordinator.executor._partials)
+    assert len(plans) == 1, plans  # built once, then reused for every trigger reading through the scan
 
 
 def test_a_small_epoch_runs_fewer_tasks(open_db, monkeypatch):

@@ -40,8 +40,9 @@ class Builder(Inputs):
 
     def __init__(self, spark: SparkSession, job: EpochJob, consumer: Consumer, ranges: Ranges,
                  tables: Mapping[str, TableDef], pieces: PieceSource, scans: dict | None = None,
-                 loaded: dict | None = None, views: Mapping[str, ViewInput] | None = None):
+                 loaded: dict | None = None, views: Mapping[str, ViewInput] | None = None, single: bool = False):
         self.spark, self.job, self.consumer = spark, job, consumer
+        self.single = single  # read every range in one task (a flow's small trigger: its partials need no shuffle)
         self.views = views or {}  # the views read as sources: their changes in this epoch
         self.ranges, self.tables, self.pieces = ranges, tables, pieces
         self.scans = {} if scans is None else scans  # (channel, start, stop) -> DataFrame, shared by an epoch's consumers
@@ -217,8 +218,11 @@ class Builder(Inputs):
     def partials(self, node: P.Aggregate) -> DataFrame:
         """The epoch's delta of ``node``'s input as partial aggregates per (group, min/max/distinct
         values), with each group's key hash: all of it computed by Catalyst (a flow's trigger,
-        :mod:`millpond.engine.flows`, merges them into its state on the driver)."""
+        :mod:`millpond.engine.flows`, merges them into its state on the driver). ``single``: in
+        one task, partial and final aggregation with no exchange between them."""
         df, group, values, measures, having = self._delta(node)
+        if self.single:
+            df = df.coalesce(1)
         return self._group(df, [*group, *values], measures, having=having).selectExpr(f"{_hash(group)} AS {KH}", "*")
 
     def _delta(self, node: P.Aggregate) -> tuple[DataFrame, list[str], list[str], list[str], list[str] | None]:

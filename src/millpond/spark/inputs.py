@@ -46,6 +46,7 @@ class Inputs:
     scans: dict
     loaded: dict
     views: Mapping[str, ViewInput]
+    single: bool
 
     def _source(self, node: P.Source) -> DataFrame:
         if node.table not in self.tables:
@@ -133,7 +134,7 @@ class Inputs:
         k = sum(1 for s in self.scans if s[0] == t.channel)  # a backfilling view reads another range
         key = write_scan(open_store(self.job.root, self.job.storage), t.channel_id, k,
                          self.pieces(t.channel, start, stop), start, stop)
-        slots = max(self.job.parallelism, -(-(stop - start) // MAX_PARTITION_ROWS))
+        slots = 1 if self.single else max(self.job.parallelism, -(-(stop - start) // MAX_PARTITION_ROWS))
         cached = (self.job.root, key, _ddl(t), slots)
         if cached not in self.loaded:
             self.loaded[cached] = (
@@ -158,7 +159,7 @@ class Inputs:
         for source in P.sources(node):
             t = self.tables[source.table]
             start, stop = self.ranges[t.channel]
-            if stop - start <= DRIVER_READ_ROWS or (t.channel, start, stop) in self.scans:
+            if (stop - start <= DRIVER_READ_ROWS and not self.single) or (t.channel, start, stop) in self.scans:
                 return None
             cached = self._load(t, start, stop)
             self.scans[(t.channel, start, stop)] = self.loaded[cached]
