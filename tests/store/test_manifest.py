@@ -38,3 +38,43 @@ def test_an_expiry_floor_survives_the_manifest_and_compaction_drops_older_keys()
     expired = merge_rows(rows, ("minute",), additive=False, safe_epoch=3, bottom=True,
                          expiry=("minute", 120_000_000))
     assert expired[KH].to_list() == [3, 4, 5]  # minutes 0 and 1 are below the floor; a NULL window stays
+
+
+def test_a_state_in_time_order_loses_expired_files_whole_and_rewrites_only_the_one_across_the_floor(tmp_path):
+    """A flow's state keyed by window minute then hash (:func:`millpond.engine.flows.cluster_floor`):
+    with a key floor in its expiry, the files wholly below the floor leave no output, the file across
+    it keeps its live windows, a file above it is not touched, and the state is then within policy."""
+    from datetime import datetime, timedelta
+
+    import polars as pl
+
+    from millpond.columns import DEL, EP, KH
+    from millpond.engine.flows import cluster_floor
+    from millpond.store.compaction import Policy, apply, pick, run_task
+    from millpond.store.manifest import Levels
+    from millpond.store.objects import open_store
+    from millpond.store.sst import read_all, write_sst
+
+    store = open_store(str(tmp_path), {})
+
+    def rows(minutes: range) -> pl.DataFrame:  # two hosts per minute window
+        ms = [m for m in minutes for _ in range(2)]
+        return pl.DataFrame({KH: [(m << 32) | (7 + i % 2) for i, m in enumerate(ms)],
+                             "minute": [datetime(1970, 1, 1) + timedelta(minutes=m) for m in ms],
+                             "host": ["a", "b"] * len(minutes), "n": list(range(len(ms))),
+                             EP: [1] * len(ms), DEL: [False] * len(ms)})
+
+    files = tuple(write_sst(store, f"l1/{i}.sst", rows(range(10 * i, 10 * i + 10)), keys=("minute", "host"))
+                  for i in range(3))
+    levels = Levels((), (files,))
+    floor = 15 * 60_000_000 + 30_000_000  # 00:15:30: windows up to 00:15 have expired
+    expiry = ["minute", floor, cluster_floor(floor)]
+    assert pick("s", levels, Policy(), 1, "c/", expiry[:2]) is None  # without a key floor: nothing to do
+    task = pick("s", levels, Policy(), 1, "c/", expiry)
+    assert (task.source, task.target, task.inputs) == (1, 1, files[:2])
+    levels = apply(levels, task, run_task(store, task))
+    assert levels.levels[0][-1] == files[2]  # untouched
+    assert len(levels.levels[0]) == 2 and levels.levels[0][0].min_kh >= cluster_floor(floor)
+    kept = pl.from_arrow(read_all(store, levels.levels[0][0]))
+    assert sorted(set(kept["minute"].to_list())) == [datetime(1970, 1, 1, 0, m) for m in range(16, 20)]
+    assert pick("s", levels, Policy(), 1, "c/", expiry) is None

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from millpond import paths
 from millpond.errors import FencedError, MillpondError, StorageError
 from millpond.store import cache
+from millpond.store import compaction
 from millpond.store.compaction import Policy
 from millpond.store.faulty import FaultyStore
 from millpond.store.objects import ObjectStore
@@ -211,6 +212,31 @@ def test_a_pin_keeps_an_epoch_readable_and_its_files_alive(tmp_path):
     assert store.manifest.safe_epoch == 12
     assert _read(store, None)[0] == {1: 11, 2: 11, 3: 0}
     store.close()
+
+
+def test_a_compaction_that_finished_by_close_is_kept_not_redone(tmp_path):
+    """Closing waits for a background compaction in flight; its result is committed then, so the
+    next open does not merge the same files again."""
+    import threading
+
+    release = threading.Event()
+
+    def slow(store, tasks):  # noqa: ANN001, ANN202 - still running when close() is called
+        release.wait(10)
+        return [compaction.run_task(store, t) for t in tasks]
+
+    store = StateStore(ObjectStore(str(tmp_path)), policy=POLICY, background=True, runner=slow)
+    for e in (1, 2):
+        store.ingest("kv", _kv([e, e + 1], [e, e]), e)
+        store.seal(e).result()
+    assert store._running is not None and len(store.manifest.state("kv").l0) == 2
+    threading.Timer(0.2, release.set).start()
+    store.close()
+    again = StateStore(ObjectStore(str(tmp_path)), policy=POLICY)
+    levels = again.manifest.state("kv")
+    assert levels.l0 == () and len(levels.levels[0]) == 1 and again.stats["compactions"] == 0
+    assert _read(again, None)[0] == {1: 1, 2: 2, 3: 2}
+    again.close()
 
 
 def test_the_store_on_an_s3_server_with_faults(s3_url, s3_options, tmp_path):

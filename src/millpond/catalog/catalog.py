@@ -29,8 +29,9 @@ __all__ = ["Column", "TableDef", "ViewDef", "FlowDef", "FunctionDef", "IndexDef"
 # 2: views carry their CREATE statement as written and their bound plan (1: a re-generated query);
 # 3: APPEND ONLY tables (written only when there is one, so other roots stay readable by format 2);
 # 4: SQL functions (written only when there is one); 5: flows (likewise); 6: SET retention (likewise);
-# 7: indexes (likewise); 8: partial views (likewise)
-FORMAT = 8
+# 7: indexes (likewise); 8: partial views (likewise); 9: flows whose state is ordered by their window
+# (likewise: an older millpond would look their groups up by another key)
+FORMAT = 9
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,9 @@ class FlowDef(ViewDef):
     expire_micros: int | None = None  # EXPIRE AFTER, in microseconds
     time_key: str | None = None  # the group key windows expire by (a DATE or TIMESTAMP column)
     trigger_rows: int | None = None  # TRIGGER AFTER n ROWS: the background loop runs an epoch early
+    # the group key (a DATE or TIMESTAMP window) its state is ordered by: windows' state in time order
+    # (millpond.engine.flows.cluster_hash); None for a flow without one, or created before format 9
+    cluster: str | None = None
 
 
 @dataclass(frozen=True)
@@ -275,7 +279,7 @@ class Catalog:
         return json.dumps(
             {
                 # an append-only table has no state of its own: older versions must not open the root
-                "format": 8 if any(v.partial for v in self.views.values()) else 7 if self.indexes else 6 if self.retention else 5 if self.flows else 4 if self.functions else 3 if any(
+                "format": 9 if any(f.cluster for f in self.flows.values()) else 8 if any(v.partial for v in self.views.values()) else 7 if self.indexes else 6 if self.retention else 5 if self.flows else 4 if self.functions else 3 if any(
                     t.append_only for t in self.tables.values()) else 2,
                 "version": self.version,
                 "next_id": self.next_id,
@@ -296,7 +300,8 @@ class Catalog:
                     {"id": f.id, "name": f.name, "sql": f.sql, "schema": f.schema_b64, "depends_on": list(f.depends_on),
                      "plan": f.plan, "on_error": f.on_error, "sink": f.sink, "key": list(f.key), "comment": f.comment,
                      "expire_micros": f.expire_micros, "time_key": f.time_key,
-                     **({"trigger_rows": f.trigger_rows} if f.trigger_rows else {})}
+                     **({"trigger_rows": f.trigger_rows} if f.trigger_rows else {}),
+                     **({"cluster": f.cluster} if f.cluster else {})}
                     for f in self.flows.values()]} if self.flows else {}),
                 **({"retention": self.retention.to_json()} if self.retention else {}),
                 **({"indexes": [{"id": i.id, "name": i.name, "table": i.table, "columns": list(i.columns), "sql": i.sql}
@@ -325,7 +330,7 @@ class Catalog:
         flows = {
             f["name"]: FlowDef(f["id"], f["name"], f["sql"], f["schema"], tuple(f["depends_on"]), f["plan"],
                                f["on_error"], f["sink"], tuple(f["key"]), f["comment"], f.get("expire_micros"),
-                               f.get("time_key"), f.get("trigger_rows"))
+                               f.get("time_key"), f.get("trigger_rows"), f.get("cluster"))
             for f in body.get("flows", [])
         }
         retention = Retention.from_json(body["retention"]) if "retention" in body else None

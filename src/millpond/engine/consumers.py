@@ -48,7 +48,7 @@ def consumers(catalog: Catalog, view_plans: dict[str, P.Materialize]) -> list[Co
             for v in catalog.views.values()]
     out += [Consumer(f"o{f.id}", f.id, f.name, view_plans[f.name], tuple(f.schema.names), sql=f.sql, sink=f.sink,
                      expiry=Expiry(f.key, f.time_key, f.expire_micros) if f.expire_micros else None,
-                     merge=shape(view_plans[f.name], f.schema, f.time_key))
+                     merge=shape(view_plans[f.name], f.schema, f.time_key, f.cluster))
             for f in catalog.flows.values()]
     return out
 

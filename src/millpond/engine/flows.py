@@ -17,6 +17,14 @@ updates, deletes of its rows) are dropped and counted — never merged into anot
 watermark and the count are committed with the epoch, in the flow's offsets under keys that are
 never channel names (:data:`WATERMARK`, :data:`EXPIRED`; also :data:`SINK_OWED`, the coordinator's record
 of what a sink is owed).
+
+**State in time order.** A flow with a window among its group keys (catalog format 9: ``cluster``)
+keys its state by the window's minute in the high 32 bits and the group's hash in the low 32 bits
+(:func:`cluster_floor`; collisions are told apart by the group columns, as every state lookup does).
+Its state files then hold ranges of windows: a trigger's new windows land in new files instead of
+overlapping every old one, so compaction rewrites recent files only and a trigger's lookups read
+them only — a trigger's cost follows the windows it touches, not the windows in state. An
+expiring flow's files wholly older than its floor are dropped whole (:mod:`millpond.store.compaction`).
 """
 
 from __future__ import annotations
@@ -45,11 +53,22 @@ if TYPE_CHECKING:
     from millpond.engine.executor import Consumer
 
 __all__ = ["SINK_OWED", "WATERMARK", "EXPIRED", "Expiry", "Merge", "shape", "merge", "expiry_floors",
-           "as_micros"]
+           "as_micros", "cluster_floor", "CLUSTER_UNIT", "CLUSTER_MIN", "CLUSTER_MAX", "CLUSTER_NULL"]
 
 SINK_OWED = "@sink"  # the last epoch whose changes the flow's sink must receive
 WATERMARK = "@watermark"  # microseconds since the epoch (1970) of the latest window inserted
 EXPIRED = "@expired"  # changes to expired windows dropped so far (groups, counted once per epoch)
+
+CLUSTER_UNIT = 60_000_000  # a clustered key's high bits count minutes since 1970 ...
+CLUSTER_MIN, CLUSTER_MAX = -(2**31 - 1), 2**31 - 2  # ... clamped to these ...
+CLUSTER_NULL = 2**31 - 1  # ... and this for a NULL window (never below an expiry floor)
+
+
+def cluster_floor(micros: int) -> int:
+    """The smallest clustered key of a window at or after ``micros`` (microseconds since 1970) could
+    have: every key below it belongs to a window before ``micros``. (Spark computes the keys:
+    ``_cluster_hash`` in :mod:`millpond.spark.build`.)"""
+    return max(CLUSTER_MIN, min(CLUSTER_MAX, micros // CLUSTER_UNIT)) << 32
 
 
 def as_micros(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
@@ -72,15 +91,18 @@ class Expiry:
 @dataclass(frozen=True)
 class Merge:
     """How a flow's trigger runs: its aggregation, the projections and filters above it (bottom
-    up), its rows' schema, and the aggregation's group column that is its ``EXPIRE AFTER`` window."""
+    up), its rows' schema, the aggregation's group column that is its ``EXPIRE AFTER`` window, and
+    the one its state is ordered by (:func:`cluster_hash`)."""
 
     aggregate: P.Aggregate
     above: tuple[P.Project | P.Filter, ...]
     schema: pa.Schema
     time_group: str | None
+    cluster_group: str | None = None
 
 
-def shape(plan: P.Materialize, schema: pa.Schema, time_key: str | None) -> Merge | None:
+def shape(plan: P.Materialize, schema: pa.Schema, time_key: str | None, cluster: str | None = None
+          ) -> Merge | None:
     """A flow's plan as a :class:`Merge`, or None when it is not an aggregation under projections
     and filters (or its window key is not one of the aggregation's group columns)."""
     above, node = [], plan.input
@@ -89,14 +111,17 @@ def shape(plan: P.Materialize, schema: pa.Schema, time_key: str | None) -> Merge
         node = node.input
     if not isinstance(node, P.Aggregate) or node.whole:
         return None
-    column = time_key
-    for n in above:  # top down: the window key's name at each level
-        if column is not None and isinstance(n, P.Project):
-            e = dict((name, e) for e, name in n.exprs).get(column)
-            column = e.name if isinstance(e, exp.Column) and not e.table else None
-    if time_key is not None and column not in node.group:
+
+    def group(column: str | None) -> str | None:  # an output column's name at the aggregation, top down
+        for n in above:
+            if column is not None and isinstance(n, P.Project):
+                e = dict((name, e) for e, name in n.exprs).get(column)
+                column = e.name if isinstance(e, exp.Column) and not e.table else None
+        return column if column in node.group else None
+
+    if time_key is not None and group(time_key) is None:
         return None
-    return Merge(node, tuple(reversed(above)), schema, column)
+    return Merge(node, tuple(reversed(above)), schema, group(time_key), group(cluster))
 
 
 def merge(store: ObjectStore, manifest: Manifest, epoch: int, attempt: str, flow: "Consumer", partials: pa.Table
@@ -154,15 +179,19 @@ def _expire(delta: pl.DataFrame, m: Merge, rule: Expiry, done: Mapping[str, int]
 def expiry_floors(work: "list[tuple[Consumer, dict]]", offsets: Mapping[str, Mapping[str, int]]
                   ) -> dict[str, list]:
     """Each expiring flow's aggregation states, with their window column and the oldest window not
-    expired (the manifest's ``expiry``: compaction drops the older windows' state; their sink rows
-    stay in the flow's rows state, which has none)."""
+    expired, and for a flow whose state is in time order the smallest key of that window
+    (:func:`cluster_floor`) — the manifest's ``expiry``: compaction drops the older windows'
+    state; their sink rows stay in the flow's rows state, which has none."""
     floors = {}
     for flow, _ in work:
         m, mark = flow.merge, offsets.get(flow.key, {}).get(WATERMARK)
         if flow.expiry is None or m is None or m.time_group is None or mark is None:
             continue
+        floor = [m.time_group, mark - flow.expiry.micros]
+        if m.cluster_group == m.time_group:  # its files older than the floor go whole
+            floor.append(cluster_floor(floor[1]))
         for part in ("groups", "values"):
-            floors[P.state_id(flow.object_id, m.aggregate.node_id, part)] = [m.time_group, mark - flow.expiry.micros]
+            floors[P.state_id(flow.object_id, m.aggregate.node_id, part)] = floor
     return floors
 
 

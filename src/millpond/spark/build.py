@@ -22,6 +22,7 @@ from millpond.columns import KH, ROW_ID, VN, W
 from millpond.engine import plan as P
 from millpond.engine.executor import Consumer, EpochJob, PieceSource, Ranges, ViewInput
 from millpond.engine.expressions import to_duckdb, to_spark
+from millpond.engine.flows import CLUSTER_MAX, CLUSTER_MIN, CLUSTER_NULL, CLUSTER_UNIT
 from millpond.engine.operators import Arrange, HashAggregate, HashJoin, Materialize, Operator, Over, TopN
 from millpond.engine.operators.aggregate import VALUE_FUNCS, nonnull_col, sum_col, value_col
 from millpond.engine.operators.join import SIDE
@@ -223,7 +224,10 @@ class Builder(Inputs):
         df, group, values, measures, having = self._delta(node)
         if self.single:
             df = df.coalesce(1)
-        return self._group(df, [*group, *values], measures, having=having).selectExpr(f"{_hash(group)} AS {KH}", "*")
+        m = self.consumer.merge
+        kh = _hash(group) if m is None or m.cluster_group is None else \
+            _cluster_hash(group, m.cluster_group, df.schema[m.cluster_group].dataType)
+        return self._group(df, [*group, *values], measures, having=having).selectExpr(f"{kh} AS {KH}", "*")
 
     def _delta(self, node: P.Aggregate) -> tuple[DataFrame, list[str], list[str], list[str], list[str] | None]:
         """An aggregate's input as the columns its partial aggregates are made of; its group and
@@ -351,6 +355,18 @@ def _over_type(call: P.OverCall, arg: T.DataType | None) -> T.DataType:
 def _hash(keys: list[str]) -> str:
     """The SQL of the 64-bit key hash of ``keys`` (its vnode is the hash modulo ``VNODES``)."""
     return f"xxhash64({', '.join(quote(k) for k in keys)})" if keys else "CAST(0 AS BIGINT)"
+
+
+def _cluster_hash(keys: list[str], column: str, dtype: T.DataType) -> str:
+    """The SQL of a flow's key whose high 32 bits are the window ``column``'s minute and low 32 bits
+    ``keys``' hash (:func:`millpond.engine.flows.cluster_floor` has the layout). The minute of a
+    TIMESTAMP (Spark's TIMESTAMP_NTZ) is read from its fields, whatever the session's time zone."""
+    c = quote(column)
+    minute = {T.DateType: f"unix_date({c}) * 1440",
+              T.TimestampNTZType: f"unix_date(CAST({c} AS DATE)) * 1440 + hour({c}) * 60 + minute({c})",
+              T.TimestampType: f"floor(unix_micros({c}) / {CLUSTER_UNIT}D)"}[type(dtype)]
+    bounded = f"coalesce(least(greatest(CAST({minute} AS BIGINT), {CLUSTER_MIN}), {CLUSTER_MAX}), {CLUSTER_NULL})"
+    return f"(shiftleft({bounded}, 32) | ({_hash(keys)} & 4294967295))"
 
 
 def _types(df: DataFrame, exprs: list[str]) -> list[T.DataType]:

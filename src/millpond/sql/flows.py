@@ -205,7 +205,8 @@ def create(rt: Runtime, s: exp.Command) -> None:
                        "window key a GROUP BY column), not a union of grouping sets", sql=spec.sql)
     flow = FlowDef(0, spec.name, spec.sql, FlowDef.encode_schema(schema), depends, P.encode(plan), "fail",
                    sink=spec.sink, key=keys, comment=spec.comment, expire_micros=spec.expire,
-                   time_key=time_key if spec.expire is not None else None, trigger_rows=spec.trigger_rows)
+                   time_key=time_key if spec.expire is not None else None, trigger_rows=spec.trigger_rows,
+                   cluster=time_key if shape(plan, schema, time_key) is not None else None)
     rt.commit_catalog(catalog.with_flow(flow))
     if new_sink:
         t = rt.catalog.tables[spec.sink]

@@ -17,7 +17,10 @@ no deeper level overlaps the output (nothing older is left for it to hide).
 manifest entry names a time key column and a floor (a flow's aggregation state: its expired
 windows, :mod:`millpond.engine.flows`) loses every version of the keys older than the floor
 whenever its files are merged. Nothing reads those keys again, so files not merged yet may keep
-them; the state shrinks as compaction reaches them.
+them; the state shrinks as compaction reaches them. A state in time order (its floor names a *key
+floor*: every key below it is of an older time) has its files holding keys below the floor merged
+first, each within its level: wholly expired ones leave no output, so old windows' files go without
+waiting for a merge to reach them.
 
 **Executors**: :func:`run_task` reads the inputs, merges and writes the outputs under a fresh
 prefix; it runs in-process or inside a Spark task (``spark/compact.py``) — same code, same root.
@@ -63,7 +66,7 @@ class Task:
     bottom: bool  # no deeper level overlaps the inputs' key range
     prefix: str   # where the outputs go (unique per task)
     target_file_bytes: int
-    expiry: tuple[str, int] | None = None  # (time key column, floor): older keys are dropped
+    expiry: tuple | None = None  # (time key column, floor[, key floor]): older keys are dropped
 
 
 def _size(files) -> int:  # noqa: ANN001
@@ -78,6 +81,11 @@ def pick(state: str, levels: Levels, policy: Policy, safe_epoch: int, prefix: st
          expiry: list | tuple | None = None) -> Task | None:
     """The next merge for one state table, or None when its shape is within the policy."""
     deeper = list(levels.levels)
+    for i, level in enumerate(deeper, start=1) if expiry is not None and len(expiry) > 2 else ():
+        if stale := tuple(r for r in level if r.min_kh < expiry[2]):  # holds expired keys: merged in place
+            lo, hi = stale[0].min_kh, max(r.max_kh for r in stale)
+            return Task(state, i, i, stale, safe_epoch, not any(_overlapping(lv, lo, hi) for lv in deeper[i:]),
+                        prefix, policy.target_file_bytes, tuple(expiry))
     if len(levels.l0) >= policy.l0_trigger:
         source, top = 0, levels.l0
     else:
@@ -103,9 +111,11 @@ def merge_rows(rows: pl.DataFrame, keys: tuple[str, ...], additive: bool, safe_e
     whose time is below the floor is dropped (a flow's expired windows: never read again)."""
     ident = [KH, *keys]
     if expiry is not None:
-        column, floor = expiry
+        column, floor = expiry[:2]
         t = pl.col(column).cast(pl.Datetime("us")) if rows.schema[column] == pl.Date else pl.col(column)
         rows = rows.filter(t.is_null() | (t.dt.epoch("us") >= floor))
+        if len(expiry) > 2:  # a state in time order: its keys below the key floor are of older times too
+            rows = rows.filter(pl.col(KH) >= expiry[2])
     old, new = rows.filter(pl.col(EP) <= safe_epoch), rows.filter(pl.col(EP) > safe_epoch)
     if additive:
         old = (old.group_by(ident).agg(pl.col(COUNT).sum(), pl.col(EP).max(), pl.col(DEL).first())

@@ -71,8 +71,9 @@ class Manifest:
     # consumer -> why it stopped (a view's data error): it sits out epochs, its state and offsets
     # stay at its last good epoch (the coordinator's fault isolation)
     failed: dict[str, dict] = field(default_factory=dict)
-    # state -> [time column, floor in microseconds since 1970]: its rows of keys with an older time
-    # are never read again (a flow's expired windows), and compaction drops them
+    # state -> [time column, floor in microseconds since 1970(, key floor)]: its rows of keys with an
+    # older time are never read again (a flow's expired windows), and compaction drops them; with a
+    # key floor (a state in time order), every key below it is of an older time
     expiry: dict[str, list] = field(default_factory=dict)
 
     def to_json(self) -> bytes:

@@ -242,6 +242,11 @@ class StateStore:
         if self._running is not None:
             self._running.cancel()
         self._pool.shutdown(wait=True)
+        if self._running is not None and not self._running.cancelled():
+            try:  # a compaction that ran to its end is kept, not redone by the next open
+                self._apply_finished(wait=True)
+            except Exception as exc:  # noqa: BLE001 - its inputs are still live: nothing is lost
+                log.debug("state store: a finished compaction was not applied at close: %s", exc)
 
     # -- reads --------------------------------------------------------------------------------
     def follow(self) -> Manifest:
