@@ -64,10 +64,13 @@ PARTIAL = {
 }
 PARTIAL_READS = ["category = 'c0'", "category IN ('c1', 'c2')", "category = 'c2'", "category IN ('c0', 'c1', 'c2')"]
 
-# flow -> (its sink, its SELECT): the sink is checked against the SELECT over the oracle's tables
+# flow -> (its sink, its SELECT): the sink is checked against the SELECT over the oracle's tables;
+# its window (a visit's length as minutes after a start, 10-minute slots; NULL for a NULL length)
+# keeps its state in window order
 FLOWS = {
-    "visits_per_product": ("product_visits", """SELECT product, COUNT(*) AS n, SUM(length) AS total,
-        MAX(length) AS longest FROM visit GROUP BY product"""),
+    "visits_per_product": ("product_visits", """SELECT product,
+        date_bin(INTERVAL '10 minutes', TIMESTAMP '2026-01-01 00:00:00' + length * INTERVAL '1 minute') AS slot,
+        COUNT(*) AS n, SUM(length) AS total, MAX(length) AS longest FROM visit GROUP BY product, slot"""),
 }
 
 PRODUCTS = [f"p{i}" for i in range(8)]

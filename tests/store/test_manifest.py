@@ -42,8 +42,9 @@ def test_an_expiry_floor_survives_the_manifest_and_compaction_drops_older_keys()
 
 def test_a_state_in_time_order_loses_expired_files_whole_and_rewrites_only_the_one_across_the_floor(tmp_path):
     """A flow's state keyed by window minute then hash (:func:`millpond.engine.flows.cluster_floor`):
-    with a key floor in its expiry, the files wholly below the floor leave no output, the file across
-    it keeps its live windows, a file above it is not touched, and the state is then within policy."""
+    with a key floor in its expiry, the files wholly below the floor leave no output, a file across
+    it with at least half its range below keeps its live windows (one with less waits), a file above
+    it is not touched, and the state is then within policy."""
     from datetime import datetime, timedelta
 
     import polars as pl
@@ -71,10 +72,19 @@ def test_a_state_in_time_order_loses_expired_files_whole_and_rewrites_only_the_o
     expiry = ["minute", floor, cluster_floor(floor)]
     assert pick("s", levels, Policy(), 1, "c/", expiry[:2]) is None  # without a key floor: nothing to do
     task = pick("s", levels, Policy(), 1, "c/", expiry)
-    assert (task.source, task.target, task.inputs) == (1, 1, files[:2])
+    assert (task.source, task.target, task.inputs) == (1, 1, files[:2])  # the second: 00:10-00:15 of 00:10-00:19
     levels = apply(levels, task, run_task(store, task))
     assert levels.levels[0][-1] == files[2]  # untouched
     assert len(levels.levels[0]) == 2 and levels.levels[0][0].min_kh >= cluster_floor(floor)
     kept = pl.from_arrow(read_all(store, levels.levels[0][0]))
     assert sorted(set(kept["minute"].to_list())) == [datetime(1970, 1, 1, 0, m) for m in range(16, 20)]
     assert pick("s", levels, Policy(), 1, "c/", expiry) is None
+    # a file with less than half its range expired waits for the floor to pass its middle
+    later = ["minute", 23 * 60_000_000, cluster_floor(23 * 60_000_000)]  # windows 20-22 of 20-29 expired
+    task = pick("s", levels, Policy(), 1, "c/", later)
+    assert task.inputs == levels.levels[0][:1]  # 16-19: wholly expired, no output
+    levels = apply(levels, task, run_task(store, task))
+    assert levels.levels[0] == (files[2],) and pick("s", levels, Policy(), 1, "c/", later) is None
+    later = 25 * 60_000_000
+    task = pick("s", levels, Policy(), 1, "c/", ["minute", later, cluster_floor(later)])
+    assert task.inputs == (files[2],)

@@ -18,9 +18,9 @@ manifest entry names a time key column and a floor (a flow's aggregation state: 
 windows, :mod:`millpond.engine.flows`) loses every version of the keys older than the floor
 whenever its files are merged. Nothing reads those keys again, so files not merged yet may keep
 them; the state shrinks as compaction reaches them. A state in time order (its floor names a *key
-floor*: every key below it is of an older time) has its files holding keys below the floor merged
-first, each within its level: wholly expired ones leave no output, so old windows' files go without
-waiting for a merge to reach them.
+floor*: every key below it is of an older time) first merges, each within its level, its files
+with at least half their key range below the floor: wholly expired ones leave no output, so old
+windows' files go without waiting for a merge to reach them.
 
 **Executors**: :func:`run_task` reads the inputs, merges and writes the outputs under a fresh
 prefix; it runs in-process or inside a Spark task (``spark/compact.py``) — same code, same root.
@@ -77,12 +77,18 @@ def _overlapping(level: tuple[SstRef, ...], lo: int, hi: int) -> tuple[SstRef, .
     return tuple(ref for ref in level if ref.max_kh >= lo and ref.min_kh <= hi)
 
 
+def _mostly_below(ref: SstRef, floor: int) -> bool:
+    """Whether at least half of ``ref``'s key range is below ``floor`` (so rewriting it at least
+    halves it: a file across a rising floor is rewritten a few times, not at every step)."""
+    return ref.min_kh < floor and floor - ref.min_kh >= ref.max_kh - floor
+
+
 def pick(state: str, levels: Levels, policy: Policy, safe_epoch: int, prefix: str,
          expiry: list | tuple | None = None) -> Task | None:
     """The next merge for one state table, or None when its shape is within the policy."""
     deeper = list(levels.levels)
     for i, level in enumerate(deeper, start=1) if expiry is not None and len(expiry) > 2 else ():
-        if stale := tuple(r for r in level if r.min_kh < expiry[2]):  # holds expired keys: merged in place
+        if stale := tuple(r for r in level if _mostly_below(r, expiry[2])):  # merged in place
             lo, hi = stale[0].min_kh, max(r.max_kh for r in stale)
             return Task(state, i, i, stale, safe_epoch, not any(_overlapping(lv, lo, hi) for lv in deeper[i:]),
                         prefix, policy.target_file_bytes, tuple(expiry))
