@@ -10,12 +10,10 @@ import random
 from datetime import datetime, timedelta
 
 import duckdb
-import polars as pl
 import pyarrow as pa
 import pytest
 
 from millpond import CatalogError, MillpondError, SqlError, StorageError
-from millpond.columns import KH
 from millpond.engine import runtime as runtime_module
 from millpond.engine.flows import cluster_floor
 from millpond.store.state_table import StateTable
@@ -464,51 +462,3 @@ def test_a_row_threshold_triggers_an_epoch_before_the_interval(spark, root):
         assert db.sql("SELECT * FROM calm_sink").to_pylist() == [{"v": 1, "n": 500}]
     finally:
         db.close()
-
-
-def test_a_flows_state_is_in_window_order_and_a_flow_from_before_keeps_its_hash(open_db, tmp_path):
-    """A new flow's state keys start with their window's minute (catalog format 9), so a trigger's
-    new windows go to new files and compaction leaves older windows' files alone; a flow created by
-    the previous millpond (no ``cluster`` in the catalog) keeps hash keys — both equal DuckDB."""
-    import dataclasses
-    import json
-
-    from millpond import paths
-
-    path = str(tmp_path / "ordered")
-    db = open_db(path=path)
-    db.sql(SOURCE)
-    db.sql(FLOWS["per_min"][0])
-    db.sql(FLOWS["tumbling"][0])
-    rt = db.runtime
-    assert {f.name: f.cluster for f in rt.catalog.flows.values()} == {"per_min": "minute", "tumbling": "window_start"}
-    old = dataclasses.replace(rt.catalog.flows["tumbling"], cluster=None)  # as the previous millpond wrote it
-    rt.commit_catalog(dataclasses.replace(rt.catalog, flows={**rt.catalog.flows, "tumbling": old}))
-    source = Source(seed=5)
-    for i in range(8):
-        if i == 4:
-            db.close()
-            db = open_db(path=path)
-            rt = db.runtime
-        for _ in range(3):
-            source.step(db)
-        db.flush()
-        assert not _mismatches(db, source, ["per_min", "tumbling"]), i
-    store = rt.coordinator.store
-    body = json.loads(store.get(store.list(paths.CATALOG_PREFIX)[-1]))
-    assert body["format"] == 9 and [f.get("cluster") for f in body["flows"]] == ["minute", None]
-
-    def keys(name: str) -> pl.DataFrame:
-        f = rt._by_name[name]
-        sid = f"o{f.object_id}.n{f.merge.aggregate.node_id}.groups"
-        table = StateTable(store, rt.coordinator.manifest.state(sid), f.merge.aggregate.group)
-        return table.scan()
-
-    def minutes(rows: pl.DataFrame) -> pl.Series:  # of its one window column
-        window = next(c for c, t in rows.schema.items() if t == pl.Datetime("us"))
-        return rows[window].dt.epoch("us") // 60_000_000
-
-    ordered = keys("per_min")
-    assert ordered.height > 10 and (ordered[KH].to_numpy() >> 32).tolist() == minutes(ordered).to_list()
-    hashed = keys("tumbling")
-    assert hashed.height > 3 and ((hashed[KH].to_numpy() >> 32) != minutes(hashed).to_numpy()).all()
