@@ -102,7 +102,7 @@ class FlowDef(ViewDef):
     time_key: str | None = None  # the group key windows expire by (a DATE or TIMESTAMP column)
     trigger_rows: int | None = None  # TRIGGER AFTER n ROWS: the background loop runs an epoch early
     # the group key (a DATE or TIMESTAMP window) its state is ordered by: windows' state in time order
-    # (millpond.engine.flows.cluster_hash); None for a flow without one, or created before format 9
+    # (millpond.engine.flows.cluster_floor); None for a flow without one, or created before format 9
     cluster: str | None = None
 
 

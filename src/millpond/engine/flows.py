@@ -92,7 +92,7 @@ class Expiry:
 class Merge:
     """How a flow's trigger runs: its aggregation, the projections and filters above it (bottom
     up), its rows' schema, the aggregation's group column that is its ``EXPIRE AFTER`` window, and
-    the one its state is ordered by (:func:`cluster_hash`)."""
+    the one its state is ordered by (:func:`cluster_floor`)."""
 
     aggregate: P.Aggregate
     above: tuple[P.Project | P.Filter, ...]

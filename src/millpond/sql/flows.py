@@ -200,13 +200,14 @@ def create(rt: Runtime, s: exp.Command) -> None:
     if spec.expire is not None and time_key is None:
         raise SqlError(f"flow {spec.name!r}: EXPIRE AFTER needs a time window among the group keys (a DATE or TIMESTAMP "
                        "key such as date_bin(INTERVAL '1 minute', ts))", sql=spec.sql)
-    if spec.expire is not None and shape(plan, schema, time_key) is None:
+    merges = shape(plan, schema, time_key) is not None  # one aggregation, its window a group column
+    if spec.expire is not None and not merges:
         raise SqlError(f"flow {spec.name!r}: EXPIRE AFTER needs a flow whose SELECT is one aggregation (its "
                        "window key a GROUP BY column), not a union of grouping sets", sql=spec.sql)
     flow = FlowDef(0, spec.name, spec.sql, FlowDef.encode_schema(schema), depends, P.encode(plan), "fail",
                    sink=spec.sink, key=keys, comment=spec.comment, expire_micros=spec.expire,
                    time_key=time_key if spec.expire is not None else None, trigger_rows=spec.trigger_rows,
-                   cluster=time_key if shape(plan, schema, time_key) is not None else None)
+                   cluster=time_key if merges else None)
     rt.commit_catalog(catalog.with_flow(flow))
     if new_sink:
         t = rt.catalog.tables[spec.sink]
