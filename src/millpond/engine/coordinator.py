@@ -27,7 +27,8 @@ step point here by number.
    id. Every task reads state at ``v``.
 
 *The job* (:meth:`millpond.engine.executor.EpochExecutor.run`; on Spark:
-:mod:`millpond.spark.executor`, :mod:`millpond.spark.build`, :mod:`millpond.spark.task`):
+:mod:`millpond.spark.executor`, :mod:`millpond.spark.build`, :mod:`millpond.spark.task`; the
+epoch, attempt and ``v`` reach the tasks at run time, so a plan built once is re-run):
 
 3. One job over all consumers (*views over views*: consumers that read a view's changes run in a
    job after the view's, given its changelog; a reader's first epoch reads the view's rows at

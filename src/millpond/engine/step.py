@@ -7,6 +7,7 @@ state tables (no task writes those).
 
 from __future__ import annotations
 
+import time
 from typing import Mapping
 
 import polars as pl
@@ -22,18 +23,24 @@ __all__ = ["run_step"]
 
 
 def run_step(op: Operator, delta: pl.DataFrame, store: ObjectStore, levels: Mapping[str, Levels], *, epoch: int,
-             attempt: str, base_version: int, object_id: int, node_id: int, partition: int) -> pl.DataFrame:
+             attempt: str, base_version: int, object_id: int, node_id: int, partition: int,
+             times: dict[str, float] | None = None) -> pl.DataFrame:
     """``op`` over ``delta`` and its state at ``levels`` (by part name); its state rows written
-    under ``sst_key(base_version, epoch, attempt, <state>, partition)``. Returns the output changelog."""
+    under ``sst_key(base_version, epoch, attempt, <state>, partition)``. Returns the output changelog.
+    ``times``: gets the seconds spent applying (``apply``) and writing state (``write``)."""
+    started = time.perf_counter()
     parts = op.parts()
     states = {name: StateTable(store, levels[name], part.keys, additive=part.additive,
                                name=P.state_id(object_id, node_id, name))
               for name, part in parts.items()}
     out, writes = op.apply(delta, states)
+    applied = time.perf_counter()
     faults.point("task.before_state")
     for part, rows in writes.items():
         sid = P.state_id(object_id, node_id, part)
         write_state(store, paths.sst_key(base_version, epoch, attempt, sid, partition), rows, epoch,
                     keys=parts[part].keys, additive=parts[part].additive)
     faults.point("task.after_state")
+    if times is not None:
+        times["apply"], times["write"] = applied - started, time.perf_counter() - applied
     return out

@@ -48,9 +48,46 @@ class Builder(Inputs):
         self.ranges, self.tables, self.pieces = ranges, tables, pieces
         self.scans = {} if scans is None else scans  # (channel, start, stop) -> DataFrame, shared by an epoch's consumers
         self.loaded = {} if loaded is None else loaded  # data source DataFrames reused across epochs
+        self.state_ids: set[str] = set()  # the states its tasks read (the job's descriptor holds their levels)
 
     def final(self) -> DataFrame:
         return self.build(self.consumer.plan)
+
+    def reuse_key(self) -> tuple | None:
+        """The key under which this consumer's DataFrame of this epoch may be kept and re-run in a
+        later epoch, or None when it holds something of this epoch only: rows read by the driver
+        (small ranges, a view's changes), a first epoch's or a partial view's reads of state at the
+        pinned version. Everything else the build decides from the epoch is in the key (the
+        parallelism, whether the delta is pre-aggregated, which inputs are empty), and the rest
+        reaches the tasks at run time (:mod:`millpond.spark.task`) or through the scan objects the
+        data source reads (:meth:`~millpond.spark.inputs.Inputs.named`, which writes them)."""
+        c, job = self.consumer, self.job
+        if (c.key not in job.manifest.offsets or job.batch.get(c.key) or c.key in job.partial or c.partial is not None
+                or c.views or c.merge is not None or self.single):
+            return None
+        reads = []
+        for source in P.sources(c.plan):
+            t = self.tables.get(source.table)
+            if t is None:
+                return None
+            how = self.named(t)
+            if how is None:
+                return None
+            reads.append((t.channel, t.channel_id, how))
+        return (c, job.root, job.parallelism, self._records() > PRE_AGGREGATE_ROWS, tuple(sorted(set(reads))))
+
+    def check(self) -> None:
+        """The checks a build makes of this epoch's inputs (an index read at the view's offset),
+        for a DataFrame that is re-run instead of built."""
+        todo: list[P.Node] = [self.consumer.plan]
+        while todo:
+            n = todo.pop()
+            if isinstance(n, P.Join):
+                for k, index in enumerate(n.shared):
+                    side = (n.left, n.right)[k]
+                    if index is not None and isinstance(side, P.Source):
+                        self._index_at_offset(self.tables[side.table], index)
+            todo.extend(P.inputs(n))
 
     def build(self, node: P.Node) -> DataFrame:
         method = getattr(self, f"_{type(node).__name__.lower()}")
@@ -101,18 +138,21 @@ class Builder(Inputs):
         text: every Column object is a round trip to the JVM, and an epoch builds many exchanges."""
         kh = _hash(keys)
         df = df.selectExpr("*", f"{kh} AS {KH}", f"CAST(pmod({kh}, {VNODES}) AS INT) AS {VN}")
+        if self.job.parallelism == 1:  # one task holds every vnode: no shuffle, its stage is its input's
+            return df.coalesce(1)
         return df.repartition(self.job.parallelism, VN)
 
     def _task(self, node_id: int, op: Operator, schema: T.StructType, *, final: bool = False,
               emit: bool = True, shared: Mapping[str, str] | None = None) -> "Task":
-        """``shared``: parts read from another consumer's state (part -> its state id)."""
+        """``shared``: parts read from another consumer's state (part -> its state id). The task
+        gets its epoch and its states' levels from the job's descriptor when it runs
+        (:mod:`millpond.spark.task`): the state ids it reads are recorded in :attr:`state_ids`."""
         shared = shared or {}
-        levels = {part: self.job.manifest.state(shared.get(part) or P.state_id(self.consumer.object_id, node_id, part))
-                  for part in op.parts()}
-        return Task(op=op, root=self.job.root, storage=self.job.storage, epoch=self.job.epoch,
-                     attempt=self.job.attempt, base_version=self.job.manifest.version,
-                     object_id=self.consumer.object_id, node_id=node_id, levels=levels,
-                     out_schema=arrow_schema(schema), consumer=self.consumer.key if final else None, emit=emit)
+        states = {part: shared.get(part) or P.state_id(self.consumer.object_id, node_id, part) for part in op.parts()}
+        self.state_ids.update(states.values())
+        return Task(op=op, root=self.job.root, storage=self.job.storage, object_id=self.consumer.object_id,
+                    node_id=node_id, states=states, out_schema=arrow_schema(schema),
+                    consumer=self.consumer.key if final else None, emit=emit)
 
     def _join(self, node: P.Join) -> DataFrame:
         left, right = self.build(node.left), self.build(node.right)
@@ -172,11 +212,14 @@ class Builder(Inputs):
             # a first epoch reads this side's table whole, as its delta: no rows before it (the
             # view's own state id for the side, which is never written)
             return P.state_id(self.consumer.object_id, node.node_id, ("left", "right")[k]), stored
+        self._index_at_offset(t, index)
+        return P.state_id(index, 1, "rows"), stored
+
+    def _index_at_offset(self, t: TableDef, index: int) -> None:
         start, done = self.ranges[t.channel][0], self.job.manifest.offsets.get(f"o{index}", {}).get(t.channel, 0)
         if start != done:
             raise InvariantError(f"{self.consumer.name}: reads {t.name} from offset {start}, but its index o{index} "
                                  f"holds {t.name} up to offset {done}")
-        return P.state_id(index, 1, "rows"), stored
 
     def _arrange(self, node: P.Arrange) -> DataFrame:
         """An index's consumer: the table's delta exchanged by the index's key hash and written as

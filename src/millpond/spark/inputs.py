@@ -143,6 +143,21 @@ class Inputs:
                 .option("storage", json.dumps(self.job.storage)).load())
         return cached
 
+    def named(self, t: TableDef) -> tuple | None:
+        """How this epoch's range of ``t``'s channel is read, if through a DataFrame that every
+        epoch can share: ``("empty",)`` (no records: an empty relation), or the key of the loaded
+        data source DataFrame that reads it (its scan object now names the range). None when the
+        range is read by the driver (its records are in the DataFrame)."""
+        start, stop = self.ranges[t.channel]
+        if start >= stop:
+            return ("empty",)
+        if stop - start <= DRIVER_READ_ROWS:
+            return None
+        scan = (t.channel, start, stop)
+        if scan not in self.scans:
+            self.scans[scan] = self.loaded[self._load(t, start, stop)]
+        return next(k for k, df in self.loaded.items() if df is self.scans[scan])
+
     def reads(self, node: P.Node) -> tuple | None:
         """For a stateless subtree whose every range goes through the data source: name this
         epoch's ranges, and return the loaded DataFrames' keys — a DataFrame built over them

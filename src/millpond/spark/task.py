@@ -3,7 +3,13 @@
 
 A task runs its operator's step over the partition's delta (:func:`millpond.engine.step.run_step`:
 open the state parts at the last committed epoch, apply, write each part's state rows as one SST
-named by (version, epoch, attempt, state, partition)) and emits its output changelog. Tasks are
+named by (version, epoch, attempt, state, partition)) and emits its output changelog.
+
+A :class:`Task` holds only what stays the same from epoch to epoch (the operator, its state ids),
+so a consumer's DataFrame is built once and re-run (:mod:`millpond.spark.executor`). What changes
+— the epoch, the attempt, the pinned version and the levels of every state the job reads —
+reaches the tasks at run time as the job's descriptor, a Spark local property
+(:data:`JOB_PROPERTY`) set by the driver's thread around the job's action. Tasks are
 deterministic for a given input, so a retried or speculative task rewrites the same files with
 the same bytes; files of a failed attempt are never referenced (the coordinator lists only its
 own attempt's prefix).
@@ -12,23 +18,62 @@ own attempt's prefix).
 from __future__ import annotations
 
 import io
+import json
+import os
+import time
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import polars as pl
 import pyarrow as pa
 from pyspark import TaskContext
 
 from millpond.columns import VN
+from millpond.engine.executor import EpochJob
 from millpond.engine.operators import Operator
 from millpond.engine.step import run_step
+from millpond.errors import InvariantError
 from millpond.store.manifest import Levels
 from millpond.store.objects import open_store
 
-__all__ = ["Task", "CONSUMER", "IPC"]
+__all__ = ["Task", "CONSUMER", "IPC", "JOB_PROPERTY", "Run", "describe_job"]
 
 CONSUMER = "_consumer"  # a final task's output: the consumer key ...
 IPC = "_ipc"  # ... and its changelog as one Arrow IPC stream
+JOB_PROPERTY = "millpond.job"  # the Spark local property holding the running job's descriptor
+PROFILE_ENV = "MILLPOND_PROFILE"  # set (to a file): every task appends its timings there
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of a built plan: the epoch attempt and the state it reads (a job's descriptor)."""
+
+    epoch: int
+    attempt: str
+    base_version: int
+    levels: dict[str, Levels]  # state id -> its files at ``base_version``
+
+
+def describe_job(job: EpochJob, state_ids: Iterable[str]) -> str:
+    """The descriptor of ``job`` for tasks that read ``state_ids`` (JSON: the local property's value)."""
+    return json.dumps({"epoch": job.epoch, "attempt": job.attempt, "version": job.manifest.version,
+                       "levels": {sid: job.manifest.state(sid).to_json() for sid in sorted(set(state_ids))}})
+
+
+_last: tuple[str, Run] | None = None  # a Python worker runs many tasks of one job: decode once
+
+
+def current_run() -> Run:
+    """The descriptor of the job this task belongs to."""
+    global _last
+    text = TaskContext.get().getLocalProperty(JOB_PROPERTY)
+    if text is None:
+        raise InvariantError(f"a millpond task ran outside an epoch: the local property {JOB_PROPERTY} is not set")
+    if _last is None or _last[0] != text:
+        body = json.loads(text)
+        _last = (text, Run(body["epoch"], body["attempt"], body["version"],
+                           {sid: Levels.from_json(v) for sid, v in body["levels"].items()}))
+    return _last[1]
 
 
 @dataclass(frozen=True)
@@ -38,26 +83,32 @@ class Task:
     op: Operator
     root: str
     storage: dict[str, str]
-    epoch: int
-    attempt: str
-    base_version: int
     object_id: int
     node_id: int
-    levels: dict[str, Levels]
+    states: dict[str, str]  # part -> the state id it reads (its own, or an index's)
     out_schema: pa.Schema
     consumer: str | None
     emit: bool  # False: write state only (a table's materialize: its changelog is its log)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        started = time.perf_counter()
         batches = [b for b in batches if b.num_rows]
+        times = {"input": time.perf_counter() - started} if PROFILE_ENV in os.environ else None
         if not batches:
             return
         delta = pl.from_arrow(pa.Table.from_batches(batches))
         if VN in delta.columns:
             delta = delta.drop(VN)
-        out = run_step(self.op, delta, open_store(self.root, self.storage), self.levels, epoch=self.epoch,
-                       attempt=self.attempt, base_version=self.base_version, object_id=self.object_id,
-                       node_id=self.node_id, partition=TaskContext.get().partitionId())
+        run = current_run()
+        missing = [sid for sid in self.states.values() if sid not in run.levels]
+        if missing:
+            raise InvariantError(f"{self.op.name}: the job's descriptor lacks state {', '.join(missing)}")
+        levels = {part: run.levels[sid] for part, sid in self.states.items()}
+        out = run_step(self.op, delta, open_store(self.root, self.storage), levels, epoch=run.epoch,
+                       attempt=run.attempt, base_version=run.base_version, object_id=self.object_id,
+                       node_id=self.node_id, partition=TaskContext.get().partitionId(), times=times)
+        if times is not None:
+            _profile(self.op.name, delta.height, out.height, times)
         if out.height == 0 or not self.emit:
             return
         if self.consumer is None:
@@ -68,5 +119,15 @@ class Task:
         with pa.ipc.new_stream(sink, table.schema) as writer:
             writer.write_table(table)
         yield pa.RecordBatch.from_pydict({CONSUMER: [self.consumer], IPC: [sink.getvalue()]}, schema=self.out_schema)
+
+
+def _profile(name: str, rows_in: int, rows_out: int, times: dict[str, float]) -> None:
+    """One line per task in ``$MILLPOND_PROFILE`` (a local file; benchmarks/per_row.py reads it):
+    seconds waiting for the input (the JVM's transfer, after the shuffle read), applying the
+    operator and writing its state."""
+    line = json.dumps({"op": name, "partition": TaskContext.get().partitionId(), "rows_in": rows_in,
+                       "rows_out": rows_out, **{k: round(v, 4) for k, v in times.items()}})
+    with open(os.environ[PROFILE_ENV], "a") as f:
+        f.write(line + "\n")
 
 

@@ -131,7 +131,7 @@ def merge_rows(rows: pl.DataFrame, keys: tuple[str, ...], additive: bool, safe_e
         if bottom:
             old = old.filter(~pl.col(DEL))
     out = pl.concat([old.select(rows.columns), new], how="vertical_relaxed")
-    return out.sort([*ident, EP], descending=[False] * len(ident) + [True], nulls_last=True)
+    return out.sort([*ident, EP], descending=[False] * len(ident) + [True])
 
 
 def _split_points(kh: np.ndarray, rows_per_file: int) -> list[int]:

@@ -147,7 +147,9 @@ def write_sst(store: ObjectStore, key: str, rows: pl.DataFrame, *, keys: tuple[s
     if rows.height == 0:
         raise ValueError("an SST holds at least one row")
     order = [KH, *[c for c in rows.columns if c != KH]]
-    table = rows.sort(order, nulls_last=True).to_arrow()
+    # nulls first (polars' default): measured here, nulls_last makes a multi-column sort ~10x slower
+    # (0.25 s vs 0.025 s for 570,000 rows of 6 columns)
+    table = rows.sort(order).to_arrow()
     kh = table.column(KH).to_numpy()
     eps = table.column(EP).to_numpy()
     per_row = max(1, table.nbytes // table.num_rows)

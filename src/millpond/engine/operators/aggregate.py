@@ -37,7 +37,7 @@ from typing import Mapping
 import polars as pl
 
 from millpond.columns import COUNT, KH, W
-from millpond.engine.changelog import consolidate, state_rows
+from millpond.engine.changelog import consolidate, settle, state_rows
 from millpond.engine.operators.base import Part, lookup
 from millpond.engine.plan import AggCall
 from millpond.errors import InvariantError
@@ -173,7 +173,7 @@ def _apply_minmax(spec: HashAggregate, delta: pl.DataFrame, cur: pl.DataFrame, v
     gkeys = [KH, *spec.group]
     vcols = [value_col(i) for i in spec.minmax]
     vkeys = [*gkeys, *vcols]
-    dv = consolidate(delta.select(*vkeys, W))
+    dv = settle(delta.select(*vkeys, W))
     writes = state_rows(dv.rename({W: COUNT}), live=pl.lit(True))  # additive: no read to write
 
     # Groups whose multiset must be read: all of them with a DISTINCT call (a value's count

@@ -37,7 +37,7 @@ import polars as pl
 
 from millpond import duck
 from millpond.columns import COUNT, KH, W
-from millpond.engine.changelog import consolidate, state_rows
+from millpond.engine.changelog import consolidate, settle, state_rows
 from millpond.engine.operators.base import Part, lookup
 from millpond.store.state_table import StateTable
 
@@ -88,7 +88,7 @@ class Arrange:
 
     def apply(self, delta: pl.DataFrame, states: Mapping[str, StateTable]
               ) -> tuple[pl.DataFrame, dict[str, pl.DataFrame]]:
-        rows = consolidate(delta.filter(pl.all_horizontal(pl.col(k).is_not_null() for k in self.key_columns))
+        rows = settle(delta.filter(pl.all_horizontal(pl.col(k).is_not_null() for k in self.key_columns))
                            .select(KH, *self.key_columns, *self.columns, W))
         return delta.head(0).select(W), {"rows": state_rows(rows.rename({W: COUNT}), live=pl.lit(True))}
 
@@ -119,8 +119,8 @@ def _apply(spec: HashJoin, delta: pl.DataFrame, left: _Shared, right: _Shared
     no_null_key = pl.all_horizontal(pl.col(k).is_not_null() for k in spec.key_columns) if spec.key_columns \
         else pl.lit(True)
     delta = delta.filter(no_null_key)  # NULL never equals anything: such rows cannot match
-    dl = consolidate(delta.filter(pl.col(SIDE) == 0).select(*keys, *spec.left_columns, W))
-    dr = consolidate(delta.filter(pl.col(SIDE) == 1).select(*keys, *spec.right_columns, W))
+    dl = settle(delta.filter(pl.col(SIDE) == 0).select(*keys, *spec.left_columns, W))
+    dr = settle(delta.filter(pl.col(SIDE) == 1).select(*keys, *spec.right_columns, W))
 
     # dL ⋈ R: the right rows matching the left delta's keys, at the previous epoch
     old_right = _side(right, dl, dr, keys, spec.right_columns)
@@ -133,7 +133,7 @@ def _apply(spec: HashJoin, delta: pl.DataFrame, left: _Shared, right: _Shared
         (pl.col(W) * pl.col(COUNT)).alias(W))
 
     cols = [*spec.left_columns, *spec.right_columns, W]
-    out = consolidate(pl.concat([out_left.select(cols), out_right.select(cols)], how="vertical_relaxed"))
+    out = settle(pl.concat([out_left.select(cols), out_right.select(cols)], how="vertical_relaxed"))
     writes = {label: state_rows(d.rename({W: COUNT}), live=pl.lit(True)) for label, d in (("left", dl), ("right", dr))}
     return out, writes
 

@@ -3,7 +3,7 @@ epoch. The rows are an additive multiset keyed by all columns: each epoch writes
 consolidated delta as ``_count`` changes and a read sums them (see ``store/state_table.py``), so
 inserts never read state. Only the rows an epoch retracts are looked up: a retraction of a row
 that is not there is an invariant violation and fails the epoch rather than corrupting the view.
-The output is the consolidated changelog of the view."""
+The output is the view's changelog, consolidated when it retracts (the driver nets it whole)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Mapping
 import polars as pl
 
 from millpond.columns import COUNT, KH, W
-from millpond.engine.changelog import consolidate, state_rows
+from millpond.engine.changelog import settle, state_rows
 from millpond.engine.operators.base import Part, lookup
 from millpond.errors import InvariantError
 from millpond.store.state_table import StateTable
@@ -37,7 +37,7 @@ class Materialize:
     def apply(self, delta: pl.DataFrame, states: Mapping[str, StateTable]
               ) -> tuple[pl.DataFrame, dict[str, pl.DataFrame]]:
         keys = [KH, *self.columns]
-        d = consolidate(delta.select(*keys, W))
+        d = settle(delta.select(*keys, W))  # the driver nets a view's whole changelog (several tasks)
         retracted = d.filter(pl.col(W) < 0) if self.check else d.head(0)
         if retracted.height:
             old = lookup(states["rows"], retracted, keys, {**{c: d.schema[c] for c in keys}, COUNT: pl.Int64})

@@ -1,0 +1,185 @@
+"""Per changed row: one millpond epoch over a delta of D rows vs Spark's batch over the same D rows.
+
+Four views, each alone on a fresh root, over a table ``ev(k BIGINT, p BIGINT, v BIGINT)``
+(ordinary, then ``APPEND ONLY``) and a 10,000-row dimension ``dim(p BIGINT, name VARCHAR)``:
+
+- ``agg``:    SELECT k, count(*) AS n, sum(v) AS s FROM ev GROUP BY k          (10,000 keys)
+- ``max``:    SELECT k, max(v) AS m FROM ev GROUP BY k
+- ``join``:   SELECT d.name, count(*) AS n, sum(e.v) AS s FROM ev e JOIN dim d ON e.p = d.p GROUP BY d.name
+- ``filter``: SELECT k, p, v FROM ev WHERE v % 10 = 0
+
+Per view and D: a warm-up epoch of D rows (state exists, JIT warm), then ``--repeat`` timed
+epochs of D new rows each: ``db.insert`` (untimed, the log append) then ``db.flush()`` (timed:
+the epoch). Spark, in the same session: the same SQL over the same D rows read from Parquet
+(one file per delta, written before timing), its result written as Parquet (a recomputed view
+is kept somewhere too), timed the same number of times. The ratio is millpond / Spark (lower is
+better; ≤ 1.0 means maintaining costs no more per changed row than recomputing those rows). Per D,
+a floor is printed first: Spark handing the D rows to a Python task that keeps nothing — what any
+design pays that moves every changed row from the JVM into Python once.
+
+Also printed, per timed epoch (medians): the bytes the driver received from the epoch's tasks, the
+state kept (bytes of SSTs under the root at the end: a retractable ``max`` keeps every value, an
+``APPEND ONLY`` one a value per group), and where the epoch's time went: ``build`` (the driver
+building the DataFrames: py4j), ``job`` (the Spark job, planning and the driver's collect
+included), ``post`` (the rest of ``flush``: netting the changelog, writing changes, the commit);
+and, summed over the stateful tasks (which run two at a time), ``input`` (waiting for the JVM's
+Arrow batches: the shuffle read and the transfer), ``apply`` (the operator in Python) and ``write``
+(encoding and writing state). Every view is checked against DuckDB over all rows inserted.
+
+    .venv/bin/python benchmarks/per_row.py [--rows 100000,1000000] [--queries agg,max,join,filter]
+        [--kinds ordinary,append] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import millpond
+from millpond.spark.session import local_session
+
+KEYS, PRODUCTS, NAMES = 10_000, 10_000, 500
+PROFILE = os.path.join(tempfile.gettempdir(), f"per-row-tasks-{os.getpid()}.jsonl")
+os.environ["MILLPOND_PROFILE"] = PROFILE  # before Spark starts its Python workers: they inherit it
+QUERIES = {
+    "agg": "SELECT k, count(*) AS n, sum(v) AS s FROM ev GROUP BY k",
+    "max": "SELECT k, max(v) AS m FROM ev GROUP BY k",
+    "join": "SELECT d.name, count(*) AS n, sum(e.v) AS s FROM ev e JOIN dim d ON e.p = d.p GROUP BY d.name",
+    "filter": "SELECT k, p, v FROM ev WHERE v % 10 = 0",
+}
+
+
+def delta(rows: int, seed: int) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    return pa.table({"k": rng.integers(0, KEYS, rows), "p": rng.integers(0, PRODUCTS, rows),
+                     "v": rng.integers(0, 1_000_000, rows)})
+
+
+def dimension() -> pa.Table:
+    return pa.table({"p": np.arange(PRODUCTS, dtype=np.int64),
+                     "name": [f"name{i % NAMES}" for i in range(PRODUCTS)]})
+
+
+def du(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+
+
+def rows_of(t: pa.Table, cols: list[str]) -> list[tuple]:
+    return sorted(zip(*(t.column(c).to_pylist() for c in cols)))
+
+
+def run_millpond(spark, query: str, kind: str, batches: list[pa.Table], dim: pa.Table) -> dict:
+    with tempfile.TemporaryDirectory(prefix="per-row-") as root:
+        db = millpond.connect(root, spark=spark, interval=None)
+        try:
+            db.sql(f"CREATE TABLE ev (k BIGINT, p BIGINT, v BIGINT){' APPEND ONLY' if kind == 'append' else ''}; "
+                   "CREATE TABLE dim (p BIGINT PRIMARY KEY, name VARCHAR)")
+            db.insert("dim", dim)
+            db.sql(f"CREATE MATERIALIZED VIEW q AS {QUERIES[query]}")
+            stats = db.runtime.coordinator.executor.stats
+            times, received, parts = [], [], []
+            for i, batch in enumerate(batches):
+                db.insert("ev", batch)
+                before = dict(stats)
+                open(PROFILE, "w").close()
+                t0 = time.perf_counter()
+                db.flush()
+                elapsed = time.perf_counter() - t0
+                if i:  # the first epoch warms up
+                    times.append(elapsed)
+                    received.append(stats["driver_bytes"] - before["driver_bytes"])
+                    tasks = [json.loads(line) for line in open(PROFILE)]
+                    build, job = stats["build_s"] - before["build_s"], stats["job_s"] - before["job_s"]
+                    parts.append({"build": build, "job": job, "post": elapsed - build - job,
+                                  **{k: sum(t.get(k, 0) for t in tasks) for k in ("input", "apply", "write")}})
+            got = db.sql("SELECT * FROM q")
+            state = du(os.path.join(root, "sst")) if os.path.isdir(os.path.join(root, "sst")) else 0
+        finally:
+            db.close()
+    con = duckdb.connect()
+    con.register("ev", pa.concat_tables(batches))
+    con.register("dim", dim)
+    want = con.sql(QUERIES[query]).to_arrow_table()
+    cols = want.column_names
+    if rows_of(got, cols) != rows_of(want, cols):
+        raise SystemExit(f"{query} ({kind}): millpond's view differs from DuckDB's")
+    return {"time": statistics.median(times), "driver": statistics.median(received), "state": state,
+            "parts": {k: statistics.median(p[k] for p in parts) for k in parts[0]}}
+
+
+def run_spark(spark, query: str, files: list[str], dim_file: str, out: str) -> float:
+    spark.read.parquet(dim_file).createOrReplaceTempView("dim")
+    times = []
+    for i, f in enumerate(files):
+        t0 = time.perf_counter()
+        spark.read.parquet(f).createOrReplaceTempView("ev")
+        spark.sql(QUERIES[query]).write.mode("overwrite").parquet(out)
+        if i:
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _drain(batches):  # noqa: ANN001, ANN202 - a mapInArrow function: takes every row, emits none
+    for _ in batches:
+        pass
+    return iter(())
+
+
+def run_floor(spark, files: list[str]) -> float:
+    """Spark reading the delta from Parquet, exchanging it and handing every row to a Python task
+    that returns nothing: the least any design pays that moves each changed row into Python once."""
+    times = []
+    for i, f in enumerate(files):
+        t0 = time.perf_counter()
+        spark.read.parquet(f).repartition(2, "k").mapInArrow(_drain, "x BIGINT").collect()
+        if i:
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rows", default="100000,1000000")
+    ap.add_argument("--queries", default=",".join(QUERIES))
+    ap.add_argument("--kinds", default="ordinary,append")
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    spark = local_session(cores="2")
+    dim = dimension()
+    print(f"{'D':>9} {'query':<7} {'table':<9} {'millpond s':>10} {'spark s':>8} {'ratio':>6} "
+          f"{'driver KB':>9} {'state MB':>8} | {'build':>5} {'job':>5} {'post':>5} | tasks: {'input':>5} "
+          f"{'apply':>5} {'write':>5}")
+    with tempfile.TemporaryDirectory(prefix="per-row-spark-") as tmp:
+        dim_file = os.path.join(tmp, "dim.parquet")
+        pq.write_table(dim, dim_file)
+        for rows in map(int, args.rows.split(",")):
+            batches = [delta(rows, seed) for seed in range(args.repeat + 1)]
+            files = []
+            for i, b in enumerate(batches):
+                files.append(os.path.join(tmp, f"ev-{rows}-{i}.parquet"))
+                pq.write_table(b, files[-1])
+            floor = run_floor(spark, files)
+            print(f"{rows:>9,} rows into Python once (Spark: Parquet -> exchange -> mapInArrow, no output): "
+                  f"{floor:.3f} s", flush=True)
+            for query in args.queries.split(","):
+                base = run_spark(spark, query, files, dim_file, os.path.join(tmp, "out"))
+                for kind in args.kinds.split(","):
+                    m = run_millpond(spark, query, kind, batches, dim)
+                    p = m["parts"]
+                    print(f"{rows:>9,} {query:<7} {kind:<9} {m['time']:>10.3f} {base:>8.3f} "
+                          f"{m['time'] / base:>6.2f} {m['driver'] / 1024:>9.1f} {m['state'] / 2**20:>8.1f} | "
+                          f"{p['build']:>5.2f} {p['job']:>5.2f} {p['post']:>5.2f} | tasks: {p['input']:>5.2f} "
+                          f"{p['apply']:>5.2f} {p['write']:>5.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
