@@ -10,11 +10,14 @@ group (and MIN/MAX/DISTINCT value).
 
 from __future__ import annotations
 
+import json
 from functools import reduce
 from typing import Mapping
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
+from pyspark.sql.pandas.functions import pandas_udf
+from pyspark.util import PythonEvalType
 from sqlglot import exp
 
 from millpond.catalog import TableDef
@@ -41,7 +44,8 @@ class Builder(Inputs):
 
     def __init__(self, spark: SparkSession, job: EpochJob, consumer: Consumer, ranges: Ranges,
                  tables: Mapping[str, TableDef], pieces: PieceSource, scans: dict | None = None,
-                 loaded: dict | None = None, views: Mapping[str, ViewInput] | None = None, single: bool = False):
+                 loaded: dict | None = None, views: Mapping[str, ViewInput] | None = None, single: bool = False,
+                 udfs: dict | None = None):
         self.spark, self.job, self.consumer = spark, job, consumer
         self.single = single  # read every range in one task (a flow's small trigger: its partials need no shuffle)
         self.views = views or {}  # the views read as sources: their changes in this epoch
@@ -49,6 +53,7 @@ class Builder(Inputs):
         self.scans = {} if scans is None else scans  # (channel, start, stop) -> DataFrame, shared by an epoch's consumers
         self.loaded = {} if loaded is None else loaded  # data source DataFrames reused across epochs
         self.state_ids: set[str] = set()  # the states its tasks read (the job's descriptor holds their levels)
+        self.udfs = {} if udfs is None else udfs  # stateful tasks' Python UDFs, kept across epochs (see _map)
 
     def final(self) -> DataFrame:
         return self.build(self.consumer.plan)
@@ -154,6 +159,22 @@ class Builder(Inputs):
                     node_id=node_id, states=states, out_schema=arrow_schema(schema),
                     consumer=self.consumer.key if final else None, emit=emit)
 
+    def _map(self, df: DataFrame, task: Task, schema: T.StructType) -> DataFrame:
+        """``df.mapInArrow(task, schema)``, with the task's Python UDF made once and kept (by the
+        executor, across epochs): a task holds nothing of one epoch, and making the UDF (pickling
+        the task, a JVM PythonFunction) costs ~10 ms each time. PySpark's own ``mapInArrow``,
+        less the UDF it makes anew on every call (pyspark is pinned: its internals are known)."""
+        key = (task.op, tuple(sorted(task.states.items())), task.object_id, task.node_id, task.consumer, task.emit,
+               task.root, json.dumps(task.storage, sort_keys=True), task.out_schema)
+        udf = self.udfs.get(key)
+        if udf is None:
+            if len(self.udfs) >= 1024:
+                self.udfs.clear()
+            udf = self.udfs[key] = pandas_udf(task, returnType=schema,  # type: ignore[call-overload]
+                                              functionType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF)
+        column = udf(*[df[c] for c in df.columns])
+        return DataFrame(df._jdf.mapInArrow(column._jc, False, None), df.sparkSession)
+
     def _join(self, node: P.Join) -> DataFrame:
         left, right = self.build(node.left), self.build(node.right)
         if node.lookup[1] == "old":  # a delta join's probe of an index as of before the epoch: no delta
@@ -187,7 +208,7 @@ class Builder(Inputs):
                       left_shared=stored["left"][1] if "left" in stored else None,
                       right_shared=stored["right"][1] if "right" in stored else None)
         task = self._task(node.node_id, op, schema, shared={label: sid for label, (sid, _) in stored.items()})
-        return both.mapInArrow(task, schema)
+        return self._map(both, task, schema)
 
     def _shared(self, node: P.Join, k: int, types: list[T.DataType], common: list[T.DataType], cols: list[str]
                 ) -> tuple[str, tuple[str, ...]]:
@@ -231,7 +252,7 @@ class Builder(Inputs):
                                           *map(quote, cols), W), kcols)
         op = Arrange(tuple(kcols), tuple(cols), name=self.consumer.name)
         out = T.StructType([T.StructField(CONSUMER, T.StringType()), T.StructField(IPC, T.BinaryType())])
-        return df.mapInArrow(self._task(node.node_id, op, out, final=True, emit=False), out)
+        return self._map(df, self._task(node.node_id, op, out, final=True, emit=False), out)
 
     def _aggregate(self, node: P.Aggregate) -> DataFrame:
         """Built from SQL text, as :meth:`_exchange` (a Column object costs a JVM round trip)."""
@@ -257,7 +278,7 @@ class Builder(Inputs):
         schema = T.StructType([*out_fields, T.StructField(W, T.LongType())])
         op = HashAggregate(tuple(group), node.calls, name=f"{self.consumer.name}#{node.node_id}", whole=node.whole,
                            append_only=node.append_only)
-        return agged.mapInArrow(self._task(node.node_id, op, schema), schema)
+        return self._map(agged, self._task(node.node_id, op, schema), schema)
 
     def partials(self, node: P.Aggregate) -> DataFrame:
         """The epoch's delta of ``node``'s input as partial aggregates per (group, min/max/distinct
@@ -328,7 +349,7 @@ class Builder(Inputs):
         schema = T.StructType([*fields, T.StructField(W, T.LongType())])
         op = TopN(tuple(cols), node.partition, node.order, node.limit, node.offset, node.row_number,
                   name=f"{self.consumer.name}#{node.node_id}")
-        return df.mapInArrow(self._task(node.node_id, op, schema), schema)
+        return self._map(df, self._task(node.node_id, op, schema), schema)
 
     def _over(self, node: P.Over) -> DataFrame:
         df = self.build(node.input)
@@ -339,7 +360,7 @@ class Builder(Inputs):
                     for c in node.calls)]
         schema = T.StructType([*fields, T.StructField(W, T.LongType())])
         op = Over(tuple(cols), node.partition, node.order, node.calls, name=f"{self.consumer.name}#{node.node_id}")
-        return df.mapInArrow(self._task(node.node_id, op, schema), schema)
+        return self._map(df, self._task(node.node_id, op, schema), schema)
 
     def _materialize(self, node: P.Materialize) -> DataFrame:
         df = self.build(node.input)
@@ -350,8 +371,8 @@ class Builder(Inputs):
             df = self._exchange(df, cols)
         op = Materialize(tuple(cols), name=self.consumer.name)
         out = T.StructType([T.StructField(CONSUMER, T.StringType()), T.StructField(IPC, T.BinaryType())])
-        return df.mapInArrow(self._task(node.node_id, op, out, final=True, emit=self.consumer.name not in self.tables),
-                             out)
+        return self._map(df, self._task(node.node_id, op, out, final=True, emit=self.consumer.name not in self.tables),
+                         out)
 
 
 def spark_sql(e: exp.Expression) -> str:

@@ -47,6 +47,7 @@ class SparkExecutor:
         # each consumer's DataFrame, built once and re-run while the epochs' shape stays the same
         # (Builder.reuse_key): building one costs ~0.1 s of JVM round trips, every epoch
         self._built: dict[tuple, tuple[DataFrame, frozenset[str]]] = {}
+        self._udfs: dict = {}  # stateful tasks' Python UDFs (Builder._map)
         # driver_bytes: what the driver received from epochs' tasks; reused: DataFrames re-run, not
         # built; build_s: seconds building DataFrames; job_s: seconds in their jobs (planning included)
         self.stats = {"driver_bytes": 0, "reused": 0, "build_s": 0.0, "job_s": 0.0}
@@ -57,7 +58,7 @@ class SparkExecutor:
         scans: dict = {}  # consumers reading the same channel range share its source
         frames, state_ids = [], set()
         for c, ranges in work:
-            builder = Builder(self.spark, job, c, ranges, tables, pieces, scans, self._loaded, views)
+            builder = Builder(self.spark, job, c, ranges, tables, pieces, scans, self._loaded, views, udfs=self._udfs)
             key = builder.reuse_key()
             if key is not None and key in self._built:
                 builder.check()
