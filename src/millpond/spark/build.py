@@ -2,7 +2,7 @@
 (:mod:`millpond.engine.coordinator`), on Spark.
 
 Stateless nodes become Spark expressions (Catalyst runs them in the JVM). Each stateful node is an
-exchange ``repartition(n, _vn)`` on its key's vnode followed by a ``mapInArrow`` task
+exchange ``repartitionById(n, _vn)`` on its key's vnode followed by a ``mapInArrow`` task
 (:mod:`millpond.spark.task`) that runs the node's operator over its state. Before an aggregation,
 Spark pre-aggregates the epoch's delta per group, so the Python task sees one row per changed
 group (and MIN/MAX/DISTINCT value).
@@ -145,7 +145,9 @@ class Builder(Inputs):
         df = df.selectExpr("*", f"{kh} AS {KH}", f"CAST(pmod({kh}, {VNODES}) AS INT) AS {VN}")
         if self.job.parallelism == 1:  # one task holds every vnode: no shuffle, its stage is its input's
             return df.coalesce(1)
-        return df.repartition(self.job.parallelism, VN)
+        # task i takes the vnodes v with v mod n = i: an even share (hashing 256 vnode numbers into 2
+        # partitions, as repartition(n, vn) does, split a 1M-row join 430,000 / 570,000)
+        return df.repartitionById(self.job.parallelism, VN)
 
     def _task(self, node_id: int, op: Operator, schema: T.StructType, *, final: bool = False,
               emit: bool = True, shared: Mapping[str, str] | None = None) -> "Task":
