@@ -2,7 +2,9 @@
 
 :class:`SparkExecutor` implements :class:`millpond.engine.executor.EpochExecutor` (step 3 of the
 epoch protocol in :mod:`millpond.engine.coordinator`): it builds each consumer's DataFrame
-(:mod:`millpond.spark.build`), unions the final materializations, and collects with one action.
+(:mod:`millpond.spark.build`) or re-runs the one built by an earlier epoch of the same shape,
+unions the final materializations, and collects with one action, with the job's descriptor set
+for its tasks (:mod:`millpond.spark.task`).
 The final task of every view emits its changelog as Arrow IPC blobs, so the driver receives one
 row per (partition, view) rather than one per changed row.
 """
