@@ -47,7 +47,7 @@ class SparkExecutor:
         self._loaded: dict = {}  # the log's data source, loaded once per channel scan (see log_source.write_scan)
         self._partials: dict = {}  # each flow's partial aggregates over loaded scans (see partials)
         # each consumer's DataFrame, built once and re-run while the epochs' shape stays the same
-        # (Builder.reuse_key): building one costs ~0.1 s of JVM round trips, every epoch
+        # (Builder.reuse_key): building one costs ~0.06 s of JVM round trips (measured: one-row epochs, 3 views)
         self._built: dict[tuple, tuple[DataFrame, frozenset[str]]] = {}
         self._udfs: dict = {}  # stateful tasks' Python UDFs (Builder._map)
         # driver_bytes: what the driver received from epochs' tasks; reused: DataFrames re-run, not
