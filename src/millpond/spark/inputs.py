@@ -7,7 +7,6 @@ partial view's fills and evictions), a partial view's table restricted to its ke
 
 from __future__ import annotations
 
-import json
 from functools import partial, reduce
 from typing import Iterator, Mapping
 
@@ -24,7 +23,7 @@ from millpond.engine import plan as P
 from millpond.engine.consumers import table_plan
 from millpond.engine.executor import Consumer, EpochJob, PieceSource, Ranges, ViewInput
 from millpond.log import read_pieces
-from millpond.spark.log_source import MAX_PARTITION_ROWS, write_scan
+from millpond.spark.log_source import MAX_PARTITION_ROWS, ScanSlots, write_scan
 from millpond.store.manifest import Levels
 from millpond.store.objects import open_store
 from millpond.store.state_table import StateTable
@@ -128,19 +127,19 @@ class Inputs:
         return self.loaded[self._load(t, start, stop)]
 
     def _load(self, t: TableDef, start: int, stop: int) -> tuple:
-        """Name this epoch's range ``[start, stop)`` of ``t``'s channel for the data source, and
-        return the key of the loaded DataFrame that reads it (loaded once, then reused: it reads
-        whatever range the scan object names)."""
+        """Name this epoch's range ``[start, stop)`` of ``t``'s channel for the scan, and return the
+        key of the DataFrame that reads it (built once, then re-run: it reads whatever range the
+        scan object names, :class:`~millpond.spark.log_source.ScanSlots`)."""
         k = sum(1 for s in self.scans if s[0] == t.channel)  # a backfilling view reads another range
         key = write_scan(open_store(self.job.root, self.job.storage), t.channel_id, k,
                          self.pieces(t.channel, start, stop), start, stop)
         slots = 1 if self.single else max(self.job.parallelism, -(-(stop - start) // MAX_PARTITION_ROWS))
         cached = (self.job.root, key, _ddl(t), slots)
         if cached not in self.loaded:
-            self.loaded[cached] = (
-                self.spark.read.format("millpond").option("root", self.job.root).option("channel", t.channel)
-                .option("scan", key).option("slots", slots).option("schema", cached[2])
-                .option("storage", json.dumps(self.job.storage)).load())
+            schema = self.spark.createDataFrame([], cached[2]).schema
+            read = ScanSlots(self.job.root, tuple(sorted(self.job.storage.items())), key, slots, t.log_schema,
+                             arrow_schema(schema))
+            self.loaded[cached] = self.spark.range(0, slots, 1, slots).mapInArrow(read, schema)
         return cached
 
     def named(self, t: TableDef) -> tuple | None:

@@ -15,9 +15,9 @@
 Rows carry the channel's columns plus ``_seq`` (sequence number) and ``_tick`` (time tick,
 microseconds). Planning runs on the driver: it lists the pieces (WAL frames and Parquet files)
 holding the range, and each input partition reads its pieces straight from object storage. The
-engine's epochs use option ``scan`` instead: a DataFrame loaded once per channel and reused, whose
-partitions are slots that read, when they run, the range the driver wrote for the epoch
-(:func:`write_scan`), so an epoch neither lists nor plans a data source.
+engine's epochs read a channel with :class:`ScanSlots` instead: a DataFrame built once per channel
+and re-run, whose tasks are slots that read, when they run, the range the driver wrote for the
+epoch (:func:`write_scan`), so an epoch neither lists nor plans a data source.
 
 The writers stage each task's rows as an Arrow file; the commit (on the driver's side, in a Python
 worker process) appends them as one batch. The streaming sink's producer is ``(sink id, batch
@@ -47,7 +47,7 @@ from millpond.log import Channel, Log, Piece, read_pieces
 from millpond.log.tables import is_table
 from millpond.store.objects import open_store
 
-__all__ = ["LogDataSource", "register", "write_scan"]
+__all__ = ["LogDataSource", "ScanSlots", "register", "write_scan"]
 
 MAX_PARTITION_ROWS = 1_000_000  # records per input partition, at most ...
 _MIN_PARTITION_ROWS = 50_000  # ... and at least, when a range is split to use every core
@@ -144,39 +144,43 @@ def _overlapping(pieces: list[Piece], a: int, b: int) -> list[Piece]:
     return [p for p in pieces if max(a, p.first) < min(b, p.end)]
 
 
-@dataclass
-class _SlotPartition(InputPartition):
-    """Slot ``slot`` of ``slots`` of whatever range the scan object names when the task runs."""
-
-    scan: str  # object key of the range (see :func:`write_scan`)
-    slot: int
-    slots: int
-    schema: bytes
-
-
 def write_scan(store, channel_id: str, k: int, pieces: list[Piece], start: int, stop: int) -> str:  # noqa: ANN001
     """Name the range the engine's ``k``-th scan of a channel reads in this epoch; return its key.
 
-    A DataFrame over the data source with option ``scan`` is loaded once and reused every epoch:
-    Spark keeps a data source's reader and partitions with the DataFrame, and loading one costs
-    a Python worker on the driver (~0.3 s). Its partitions are slots; each task reads its slot's
-    share of the range named here, written by the driver before the job."""
+    The engine's scan of a channel (:class:`ScanSlots`) is built once and re-run every epoch; its
+    tasks are slots, and each reads its slot's share of the range named here, written by the
+    driver before the job."""
     key = paths.scan_key(channel_id, k)
     store.put(key, json.dumps({"channel": channel_id, "start": start, "stop": stop,
                                "pieces": [p.to_json() for p in pieces]}).encode())
     return key
 
 
-def _read_slot(partition: _SlotPartition, root: str, storage: dict[str, str], columns: list[str]
-               ) -> Iterator[pa.RecordBatch]:
-    store = open_store(root, storage)
-    spec = json.loads(store.get(partition.scan))
-    a, b = _cut(spec["start"], spec["stop"], partition.slots, partition.slot)
-    if a >= b:
-        return
-    pieces = _overlapping([Piece(*p) for p in spec["pieces"]], a, b)
-    schema = pa.ipc.read_schema(pa.py_buffer(partition.schema))
-    yield from read_pieces(store, spec["channel"], schema, pieces, a, b).select(columns).to_batches()
+@dataclass(frozen=True)
+class ScanSlots:
+    """The engine's scan of a channel: ``spark.range(slots).mapInArrow(ScanSlots(...))``, where task
+    ``i`` reads slot ``i`` of whatever range the scan object ``scan`` names when it runs
+    (:func:`write_scan`). A ``mapInArrow`` over a range and not this data source: measured here,
+    1,000,000 records summed 0.48 s through the data source, 0.29 s this way."""
+
+    root: str
+    storage: tuple[tuple[str, str], ...]
+    scan: str  # object key of the range
+    slots: int
+    log_schema: pa.Schema  # the channel's
+    schema: pa.Schema  # the records the scan returns, as the job's Spark schema declares them
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        store = open_store(self.root, dict(self.storage))
+        spec = json.loads(store.get(self.scan))
+        for batch in batches:
+            for slot in batch.column(0).to_pylist():
+                a, b = _cut(spec["start"], spec["stop"], self.slots, slot)
+                if a >= b:
+                    continue
+                pieces = _overlapping([Piece(*p) for p in spec["pieces"]], a, b)
+                table = read_pieces(store, spec["channel"], self.log_schema, pieces, a, b)
+                yield from table.select(self.schema.names).cast(self.schema).to_batches()
 
 
 def _read(partition: _PiecePartition, root: str, storage: dict[str, str], columns: list[str]) -> Iterator[pa.RecordBatch]:
@@ -193,11 +197,6 @@ class _BatchReader(DataSourceReader):
         self.start = int(options.get("from", 0))
         stop = int(options.get("to", 2**62))
         parallelism = int(options.get("parallelism", 1))
-        if "scan" in options:  # the engine's reused scan: the range is read from the scan object at run time
-            blob = _arrow_schema(schema, exclude=(SEQ, TICK)).serialize().to_pybytes()
-            self.parts = [_SlotPartition(options["scan"], i, int(options["slots"]), blob)
-                          for i in range(int(options["slots"]))]
-            return
         _, ch = _open(options)
         stop = min(stop, ch.end)
         self.start = max(self.start, 0)
@@ -207,20 +206,8 @@ class _BatchReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         return self.parts
 
-    def read(self, partition: _PiecePartition | _SlotPartition) -> Iterator[pa.RecordBatch]:
-        if isinstance(partition, _SlotPartition):
-            yield from _read_slot(partition, self.root, self.storage, self.columns)
-        else:
-            yield from _read(partition, self.root, self.storage, self.columns)
-
-
-def _arrow_schema(spark_schema, *, exclude: tuple[str, ...] = ()) -> pa.Schema:  # noqa: ANN001
-    """The Arrow schema of a Spark schema; Spark's TIMESTAMP (a TIMESTAMPTZ column) is a UTC instant,
-    ``timestamp[us, tz=UTC]`` as a table stores it."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    arrow = to_arrow_schema(spark_schema, timezone="UTC")
-    return pa.schema([f for f in arrow if f.name not in exclude])
+    def read(self, partition: _PiecePartition) -> Iterator[pa.RecordBatch]:
+        yield from _read(partition, self.root, self.storage, self.columns)
 
 
 class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
