@@ -67,6 +67,8 @@ __all__ = [
     "parse_sst_state",
     "pin_key",
     "CHANGES_EPOCHS_PREFIX",
+    "changes_part_key",
+    "changes_epoch_prefix",
     "changes_epoch_key",
     "changes_key",
     "parse_numbered",
@@ -237,3 +239,13 @@ def changes_epoch_key(epoch: int) -> str:
 
 def changes_key(view_key: str, epoch: int) -> str:
     return f"changes/{view_key}/{epoch:020d}.parquet"
+
+
+def changes_part_key(view_key: str, epoch: int, attempt: str, partition: int) -> str:
+    """A view's changes in ``epoch`` written by one task of one attempt (its files are listed in
+    the epoch's entry: a failed attempt's never are)."""
+    return f"{changes_epoch_prefix(view_key, epoch)}{attempt}-{partition:05d}.parquet"
+
+
+def changes_epoch_prefix(view_key: str, epoch: int) -> str:
+    return f"changes/{view_key}/{epoch:020d}/"

@@ -3,16 +3,22 @@
 
 Per committed epoch ``e`` (paths: ``changes/...``):
 
-- ``changes/<view key>/<e>.parquet``: the changelog (``_w`` = +1/-1) of each view and flow that
-  changed in ``e``, with the view's own column types;
+- ``changes/<view key>/<e>/<attempt>-<partition>.parquet``: the changelog (``_w`` = +1/-1) of a
+  view in ``e``, with the view's own column types, as the epoch's tasks wrote it: one file per
+  task that changed something (:mod:`millpond.spark.task`), so the driver receives no rows;
+- ``changes/<view key>/<e>.parquet``: a flow's changelog (its trigger is merged on the driver);
 - ``changes/epochs/<e>.json``: the epoch's *entry*: when it was written (``at``, seconds since
-  1970), the rows each view changed (``views``), and the log range each table took in
-  (``tables``: a table's changes are its log records, kept by the log, not copied here).
+  1970), the rows each view changed (``views``), the files holding a view's changes (``files``),
+  and the log range each table took in (``tables``: a table's changes are its log records, kept
+  by the log, not copied here).
 
-The coordinator writes them after the job and **before** the commit (step 4½ of the protocol in
-:mod:`millpond.engine.coordinator`): files of an epoch that never commits are never read (a
-reader reads only epochs up to the manifest it holds) and are rewritten when the epoch is
-replayed. The entry is written last, so an entry names files that exist.
+The tasks write a view's files during the job, the coordinator a flow's after it; the entry is
+written **before** the commit (step 4½ of the protocol in :mod:`millpond.engine.coordinator`):
+files of an epoch that never commits, or of an attempt the entry does not name, are never read
+(a reader reads only epochs up to the manifest it holds) and are rewritten when the epoch is
+replayed. The entry is written last, so an entry names files that exist. A reader nets a view's
+files (a row may change in two tasks) and orders the result retractions first, as a subscriber
+reads an update: ``-old``, ``+new``.
 
 **Retention** (:class:`~millpond.catalog.Retention`, ``SET retention``) drops whole epochs, oldest first: their view
 files, then their entry. A reader that finds no entry for an epoch it holds as committed knows it
@@ -24,18 +30,21 @@ from __future__ import annotations
 import io
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator, Mapping
 
+import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from millpond import faults, paths
 from millpond.catalog import Retention
+from millpond.columns import W
+from millpond.engine.changelog import consolidate
 from millpond.errors import MissingError, RetentionError
 from millpond.store.objects import ObjectStore
 
-__all__ = ["ChangeFeed", "Entry"]
+__all__ = ["Change", "ChangeFeed", "Changelogs", "Entry", "Written", "net", "parquet", "rows_of"]
 
 log = logging.getLogger("millpond")
 
@@ -48,6 +57,55 @@ class Entry:
     at: float  # seconds since 1970, when the epoch was written (just before its commit)
     views: Mapping[str, int]  # view or flow key -> changes written
     tables: Mapping[str, tuple[int, int]]  # table key -> the log range [start, stop) the epoch took in
+    files: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # view key -> its tasks' files
+
+
+@dataclass(frozen=True)
+class Written:
+    """A view's changes in one epoch attempt, as its tasks wrote them (not yet netted)."""
+
+    files: tuple[str, ...]  # object keys
+    rows: int  # rows in them
+
+
+Change = pa.Table | Written | None  # a consumer's changes in an epoch: a flow's table, a view's files
+
+
+def rows_of(change: Change) -> int:
+    """The rows in ``change`` (as written: a view's files are not netted yet)."""
+    return 0 if change is None else change.rows if isinstance(change, Written) else change.num_rows
+
+
+class Changelogs(Mapping[str, pa.Table]):
+    """An epoch's changelogs by view name, read from the files its tasks wrote when asked for
+    (the epoch itself moves no changed row through the driver), each read once."""
+
+    def __init__(self, feed: "ChangeFeed", changes: Mapping[str, pa.Table | Written]):
+        self._feed, self._changes = feed, dict(changes)
+        self._read: dict[str, pa.Table] = {}
+
+    def __getitem__(self, name: str) -> pa.Table:
+        change = self._changes[name]
+        if isinstance(change, pa.Table):
+            return change
+        if name not in self._read:
+            self._read[name] = self._feed.read(change)
+        return self._read[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._changes)
+
+    def __len__(self) -> int:
+        return len(self._changes)
+
+    def rows(self, name: str) -> int:
+        """The rows ``name``'s tasks wrote (before netting), without reading them."""
+        return rows_of(self._changes.get(name))
+
+
+def net(table: pa.Table) -> pa.Table:
+    """A changelog netted (equal rows' weights summed, zeros dropped), retractions first."""
+    return consolidate(pl.from_arrow(table)).sort(W, maintain_order=True).to_arrow().cast(table.schema)
 
 
 class ChangeFeed:
@@ -57,18 +115,21 @@ class ChangeFeed:
         self._oldest_at: float | None = None  # and when that one was written (read once)
 
     # -- the writer ---------------------------------------------------------------------------
-    def write(self, epoch: int, changes: Mapping[str, pa.Table], tables: Mapping[str, tuple[int, int]],
+    def write(self, epoch: int, changes: Mapping[str, pa.Table | Written], tables: Mapping[str, tuple[int, int]],
               at: float) -> None:
-        """Keep epoch ``epoch``'s changes (before its commit; module docstring)."""
-        views = {}
-        for key, table in changes.items():
-            if table.num_rows:
-                sink = io.BytesIO()
-                pq.write_table(table, sink, compression="lz4")  # 5x faster to write than zstd; kept briefly
-                self.store.put(paths.changes_key(key, epoch), sink.getvalue())
-                views[key] = table.num_rows
+        """Keep epoch ``epoch``'s changes (before its commit; module docstring): a flow's changelog
+        is written here, a view's files are named."""
+        views, files = {}, {}
+        for key, change in changes.items():
+            if isinstance(change, Written):
+                if change.rows:
+                    views[key], files[key] = change.rows, list(change.files)
+            elif change.num_rows:
+                self.store.put(paths.changes_key(key, epoch), parquet(change))
+                views[key] = change.num_rows
         faults.point("changes.before_entry")
-        body = {"epoch": epoch, "at": at, "views": views, "tables": {k: list(r) for k, r in tables.items()}}
+        body = {"epoch": epoch, "at": at, "views": views, "files": files,
+                "tables": {k: list(r) for k, r in tables.items()}}
         self.store.put(paths.changes_epoch_key(epoch), json.dumps(body).encode())
 
     def collect(self, retention: Retention, epoch: int, now: float, pinned: int | None = None) -> int:
@@ -92,6 +153,8 @@ class ChangeFeed:
                     break
                 for key in entry.views:
                     self.store.delete(paths.changes_key(key, e))
+                    for name in self.store.list(paths.changes_epoch_prefix(key, e)):  # every attempt's
+                        self.store.delete(name)
                 self.store.delete(paths.changes_epoch_key(e))
                 dropped += 1
             e += 1
@@ -105,7 +168,8 @@ class ChangeFeed:
             body = json.loads(self.store.get(paths.changes_epoch_key(epoch)))
         except MissingError:
             return None
-        return Entry(body["epoch"], body["at"], body["views"], {k: tuple(r) for k, r in body["tables"].items()})
+        return Entry(body["epoch"], body["at"], body["views"], {k: tuple(r) for k, r in body["tables"].items()},
+                     {k: tuple(v) for k, v in body.get("files", {}).items()})
 
     def oldest(self) -> int | None:
         """The oldest epoch kept (None: none)."""
@@ -126,9 +190,15 @@ class ChangeFeed:
         if key not in entry.views:
             return None
         try:
+            if key in entry.files:
+                return self.read(Written(entry.files[key], entry.views[key]))
             return pq.read_table(io.BytesIO(self.store.get(paths.changes_key(key, entry.epoch))))
         except MissingError:  # collected between reading the entry and the file
             raise self.gone(entry.epoch, retention) from None
+
+    def read(self, written: Written) -> pa.Table:
+        """A view's changes its tasks wrote, netted, retractions first."""
+        return net(pa.concat_tables([pq.read_table(io.BytesIO(self.store.get(f))) for f in written.files]))
 
     def gone(self, epoch: int, retention: Retention | None) -> RetentionError:
         oldest = self.oldest()
@@ -137,3 +207,10 @@ class ChangeFeed:
         error = RetentionError(f"the changes of epoch {epoch} are no longer kept: {kept}{setting}")
         error.oldest = oldest
         return error
+
+
+def parquet(table: pa.Table) -> bytes:
+    """A changelog as a Parquet file's bytes (LZ4: 5x faster to write than zstd; kept briefly)."""
+    sink = io.BytesIO()
+    pq.write_table(table, sink, compression="lz4")
+    return sink.getvalue()

@@ -43,10 +43,11 @@ def consumers(catalog: Catalog, view_plans: dict[str, P.Materialize]) -> list[Co
     out += [Consumer(f"o{i.id}", i.id, i.name, index_plan(i, catalog.tables[i.table]), ())
             for i in catalog.indexes.values()]
     out += [Consumer(f"o{v.id}", v.id, v.name, view_plans[v.name], tuple(v.schema.names), on_error=v.on_error,
-                     sql=v.sql, partial=_partial(catalog, v, view_plans[v.name]),
+                     sql=v.sql, partial=_partial(catalog, v, view_plans[v.name]), schema=v.schema,
                      views=tuple(sorted({s.table for s in P.sources(view_plans[v.name]) if s.table in catalog.views})))
             for v in catalog.views.values()]
     out += [Consumer(f"o{f.id}", f.id, f.name, view_plans[f.name], tuple(f.schema.names), sql=f.sql, sink=f.sink,
+                     schema=f.schema,
                      expiry=Expiry(f.key, f.time_key, f.expire_micros) if f.expire_micros else None,
                      merge=shape(view_plans[f.name], f.schema, f.time_key, f.cluster))
             for f in catalog.flows.values()]

@@ -101,7 +101,7 @@ import pyarrow as pa
 from millpond import faults, paths
 from millpond.catalog import Catalog, TableDef
 from millpond.columns import ROW_ID, W
-from millpond.engine.changefeed import ChangeFeed
+from millpond.engine.changefeed import Change, ChangeFeed, Changelogs, rows_of
 from millpond.engine.executor import Consumer, EpochExecutor, EpochJob, ViewInput, Work
 from millpond.engine.failures import cause as _cause
 from millpond.engine.failures import data_error as _data_error
@@ -138,7 +138,7 @@ class EpochReport:
     epoch would cost as much as the ingest."""
 
     epoch: int
-    changes: dict[str, pa.Table]  # view name -> changelog (views that changed)
+    changes: Changelogs  # view name -> changelog (views that changed), read when asked for
     failed: dict[str, dict] = field(default_factory=dict)  # view name -> its failure (views that failed in it)
     rows_in: dict[str, int] = field(default_factory=dict)  # consumer name -> records it read (consumers that ran)
 
@@ -235,15 +235,17 @@ class Coordinator:
                                 c.name, marks[c.key][EXPIRED] - offsets[c.key].get(EXPIRED, 0), epoch,
                                 marks[c.key][EXPIRED])
                 offsets[c.key].update(marks[c.key])
-            if c.sink is not None and (change := changes.get(c.key)) is not None and change.num_rows:
+            if c.sink is not None and rows_of(changes.get(c.key)):
                 offsets[c.key][SINK_OWED] = epoch  # a flow: this epoch's changes are owed to its sink
         # 4b. keep the epoch's changes (engine/changefeed.py): before the commit, so a reader of a
         # committed epoch finds them, and files of an epoch that never commits are never read
         kept = {}
         for c, _ in work:
             if (change := changes.get(c.key)) is not None and c.name not in catalog.tables:
-                rel = catalog.views.get(c.name) or catalog.flows[c.name]
-                changes[c.key] = kept[c.key] = change.cast(rel.schema.append(pa.field(W, pa.int64())))
+                if isinstance(change, pa.Table):  # a flow's, merged on the driver (a view's tasks typed theirs)
+                    rel = catalog.views.get(c.name) or catalog.flows[c.name]
+                    change = change.cast(rel.schema.append(pa.field(W, pa.int64())))
+                changes[c.key] = kept[c.key] = change
         took = {c.key: ranges[catalog.tables[c.name].channel] for c, ranges in work if c.name in catalog.tables}
         self.changes.write(epoch, kept, took, time.time())
         faults.point("epoch.before_commit")
@@ -257,7 +259,7 @@ class Coordinator:
         texts = {c.key: c.sql for c in consumers}
         for k, f in failures.items():
             log.warning("%s", describe_failure(f, texts.get(k)))
-        return EpochReport(epoch, {names[k]: v for k, v in changes.items() if v is not None},
+        return EpochReport(epoch, Changelogs(self.changes, {names[k]: v for k, v in changes.items() if v is not None}),
                            {names[k]: f for k, f in failures.items()},
                            {c.name: sum(b - a for a, b in r.values()) for c, r in work})
 
@@ -303,7 +305,7 @@ class Coordinator:
         return out
 
     def _job(self, job: EpochJob, run: list[Work], tables: Mapping[str, TableDef]
-             ) -> tuple[dict[str, pa.Table | None], dict[str, dict[str, int]], EpochJob, dict[str, dict]]:
+             ) -> tuple[dict[str, Change], dict[str, dict[str, int]], EpochJob, dict[str, dict]]:
         """Step 3 over ``run``; if a view's data raises, step 3 again without the failing views
         (under a fresh attempt: the failed attempt's files are never committed). Returns the
         changelogs, flows' window-expiry offsets, the job whose files to commit, and the failures
@@ -321,14 +323,14 @@ class Coordinator:
         return (*self._run(job, rest, tables), job, failures)
 
     def _run(self, job: EpochJob, run: list[Work], tables: Mapping[str, TableDef]
-             ) -> tuple[dict[str, pa.Table | None], dict[str, dict[str, int]]]:
+             ) -> tuple[dict[str, Change], dict[str, dict[str, int]]]:
         """Step 3: one job over the views and tables; each flow's trigger (its partial aggregates
         from the executor, merged on the driver: :mod:`millpond.engine.flows`)."""
         rest = [w for w in run if w[0].merge is None]
-        changes: dict[str, pa.Table | None] = {}
+        changes: dict[str, Change] = {}
         for level in _levels(rest):  # a view that reads views runs in a job after theirs, with their changes
             names = {c.name: c.key for c, _ in run}
-            views = {name: ViewInput(schema, sid, _cast(changes.get(names.get(name, "")), schema))
+            views = {name: ViewInput(schema, sid, changes.get(names.get(name, "")))
                      for name, (schema, sid) in self._inputs.items() if any(name in c.views for c, _ in level)}
             changes.update(self.executor.run(job, level, tables, self._pieces, views))
         marks = {}
@@ -442,8 +444,3 @@ def _levels(work: list[Work]) -> list[list[Work]]:
             out.append([])
         out[level(name)].append(by_name[name])
     return out
-
-
-def _cast(changes: pa.Table | None, schema: pa.Schema) -> pa.Table | None:
-    """A view's changelog as its rows' schema and the weight."""
-    return None if changes is None else changes.cast(schema.append(pa.field(W, pa.int64())))

@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from millpond.catalog import TableDef
 from millpond.engine import plan as P
+from millpond.engine.changefeed import Written
 from millpond.engine.flows import Expiry, Merge
 from millpond.engine.partial import PartialKey, PartialStep
 from millpond.log import Piece
@@ -41,6 +42,7 @@ class Consumer:
     fed_by: str | None = None  # a flow's sink table: the flow's key (its rows are the flow's; it runs no epochs)
     partial: PartialKey | None = None  # a partial view's key (millpond.engine.partial)
     views: tuple[str, ...] = ()  # the views whose changes it reads (computed before it in an epoch)
+    schema: pa.Schema | None = None  # a view's or flow's rows: its changes are written with these types
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,7 @@ class ViewInput:
 
     schema: pa.Schema
     state: str
-    changes: pa.Table | None = None
+    changes: Written | None = None
 
 
 Ranges = dict[str, tuple[int, int]]  # channel -> [start, stop) of this epoch
@@ -77,12 +79,13 @@ class EpochJob:
 
 class EpochExecutor(Protocol):
     def run(self, job: EpochJob, work: Sequence[Work], tables: Mapping[str, TableDef], pieces: PieceSource,
-            views: Mapping[str, ViewInput] | None = None) -> dict[str, pa.Table | None]:
+            views: Mapping[str, ViewInput] | None = None) -> dict[str, Written | None]:
         """Run step 3 of the epoch protocol for every consumer in ``work`` as one job: read the
         ranges (and the ``views`` they read: their changes, computed by an earlier job of the
         epoch), evaluate the plans, and have every stateful task write its state delta under
-        ``sst_attempt_prefix(job.manifest.version, job.epoch, job.attempt)``. Return each
-        consumer's output changelog by consumer key (None for tables: their changes are their log).
+        ``sst_attempt_prefix(job.manifest.version, job.epoch, job.attempt)`` and every view's final
+        task its changes (:mod:`millpond.engine.changefeed`). Return the files of each consumer's
+        changes by consumer key (None: none; always for tables: their changes are their log).
         Raise on any failure: the coordinator then commits nothing."""
 
     def partials(self, job: EpochJob, work: Work, tables: Mapping[str, TableDef], pieces: PieceSource) -> pa.Table:

@@ -102,14 +102,14 @@ class Runtime:
         for name in report.rows_in:  # a partial view that ran has filled and marked the keys read
             self._wanted.pop(self._by_name[name].key, None)
         for c in self.consumers:
-            if c.sink is not None and (change := report.changes.get(c.name)) is not None and change.num_rows:
+            if c.sink is not None and report.changes.rows(c.name):
                 faults.point("flow.before_sink")
-                self._to_sink(c, change, report.epoch)
+                self._to_sink(c, report.changes[c.name], report.epoch)
         seconds, now = time.perf_counter() - started, datetime.now(timezone.utc)
         for name, rows_in in report.rows_in.items():
-            change = report.changes.get(name)
             self._history.append({"epoch": report.epoch, "committed_at": now, "seconds": seconds, "name": name,
-                                  "rows_in": rows_in, "rows_out": change.num_rows if change is not None else None,
+                                  "rows_in": rows_in,
+                                  "rows_out": report.changes.rows(name) if name in report.changes else None,
                                   "state_bytes": self._state_bytes(self._by_name[name])})
         return report
 

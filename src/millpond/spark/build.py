@@ -14,6 +14,7 @@ import json
 from functools import reduce
 from typing import Mapping
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 from pyspark.sql.pandas.functions import pandas_udf
@@ -31,7 +32,7 @@ from millpond.engine.operators.aggregate import VALUE_FUNCS, nonnull_col, sum_co
 from millpond.engine.operators.join import SIDE
 from millpond.errors import IndexMismatch, InvariantError
 from millpond.spark.inputs import DRIVER_READ_ROWS, Inputs, arrow_schema, quote
-from millpond.spark.task import CONSUMER, IPC, Task
+from millpond.spark.task import CONSUMER, FILE, ROWS, Task
 from millpond.store.sst import VNODES
 
 __all__ = ["Builder", "DRIVER_READ_ROWS", "PRE_AGGREGATE_ROWS"]
@@ -157,9 +158,14 @@ class Builder(Inputs):
         shared = shared or {}
         states = {part: shared.get(part) or P.state_id(self.consumer.object_id, node_id, part) for part in op.parts()}
         self.state_ids.update(states.values())
+        changes = None
+        if final and emit:
+            if self.consumer.schema is None:
+                raise InvariantError(f"{self.consumer.name}: a consumer that emits changes has no schema for them")
+            changes = self.consumer.schema.append(pa.field(W, pa.int64()))
         return Task(op=op, root=self.job.root, storage=self.job.storage, object_id=self.consumer.object_id,
                     node_id=node_id, states=states, out_schema=arrow_schema(schema),
-                    consumer=self.consumer.key if final else None, emit=emit)
+                    consumer=self.consumer.key if final else None, emit=emit, changes=changes)
 
     def _map(self, df: DataFrame, task: Task, schema: T.StructType) -> DataFrame:
         """``df.mapInArrow(task, schema)``, with the task's Python UDF made once and kept (by the
@@ -167,7 +173,7 @@ class Builder(Inputs):
         the task, a JVM PythonFunction) costs ~10 ms each time. PySpark's own ``mapInArrow``,
         less the UDF it makes anew on every call (pyspark is pinned: its internals are known)."""
         key = (task.op, tuple(sorted(task.states.items())), task.object_id, task.node_id, task.consumer, task.emit,
-               task.root, json.dumps(task.storage, sort_keys=True), task.out_schema)
+               task.root, json.dumps(task.storage, sort_keys=True), task.out_schema, task.changes)
         udf = self.udfs.get(key)
         if udf is None:
             if len(self.udfs) >= 1024:
@@ -253,7 +259,7 @@ class Builder(Inputs):
         df = self._exchange(df.selectExpr(*[f"{quote(k)} AS {c}" for k, c in zip(node.keys, kcols)],
                                           *map(quote, cols), W), kcols)
         op = Arrange(tuple(kcols), tuple(cols), name=self.consumer.name)
-        out = T.StructType([T.StructField(CONSUMER, T.StringType()), T.StructField(IPC, T.BinaryType())])
+        out = FINAL
         return self._map(df, self._task(node.node_id, op, out, final=True, emit=False), out)
 
     def _aggregate(self, node: P.Aggregate) -> DataFrame:
@@ -372,9 +378,14 @@ class Builder(Inputs):
         else:
             df = self._exchange(df, cols)
         op = Materialize(tuple(cols), name=self.consumer.name)
-        out = T.StructType([T.StructField(CONSUMER, T.StringType()), T.StructField(IPC, T.BinaryType())])
+        out = FINAL
         return self._map(df, self._task(node.node_id, op, out, final=True, emit=self.consumer.name not in self.tables),
                          out)
+
+
+# a final task's output: one row per changes file it wrote (spark/task.py)
+FINAL = T.StructType([T.StructField(CONSUMER, T.StringType()), T.StructField(FILE, T.StringType()),
+                      T.StructField(ROWS, T.LongType())])
 
 
 def spark_sql(e: exp.Expression) -> str:

@@ -5,8 +5,8 @@ epoch protocol in :mod:`millpond.engine.coordinator`): it builds each consumer's
 (:mod:`millpond.spark.build`) or re-runs the one built by an earlier epoch of the same shape,
 unions the final materializations, and collects with one action, with the job's descriptor set
 for its tasks (:mod:`millpond.spark.task`).
-The final task of every view emits its changelog as Arrow IPC blobs, so the driver receives one
-row per (partition, view) rather than one per changed row.
+The final task of every view writes its changes file and emits one row naming it
+(:mod:`millpond.spark.task`): the driver receives one row per (partition, view), and no changed row.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from functools import reduce
 from typing import Iterator, Mapping, Sequence
 
-import polars as pl
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
@@ -24,10 +23,10 @@ from pyspark.sql import types as T
 from millpond.catalog import TableDef
 from millpond.columns import W
 from millpond.engine import plan as P
-from millpond.engine.changelog import consolidate
+from millpond.engine.changefeed import Written
 from millpond.engine.executor import Consumer, EpochJob, PieceSource, ViewInput, Work
 from millpond.spark.build import Builder
-from millpond.spark.task import CONSUMER, IPC, JOB_PROPERTY, describe_job
+from millpond.spark.task import CONSUMER, FILE, JOB_PROPERTY, ROWS, describe_job
 from millpond.store.manifest import Manifest
 
 __all__ = ["SparkExecutor"]
@@ -55,7 +54,7 @@ class SparkExecutor:
         self.stats = {"driver_bytes": 0, "reused": 0, "build_s": 0.0, "job_s": 0.0}
 
     def run(self, job: EpochJob, work: Sequence[Work], tables: Mapping[str, TableDef], pieces: PieceSource,
-            views: Mapping[str, ViewInput] | None = None) -> dict[str, pa.Table | None]:
+            views: Mapping[str, ViewInput] | None = None) -> dict[str, Written | None]:
         started = time.perf_counter()
         scans: dict = {}  # consumers reading the same channel range share its source
         frames, state_ids = [], set()
@@ -81,13 +80,12 @@ class SparkExecutor:
         self.stats["build_s"] += built - started
         self.stats["job_s"] += time.perf_counter() - built
         self.stats["driver_bytes"] += result.nbytes
-        out: dict[str, list[pa.Table]] = {c.key: [] for c, _ in work}
-        for consumer, blob in zip(result.column(CONSUMER).to_pylist(), result.column(IPC).to_pylist()):
-            out[consumer].append(pa.ipc.open_stream(blob).read_all())
-        # one row may change in two tasks (plan.keyed_by), and a task nets only a changelog that
-        # retracts (changelog.settle): net it here; retractions first, as a subscriber reads an update
-        return {k: consolidate(pl.from_arrow(pa.concat_tables(v, promote_options="permissive")))
-                .sort(W, maintain_order=True).to_arrow() if v else None for k, v in out.items()}
+        files: dict[str, list[str]] = {c.key: [] for c, _ in work}
+        rows = dict.fromkeys(files, 0)
+        for consumer, name, n in zip(*(result.column(c).to_pylist() for c in (CONSUMER, FILE, ROWS))):
+            files[consumer].append(name)
+            rows[consumer] += n
+        return {k: Written(tuple(sorted(v)), rows[k]) if v else None for k, v in files.items()}
 
     def partials(self, job: EpochJob, work: Work, tables: Mapping[str, TableDef], pieces: PieceSource) -> pa.Table:
         consumer, ranges = work

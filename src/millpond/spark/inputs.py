@@ -7,11 +7,13 @@ partial view's fills and evictions), a partial view's table restricted to its ke
 
 from __future__ import annotations
 
+import io
 from functools import partial, reduce
 from typing import Iterator, Mapping
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
@@ -96,8 +98,10 @@ class Inputs:
         view = self.views[node.table]
         schema = from_arrow_schema(view.schema.append(pa.field(W, pa.int64())))
         parts = []
-        if view.changes is not None and view.changes.num_rows:
-            parts.append(self.spark.createDataFrame(view.changes.select(schema.names), schema))
+        if view.changes is not None and view.changes.rows:  # read by tasks: the driver holds no row of them
+            files = view.changes.files
+            read = partial(read_changes, self.job.root, self.job.storage, files, arrow_schema(schema))
+            parts.append(self.spark.range(0, len(files), 1, len(files)).mapInArrow(read, schema))
         if view.state and self.consumer.key not in self.job.manifest.offsets:
             n = self.job.parallelism
             read = partial(read_rows, self.job.root, self.job.storage, self.job.manifest.state(view.state),
@@ -199,6 +203,16 @@ def read_rows(root: str, storage: dict, levels: Levels, columns: tuple[str, ...]
                 continue
             rows = found.select(*columns, *extra, pl.col(COUNT).alias(W)).to_arrow()
             yield from rows.cast(schema).to_batches()
+
+
+def read_changes(root: str, storage: dict, files: tuple[str, ...], schema: pa.Schema,
+                 batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """A Spark task of :meth:`Inputs._view`: for each file number in ``batches``, the changes file
+    a view's task wrote in this epoch (not netted: a reader of changes is linear in them)."""
+    store = open_store(root, storage)
+    for batch in batches:
+        for i in batch.column(0).to_pylist():
+            yield from pq.read_table(io.BytesIO(store.get(files[i]))).select(schema.names).cast(schema).to_batches()
 
 
 def _ddl(t: TableDef) -> str:

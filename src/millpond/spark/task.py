@@ -3,7 +3,10 @@
 
 A task runs its operator's step over the partition's delta (:func:`millpond.engine.step.run_step`:
 open the state parts at the last committed epoch, apply, write each part's state rows as one SST
-named by (version, epoch, attempt, state, partition)) and emits its output changelog.
+named by (version, epoch, attempt, state, partition)) and emits its output changelog to the next
+stage; a view's final task writes it as the view's changes file of (epoch, attempt, partition)
+instead (:mod:`millpond.engine.changefeed`) and emits one row naming the file: the driver
+receives no rows.
 
 A :class:`Task` holds only what stays the same from epoch to epoch (the operator, its state ids),
 so a consumer's DataFrame is built once and re-run (:mod:`millpond.spark.executor`). What changes
@@ -17,7 +20,6 @@ own attempt's prefix).
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import time
@@ -28,7 +30,9 @@ import polars as pl
 import pyarrow as pa
 from pyspark import TaskContext
 
+from millpond import paths
 from millpond.columns import VN
+from millpond.engine.changefeed import parquet
 from millpond.engine.executor import EpochJob
 from millpond.engine.operators import Operator
 from millpond.engine.step import run_step
@@ -36,10 +40,11 @@ from millpond.errors import InvariantError
 from millpond.store.manifest import Levels
 from millpond.store.objects import open_store
 
-__all__ = ["Task", "CONSUMER", "IPC", "JOB_PROPERTY", "Run", "describe_job"]
+__all__ = ["Task", "CONSUMER", "FILE", "ROWS", "JOB_PROPERTY", "Run", "describe_job"]
 
 CONSUMER = "_consumer"  # a final task's output: the consumer key ...
-IPC = "_ipc"  # ... and its changelog as one Arrow IPC stream
+FILE = "_file"  # ... the changes file it wrote ...
+ROWS = "_rows"  # ... and the rows in it
 JOB_PROPERTY = "millpond.job"  # the Spark local property holding the running job's descriptor
 PROFILE_ENV = "MILLPOND_PROFILE"  # set (to a file): every task appends its timings there
 
@@ -87,8 +92,9 @@ class Task:
     node_id: int
     states: dict[str, str]  # part -> the state id it reads (its own, or an index's)
     out_schema: pa.Schema
-    consumer: str | None
+    consumer: str | None  # a final task's: the view whose changes it writes
     emit: bool  # False: write state only (a table's materialize: its changelog is its log)
+    changes: pa.Schema | None = None  # a final task's: the view's changes as the view types them
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         started = time.perf_counter()
@@ -100,13 +106,15 @@ class Task:
         if VN in delta.columns:
             delta = delta.drop(VN)
         run = current_run()
+        partition = TaskContext.get().partitionId()
         missing = [sid for sid in self.states.values() if sid not in run.levels]
         if missing:
             raise InvariantError(f"{self.op.name}: the job's descriptor lacks state {', '.join(missing)}")
         levels = {part: run.levels[sid] for part, sid in self.states.items()}
-        out = run_step(self.op, delta, open_store(self.root, self.storage), levels, epoch=run.epoch,
+        store = open_store(self.root, self.storage)
+        out = run_step(self.op, delta, store, levels, epoch=run.epoch,
                        attempt=run.attempt, base_version=run.base_version, object_id=self.object_id,
-                       node_id=self.node_id, partition=TaskContext.get().partitionId(), times=times)
+                       node_id=self.node_id, partition=partition, times=times)
         if times is not None:
             _profile(self.op.name, delta.height, out.height, times)
         if out.height == 0 or not self.emit:
@@ -114,11 +122,11 @@ class Task:
         if self.consumer is None:
             yield from out.to_arrow().cast(self.out_schema).to_batches()
             return
-        sink = io.BytesIO()
-        table = out.to_arrow()
-        with pa.ipc.new_stream(sink, table.schema) as writer:
-            writer.write_table(table)
-        yield pa.RecordBatch.from_pydict({CONSUMER: [self.consumer], IPC: [sink.getvalue()]}, schema=self.out_schema)
+        assert self.changes is not None
+        key = paths.changes_part_key(self.consumer, run.epoch, run.attempt, partition)
+        store.put(key, parquet(out.to_arrow().select(self.changes.names).cast(self.changes)))
+        yield pa.RecordBatch.from_pydict({CONSUMER: [self.consumer], FILE: [key], ROWS: [out.height]},
+                                         schema=self.out_schema)
 
 
 def _profile(name: str, rows_in: int, rows_out: int, times: dict[str, float]) -> None:
