@@ -57,7 +57,8 @@ class NativeView:
         if query == "join":  # dim's side: one run, written once, sorted by the join key
             self.dim_run = os.path.join(root, "dim")
             (spark.read.parquet(dim_file).sortWithinPartitions("p").write
-             .option("parquet.bloom.filter.enabled#p", "true").parquet(self.dim_run))
+             .option("parquet.bloom.filter.enabled#p", "true").option("parquet.bloom.filter.adaptive.enabled", "true")
+             .parquet(self.dim_run))
 
     def step(self, delta_file: str) -> None:
         s, g = self.spark, GROUP[self.query]
@@ -96,7 +97,8 @@ class NativeView:
             out = out.unionByName(k)
         path = os.path.join(self.root, f"epoch={self.epoch}")
         (out.sortWithinPartitions("kind", g, "p").write.partitionBy("kind")
-         .option("parquet.bloom.filter.enabled#" + g, "true").parquet(path))
+         .option("parquet.bloom.filter.enabled#" + g, "true").option("parquet.bloom.filter.enabled#p", "true")
+         .option("parquet.bloom.filter.adaptive.enabled", "true").parquet(path))  # sized to the file's keys
         self.runs.append(os.path.join(path, "kind=run"))
 
     def rows(self) -> pa.Table:

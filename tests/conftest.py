@@ -10,6 +10,13 @@ import millpond
 from millpond.spark.session import local_session
 
 
+def lengths(fast: int, long: int) -> pytest.MarkDecorator:
+    """Parametrize a random oracle's ``epochs``: ``fast`` in ``make test``, ``long`` in ``make chaos``
+    (a long oracle would keep ``make test`` over its 10 minutes)."""
+    return pytest.mark.parametrize("epochs", [pytest.param(fast, id=f"{fast}-epochs"),
+                                              pytest.param(long, id=f"{long}-epochs", marks=pytest.mark.chaos)])
+
+
 @pytest.fixture(scope="session")
 def spark():
     session = local_session(cores="2", shuffle_partitions=2)

@@ -12,7 +12,7 @@ import random
 
 import duckdb
 
-from tests.conftest import canonical
+from tests.conftest import canonical, lengths
 from tests.test_indexes import _upsert
 
 TABLES = ["CREATE TABLE customers (c_id INT PRIMARY KEY, region VARCHAR)",
@@ -64,7 +64,8 @@ def _check(db, ref, views: dict[str, str], epoch: int) -> None:  # noqa: ANN001
             f"view {name} differs from DuckDB after epoch {epoch}"
 
 
-def test_delta_joins_equal_duckdb_and_keep_no_join_state(open_db):
+@lengths(4, 7)
+def test_delta_joins_equal_duckdb_and_keep_no_join_state(open_db, epochs):
     db, ref, rng, next_id = open_db(), duckdb.connect(), random.Random(3), [0]
     for t in TABLES:
         db.sql(t)
@@ -82,13 +83,13 @@ def test_delta_joins_equal_duckdb_and_keep_no_join_state(open_db):
         assert plan.count("Probe #") == 6 and "Join #" not in plan, plan
     db.flush()
     _check(db, ref, VIEWS, -1)
-    for epoch in range(7):
+    for epoch in range(epochs):
         for s in _statements(rng, next_id):
             db.sql(s)
             ref.sql(_upsert(s))
         db.flush()
         _check(db, ref, VIEWS, epoch)
-        if epoch == 4:
+        if epoch == epochs - 3:
             db.close()
             db = open_db()
     states = {sid for sid in db.runtime.coordinator.manifest.states
@@ -96,4 +97,4 @@ def test_delta_joins_equal_duckdb_and_keep_no_join_state(open_db):
     assert not [sid for sid in states if sid.endswith((".left", ".right"))], states  # no join state: indexes only
     db.sql("CREATE MATERIALIZED VIEW late AS " + VIEWS["by_region"])  # a first epoch over populated indexes
     db.flush()
-    _check(db, ref, {"late": VIEWS["by_region"]}, 7)
+    _check(db, ref, {"late": VIEWS["by_region"]}, epochs)

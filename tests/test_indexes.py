@@ -13,7 +13,7 @@ import duckdb
 import pytest
 
 from millpond.errors import CatalogError, SqlError
-from tests.conftest import canonical
+from tests.conftest import canonical, lengths
 
 TABLES = ["CREATE TABLE info (product VARCHAR PRIMARY KEY, category VARCHAR, price INT)",
           "CREATE TABLE visit (id BIGINT PRIMARY KEY, product VARCHAR, length INT)"]
@@ -76,7 +76,8 @@ def _own_sides(db, view: str) -> set[str]:
             if sid.startswith(f"o{vid}.") and sid.endswith((".left", ".right"))}
 
 
-def test_views_reading_an_index_equal_duckdb_under_random_changes_and_restarts(open_db):
+@lengths(7, 14)
+def test_views_reading_an_index_equal_duckdb_under_random_changes_and_restarts(open_db, epochs):
     db, ref, rng, next_id = open_db(), duckdb.connect(), random.Random(5), [0]
     for t in TABLES:
         db.sql(t)
@@ -96,16 +97,16 @@ def test_views_reading_an_index_equal_duckdb_under_random_changes_and_restarts(o
     assert {r["name"]: r["read_by"] for r in shown} == {
         "info_product": "agg, filtered, full_j, inner_j, left_j, right_j",
         "visit_product": "agg, cte, filtered, full_j, inner_j, left_j, left_on, right_j"}
-    for epoch in range(14):
+    for epoch in range(epochs):
         for s in _statements(rng, next_id):
             db.sql(s)
             ref.sql(_upsert(s))
         db.flush()
         _check(db, ref, views, epoch)
-        if epoch == 6:  # a restart: the views go on reading the indexes from the committed version
+        if epoch == epochs // 2 - 1:  # a restart: the views go on reading the indexes from the committed version
             db.close()
             db = open_db()
-        if epoch == 9:  # views created over tables that hold data read the indexes from their offsets
+        if epoch == epochs - 5:  # views created over tables that hold data read the indexes from their offsets
             for name in ("left_j", "full_j", "right_j", "left_on", "agg", "cte"):  # a preserved side is read whole
                 db.sql(f"CREATE MATERIALIZED VIEW late_{name} AS {VIEWS[name]}")
                 views[f"late_{name}"] = VIEWS[name]

@@ -14,7 +14,7 @@ import duckdb
 import pytest
 
 from millpond.errors import SqlError
-from tests.conftest import canonical
+from tests.conftest import canonical, lengths
 from tests.test_indexes import TABLES, _statements, _upsert
 
 # name -> (query, key, budget)
@@ -49,7 +49,8 @@ def _check(db, ref: duckdb.DuckDBPyConnection, rng: random.Random, epoch: int) -
         assert len(filled) <= budget + 3, f"{name} holds {len(filled)} keys, over its budget {budget}"
 
 
-def test_partial_views_equal_duckdb_for_the_keys_read(open_db, root):
+@lengths(4, 9)
+def test_partial_views_equal_duckdb_for_the_keys_read(open_db, root, epochs):
     db, ref, rng, next_id = open_db(), duckdb.connect(), random.Random(11), [0]
     for t in TABLES:
         db.sql(t)
@@ -65,13 +66,13 @@ def test_partial_views_equal_duckdb_for_the_keys_read(open_db, root):
     db.sql("CREATE MATERIALIZED VIEW full_by_product AS " + VIEWS["by_product"][0])
     db.flush()
     assert all(len(db.runtime.filled(name)) == 0 for name in VIEWS)  # nothing is filled before it is read
-    for epoch in range(9):
+    for epoch in range(epochs):
         for s in _statements(rng, next_id):
             db.sql(s)
             ref.sql(_upsert(s))
         db.flush()
         _check(db, ref, rng, epoch)
-        if epoch == 6:  # a restart: the filled keys are committed state
+        if epoch == epochs // 2:  # a restart: the filled keys are committed state
             filled = {name: set(db.runtime.filled(name).to_pylist()) for name in VIEWS}
             db.close()
             db = open_db()
