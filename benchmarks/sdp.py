@@ -1,0 +1,283 @@
+"""millpond against Spark Declarative Pipelines: the same two views over a growing history (issue 33).
+
+A Parquet history of ``ev(k BIGINT, p BIGINT, v BIGINT)`` (k in 10,000 keys, p in 10,000 products)
+grows by rounds of R rows, up to ``--history`` rows, next to a 10,000-row dimension
+``dim(p BIGINT, name VARCHAR)`` (500 names). Two views:
+
+- ``agg``:  SELECT k, count(*) AS n, sum(v) AS s, max(v) AS m FROM ev GROUP BY k
+- ``join``: SELECT d.name, count(*) AS n, sum(e.v) AS s FROM ev e JOIN dim d ON e.p = d.p GROUP BY d.name
+
+Per round, the round's rows are written as one new Parquet file of the history (untimed), then:
+
+- **SDP** runs one pipeline update of a project (``spark-pipeline.yml`` + one SQL file: temporary
+  views ``ev`` and ``dim`` over the Parquet folders, ``CREATE MATERIALIZED VIEW`` for each view):
+  in Spark 4.3 every update recomputes every materialized view from all the history. Timed: what
+  ``spark-pipelines run`` does once its session is up — create the dataflow graph, register the
+  SQL file, start the run and read its events until the run completes (``pyspark.pipelines``' own
+  functions, as its ``cli.py`` calls them).
+- **millpond** (``connect(root, spark=local_session(cores="2"), interval=None)``, tables ``ev``
+  — ordinary, or ``APPEND ONLY`` with ``--append-only`` — and ``dim (p BIGINT PRIMARY KEY, name
+  VARCHAR)``): ``db.insert`` of the round's rows (untimed: the log append, as the Parquet file is
+  for SDP), then ``db.flush()`` (timed: the epoch maintaining both views).
+
+SDP runs against Spark Connect, and a Spark Connect client cannot share a Python process with
+millpond's classic session (``SparkSession.builder.remote`` makes every later PySpark call in the
+process take the Connect path). So SDP runs in a **second process**, started once: it starts its
+own local Spark Connect server (``SparkSession.builder.remote("local[2]")``: a JVM with the Connect
+plugin, in that process) and runs one update per round when asked; its JVM start is not timed.
+Both sides get the same Spark settings (``local[2]``, 2 shuffle partitions, 4 GB driver, UI off;
+SDP keeps Spark's adaptive execution on, its default). The two JVMs take turns: while one side
+runs, the other is idle; millpond's background compaction is waited for before SDP runs, and its
+wait printed (``compact``), so it never runs during SDP's update.
+
+Printed per round: the history's rows, SDP's and millpond's seconds and their ratio (SDP /
+millpond: higher is better for millpond), and where millpond's epoch went: ``build`` (the driver
+building the DataFrames), ``job`` (the Spark job), ``post`` (the rest of ``flush``: the changelog,
+the commit), the stateful tasks' summed ``input`` / ``apply`` / ``write`` seconds, the SST files
+and MB under the root, and the log's MB. At the end: the ratio at the last round, millpond's last
+round / its second round (flatness: the first round warms up), the tasks' time per operator in
+those two rounds, and both systems' views checked equal to DuckDB over all the history (SDP's
+materialized views read from its warehouse folder as Parquet, millpond's with ``db.sql``).
+The issue's targets are printed beside the figures, not enforced.
+
+    .venv/bin/python benchmarks/sdp.py [--history 4000000] [--round 500000] [--append-only]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+KEYS, PRODUCTS, NAMES = 10_000, 10_000, 500
+CORES = "2"
+QUERIES = {
+    "agg": "SELECT k, count(*) AS n, sum(v) AS s, max(v) AS m FROM ev GROUP BY k",
+    "join": "SELECT d.name, count(*) AS n, sum(e.v) AS s FROM ev e JOIN dim d ON e.p = d.p GROUP BY d.name",
+}
+SPARK_CONF = {  # SDP's server: as millpond's local_session, less its Python-worker settings
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": CORES,
+    "spark.default.parallelism": CORES,
+    "spark.driver.memory": "4g",
+    "spark.sql.session.timeZone": "UTC",
+}
+
+
+def delta(rows: int, seed: int) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    return pa.table({"k": rng.integers(0, KEYS, rows), "p": rng.integers(0, PRODUCTS, rows),
+                     "v": rng.integers(0, 1_000_000, rows)})
+
+
+def dimension() -> pa.Table:
+    return pa.table({"p": np.arange(PRODUCTS, dtype=np.int64),
+                     "name": [f"name{i % NAMES}" for i in range(PRODUCTS)]})
+
+
+def du(path: Path) -> tuple[int, int]:
+    """(files, bytes) under ``path``."""
+    sizes = [os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs]
+    return len(sizes), sum(sizes)
+
+
+def rows_of(t: pa.Table, cols: list[str]) -> list[tuple]:
+    return sorted(zip(*(t.column(c).to_pylist() for c in cols)))
+
+
+# -- SDP: a project on disk, and a second process that runs its updates ----------------------------
+
+def write_project(project: Path, history: Path, dim: Path) -> Path:
+    """``spark-pipeline.yml`` and its one SQL file; returns the spec's path."""
+    (project / "transformations").mkdir(parents=True)
+    sql = [f"CREATE TEMPORARY VIEW ev AS SELECT * FROM parquet.`{history}`;",
+           f"CREATE TEMPORARY VIEW dim AS SELECT * FROM parquet.`{dim}`;"]
+    sql += [f"CREATE MATERIALIZED VIEW `{name}` AS {q};" for name, q in QUERIES.items()]
+    (project / "transformations" / "views.sql").write_text("\n".join(sql) + "\n")
+    spec = project / "spark-pipeline.yml"
+    spec.write_text(f"name: millpond_bench\nstorage: file://{project / 'storage'}\n"
+                    "libraries:\n  - glob:\n      include: transformations/**\n")
+    return spec
+
+
+def sdp_server(conn, spec_path: str, warehouse: str, log_path: str) -> None:  # noqa: ANN001 - a Connection
+    """The second process: a local Spark Connect server, then one pipeline update per ``"run"``
+    received, answering its seconds (``"stop"`` ends it). Its JVM's and Python's output go to
+    ``log_path``; ``conn`` carries only the requests and answers."""
+    out = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    from millpond.spark.session import ensure_java
+
+    ensure_java()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.pipelines.cli import load_pipeline_spec, register_definitions
+    from pyspark.pipelines.spark_connect_graph_element_registry import SparkConnectGraphElementRegistry
+    from pyspark.pipelines.spark_connect_pipeline import create_dataflow_graph, start_run
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.remote(f"local[{CORES}]").config("spark.sql.warehouse.dir", warehouse)
+    for k, v in SPARK_CONF.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spec = load_pipeline_spec(Path(spec_path))
+    conn.send("ready")
+    while conn.recv() == "run":
+        t0 = time.perf_counter()
+        graph = create_dataflow_graph(spark, default_catalog=spec.catalog, default_database=spec.database,
+                                      sql_conf=spec.configuration)
+        register_definitions(Path(spec_path), SparkConnectGraphElementRegistry(spark, graph), spec, spark, graph)
+        events = [r["pipeline_event_result"].event.message
+                  for r in start_run(spark, graph, full_refresh=[], full_refresh_all=False, refresh=[], dry=False,
+                                     storage=spec.storage)
+                  if "pipeline_event_result" in r]
+        elapsed = time.perf_counter() - t0
+        print("\n".join(events), flush=True)
+        conn.send({"seconds": elapsed, "completed": any(e == "Run is COMPLETED." for e in events),
+                   "last": events[-1] if events else ""})
+    spark.stop()
+
+
+class SDP:
+    """The SDP process, seen from the benchmark: :meth:`update` runs one pipeline update."""
+
+    def __init__(self, spec: Path, warehouse: Path, log_path: Path):
+        ctx = multiprocessing.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=sdp_server, args=(child, str(spec), str(warehouse), str(log_path)))
+        self.proc.start()
+        self.log_path = log_path
+        if not self.conn.poll(300) or self.conn.recv() != "ready":
+            raise SystemExit(f"the SDP server did not start; its output is in {log_path}")
+
+    def update(self) -> float:
+        self.conn.send("run")
+        answer = self.conn.recv()
+        if not answer["completed"]:
+            raise SystemExit(f"the SDP update did not complete ({answer['last']}); see {self.log_path}")
+        return answer["seconds"]
+
+    def close(self) -> None:
+        self.conn.send("stop")
+        self.proc.join(60)
+
+
+# -- the rounds -------------------------------------------------------------------------------------
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--history", type=int, default=4_000_000, help="rows of history at the last round")
+    ap.add_argument("--round", type=int, default=500_000, help="rows appended per round")
+    ap.add_argument("--append-only", action="store_true", help="millpond's ev is APPEND ONLY")
+    args = ap.parse_args()
+    rounds = args.history // args.round
+
+    with tempfile.TemporaryDirectory(prefix="sdp-bench-") as tmp:
+        tmp = Path(tmp)
+        history, dim_dir, root = tmp / "ev", tmp / "dim", tmp / "millpond"
+        history.mkdir()
+        dim_dir.mkdir()
+        dim = dimension()
+        pq.write_table(dim, dim_dir / "dim.parquet")
+        spec = write_project(tmp / "project", history, dim_dir)
+        warehouse = tmp / "warehouse"
+        sdp = SDP(spec, warehouse, tmp / "sdp-server.log")
+
+        profile = tmp / "tasks.jsonl"
+        os.environ["MILLPOND_PROFILE"] = str(profile)  # before millpond's Spark starts its Python workers
+        import millpond
+        from millpond.spark.session import local_session
+
+        db = millpond.connect(str(root), spark=local_session(cores=CORES), interval=None)
+        try:
+            db.sql(f"CREATE TABLE ev (k BIGINT, p BIGINT, v BIGINT){' APPEND ONLY' if args.append_only else ''}; "
+                   "CREATE TABLE dim (p BIGINT PRIMARY KEY, name VARCHAR)")
+            db.insert("dim", dim)
+            for name, q in QUERIES.items():
+                db.sql(f'CREATE MATERIALIZED VIEW "{name}" AS {q}')
+            db.flush()  # dim's rows reach the join's state before the first round
+            state = db.runtime.coordinator.state
+            stats = db.runtime.coordinator.executor.stats
+            print(f"ev {'APPEND ONLY' if args.append_only else 'ordinary'}, rounds of {args.round:,} rows up to "
+                  f"{args.history:,}; load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
+                  f"{os.getloadavg()[2]:.2f}")
+            print(f"{'history':>10} {'SDP s':>7} {'millpond s':>10} {'ratio':>6} | {'build':>5} {'job':>5} "
+                  f"{'post':>5} | tasks: {'input':>5} {'apply':>5} {'write':>5} | {'compact':>7} "
+                  f"{'SSTs':>5} {'SST MB':>7} {'log MB':>7}", flush=True)
+            results = []
+            for i in range(rounds):
+                batch = delta(args.round, seed=i)
+                pq.write_table(batch, history / f"ev-{i:05d}.parquet")
+                sdp_s = sdp.update()
+
+                db.insert("ev", batch)
+                before = dict(stats)
+                profile.write_text("")
+                t0 = time.perf_counter()
+                db.flush()
+                mp_s = time.perf_counter() - t0
+                build, job = (stats[k] - before[k] for k in ("build_s", "job_s"))
+                tasks = [json.loads(line) for line in profile.read_text().splitlines()]
+                t1 = time.perf_counter()
+                running = state._running  # the compaction in flight, off the epoch's path (may be None)
+                if running is not None:
+                    running.result()
+                compact = time.perf_counter() - t1
+                ssts, sst_bytes = du(root / "sst")
+                _, log_bytes = du(root / "log")
+                r = {"history": (i + 1) * args.round, "sdp": sdp_s, "millpond": mp_s, "build": build, "job": job,
+                     "post": mp_s - build - job, "compact": compact, "ssts": ssts, "sst_mb": sst_bytes / 2**20,
+                     "log_mb": log_bytes / 2**20, "tasks": tasks,
+                     **{k: sum(t.get(k, 0) for t in tasks) for k in ("input", "apply", "write")}}
+                results.append(r)
+                print(f"{r['history']:>10,} {sdp_s:>7.3f} {mp_s:>10.3f} {sdp_s / mp_s:>6.2f} | {r['build']:>5.2f} "
+                      f"{r['job']:>5.2f} {r['post']:>5.2f} | tasks: {r['input']:>5.2f} {r['apply']:>5.2f} "
+                      f"{r['write']:>5.2f} | {compact:>7.2f} {ssts:>5} {r['sst_mb']:>7.1f} {r['log_mb']:>7.1f}",
+                      flush=True)
+            got = {name: db.sql(f'SELECT * FROM "{name}"') for name in QUERIES}
+        finally:
+            db.close()
+            sdp.close()
+
+        last = results[-1]
+        target = 20 if args.round <= 50_000 else 4
+        print(f"ratio SDP / millpond at {last['history']:,} rows of history: {last['sdp'] / last['millpond']:.2f}x "
+              f"(issue 33's target at 4,000,000 rows: >= {target}x)")
+        if len(results) > 1:
+            second = results[1]
+            print(f"millpond flatness, last round / second round: {last['millpond'] / second['millpond']:.2f} "
+                  f"(target <= 1.2); SDP: {last['sdp'] / second['sdp']:.2f}")
+            print("stateful tasks per operator, second round -> last round (seconds summed over tasks):")
+            for op in sorted({t["op"] for t in second["tasks"] + last["tasks"]}):
+                parts = []
+                for k in ("input", "apply", "write"):
+                    a, b = (sum(t.get(k, 0) for t in r["tasks"] if t["op"] == op) for r in (second, last))
+                    parts.append(f"{k} {a:.2f} -> {b:.2f}")
+                print(f"  {op:<24} " + ", ".join(parts))
+
+        con = duckdb.connect()
+        con.sql(f"CREATE VIEW ev AS SELECT * FROM read_parquet('{history}/*.parquet')")
+        con.sql(f"CREATE VIEW dim AS SELECT * FROM read_parquet('{dim_dir}/*.parquet')")
+        for name, q in QUERIES.items():
+            want = con.sql(q).to_arrow_table()
+            cols = want.column_names
+            sdp_rows = con.sql(f"SELECT * FROM read_parquet('{warehouse / name}/*.parquet')").to_arrow_table()
+            for system, t in (("SDP", sdp_rows), ("millpond", got[name])):
+                if rows_of(t, cols) != rows_of(want, cols):
+                    raise SystemExit(f"{name}: {system}'s view differs from DuckDB's")
+        print(f"both views of both systems equal DuckDB's over all {last['history']:,} rows")
+
+
+if __name__ == "__main__":
+    main()
