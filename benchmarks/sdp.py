@@ -92,6 +92,36 @@ def du(path: Path) -> tuple[int, int]:
     return len(sizes), sum(sizes)
 
 
+def cpu_seconds(root: int, *, skip: int | None = None) -> float:
+    """CPU seconds (user + system) used so far by process ``root`` and its descendants (less the
+    subtree of ``skip``): the JVM and the Python workers of a side included. Children that ended
+    count once reaped (in their parent's ``cutime``). Linux only (``/proc``); NaN elsewhere."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    procs: dict[int, tuple[int, float]] = {}  # pid -> (parent, seconds)
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:  # ended meanwhile
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()  # after "pid (comm) "; comm may hold spaces
+        procs[int(entry)] = (int(fields[1]), sum(int(x) for x in fields[11:15]) / tick)
+    if root not in procs:
+        return float("nan")
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in procs.items():
+        children.setdefault(parent, []).append(pid)
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        if pid != skip:
+            total += procs[pid][1]
+            todo += children.get(pid, [])
+    return total
+
+
 def rows_of(t: pa.Table, cols: list[str]) -> list[tuple]:
     return sorted(zip(*(t.column(c).to_pylist() for c in cols)))
 
@@ -161,19 +191,125 @@ class SDP:
         if not self.conn.poll(300) or self.conn.recv() != "ready":
             raise SystemExit(f"the SDP server did not start; its output is in {log_path}")
 
-    def update(self) -> float:
+    def update(self) -> tuple[float, float]:
+        """One pipeline update: (its seconds, the CPU seconds of the SDP process and its JVM)."""
+        cpu = cpu_seconds(self.proc.pid)
         self.conn.send("run")
         answer = self.conn.recv()
+        cpu = cpu_seconds(self.proc.pid) - cpu
         if not answer["completed"]:
             raise SystemExit(f"the SDP update did not complete ({answer['last']}); see {self.log_path}")
-        return answer["seconds"]
+        return answer["seconds"], cpu
 
     def close(self) -> None:
         self.conn.send("stop")
         self.proc.join(60)
 
 
+class Millpond:
+    """millpond's side: the database with both views; :meth:`epoch` inserts a round and flushes it."""
+
+    def __init__(self, root: Path, dim: pa.Table, *, append_only: bool, profile: Path, sdp_pid: int):
+        import millpond
+        from millpond.spark.session import local_session
+
+        self.profile, self.sdp_pid = profile, sdp_pid
+        self.db = millpond.connect(str(root), spark=local_session(cores=CORES), interval=None)
+        self.root = root
+        self.db.sql(f"CREATE TABLE ev (k BIGINT, p BIGINT, v BIGINT){' APPEND ONLY' if append_only else ''}; "
+                    "CREATE TABLE dim (p BIGINT PRIMARY KEY, name VARCHAR)")
+        self.db.insert("dim", dim)
+        for name, q in QUERIES.items():
+            self.db.sql(f'CREATE MATERIALIZED VIEW "{name}" AS {q}')
+        self.db.flush()  # dim's rows reach the join's state before the first round
+        self.state = self.db.runtime.coordinator.state
+        self.stats = self.db.runtime.coordinator.executor.stats
+
+    def _cpu(self) -> float:
+        return cpu_seconds(os.getpid(), skip=self.sdp_pid)
+
+    def epoch(self, batch: pa.Table) -> dict:
+        """Insert ``batch`` (untimed), flush (timed); then wait for the compaction the epoch may
+        have started (timed apart: it runs off the epoch's path, and must not run during SDP's)."""
+        self.db.insert("ev", batch)
+        before = dict(self.stats)
+        self.profile.write_text("")
+        cpu = self._cpu()
+        t0 = time.perf_counter()
+        self.db.flush()
+        seconds = time.perf_counter() - t0
+        epoch_cpu = self._cpu() - cpu
+        build, job = (self.stats[k] - before[k] for k in ("build_s", "job_s"))
+        tasks = [json.loads(line) for line in self.profile.read_text().splitlines()]
+        t1 = time.perf_counter()
+        running = self.state._running  # the compaction in flight, if any (StateStore keeps no public handle)
+        if running is not None:
+            running.result()
+        compact = time.perf_counter() - t1
+        ssts, sst_bytes = du(self.root / "sst")
+        return {"millpond": seconds, "mp_cpu": epoch_cpu, "build": build, "job": job,
+                "post": seconds - build - job, "tasks": tasks,
+                **{k: sum(t.get(k, 0) for t in tasks) for k in ("input", "apply", "write")},
+                "compact": compact, "compact_cpu": self._cpu() - cpu - epoch_cpu,
+                "ssts": ssts, "sst_mb": sst_bytes / 2**20, "log_mb": du(self.root / "log")[1] / 2**20}
+
+    def views(self) -> dict[str, pa.Table]:
+        return {name: self.db.sql(f'SELECT * FROM "{name}"') for name in QUERIES}
+
+    def close(self) -> None:
+        self.db.close()
+
+
 # -- the rounds -------------------------------------------------------------------------------------
+
+HEADER = (f"{'history':>10} {'SDP s':>6} {'mp s':>6} {'ratio':>5} | {'SDP cpu':>7} {'mp cpu':>6} {'ratio':>5} | "
+          f"{'build':>5} {'job':>5} {'post':>5} | tasks: {'input':>5} {'apply':>5} {'write':>5} | "
+          f"compact: {'s':>5} {'cpu':>5} | {'SSTs':>4} {'SST MB':>6} {'log MB':>6} | load")
+
+
+def line(r: dict) -> str:
+    return (f"{r['history']:>10,} {r['sdp']:>6.2f} {r['millpond']:>6.2f} {r['sdp'] / r['millpond']:>5.2f} | "
+            f"{r['sdp_cpu']:>7.2f} {r['mp_cpu']:>6.2f} {r['sdp_cpu'] / r['mp_cpu']:>5.2f} | "
+            f"{r['build']:>5.2f} {r['job']:>5.2f} {r['post']:>5.2f} | tasks: {r['input']:>5.2f} {r['apply']:>5.2f} "
+            f"{r['write']:>5.2f} | compact: {r['compact']:>5.2f} {r['compact_cpu']:>5.2f} | {r['ssts']:>4} "
+            f"{r['sst_mb']:>6.1f} {r['log_mb']:>6.1f} | {r['load']:.1f}")
+
+
+def summary(results: list[dict], round_rows: int) -> None:
+    last = results[-1]
+    target = 20 if round_rows <= 50_000 else 4
+    print(f"ratio SDP / millpond at {last['history']:,} rows of history: {last['sdp'] / last['millpond']:.2f}x "
+          f"(CPU seconds: {last['sdp_cpu'] / last['mp_cpu']:.2f}x; issue 33's target at 4,000,000 rows with "
+          f"{round_rows:,}-row rounds: >= {target}x)")
+    if len(results) < 2:
+        return
+    second = results[1]
+    print(f"flatness, last round / second round: millpond {last['millpond'] / second['millpond']:.2f} "
+          f"(CPU {last['mp_cpu'] / second['mp_cpu']:.2f}; target <= 1.2), SDP {last['sdp'] / second['sdp']:.2f} "
+          f"(CPU {last['sdp_cpu'] / second['sdp_cpu']:.2f})")
+    print("millpond's stateful tasks per operator, second round -> last round (seconds summed over tasks):")
+    for op in sorted({t["op"] for t in second["tasks"] + last["tasks"]}):
+        parts = []
+        for k in ("input", "apply", "write"):
+            a, b = (sum(t.get(k, 0) for t in r["tasks"] if t["op"] == op) for r in (second, last))
+            parts.append(f"{k} {a:.2f} -> {b:.2f}")
+        print(f"  {op:<12} " + ", ".join(parts))
+
+
+def check(history: Path, dim_dir: Path, warehouse: Path, got: dict[str, pa.Table], rows: int) -> None:
+    """Both systems' views equal DuckDB's over all the history (SDP's read from its warehouse)."""
+    con = duckdb.connect()
+    con.sql(f"CREATE VIEW ev AS SELECT * FROM read_parquet('{history}/*.parquet')")
+    con.sql(f"CREATE VIEW dim AS SELECT * FROM read_parquet('{dim_dir}/*.parquet')")
+    for name, q in QUERIES.items():
+        want = con.sql(q).to_arrow_table()
+        cols = want.column_names
+        sdp_rows = con.sql(f"SELECT * FROM read_parquet('{warehouse / name}/*.parquet')").to_arrow_table()
+        for system, t in (("SDP", sdp_rows), ("millpond", got[name])):
+            if rows_of(t, cols) != rows_of(want, cols):
+                raise SystemExit(f"{name}: {system}'s view differs from DuckDB's")
+    print(f"both views of both systems equal DuckDB's over all {rows:,} rows")
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -181,102 +317,39 @@ def main() -> None:
     ap.add_argument("--round", type=int, default=500_000, help="rows appended per round")
     ap.add_argument("--append-only", action="store_true", help="millpond's ev is APPEND ONLY")
     args = ap.parse_args()
-    rounds = args.history // args.round
 
     with tempfile.TemporaryDirectory(prefix="sdp-bench-") as tmp:
         tmp = Path(tmp)
-        history, dim_dir, root = tmp / "ev", tmp / "dim", tmp / "millpond"
+        history, dim_dir, warehouse = tmp / "ev", tmp / "dim", tmp / "warehouse"
         history.mkdir()
         dim_dir.mkdir()
         dim = dimension()
         pq.write_table(dim, dim_dir / "dim.parquet")
-        spec = write_project(tmp / "project", history, dim_dir)
-        warehouse = tmp / "warehouse"
-        sdp = SDP(spec, warehouse, tmp / "sdp-server.log")
-
-        profile = tmp / "tasks.jsonl"
-        os.environ["MILLPOND_PROFILE"] = str(profile)  # before millpond's Spark starts its Python workers
-        import millpond
-        from millpond.spark.session import local_session
-
-        db = millpond.connect(str(root), spark=local_session(cores=CORES), interval=None)
+        sdp = SDP(write_project(tmp / "project", history, dim_dir), warehouse, tmp / "sdp-server.log")
+        os.environ["MILLPOND_PROFILE"] = str(tmp / "tasks.jsonl")  # before millpond's Spark starts its workers
+        mp = None
         try:
-            db.sql(f"CREATE TABLE ev (k BIGINT, p BIGINT, v BIGINT){' APPEND ONLY' if args.append_only else ''}; "
-                   "CREATE TABLE dim (p BIGINT PRIMARY KEY, name VARCHAR)")
-            db.insert("dim", dim)
-            for name, q in QUERIES.items():
-                db.sql(f'CREATE MATERIALIZED VIEW "{name}" AS {q}')
-            db.flush()  # dim's rows reach the join's state before the first round
-            state = db.runtime.coordinator.state
-            stats = db.runtime.coordinator.executor.stats
-            print(f"ev {'APPEND ONLY' if args.append_only else 'ordinary'}, rounds of {args.round:,} rows up to "
-                  f"{args.history:,}; load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
-                  f"{os.getloadavg()[2]:.2f}")
-            print(f"{'history':>10} {'SDP s':>7} {'millpond s':>10} {'ratio':>6} | {'build':>5} {'job':>5} "
-                  f"{'post':>5} | tasks: {'input':>5} {'apply':>5} {'write':>5} | {'compact':>7} "
-                  f"{'SSTs':>5} {'SST MB':>7} {'log MB':>7}", flush=True)
+            mp = Millpond(tmp / "millpond", dim, append_only=args.append_only, profile=tmp / "tasks.jsonl",
+                          sdp_pid=sdp.proc.pid)
+            print(f"ev {'APPEND ONLY' if args.append_only else 'ordinary'} (millpond), rounds of {args.round:,} "
+                  f"rows up to {args.history:,}; ratio = SDP / millpond; load = 1-minute load average (2 cores)")
+            print(HEADER, flush=True)
             results = []
-            for i in range(rounds):
+            for i in range(args.history // args.round):
                 batch = delta(args.round, seed=i)
                 pq.write_table(batch, history / f"ev-{i:05d}.parquet")
-                sdp_s = sdp.update()
-
-                db.insert("ev", batch)
-                before = dict(stats)
-                profile.write_text("")
-                t0 = time.perf_counter()
-                db.flush()
-                mp_s = time.perf_counter() - t0
-                build, job = (stats[k] - before[k] for k in ("build_s", "job_s"))
-                tasks = [json.loads(line) for line in profile.read_text().splitlines()]
-                t1 = time.perf_counter()
-                running = state._running  # the compaction in flight, off the epoch's path (may be None)
-                if running is not None:
-                    running.result()
-                compact = time.perf_counter() - t1
-                ssts, sst_bytes = du(root / "sst")
-                _, log_bytes = du(root / "log")
-                r = {"history": (i + 1) * args.round, "sdp": sdp_s, "millpond": mp_s, "build": build, "job": job,
-                     "post": mp_s - build - job, "compact": compact, "ssts": ssts, "sst_mb": sst_bytes / 2**20,
-                     "log_mb": log_bytes / 2**20, "tasks": tasks,
-                     **{k: sum(t.get(k, 0) for t in tasks) for k in ("input", "apply", "write")}}
+                sdp_s, sdp_cpu = sdp.update()
+                r = {"history": (i + 1) * args.round, "sdp": sdp_s, "sdp_cpu": sdp_cpu, **mp.epoch(batch),
+                     "load": os.getloadavg()[0]}
                 results.append(r)
-                print(f"{r['history']:>10,} {sdp_s:>7.3f} {mp_s:>10.3f} {sdp_s / mp_s:>6.2f} | {r['build']:>5.2f} "
-                      f"{r['job']:>5.2f} {r['post']:>5.2f} | tasks: {r['input']:>5.2f} {r['apply']:>5.2f} "
-                      f"{r['write']:>5.2f} | {compact:>7.2f} {ssts:>5} {r['sst_mb']:>7.1f} {r['log_mb']:>7.1f}",
-                      flush=True)
-            got = {name: db.sql(f'SELECT * FROM "{name}"') for name in QUERIES}
+                print(line(r), flush=True)
+            got = mp.views()
         finally:
-            db.close()
+            if mp is not None:
+                mp.close()
             sdp.close()
-
-        last = results[-1]
-        target = 20 if args.round <= 50_000 else 4
-        print(f"ratio SDP / millpond at {last['history']:,} rows of history: {last['sdp'] / last['millpond']:.2f}x "
-              f"(issue 33's target at 4,000,000 rows: >= {target}x)")
-        if len(results) > 1:
-            second = results[1]
-            print(f"millpond flatness, last round / second round: {last['millpond'] / second['millpond']:.2f} "
-                  f"(target <= 1.2); SDP: {last['sdp'] / second['sdp']:.2f}")
-            print("stateful tasks per operator, second round -> last round (seconds summed over tasks):")
-            for op in sorted({t["op"] for t in second["tasks"] + last["tasks"]}):
-                parts = []
-                for k in ("input", "apply", "write"):
-                    a, b = (sum(t.get(k, 0) for t in r["tasks"] if t["op"] == op) for r in (second, last))
-                    parts.append(f"{k} {a:.2f} -> {b:.2f}")
-                print(f"  {op:<24} " + ", ".join(parts))
-
-        con = duckdb.connect()
-        con.sql(f"CREATE VIEW ev AS SELECT * FROM read_parquet('{history}/*.parquet')")
-        con.sql(f"CREATE VIEW dim AS SELECT * FROM read_parquet('{dim_dir}/*.parquet')")
-        for name, q in QUERIES.items():
-            want = con.sql(q).to_arrow_table()
-            cols = want.column_names
-            sdp_rows = con.sql(f"SELECT * FROM read_parquet('{warehouse / name}/*.parquet')").to_arrow_table()
-            for system, t in (("SDP", sdp_rows), ("millpond", got[name])):
-                if rows_of(t, cols) != rows_of(want, cols):
-                    raise SystemExit(f"{name}: {system}'s view differs from DuckDB's")
-        print(f"both views of both systems equal DuckDB's over all {last['history']:,} rows")
+        summary(results, args.round)
+        check(history, dim_dir, warehouse, got, results[-1]["history"])
 
 
 if __name__ == "__main__":
