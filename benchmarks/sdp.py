@@ -27,18 +27,23 @@ own local Spark Connect server (``SparkSession.builder.remote("local[2]")``: a J
 plugin, in that process) and runs one update per round when asked; its JVM start is not timed.
 Both sides get the same Spark settings (``local[2]``, 2 shuffle partitions, 4 GB driver, UI off;
 SDP keeps Spark's adaptive execution on, its default). The two JVMs take turns: while one side
-runs, the other is idle; millpond's background compaction is waited for before SDP runs, and its
-wait printed (``compact``), so it never runs during SDP's update.
+runs, the other is idle; millpond's background compaction is waited for before SDP runs (its
+time printed apart), so it never runs during SDP's update.
 
-Printed per round: the history's rows, SDP's and millpond's seconds and their ratio (SDP /
-millpond: higher is better for millpond), and where millpond's epoch went: ``build`` (the driver
+Printed per round: the history's rows; SDP's and millpond's seconds and their ratio (SDP /
+millpond: higher is better for millpond); the same in CPU seconds of each side's process tree
+(its JVM and Python workers included: less sensitive than wall time to other runs on a shared
+machine, whose load average is printed last); where millpond's epoch went: ``build`` (the driver
 building the DataFrames), ``job`` (the Spark job), ``post`` (the rest of ``flush``: the changelog,
-the commit), the stateful tasks' summed ``input`` / ``apply`` / ``write`` seconds, the SST files
-and MB under the root, and the log's MB. At the end: the ratio at the last round, millpond's last
-round / its second round (flatness: the first round warms up), the tasks' time per operator in
-those two rounds, and both systems' views checked equal to DuckDB over all the history (SDP's
-materialized views read from its warehouse folder as Parquet, millpond's with ``db.sql``).
-The issue's targets are printed beside the figures, not enforced.
+the commit), the stateful tasks' summed ``input`` / ``apply`` / ``write`` seconds; the compaction
+the epoch started (its wait and CPU seconds, off the epoch's path); the SST files and MB under the
+root and the log's MB. At the end: the ratio at the last round; millpond's last round / its second
+round (flatness: the first round warms up); CPU seconds per round over the two halves of the later
+rounds (SDP, millpond's epochs, millpond's compaction: how each grows with the history); the
+tasks' time per operator in the second and last rounds; millpond's state tables (L0 files, MB per
+level); and both systems' views checked equal to DuckDB over all the history (SDP's materialized
+views read from its warehouse folder as Parquet, millpond's with ``db.sql``). The issue's targets
+are printed beside the figures, not enforced.
 
     .venv/bin/python benchmarks/sdp.py [--history 4000000] [--round 500000] [--append-only]
 """
@@ -253,6 +258,19 @@ class Millpond:
                 "compact": compact, "compact_cpu": self._cpu() - cpu - epoch_cpu,
                 "ssts": ssts, "sst_mb": sst_bytes / 2**20, "log_mb": du(self.root / "log")[1] / 2**20}
 
+    def levels(self) -> list[str]:
+        """Each state table's shape now: its view, operator node and part; L0 files; MB per level."""
+        catalog = self.db.runtime.catalog
+        names = {f"o{o.id}": name for name, o in (*catalog.tables.items(), *catalog.views.items())}
+        out = []
+        for sid, lv in sorted(self.state.manifest.states.items()):
+            obj, node, part = sid.split(".", 2)
+            mb = [sum(r.size for r in level) / 2**20 for level in lv.levels]
+            out.append(f"{names.get(obj, obj)}#{node[1:]} {part}: L0 {len(lv.l0)} files "
+                       f"{sum(r.size for r in lv.l0) / 2**20:.1f} MB" + "".join(
+                           f", L{i} {m:.1f} MB" for i, m in enumerate(mb, start=1)))
+        return out
+
     def views(self) -> dict[str, pa.Table]:
         return {name: self.db.sql(f'SELECT * FROM "{name}"') for name in QUERIES}
 
@@ -287,6 +305,20 @@ def summary(results: list[dict], round_rows: int) -> None:
     print(f"flatness, last round / second round: millpond {last['millpond'] / second['millpond']:.2f} "
           f"(CPU {last['mp_cpu'] / second['mp_cpu']:.2f}; target <= 1.2), SDP {last['sdp'] / second['sdp']:.2f} "
           f"(CPU {last['sdp_cpu'] / second['sdp_cpu']:.2f})")
+    # Growth with the history, less noisy than two rounds: means per round over the two halves of
+    # the rounds after the second (compaction runs every few rounds: its mean is its amortized cost)
+    steady = results[2:]
+    if len(steady) >= 2:
+        halves = steady[:len(steady) // 2], steady[len(steady) // 2:]
+        print(f"CPU seconds per round, rounds 3-{2 + len(halves[0])} -> the last {len(halves[1])} (history "
+              f"{halves[0][0]['history']:,}-{halves[0][-1]['history']:,} -> "
+              f"{halves[1][0]['history']:,}-{halves[1][-1]['history']:,}):")
+        for label, key in (("SDP update", "sdp_cpu"), ("millpond epoch", "mp_cpu"),
+                           ("millpond compaction", "compact_cpu")):
+            a, b = (sum(r[key] for r in h) / len(h) for h in halves)
+            print(f"  {label:<20} {a:6.2f} -> {b:6.2f}")
+        a, b = (sum(r["sdp_cpu"] for r in h) / sum(r["mp_cpu"] + r["compact_cpu"] for r in h) for h in halves)
+        print(f"  SDP / millpond with its compaction: {a:.2f}x -> {b:.2f}x")
     print("millpond's stateful tasks per operator, second round -> last round (seconds summed over tasks):")
     for op in sorted({t["op"] for t in second["tasks"] + last["tasks"]}):
         parts = []
@@ -343,12 +375,13 @@ def main() -> None:
                      "load": os.getloadavg()[0]}
                 results.append(r)
                 print(line(r), flush=True)
-            got = mp.views()
+            got, levels = mp.views(), mp.levels()
         finally:
             if mp is not None:
                 mp.close()
             sdp.close()
         summary(results, args.round)
+        print("millpond's state tables at the end:\n  " + "\n  ".join(levels))
         check(history, dim_dir, warehouse, got, results[-1]["history"])
 
 
