@@ -31,19 +31,19 @@ runs, the other is idle; millpond's background compaction is waited for before S
 time printed apart), so it never runs during SDP's update.
 
 Printed per round: the history's rows; SDP's and millpond's seconds and their ratio (SDP /
-millpond: higher is better for millpond); the same in CPU seconds of each side's process tree
-(its JVM and Python workers included: less sensitive than wall time to other runs on a shared
-machine, whose load average is printed last); where millpond's epoch went: ``build`` (the driver
-building the DataFrames), ``job`` (the Spark job), ``post`` (the rest of ``flush``: the changelog,
-the commit), the stateful tasks' summed ``input`` / ``apply`` / ``write`` seconds; the compaction
-the epoch started (its wait and CPU seconds, off the epoch's path); the SST files and MB under the
-root and the log's MB. At the end: the ratio at the last round; millpond's last round / its second
-round (flatness: the first round warms up); CPU seconds per round over the two halves of the later
-rounds (SDP, millpond's epochs, millpond's compaction: how each grows with the history); the
-tasks' time per operator in the second and last rounds; millpond's state tables (L0 files, MB per
-level); and both systems' views checked equal to DuckDB over all the history (SDP's materialized
-views read from its warehouse folder as Parquet, millpond's with ``db.sql``). The issue's targets
-are printed beside the figures, not enforced.
+millpond: higher is better for millpond); the same in CPU seconds of each side's process tree (its
+JVM and Python workers included: less sensitive than wall time to other runs on a shared machine,
+whose load average is printed last); where millpond's epoch went: ``build`` (the driver building
+the DataFrames), ``job`` (the Spark job), ``post`` (the rest of ``flush``: the changelog, the
+commit), the stateful tasks' summed ``input`` / ``apply`` / ``write`` seconds; the compaction the
+epoch started, off the epoch's path (its wait, CPU seconds and the MB of SSTs it merged); the SST
+files and MB under the root and the log's MB. At the end: the ratio at the last round; millpond's
+last round / its second round (flatness: the first round warms up); CPU seconds per round over the
+two halves of the later rounds (SDP, millpond's epochs, millpond's compaction: how each grows with
+the history); the tasks' time per operator in the second and last rounds; millpond's state tables
+(L0 files, MB per level); and both systems' views checked equal to DuckDB over all the history
+(SDP's materialized views read from its warehouse folder as Parquet, millpond's with ``db.sql``).
+The issue's targets are printed beside the figures, not enforced.
 
     .venv/bin/python benchmarks/sdp.py [--history 4000000] [--round 500000] [--append-only]
 """
@@ -248,14 +248,14 @@ class Millpond:
         tasks = [json.loads(line) for line in self.profile.read_text().splitlines()]
         t1 = time.perf_counter()
         running = self.state._running  # the compaction in flight, if any (StateStore keeps no public handle)
-        if running is not None:
-            running.result()
+        merged = running.result()[0] if running is not None else []  # its tasks (inputs: the files it rewrites)
         compact = time.perf_counter() - t1
         ssts, sst_bytes = du(self.root / "sst")
         return {"millpond": seconds, "mp_cpu": epoch_cpu, "build": build, "job": job,
                 "post": seconds - build - job, "tasks": tasks,
                 **{k: sum(t.get(k, 0) for t in tasks) for k in ("input", "apply", "write")},
                 "compact": compact, "compact_cpu": self._cpu() - cpu - epoch_cpu,
+                "compact_mb": sum(ref.size for task in merged for ref in task.inputs) / 2**20,
                 "ssts": ssts, "sst_mb": sst_bytes / 2**20, "log_mb": du(self.root / "log")[1] / 2**20}
 
     def levels(self) -> list[str]:
@@ -282,15 +282,15 @@ class Millpond:
 
 HEADER = (f"{'history':>10} {'SDP s':>6} {'mp s':>6} {'ratio':>5} | {'SDP cpu':>7} {'mp cpu':>6} {'ratio':>5} | "
           f"{'build':>5} {'job':>5} {'post':>5} | tasks: {'input':>5} {'apply':>5} {'write':>5} | "
-          f"compact: {'s':>5} {'cpu':>5} | {'SSTs':>4} {'SST MB':>6} {'log MB':>6} | load")
+          f"compact: {'s':>5} {'cpu':>5} {'MB in':>5} | {'SSTs':>4} {'SST MB':>6} {'log MB':>6} | load")
 
 
 def line(r: dict) -> str:
     return (f"{r['history']:>10,} {r['sdp']:>6.2f} {r['millpond']:>6.2f} {r['sdp'] / r['millpond']:>5.2f} | "
             f"{r['sdp_cpu']:>7.2f} {r['mp_cpu']:>6.2f} {r['sdp_cpu'] / r['mp_cpu']:>5.2f} | "
             f"{r['build']:>5.2f} {r['job']:>5.2f} {r['post']:>5.2f} | tasks: {r['input']:>5.2f} {r['apply']:>5.2f} "
-            f"{r['write']:>5.2f} | compact: {r['compact']:>5.2f} {r['compact_cpu']:>5.2f} | {r['ssts']:>4} "
-            f"{r['sst_mb']:>6.1f} {r['log_mb']:>6.1f} | {r['load']:.1f}")
+            f"{r['write']:>5.2f} | compact: {r['compact']:>5.2f} {r['compact_cpu']:>5.2f} {r['compact_mb']:>5.1f} | "
+            f"{r['ssts']:>4} {r['sst_mb']:>6.1f} {r['log_mb']:>6.1f} | {r['load']:.1f}")
 
 
 def summary(results: list[dict], round_rows: int) -> None:
