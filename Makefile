@@ -56,6 +56,8 @@ bench: $(STAMP)
 	$(PY) benchmarks/serve.py
 	$(PY) benchmarks/backfill.py
 	$(PY) benchmarks/sharing.py
+	$(PY) benchmarks/sdp.py
+	$(PY) benchmarks/sdp.py --round 50000
 
 clean:
 	rm -rf $(VENV) demo-data .pytest_cache
