@@ -38,6 +38,7 @@ import time
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyspark.sql import functions as F
 
 sys.path.insert(0, os.path.dirname(__file__))
 from per_row import QUERIES, delta, dimension, rows_of, run_spark  # noqa: E402
@@ -71,9 +72,8 @@ class NativeView:
         dagg = d.selectExpr(g, "_w", "v * _w AS sv").groupBy(g).sum("_w", "sv") \
             .selectExpr(g, "`sum(_w)` AS dn", "`sum(sv)` AS ds")
         if self.runs:  # the changed groups' last values: their newest run's
-            old = (s.read.parquet(*self.runs).join(dagg.select(g), g, "leftsemi")
-                   .groupBy(g).agg({"_ep": "max"}).withColumnRenamed("max(_ep)", "_top")
-                   .join(s.read.parquet(*self.runs), g).where("_ep = _top").selectExpr(g, "n AS on", "s AS os"))
+            old = (s.read.parquet(*self.runs).join(dagg.select(g), g, "leftsemi").groupBy(g)
+                   .agg(F.max_by("n", "_ep").alias("on"), F.max_by("s", "_ep").alias("os")))
             merged = dagg.join(old, g, "left")
         else:
             merged = dagg.selectExpr("*", "CAST(NULL AS BIGINT) AS on", "CAST(NULL AS BIGINT) AS os")
