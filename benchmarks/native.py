@@ -41,7 +41,8 @@ import pyarrow.parquet as pq
 from pyspark.sql import functions as F
 
 sys.path.insert(0, os.path.dirname(__file__))
-from per_row import QUERIES, delta, dimension, rows_of, run_spark  # noqa: E402
+from ev_data import delta_files, dimension  # noqa: E402
+from per_row import QUERIES, rows_of, run_spark  # noqa: E402
 
 from millpond.spark.session import local_session  # noqa: E402
 
@@ -122,11 +123,7 @@ def main() -> None:
         dim_file = os.path.join(tmp, "dim.parquet")
         pq.write_table(dim, dim_file)
         for rows in map(int, args.rows.split(",")):
-            batches = [delta(rows, seed) for seed in range(args.repeat + 1)]
-            files = []
-            for i, b in enumerate(batches):
-                files.append(os.path.join(tmp, f"ev-{rows}-{i}.parquet"))
-                pq.write_table(b, files[-1])
+            batches, files = delta_files(tmp, rows, args.repeat + 1)
             for query in args.queries.split(","):
                 base = run_spark(spark, query, files, dim_file, os.path.join(tmp, "out"))
                 root = os.path.join(tmp, f"state-{query}-{rows}")

@@ -40,14 +40,13 @@ import tempfile
 import time
 
 import duckdb
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 import millpond
+from ev_data import delta_files, dimension
 from millpond.spark.session import local_session
 
-KEYS, PRODUCTS, NAMES = 10_000, 10_000, 500
 PROFILE = os.path.join(tempfile.gettempdir(), f"per-row-tasks-{os.getpid()}.jsonl")
 os.environ["MILLPOND_PROFILE"] = PROFILE  # before Spark starts its Python workers: they inherit it
 QUERIES = {
@@ -56,17 +55,6 @@ QUERIES = {
     "join": "SELECT d.name, count(*) AS n, sum(e.v) AS s FROM ev e JOIN dim d ON e.p = d.p GROUP BY d.name",
     "filter": "SELECT k, p, v FROM ev WHERE v % 10 = 0",
 }
-
-
-def delta(rows: int, seed: int) -> pa.Table:
-    rng = np.random.default_rng(seed)
-    return pa.table({"k": rng.integers(0, KEYS, rows), "p": rng.integers(0, PRODUCTS, rows),
-                     "v": rng.integers(0, 1_000_000, rows)})
-
-
-def dimension() -> pa.Table:
-    return pa.table({"p": np.arange(PRODUCTS, dtype=np.int64),
-                     "name": [f"name{i % NAMES}" for i in range(PRODUCTS)]})
 
 
 def du(path: str) -> int:
@@ -162,11 +150,7 @@ def main() -> None:
         dim_file = os.path.join(tmp, "dim.parquet")
         pq.write_table(dim, dim_file)
         for rows in map(int, args.rows.split(",")):
-            batches = [delta(rows, seed) for seed in range(args.repeat + 1)]
-            files = []
-            for i, b in enumerate(batches):
-                files.append(os.path.join(tmp, f"ev-{rows}-{i}.parquet"))
-                pq.write_table(b, files[-1])
+            batches, files = delta_files(tmp, rows, args.repeat + 1)
             floor = run_floor(spark, files)
             print(f"{rows:>9,} rows into Python once (Spark: Parquet -> exchange -> mapInArrow, no output): "
                   f"{floor:.3f} s", flush=True)

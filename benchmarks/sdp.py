@@ -60,11 +60,10 @@ import time
 from pathlib import Path
 
 import duckdb
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from ev_data import delta, dimension
 
-KEYS, PRODUCTS, NAMES = 10_000, 10_000, 500
 CORES = "2"
 QUERIES = {
     "agg": "SELECT k, count(*) AS n, sum(v) AS s, max(v) AS m FROM ev GROUP BY k",
@@ -78,17 +77,6 @@ SPARK_CONF = {  # SDP's server: as millpond's local_session, less its Python-wor
     "spark.driver.memory": "4g",
     "spark.sql.session.timeZone": "UTC",
 }
-
-
-def delta(rows: int, seed: int) -> pa.Table:
-    rng = np.random.default_rng(seed)
-    return pa.table({"k": rng.integers(0, KEYS, rows), "p": rng.integers(0, PRODUCTS, rows),
-                     "v": rng.integers(0, 1_000_000, rows)})
-
-
-def dimension() -> pa.Table:
-    return pa.table({"p": np.arange(PRODUCTS, dtype=np.int64),
-                     "name": [f"name{i % NAMES}" for i in range(PRODUCTS)]})
 
 
 def du(path: Path) -> tuple[int, int]:
