@@ -44,6 +44,7 @@ cluster: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) benchmarks/per_row.py
+	$(PY) benchmarks/native.py
 	$(PY) benchmarks/state_size.py
 	$(PY) benchmarks/throughput.py
 	$(PY) benchmarks/rate.py
