@@ -42,8 +42,9 @@ epoch, attempt and ``v`` reach the tasks at run time, so a plan built once is re
       delta (:class:`millpond.engine.operators.Operator`);
    d. write each part's state rows as one SST under ``sst/<v>-e<e>.<attempt>/<state>/p<part>.sst``
       — named deterministically, so a retried or speculative task rewrites the same bytes;
-   e. emit the output changelog; each view's final materialization ships its changelog to the
-      driver (tables ship nothing: their changes are their log).
+   e. emit the output changelog; each view's final materialization writes it as the view's
+      changes file of (epoch, attempt, partition) and ships only the file's name to the driver
+      (tables write nothing: their changes are their log).
 
 *Driver, after the job*:
 
@@ -55,7 +56,8 @@ epoch, attempt and ``v`` reach the tasks at run time, so a plan built once is re
    before it leaves ``e - 1`` as the truth and the same ranges are replayed from the same
    offsets; a second coordinator on the root is fenced here (:class:`millpond.FencedError`).
    Just before, the epoch's changes are kept for subscribers and time travel
-   (:mod:`millpond.engine.changefeed`: each view's changelog, and each table's log range).
+   (:mod:`millpond.engine.changefeed`: the entry naming each view's changes files, a flow's
+   changelog, and each table's log range).
 6. **Maintain**, off the epoch's path: start the next compaction (a background thread, or the
    executor's compaction runner), apply finished ones as versions of their own, collect
    garbage; while a state's L0 is past its bound, commits wait (backpressure).
@@ -131,7 +133,8 @@ log = logging.getLogger("millpond")
 
 @dataclass(frozen=True)
 class EpochReport:
-    """What one committed epoch changed: each view's changelog (``_w`` = +1/-1 weights).
+    """What one committed epoch changed: each view's changelog (``_w`` = +1/-1 weights, read from
+    its changes files when asked for).
 
     Tables are not included: their changes are the records appended to their log, which a
     reader gets with ``spark.read.format("millpond")``; shipping them back to the driver every
