@@ -18,6 +18,8 @@ from typing import Callable
 
 from sqlglot import exp
 
+from millpond.engine import numerics
+
 __all__ = ["to_spark", "to_duckdb", "generate", "mp", "is_mp", "PREFIX"]
 
 PREFIX = "MP_"
@@ -318,6 +320,15 @@ _SHARED: dict[str, Render] = {
     "TS_DIFF": lambda a, e: f"{a[0]} - {a[1]}",
 }
 
+
+def _numeric(rule: Callable[[list[str], str], str], dialect: str) -> Render:
+    return lambda a, e: rule(a, dialect)
+
+
+# a quotient (a NUMERIC with its own display scale) is its PostgreSQL text (millpond.engine.numerics)
+_NUMERIC = {"NUMERIC_DIV": numerics.divide, "NUMERIC_OF": numerics.numeric_of, "NUMERIC_TEXT": numerics.text_of,
+            "NUMERIC_VALUE": numerics.value_of, "NUMERIC_NEG": numerics.negate}
+
 _SPARK: dict[str, Render] = {
     "ROUND_EVEN": lambda a, e: f"BROUND({a[0]})",
     "ERROR": lambda a, e: f"RAISE_ERROR({a[0]})",
@@ -343,6 +354,7 @@ _SPARK: dict[str, Render] = {
     # session time zone is: millpond's TimeZone is UTC
     "TZ_TO_TS": lambda a, e: f"TIMESTAMPADD(MICROSECOND, UNIX_MICROS({a[0]}), TIMESTAMP_NTZ '1970-01-01 00:00:00')",
     "TS_TO_TZ": lambda a, e: f"TIMESTAMP_MICROS({_SPARK_FIELDS['epoch_us'].format(a[0])})",
+    **{name: _numeric(rule, "spark") for name, rule in _NUMERIC.items()},
 }
 
 _DUCKDB: dict[str, Render] = {
@@ -369,6 +381,7 @@ _DUCKDB: dict[str, Render] = {
     "TRUNC_INT": lambda a, e: f"CAST(TRUNC({a[0]}) AS BIGINT)",
     "TZ_TO_TS": lambda a, e: f"TIMEZONE('UTC', {a[0]})",
     "TS_TO_TZ": lambda a, e: f"TIMEZONE('UTC', {a[0]})",
+    **{name: _numeric(rule, "duckdb") for name, rule in _NUMERIC.items()},
 }
 
 

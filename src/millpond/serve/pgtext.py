@@ -11,6 +11,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pygwire.messages import FieldDescription
 
+from millpond.serve.display import texts
+
 __all__ = ["oid", "fields", "rows", "copy_lines"]
 
 
@@ -34,16 +36,19 @@ def fields(table: pa.Table) -> list[FieldDescription]:
 
 
 def rows(table: pa.Table) -> Iterable[list[bytes | None]]:
-    columns = [_texts(table.column(i)) for i in range(table.num_columns)]
+    columns = [_texts(table.schema.field(i), table.column(i)) for i in range(table.num_columns)]
     return (list(row) for row in zip(*columns)) if columns else ([] for _ in range(table.num_rows))
 
 
-def _texts(column: pa.ChunkedArray) -> list[bytes | None]:
-    """A column as PostgreSQL's text output of its values."""
+def _texts(field: pa.Field, column: pa.ChunkedArray) -> list[bytes | None]:
+    """A column as PostgreSQL's text output of its values (a quotient's at each value's own display
+    scale: :mod:`millpond.serve.display`)."""
     t = column.type
     if pa.types.is_boolean(t):
         return [None if v is None else (b"t" if v else b"f") for v in column.to_pylist()]
-    if pa.types.is_integer(t) or pa.types.is_decimal(t) or pa.types.is_string(t) or pa.types.is_large_string(t):
+    if pa.types.is_decimal(t):
+        return [None if v is None else v.encode() for v in texts(field, column)]
+    if pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t):
         return [None if v is None else v.encode() for v in pc.cast(column, pa.string()).to_pylist()]
     return [None if v is None else _text(v).encode() for v in column.to_pylist()]
 

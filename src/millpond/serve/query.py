@@ -4,7 +4,8 @@ views it reads (read-your-writes after ``FLUSH``). DuckDB SQL is generated here,
 The query comes bound (:func:`millpond.sql.query.bind_query`): its internal calls expand to
 DuckDB's spelling of PostgreSQL's meaning (:mod:`millpond.engine.expressions`). An INTERVAL column of
 the result is Arrow ``month_day_nano_interval`` (stored, and in DuckDB, it is the struct of
-:data:`millpond.catalog.types.INTERVAL`)."""
+:data:`millpond.catalog.types.INTERVAL`); a quotient column a decimal with each value's display
+scale (stored, and in DuckDB, it is its PostgreSQL text: :mod:`millpond.serve.display`)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from millpond.catalog.types import INTERVAL
 from millpond.engine.expressions import to_duckdb
 from millpond.errors import SqlError
 from millpond.log.conform import from_interval
+from millpond.serve.display import to_decimal
+from millpond.sql.semantics.types import is_quotient_struct
 
 if TYPE_CHECKING:
     from millpond.engine.runtime import Runtime
@@ -134,10 +137,13 @@ def _epoch(rt: Runtime, when: exp.Expression, con: duckdb.DuckDBPyConnection) ->
 
 
 def _shown(table: pa.Table) -> pa.Table:
-    """``table`` with its INTERVAL columns as ``month_day_nano_interval`` (a ``hidden`` read keeps
-    them stored: UPDATE and DELETE append the rows they read)."""
+    """``table`` with its INTERVAL columns as ``month_day_nano_interval`` and its quotients as
+    decimals with their display scales (:mod:`millpond.serve.display`); a ``hidden`` read keeps
+    them stored: UPDATE and DELETE append the rows they read."""
     for i, f in enumerate(table.schema):
         if f.type.equals(INTERVAL):
             table = table.set_column(i, pa.field(f.name, pa.month_day_nano_interval(), f.nullable),
                                      from_interval(table.column(i)))
+        elif is_quotient_struct(f.type):
+            table = table.set_column(i, *to_decimal(f.name, table.column(i)))
     return table

@@ -16,6 +16,7 @@ The modules, one concern each:
 - :mod:`~millpond.sql.semantics.types` — PostgreSQL's types, numeric result types;
 - :mod:`~millpond.sql.semantics.rewrite` — the binder: scopes, columns, the dispatch to the rules;
 - :mod:`~millpond.sql.semantics.casts` — literals and casts;
+- :mod:`~millpond.sql.semantics.numerics` — quotients: numerics with PostgreSQL's display scale per value;
 - :mod:`~millpond.sql.semantics.operators` — arithmetic, comparisons, logic, CASE;
 - :mod:`~millpond.sql.semantics.functions` — the allow-list of functions (:data:`FUNCTIONS`);
 - :mod:`~millpond.sql.semantics.aggregates` — aggregates and window functions;
@@ -59,8 +60,8 @@ def bind(query: exp.Expression, tables: Mapping[str, Mapping[str, SqlType]], *, 
 
 def sqlglot_schema(tables: Mapping[str, Mapping[str, SqlType]]) -> dict[str, dict[str, str]]:
     """The column types as sqlglot's ``qualify`` takes them."""
-    return {t: {c: "INTERVAL" if ty.kind == "interval" else datatype(ty).sql("postgres") for c, ty in cols.items()}
-            for t, cols in tables.items()}
+    return {t: {c: "INTERVAL" if ty.kind == "interval" else "NUMERIC" if ty.dynamic else datatype(ty).sql("postgres")
+                for c, ty in cols.items()} for t, cols in tables.items()}
 
 
 _PG_NAMES = {

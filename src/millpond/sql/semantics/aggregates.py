@@ -1,6 +1,6 @@
 """Aggregates and window functions, typed as PostgreSQL types them: ``sum`` of integers is a
-bigint and of a bigint a numeric, ``avg`` of integers and numerics a numeric (the quotient of the
-sum and the count), ``count`` a bigint. In a view the planner keeps the aggregate calls these rules
+bigint and of a bigint a numeric, ``avg`` of integers and numerics a numeric quotient (the sum
+over the count, with PostgreSQL's display scale), ``count`` a bigint. In a view the planner keeps the aggregate calls these rules
 leave (``SUM``, ``COUNT``...) as its incremental aggregation."""
 
 from __future__ import annotations
@@ -108,8 +108,9 @@ def _sum(b: Binder, node: exp.Sum) -> Typed:
 
 def _avg(b: Binder, node: exp.Avg) -> Typed:
     """AVG of floats is double precision; of integers and numerics it is numeric, as in PostgreSQL:
-    the numeric quotient of the sum and the count (both engines average integers as doubles)."""
-    from millpond.sql.semantics.operators import arithmetic
+    the quotient of the sum and the count, with PostgreSQL's display scale
+    (:func:`~millpond.sql.semantics.numerics.quotient`; both engines average integers as doubles)."""
+    from millpond.sql.semantics.numerics import quotient
 
     (arg, t), distinct = _aggregate_arg(b, node)
     if t.untyped:
@@ -126,8 +127,7 @@ def _avg(b: Binder, node: exp.Avg) -> Typed:
         return exp.Distinct(expressions=[x]) if distinct else x
     total_t = T.numeric(38, T.decimal_of(t).scale, exact=t.exact)
     total = _to(exp.Sum(this=wrap(inner.copy())), total_t)
-    count = _to(exp.Count(this=wrap(inner)), T.numeric(20, 0))
-    return arithmetic("/", (total, total_t), (count, T.numeric(20, 0)), node)
+    return quotient((total, total_t), (exp.Count(this=wrap(inner)), T.BIGINT))
 
 
 def _min_max(b: Binder, node: exp.Expression) -> Typed:

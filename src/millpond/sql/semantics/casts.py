@@ -72,7 +72,7 @@ def _column(b: Binder, node: exp.Column) -> Typed:
 
 
 def _paren(b: Binder, node: exp.Paren) -> Typed:
-    inner, t = b.value(node.this)
+    inner, t = b.value(node.this, keep=True)
     return exp.Paren(this=inner), t
 
 
@@ -99,7 +99,9 @@ def _cast(b: Binder, node: exp.Cast) -> Typed:
     if target is None:
         raise refuse(f"type {to.sql('postgres')} is not supported (supported: SMALLINT, INTEGER, BIGINT, NUMERIC, "
                      "REAL, DOUBLE PRECISION, TEXT, VARCHAR, BOOLEAN, DATE, TIMESTAMP, TIMESTAMPTZ, INTERVAL)", to)
-    inner, t = b.value(node.this)
+    inner, t = b.value(node.this, keep=True)
+    if t.dynamic and target == T.NUMERIC_DEFAULT:  # a numeric without a declared scale keeps the value's own
+        return inner, t
     if t.untyped:
         out = literal_as(inner, target, node)
     else:
@@ -113,6 +115,16 @@ def cast(node: exp.Expression, source: SqlType, target: SqlType, at: exp.Express
     """``node`` (of type ``source``) as ``target`` with PostgreSQL's conversion."""
     if source == target or (source.kind == target.kind and not target.decimal):
         return node
+    if target.dynamic or source.dynamic:
+        from millpond.sql.semantics import numerics
+
+        if target.dynamic and (source.integer or source.decimal or source.kind == "null"):
+            return numerics.of(node, source)
+        if source.dynamic and target.kind == "text":
+            return numerics.text(node)
+        if source.dynamic:
+            return cast(numerics.value(node), T.QUOTIENT_VALUE, target, at)
+        raise refuse(f"cannot cast type {source} to {target}", at)
     if target.integer and source.decimal:  # numeric -> integer rounds half away from zero
         return _to(exp.Anonymous(this="ROUND", expressions=[node]), target)
     if target.integer and source.float:  # float -> integer rounds half to even
