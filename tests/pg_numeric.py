@@ -13,8 +13,9 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-__all__ = ["divide", "average", "text", "column_texts"]
+__all__ = ["divide", "average", "text", "column_texts", "quotients_as_decimals"]
 
 
 def _scale(text: str) -> int:
@@ -66,11 +67,27 @@ def text(value: object) -> object:
 
 
 def column_texts(table: pa.Table) -> pa.Table:
-    """``table`` with each NUMERIC column as PostgreSQL's text of its values (a query's result: a
-    quotient column's values printed at their own display scale)."""
+    """``table`` with each NUMERIC column as PostgreSQL's text of its values: a query's decimals
+    (a quotient column's values at their own display scale), a quotient as DuckDB computes it from
+    millpond's SQL (its text)."""
     from millpond.serve.display import texts
+    from millpond.sql.semantics.types import is_quotient_struct
 
     for i, f in enumerate(table.schema):
         if pa.types.is_decimal(f.type):
             table = table.set_column(i, pa.field(f.name, pa.string()), pa.array(texts(f, table.column(i)), pa.string()))
+        elif is_quotient_struct(f.type):
+            table = table.set_column(i, pa.field(f.name, pa.string()), pc.struct_field(table.column(i), [0]))
+    return table
+
+
+def quotients_as_decimals(table: pa.Table) -> pa.Table:
+    """``table`` with each quotient (its text, as DuckDB computes it from millpond's SQL) as a
+    decimal column, as a query's result has it."""
+    from millpond.serve.display import to_decimal
+    from millpond.sql.semantics.types import is_quotient_struct
+
+    for i, f in enumerate(table.schema):
+        if is_quotient_struct(f.type):
+            table = table.set_column(i, *to_decimal(f.name, table.column(i)))
     return table

@@ -20,6 +20,7 @@ from millpond.sql.query import bind_select, tables_read
 from millpond.sql.semantics import from_arrow
 from millpond.sql.statements import parse
 from tests.conftest import rows
+from tests.pg_numeric import column_texts
 
 TABLES = """
 CREATE TABLE info  (product VARCHAR PRIMARY KEY, category VARCHAR);
@@ -191,7 +192,9 @@ def epochs(db, ref: Reference, plan: list[Step], start: int, rng: random.Random,
 
 
 def norm(table: pa.Table) -> list[tuple]:
-    """Rows as a sorted multiset, floats rounded (AVG may differ in the last bits)."""
+    """Rows as a sorted multiset, floats rounded (AVG of doubles may differ in the last bits),
+    numerics as PostgreSQL prints them (a quotient to its own display scale: ``AVG`` of integers)."""
+    table = column_texts(table)
     return rows(pa.table({n: [round(v, 6) if isinstance(v, float) else v for v in c.to_pylist()]
                           for n, c in zip(table.column_names, table.columns)}))
 

@@ -327,7 +327,8 @@ def _numeric(rule: Callable[[list[str], str], str], dialect: str) -> Render:
 
 # a quotient (a NUMERIC with its own display scale) is its PostgreSQL text (millpond.engine.numerics)
 _NUMERIC = {"NUMERIC_DIV": numerics.divide, "NUMERIC_OF": numerics.numeric_of, "NUMERIC_TEXT": numerics.text_of,
-            "NUMERIC_VALUE": numerics.value_of, "NUMERIC_NEG": numerics.negate}
+            "NUMERIC_VALUE": numerics.value_of, "NUMERIC_NEG": numerics.negate,
+            "NUMERIC_ABS": numerics.absolute}
 
 _SPARK: dict[str, Render] = {
     "ROUND_EVEN": lambda a, e: f"BROUND({a[0]})",

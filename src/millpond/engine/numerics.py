@@ -20,7 +20,7 @@ The internal calls (:mod:`millpond.engine.expressions` expands them):
   exactly on the operands' digits (38-digit integers; more is an error, below);
 - ``MP_NUMERIC_OF(text)``: the struct of a text (a fixed-scale decimal or an integer printed);
 - ``MP_NUMERIC_TEXT(x)``: the text; ``MP_NUMERIC_VALUE(x, p, s)``: the value as DECIMAL(p,s);
-- ``MP_NUMERIC_NEG(x)``: ``-x`` (zero stays unsigned, as PostgreSQL prints it).
+- ``MP_NUMERIC_NEG(x)``: ``-x`` (zero stays unsigned, as PostgreSQL prints it); ``MP_NUMERIC_ABS(x)``.
 
 Each step binds its intermediate values once with a one-element array transform (a ``let``: Spark's
 ``TRANSFORM(ARRAY(v), x -> ...)[0]``, DuckDB's ``LIST_TRANSFORM([v], lambda x: ...)[1]``), so
@@ -37,7 +37,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["FIELD", "divide", "numeric_of", "text_of", "value_of", "negate"]
+import sqlglot
+from sqlglot import exp
+
+__all__ = ["FIELD", "divide", "numeric_of", "text_of", "value_of", "negate", "absolute", "averages_as_text"]
 
 FIELD = "pg_numeric"
 MIN_SIG_DIGITS = 16  # NUMERIC_MIN_SIG_DIGITS
@@ -231,3 +234,24 @@ def negate(a: list[str], dialect: str) -> str:
     flipped = (f"CASE WHEN SUBSTRING({t}, 1, 1) = '-' THEN SUBSTRING({t}, 2) WHEN {_is_zero(t)} THEN {t} "
                f"ELSE CONCAT('-', {t}) END")
     return d.let(a[0], "v", f"CASE WHEN v IS NULL THEN NULL ELSE {d.struct(**{FIELD: flipped})} END")
+
+
+def absolute(a: list[str], dialect: str) -> str:
+    """``MP_NUMERIC_ABS(x)``: ``abs(x)``."""
+    d = _Dialect(dialect)
+    t = d.field("v", FIELD)
+    unsigned = f"CASE WHEN SUBSTRING({t}, 1, 1) = '-' THEN SUBSTRING({t}, 2) ELSE {t} END"
+    return d.let(a[0], "v", f"CASE WHEN v IS NULL THEN NULL ELSE {d.struct(**{FIELD: unsigned})} END")
+
+
+def averages_as_text(sql: str) -> str:
+    """DuckDB query ``sql`` with each ``AVG(x)`` of integers as PostgreSQL's numeric quotient of the
+    exact sum and the count, as PostgreSQL prints it (a VARCHAR): an oracle's plain DuckDB SQL
+    (DuckDB averages integers as doubles) compared with millpond's AVG as PostgreSQL prints it."""
+    def average(node: exp.Expression) -> exp.Expression:
+        if not isinstance(node, exp.Avg):
+            return node
+        x = node.this.sql("duckdb")
+        total, count = f"CAST(CAST(SUM({x}) AS HUGEINT) AS VARCHAR)", f"CAST(COUNT({x}) AS VARCHAR)"
+        return exp.Var(this=f"STRUCT_EXTRACT({divide([total, count], 'duckdb')}, '{FIELD}')")
+    return sqlglot.parse_one(sql, read="duckdb").transform(average).sql("duckdb")

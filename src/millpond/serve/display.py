@@ -21,13 +21,13 @@ printed padded with zeros.
 
 from __future__ import annotations
 
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import ROUND_HALF_UP, Context, Decimal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["SCALES", "to_decimal", "texts"]
+__all__ = ["SCALES", "to_decimal", "texts", "as_texts"]
 
 SCALES = b"millpond.display_scales"
 _DIGITS = 38
@@ -48,8 +48,8 @@ def to_decimal(name: str, column: pa.ChunkedArray) -> tuple[pa.Field, pa.Chunked
     if scale == most:
         values = pc.cast(text, decimal)
     else:  # too wide at the largest scale: rounded to the one that fits
-        quantum = Decimal(1).scaleb(-scale)
-        values = pa.chunked_array([pa.array([None if t is None else Decimal(t).quantize(quantum, ROUND_HALF_UP)
+        quantum, wide = Decimal(1).scaleb(-scale), Context(prec=2 * _DIGITS)
+        values = pa.chunked_array([pa.array([None if t is None else Decimal(t).quantize(quantum, ROUND_HALF_UP, wide)
                                              for t in text.to_pylist()], decimal)], decimal)
     own = scales.fill_null(scale)
     metadata = None
@@ -61,7 +61,8 @@ def to_decimal(name: str, column: pa.ChunkedArray) -> tuple[pa.Field, pa.Chunked
 def texts(field: pa.Field, column: pa.ChunkedArray) -> list[str | None]:
     """PostgreSQL's text of each value of a decimal column (None for NULL): at each value's own
     display scale where the field's metadata gives them (:data:`SCALES`), else at the column's."""
-    plain = pc.cast(column, pa.string()).to_pylist()
+    # a Decimal printed positionally (Arrow's cast to string writes 1E-10 from an adjusted exponent below -6)
+    plain = [None if v is None else format(v, "f") for v in column.to_pylist()]
     own = (field.metadata or {}).get(SCALES)
     if own is None or len(own) != 2 * len(plain):
         return plain
@@ -76,3 +77,13 @@ def _at(text: str, scale: int, own: int) -> str:
     if own > scale:
         return text + ("" if scale else ".") + "0" * (own - scale)
     return text
+
+
+def as_texts(table: pa.Table) -> pa.Table:
+    """``table`` with each decimal column as the text of its values (for printing: a Decimal's
+    ``str()`` is ``0E-20`` for zero at scale 20)."""
+    for i, f in enumerate(table.schema):
+        if pa.types.is_decimal(f.type):
+            table = table.set_column(i, pa.field(f.name, pa.string(), f.nullable),
+                                     pa.array(texts(f, table.column(i)), pa.string()))
+    return table

@@ -45,17 +45,27 @@ from sqlglot import exp
 from millpond.sql.semantics.functions import AGGREGATES, FUNCTIONS, WINDOW_FUNCTIONS
 from millpond.engine.expressions import to_duckdb, to_spark
 from millpond.sql.semantics.rewrite import Binder
-from millpond.sql.semantics.types import INTEGER, NUMERIC_DEFAULT, SqlType, datatype, from_arrow, from_catalog
+from millpond.sql.semantics.types import (INTEGER, NUMERIC_DEFAULT, QUOTIENT_VALUE, SqlType, datatype, from_arrow,
+                                         from_catalog)
 
 __all__ = ["bind", "name_outputs", "to_spark", "to_duckdb", "sqlglot_schema", "SqlType", "from_arrow",
            "from_catalog", "FUNCTIONS", "AGGREGATES", "WINDOW_FUNCTIONS", "NUMERIC_DEFAULT"]
 
 
-def bind(query: exp.Expression, tables: Mapping[str, Mapping[str, SqlType]], *, view: bool) -> exp.Expression:
+def bind(query: exp.Expression, tables: Mapping[str, Mapping[str, SqlType]], *, view: bool,
+         fixed_outputs: bool = False) -> exp.Expression:
     """``query`` (qualified: every column names its FROM item) with PostgreSQL's meaning made explicit.
     ``tables`` gives the column types of the tables and views it reads; ``view`` refuses what a
-    materialized view cannot keep (``now()``, ``random()``)."""
-    return Binder(tables, view=view).bind(query)
+    materialized view cannot keep (``now()``, ``random()``); ``fixed_outputs`` gives the query's
+    quotient columns as ``numeric(38,16)`` (a flow's sink columns have one scale)."""
+    binder = Binder(tables, view=view)
+    query = binder.bind(query)
+    if fixed_outputs:
+        root = query.this if isinstance(query, exp.Subquery) else query
+        for i, (_, t) in enumerate(binder.outputs.get(id(root), [])):
+            if t.dynamic:
+                binder.cast_output(root, i, QUOTIENT_VALUE)
+    return query
 
 
 def sqlglot_schema(tables: Mapping[str, Mapping[str, SqlType]]) -> dict[str, dict[str, str]]:

@@ -187,7 +187,7 @@ def _ordered_name(node: exp.Expression) -> str:
 def _filter(b: Binder, node: exp.Filter) -> Typed:
     """``agg FILTER (WHERE cond)``; the FILTER stays on the aggregate call inside the rule's result
     (``CAST(SUM(x) FILTER (WHERE c) AS BIGINT)``)."""
-    out, t = b.value(node.this)
+    out, t = b.value(node.this, keep=True)
     cond, _ = b.condition(node.expression.this)
     if isinstance(out, (exp.AggFunc, exp.WithinGroup)):
         return exp.Filter(this=out, expression=exp.Where(this=cond)), t
@@ -202,7 +202,7 @@ def _window(b: Binder, node: exp.Window) -> Typed:
     ordered = node.this.this if isinstance(node.this, exp.WithinGroup) else node.this
     if isinstance(ordered, (exp.PercentileCont, exp.PercentileDisc)):
         raise _refuse(f"OVER is not supported for ordered-set aggregate {_ordered_name(ordered)}", node)
-    func, t = b.value(node.this)
+    func, t = b.value(node.this, keep=True)
     if t.kind == "interval" and not isinstance(func, type(node.this)):  # an aggregate rewritten over fields
         raise _refuse(f"{_name(node.this)}(interval) over a window is not supported", node)
     partition = []

@@ -100,7 +100,11 @@ def _cast(b: Binder, node: exp.Cast) -> Typed:
         raise refuse(f"type {to.sql('postgres')} is not supported (supported: SMALLINT, INTEGER, BIGINT, NUMERIC, "
                      "REAL, DOUBLE PRECISION, TEXT, VARCHAR, BOOLEAN, DATE, TIMESTAMP, TIMESTAMPTZ, INTERVAL)", to)
     inner, t = b.value(node.this, keep=True)
-    if t.dynamic and target == T.NUMERIC_DEFAULT:  # a numeric without a declared scale keeps the value's own
+    if target == T.NUMERIC_DEFAULT:  # a numeric without a declared scale keeps the value's own
+        own = _own_scale(inner, t)
+        if own is not None:
+            target = own
+    if target == t:
         return inner, t
     if t.untyped:
         out = literal_as(inner, target, node)
@@ -109,6 +113,27 @@ def _cast(b: Binder, node: exp.Cast) -> Typed:
     if length is not None:  # an explicit cast to VARCHAR(n) truncates
         out = exp.Anonymous(this="LEFT", expressions=[out, exp.Literal.number(length)])
     return out, target
+
+
+def _own_scale(node: exp.Expression, t: SqlType) -> SqlType | None:
+    """The type ``CAST(node AS NUMERIC)`` has when PostgreSQL's display scale of its values is known:
+    an integer's (scale 0), a numeric's with a declared or per-value scale, a string constant's own
+    digits. None: millpond's ``numeric(38,10)`` (a float, an unconstrained numeric)."""
+    if t.integer:
+        return T.numeric(T.decimal_of(t).precision, 0)
+    if t.decimal and (t.exact or t.dynamic):
+        return t
+    if t.kind == "unknown" and isinstance(node, exp.Literal) and node.is_string:
+        try:
+            d = Decimal(node.this.strip())
+        except InvalidOperation:
+            return None  # the cast says why
+        if not d.is_finite():
+            return None
+        scale = max(0, -d.as_tuple().exponent)
+        digits = max(d.adjusted() + 1, 0) + scale
+        return T.numeric(max(digits, 1), scale) if digits <= T.MAX_PRECISION else None
+    return None
 
 
 def cast(node: exp.Expression, source: SqlType, target: SqlType, at: exp.Expression) -> exp.Expression:

@@ -8,11 +8,12 @@ quotient is a :data:`~millpond.sql.semantics.types.QUOTIENT`: both engines carry
 PostgreSQL text (:mod:`millpond.engine.numerics` computes the quotient's digits there, exactly).
 
 What keeps a quotient's own display scale: a column or subquery output that is one, ``( )``,
-unary ``-``, ``CAST(… AS NUMERIC)``, ``CAST(… AS TEXT)`` (its text), ``CASE`` and ``COALESCE``
+unary ``-``, ``abs``, ``CAST(… AS NUMERIC)``, ``CAST(… AS TEXT)`` (its text), ``CASE`` and ``COALESCE``
 among numerics, a ``UNION`` column, and a quotient of quotients (its operands' display scales count,
 as in PostgreSQL). Anything else reads its value as ``numeric(38,16)``
-(:data:`~millpond.sql.semantics.types.QUOTIENT_VALUE`): comparisons, ``ORDER BY``, other
-arithmetic, functions and aggregates.
+(:data:`~millpond.sql.semantics.types.QUOTIENT_VALUE`): ``ORDER BY``, other arithmetic, functions
+and aggregates; a comparison with a numeric of a finer scale reads it to that scale (20 digits at
+most).
 
     >>> from millpond.engine.expressions import to_duckdb
     >>> node, t = quotient((exp.column("i"), T.INTEGER), (exp.Literal.number("2.0"), T.numeric(2, 1)))
@@ -28,7 +29,7 @@ from millpond.engine.expressions import mp
 from millpond.sql.semantics import types as T
 from millpond.sql.semantics.types import SqlType
 
-__all__ = ["quotient", "operand_text", "value", "of", "negate", "text"]
+__all__ = ["quotient", "operand_text", "value", "of", "negate", "absolute", "text"]
 
 Typed = tuple[exp.Expression, SqlType]
 
@@ -52,10 +53,10 @@ def _is_cast_to(node: exp.Expression, t: SqlType) -> bool:
     return isinstance(node, exp.Cast) and node.args["to"] == T.datatype(t)
 
 
-def value(node: exp.Expression) -> exp.Expression:
-    """A quotient's value as ``numeric(38,16)`` (:data:`~millpond.sql.semantics.types.QUOTIENT_VALUE`)."""
-    v = T.QUOTIENT_VALUE
-    return mp("NUMERIC_VALUE", node, exp.Literal.number(v.precision), exp.Literal.number(v.scale))
+def value(node: exp.Expression, scale: int = T.QUOTIENT_VALUE.scale) -> exp.Expression:
+    """A quotient's value as ``numeric(38, scale)`` (by default
+    :data:`~millpond.sql.semantics.types.QUOTIENT_VALUE`), rounded half away from zero."""
+    return mp("NUMERIC_VALUE", node, exp.Literal.number(T.MAX_PRECISION), exp.Literal.number(scale))
 
 
 def of(node: exp.Expression, t: SqlType) -> exp.Expression:
@@ -70,6 +71,10 @@ def of(node: exp.Expression, t: SqlType) -> exp.Expression:
 
 def negate(node: exp.Expression) -> exp.Expression:
     return mp("NUMERIC_NEG", node)
+
+
+def absolute(node: exp.Expression) -> exp.Expression:
+    return mp("NUMERIC_ABS", node)
 
 
 def text(node: exp.Expression) -> exp.Expression:

@@ -145,7 +145,9 @@ def _pow(b: Binder, node: exp.Pow) -> Typed:
 # -- comparisons and logic ------------------------------------------------------------------------
 def comparable(b: Binder, left: Typed, right: Typed, at: exp.Expression) -> tuple[exp.Expression, exp.Expression]:
     """The two sides of a comparison, in a form both engines compare as PostgreSQL does: intervals
-    by their span (``'24 hours' = '1 day'``), a timestamp with a timestamptz as timestamptz."""
+    by their span (``'24 hours' = '1 day'``), a timestamp with a timestamptz as timestamptz, a
+    quotient by its value (to the other side's scale, 16 to 20 digits)."""
+    left, right = _by_value(left, right), _by_value(right, left)
     (l, lt), (r, rt) = _unify_untyped(left, right, at)
     if lt.kind == "interval" or rt.kind == "interval":
         from millpond.sql.semantics.intervals import span
@@ -168,13 +170,25 @@ def comparable(b: Binder, left: Typed, right: Typed, at: exp.Expression) -> tupl
     raise refuse(f"operator does not exist: {lt} {_op_name(at)} {rt}", at)
 
 
+def _by_value(typed: Typed, other: Typed) -> Typed:
+    """A quotient compared with ``other``: its value, to ``other``'s scale where that is finer than
+    16 digits (``1::numeric / 3 = 0.33333333333333333333``), 20 at most (20 digits after the point
+    leave 18 before it)."""
+    node, t = typed
+    if not t.dynamic:
+        return typed
+    o = other[1]
+    scale = max(T.QUOTIENT_VALUE.scale, min(o.scale, 20)) if o.decimal and not o.dynamic else T.QUOTIENT_VALUE.scale
+    return numerics.value(node, scale), T.numeric(T.MAX_PRECISION, scale, exact=False)
+
+
 def _op_name(node: exp.Expression) -> str:
     return {exp.EQ: "=", exp.NEQ: "<>", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}.get(
         type(node), node.key.upper())
 
 
 def _compare(b: Binder, node: exp.Binary) -> Typed:
-    l, r = comparable(b, b.value(node.this), b.value(node.expression), node)
+    l, r = comparable(b, b.value(node.this, keep=True), b.value(node.expression, keep=True), node)
     return type(node)(this=l, expression=r), T.BOOLEAN
 
 
@@ -248,7 +262,7 @@ def _exists(b: Binder, node: exp.Exists) -> Typed:
 
 
 def _null_safe(b: Binder, node: exp.Binary) -> Typed:
-    l, r = comparable(b, b.value(node.this), b.value(node.expression), node)
+    l, r = comparable(b, b.value(node.this, keep=True), b.value(node.expression, keep=True), node)
     return type(node)(this=l, expression=r), T.BOOLEAN
 
 

@@ -233,8 +233,8 @@ class Binder:
     # -- expressions ----------------------------------------------------------------------------
     def value(self, node: exp.Expression, *, keep: bool = False) -> Typed:
         """``node`` rewritten, and its PostgreSQL type. A quotient (a numeric whose display scale is
-        its value's own, :mod:`~millpond.sql.semantics.numerics`) stays one only where the caller
-        ``keep``\ s it; elsewhere its value is read as ``numeric(38,16)``."""
+        its value's own, :mod:`~millpond.sql.semantics.numerics`) stays one only with
+        ``keep`` (its caller keeps the display scale); else its value is read as ``numeric(38,16)``."""
         from millpond.sql.semantics.functions import function
         from millpond.sql.semantics.operators import HANDLERS
 
