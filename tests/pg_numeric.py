@@ -71,12 +71,12 @@ def column_texts(table: pa.Table) -> pa.Table:
     (a quotient column's values at their own display scale), a quotient as DuckDB computes it from
     millpond's SQL (its text)."""
     from millpond.serve.display import texts
-    from millpond.sql.semantics.types import is_quotient_struct
+    from millpond.engine.numerics import is_quotient
 
     for i, f in enumerate(table.schema):
         if pa.types.is_decimal(f.type):
             table = table.set_column(i, pa.field(f.name, pa.string()), pa.array(texts(f, table.column(i)), pa.string()))
-        elif is_quotient_struct(f.type):
+        elif is_quotient(f.type):
             table = table.set_column(i, pa.field(f.name, pa.string()), pc.struct_field(table.column(i), [0]))
     return table
 
@@ -85,9 +85,9 @@ def quotients_as_decimals(table: pa.Table) -> pa.Table:
     """``table`` with each quotient (its text, as DuckDB computes it from millpond's SQL) as a
     decimal column, as a query's result has it."""
     from millpond.serve.display import to_decimal
-    from millpond.sql.semantics.types import is_quotient_struct
+    from millpond.engine.numerics import is_quotient
 
     for i, f in enumerate(table.schema):
-        if is_quotient_struct(f.type):
+        if is_quotient(f.type):
             table = table.set_column(i, *to_decimal(f.name, table.column(i)))
     return table

@@ -37,10 +37,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
-__all__ = ["FIELD", "divide", "numeric_of", "text_of", "value_of", "negate", "absolute", "averages_as_text"]
+__all__ = ["FIELD", "is_quotient", "divide", "numeric_of", "text_of", "value_of", "negate", "absolute", "averages_as_text"]
 
 FIELD = "pg_numeric"
 MIN_SIG_DIGITS = 16  # NUMERIC_MIN_SIG_DIGITS
@@ -49,6 +50,12 @@ DIGITS = 38  # of the engines' integers
 CHUNK = 31  # digits per step: Spark divides DECIMAL(38,0)s exactly to 32 digits (DECIMAL(38,6))
 STEPS = 8  # of the long division
 TOO_WIDE = "numeric division needs more than 38 digits"
+
+
+def is_quotient(t: pa.DataType) -> bool:
+    """``t`` is the Arrow type of a quotient (``struct<pg_numeric: string>``)."""
+    return pa.types.is_struct(t) and t.num_fields == 1 and t.field(0).name == FIELD and (
+        pa.types.is_string(t.field(0).type) or pa.types.is_large_string(t.field(0).type))
 
 
 @dataclass(frozen=True)

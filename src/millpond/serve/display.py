@@ -27,6 +27,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from millpond.engine.numerics import is_quotient
+
 __all__ = ["SCALES", "to_decimal", "texts", "as_texts"]
 
 SCALES = b"millpond.display_scales"
@@ -81,9 +83,13 @@ def _at(text: str, scale: int, own: int) -> str:
 
 def as_texts(table: pa.Table) -> pa.Table:
     """``table`` with each decimal column as the text of its values (for printing: a Decimal's
-    ``str()`` is ``0E-20`` for zero at scale 20)."""
+    ``str()`` is ``0E-20`` for zero at scale 20), and each quotient as stored (a ``SUBSCRIBE``'s
+    rows) as its text."""
     for i, f in enumerate(table.schema):
         if pa.types.is_decimal(f.type):
             table = table.set_column(i, pa.field(f.name, pa.string(), f.nullable),
                                      pa.array(texts(f, table.column(i)), pa.string()))
+        elif is_quotient(f.type):
+            table = table.set_column(i, pa.field(f.name, pa.string(), f.nullable), pc.struct_field(table.column(i), [0]))
     return table
+

@@ -11,13 +11,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pygwire.messages import FieldDescription
 
+from millpond.engine.numerics import is_quotient
 from millpond.serve.display import texts
 
 __all__ = ["oid", "fields", "rows", "copy_lines"]
 
 
 # (test of an Arrow type, the PostgreSQL type's OID), first match wins; anything else is text (25)
-_OIDS = [(pa.types.is_boolean, 16), (lambda t: pa.types.is_int8(t) or pa.types.is_int16(t), 21),
+_OIDS = [(pa.types.is_boolean, 16), (is_quotient, 1700),
+         (lambda t: pa.types.is_int8(t) or pa.types.is_int16(t), 21),
          (pa.types.is_int32, 23), (pa.types.is_integer, 20), (pa.types.is_float32, 700),
          (pa.types.is_floating, 701), (pa.types.is_decimal, 1700), (pa.types.is_date, 1082),
          (lambda t: pa.types.is_timestamp(t) and t.tz is None, 1114), (pa.types.is_timestamp, 1184),
@@ -48,6 +50,8 @@ def _texts(field: pa.Field, column: pa.ChunkedArray) -> list[bytes | None]:
         return [None if v is None else (b"t" if v else b"f") for v in column.to_pylist()]
     if pa.types.is_decimal(t):
         return [None if v is None else v.encode() for v in texts(field, column)]
+    if is_quotient(t):  # a quotient as stored (SUBSCRIBE): its PostgreSQL text
+        return [None if v is None else v.encode() for v in pc.struct_field(column, [0]).to_pylist()]
     if pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t):
         return [None if v is None else v.encode() for v in pc.cast(column, pa.string()).to_pylist()]
     return [None if v is None else _text(v).encode() for v in column.to_pylist()]

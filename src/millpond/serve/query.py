@@ -19,10 +19,10 @@ from sqlglot import exp
 from millpond import duck
 from millpond.catalog.types import INTERVAL
 from millpond.engine.expressions import to_duckdb
+from millpond.engine.numerics import is_quotient
 from millpond.errors import SqlError
 from millpond.log.conform import from_interval
 from millpond.serve.display import to_decimal
-from millpond.sql.semantics.types import is_quotient_struct
 
 if TYPE_CHECKING:
     from millpond.engine.runtime import Runtime
@@ -144,6 +144,6 @@ def _shown(table: pa.Table) -> pa.Table:
         if f.type.equals(INTERVAL):
             table = table.set_column(i, pa.field(f.name, pa.month_day_nano_interval(), f.nullable),
                                      from_interval(table.column(i)))
-        elif is_quotient_struct(f.type):
+        elif is_quotient(f.type):
             table = table.set_column(i, *to_decimal(f.name, table.column(i)))
     return table

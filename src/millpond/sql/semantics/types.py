@@ -26,6 +26,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 from sqlglot import exp
 
+from millpond.engine.numerics import FIELD as QUOTIENT_FIELD, is_quotient
+
 __all__ = ["SqlType", "NUMERIC_DEFAULT", "QUOTIENT", "QUOTIENT_VALUE", "QUOTIENT_FIELD", "numeric", "INTEGER",
            "BIGINT", "SMALLINT", "REAL", "DOUBLE", "TEXT", "BOOLEAN", "DATE", "TIMESTAMP", "TIMESTAMPTZ", "INTERVAL",
            "UNKNOWN", "NULL", "from_datatype", "from_arrow", "from_catalog", "datatype", "decimal_of", "decimal_result",
@@ -108,7 +110,6 @@ _FROM_SQLGLOT = {
 INTERVAL_FIELDS = (("months", "INT"), ("days", "INT"), ("micros", "BIGINT"))
 _INTERVAL_TYPE = exp.DataType.build(f"STRUCT<{', '.join(f'{n} {t}' for n, t in INTERVAL_FIELDS)}>", dialect="spark")
 # a quotient in the engines: its PostgreSQL text (millpond.engine.numerics)
-QUOTIENT_FIELD = "pg_numeric"
 _QUOTIENT_TYPE = exp.DataType.build(f"STRUCT<{QUOTIENT_FIELD} STRING>", dialect="spark")
 _TO_SQLGLOT = {
     "smallint": _T.SMALLINT, "integer": _T.INT, "bigint": _T.BIGINT, "real": _T.FLOAT,
@@ -167,8 +168,7 @@ def from_arrow(t: pa.DataType) -> SqlType:
 
 def is_quotient_struct(t: pa.DataType) -> bool:
     """``t`` is the Arrow type of a quotient's text (``struct<pg_numeric: string>``)."""
-    return pa.types.is_struct(t) and t.num_fields == 1 and t.field(0).name == QUOTIENT_FIELD and (
-        pa.types.is_string(t.field(0).type) or pa.types.is_large_string(t.field(0).type))
+    return is_quotient(t)
 
 
 def _is_interval_struct(t: pa.DataType) -> bool:
