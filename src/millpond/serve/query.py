@@ -44,7 +44,7 @@ def answer(rt: Runtime, query: exp.Expression, *, hidden: bool = False) -> pa.Ta
             result = con.sql(to_duckdb(query)).to_arrow_table()
         except duckdb.Error as exc:
             raise SqlError(f"query failed: {exc}") from None
-        return result if hidden else _shown(result)
+        return _shown(result, intervals=not hidden)
     finally:
         con.close()
 
@@ -136,12 +136,13 @@ def _epoch(rt: Runtime, when: exp.Expression, con: duckdb.DuckDBPyConnection) ->
     return rt.epoch_at(value)
 
 
-def _shown(table: pa.Table) -> pa.Table:
-    """``table`` with its INTERVAL columns as ``month_day_nano_interval`` and its quotients as
-    decimals with their display scales (:mod:`millpond.serve.display`); a ``hidden`` read keeps
-    them stored: UPDATE and DELETE append the rows they read."""
+def _shown(table: pa.Table, *, intervals: bool = True) -> pa.Table:
+    """``table`` with its quotients as decimals with their display scales
+    (:mod:`millpond.serve.display`: no table column holds the stored form) and its INTERVAL
+    columns as ``month_day_nano_interval`` (unless ``intervals`` is False: a ``hidden`` read keeps
+    them stored, UPDATE and DELETE append the rows they read)."""
     for i, f in enumerate(table.schema):
-        if f.type.equals(INTERVAL):
+        if intervals and f.type.equals(INTERVAL):
             table = table.set_column(i, pa.field(f.name, pa.month_day_nano_interval(), f.nullable),
                                      from_interval(table.column(i)))
         elif is_quotient(f.type):
