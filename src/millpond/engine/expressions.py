@@ -102,8 +102,9 @@ def _decimal_scale(node: exp.Expression) -> tuple[int, int] | None:
 
 
 def _decimal_division(node: exp.Expression) -> tuple[int, int, int, int] | None:
-    """(s1, s2, p, s) of the bound form of a numeric quotient: CAST(CAST(a AS DECIMAL(p1,s1)) /
-    CAST(b AS DECIMAL(p2,s2)) AS DECIMAL(p,s))."""
+    """(s1, s2, p, s) of the bound form a numeric quotient had in plans stored before quotients kept
+    PostgreSQL's display scale (``MP_NUMERIC_DIV``; such a view runs with ``plans="stored"``):
+    CAST(CAST(a AS DECIMAL(p1,s1)) / CAST(b AS DECIMAL(p2,s2)) AS DECIMAL(p,s))."""
     left, right, out = _decimal_scale(node.this), _decimal_scale(node.expression), _decimal_scale(node.parent)
     if left is None or right is None or out is None:
         return None

@@ -25,12 +25,13 @@ The internal calls (:mod:`millpond.engine.expressions` expands them):
 Each step binds its intermediate values once with a one-element array transform (a ``let``: Spark's
 ``TRANSFORM(ARRAY(v), x -> ...)[0]``, DuckDB's ``LIST_TRANSFORM([v], lambda x: ...)[1]``), so
 the SQL grows linearly with nesting. The digits are strings and 38-digit integers (Spark's
-DECIMAL(38,0), DuckDB's HUGEINT): a quotient whose digits (dividend shifted to the result scale,
-or divisor) pass 38, or whose own digits pass 32, is the error ``numeric division needs more than
-38 digits`` in both engines — PostgreSQL would compute it.
+DECIMAL(38,0), DuckDB's HUGEINT), the long division :data:`STEPS` chunks of digits at most: a
+divisor of 38 significant digits, a quotient of more than 38, or a dividend too long for the
+steps (a divisor of more than ~30 significant digits) is the error ``numeric division needs more
+than 38 digits`` in both engines — PostgreSQL would compute it.
 
     >>> print(numeric_of(["'1.5'"], "duckdb"))
-    CASE WHEN ('1.5') IS NULL THEN NULL ELSE STRUCT_PACK(pg_numeric := '1.5') END
+    CASE WHEN '1.5' IS NULL THEN NULL ELSE STRUCT_PACK(pg_numeric := '1.5') END
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
-__all__ = ["FIELD", "is_quotient", "divide", "numeric_of", "text_of", "value_of", "negate", "absolute", "averages_as_text"]
+__all__ = ["FIELD", "TOO_WIDE", "is_quotient", "divide", "numeric_of", "text_of", "value_of", "negate", "absolute",
+           "averages_as_text"]
 
 FIELD = "pg_numeric"
 MIN_SIG_DIGITS = 16  # NUMERIC_MIN_SIG_DIGITS

@@ -104,7 +104,7 @@ def _cast(b: Binder, node: exp.Cast) -> Typed:
         own = _own_scale(inner, t)
         if own is not None:
             target = own
-    if target == t:
+    if target == t and length is None:
         return inner, t
     if t.untyped:
         out = literal_as(inner, target, node)

@@ -209,7 +209,8 @@ def _bounded(precision: int, scale: int, *, exact: bool) -> SqlType:
 
 
 def decimal_result(op: str, a: SqlType, b: SqlType) -> SqlType:
-    """The type of ``a op b`` for numerics (integers count as ``decimal_of``)."""
+    """The type of ``a op b`` (``+ - * %``) for numerics (integers count as ``decimal_of``); a
+    quotient's is :data:`QUOTIENT`."""
     a, b = decimal_of(a), decimal_of(b)
     p1, s1, p2, s2 = a.precision, a.scale, b.precision, b.scale
     exact = a.exact and b.exact
@@ -218,9 +219,6 @@ def decimal_result(op: str, a: SqlType, b: SqlType) -> SqlType:
         return _bounded(max(p1 - s1, p2 - s2) + scale + 1, scale, exact=exact)
     if op == "*":
         return _bounded(p1 + p2 + 1, s1 + s2, exact=exact)
-    if op == "/":
-        scale = max(6, s1 + p2 + 1)
-        return _bounded(p1 - s1 + s2 + scale, scale, exact=False)
     if op == "%":
         scale = max(s1, s2)
         return _bounded(min(p1 - s1, p2 - s2) + scale, scale, exact=exact)
