@@ -194,7 +194,7 @@ class Binder:
         for row in rows:
             cells = []
             for cell in list(row.expressions):
-                cells.append(self._replace(cell, keep=True))
+                cells.append(self._replace(cell))
             typed.append(cells)
         names = [c.name for c in node.args["alias"].columns] if node.args.get("alias") else [
             f"column{i + 1}" for i in range(width)]
