@@ -13,7 +13,6 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 __all__ = ["divide", "average", "text", "column_texts", "quotients_as_decimals"]
 
@@ -69,15 +68,15 @@ def text(value: object) -> object:
 def column_texts(table: pa.Table) -> pa.Table:
     """``table`` with each NUMERIC column as PostgreSQL's text of its values: a query's decimals
     (a quotient column's values at their own display scale), a quotient as DuckDB computes it from
-    millpond's SQL (its text)."""
-    from millpond.serve.display import texts
+    millpond's SQL (its text; a stored one divided)."""
     from millpond.engine.numerics import is_quotient
+    from millpond.serve.display import quotient_texts, texts
 
     for i, f in enumerate(table.schema):
         if pa.types.is_decimal(f.type):
             table = table.set_column(i, pa.field(f.name, pa.string()), pa.array(texts(f, table.column(i)), pa.string()))
         elif is_quotient(f.type):
-            table = table.set_column(i, pa.field(f.name, pa.string()), pc.struct_field(table.column(i), [0]))
+            table = table.set_column(i, pa.field(f.name, pa.string()), quotient_texts(table.column(i)))
     return table
 
 

@@ -17,8 +17,8 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from millpond.engine.numerics import FIELD, TOO_WIDE, divide
-from millpond.serve.display import SCALES, texts, to_decimal
+from millpond.engine.numerics import DIVISOR, FIELD, TOO_WIDE, defer, divide, text_of
+from millpond.serve.display import SCALES, quotient_texts, texts, to_decimal
 from tests import pg
 from tests.pg_numeric import divide as reference
 
@@ -101,19 +101,41 @@ def test_null_division_by_zero_and_too_many_digits_in_duckdb():
         q("'1'", "'1.2345678901234567890123456789012345678'")
 
 
+QUOTIENT = pa.struct([(FIELD, pa.string()), (DIVISOR, pa.string())])
+
+
+def _quotients(texts: list[str | None], divisors: list[str | None] | None = None) -> pa.ChunkedArray:
+    divisors = divisors or [None] * len(texts)
+    return pa.chunked_array([pa.array([None if t is None else {FIELD: t, DIVISOR: d} for t, d in zip(texts, divisors)],
+                                      QUOTIENT)])
+
+
 def test_a_query_column_prints_each_quotient_at_its_own_scale():
     quotients = ["1.5000000000000000", "0.33333333333333333333", "-31421098.666666666667", None, "7"]
-    f, col = to_decimal("q", pa.chunked_array([pa.array([None if t is None else {FIELD: t} for t in quotients],
-                                                        pa.struct([(FIELD, pa.string())]))]))
+    f, col = to_decimal("q", _quotients(quotients))
     assert f.type == pa.decimal128(38, 20) and SCALES in f.metadata
     assert [None if v is None else Decimal(v) for v in quotients] == col.to_pylist()
     assert texts(f, col) == quotients
-    one, col1 = to_decimal("q", pa.chunked_array([pa.array([{FIELD: "2.5000000000000000"}])]))
+    one, col1 = to_decimal("q", _quotients(["2.5000000000000000"]))
     assert one.metadata is None and format(col1[0].as_py(), "f") == "2.5000000000000000"
 
 
 def test_a_column_too_wide_for_38_digits_keeps_the_scale_that_fits():
     wide = ["123456789012345678901234.5", "0.000000000000000000012345678901234567890"]
-    f, col = to_decimal("q", pa.chunked_array([pa.array([{FIELD: t} for t in wide])]))
+    f, col = to_decimal("q", _quotients(wide))
     assert f.type == pa.decimal128(38, 14)  # 24 digits before the point
     assert texts(f, col) == ["123456789012345678901234.5", "0.000000000000000000000000000000000000000"]
+
+
+def test_a_quotient_kept_undivided_reads_as_divided(spark):
+    """Spark keeps a quotient's operands (``defer``); DuckDB, and Python for printing, divide them."""
+    pairs = PAIRS[:60]
+    rows = spark.sql(_values_sql("spark").replace(divide(["t.a", "t.b"], "spark"), defer(["t.a", "t.b"], "spark"))
+                     ).collect()
+    kept = {r.i: (r.q[FIELD], r.q[DIVISOR]) for r in rows}
+    assert all(kept[i] == (a, b) for i, (a, b) in enumerate(pairs))
+    values = ", ".join(f"({i}, {{'{FIELD}': '{a}', '{DIVISOR}': '{b}'}})" for i, (a, b) in enumerate(pairs))
+    got = dict(duckdb.sql(f"SELECT i, {text_of(['t.q'], 'duckdb')} FROM (VALUES {values}) AS t(i, q)").fetchall())
+    assert [got[i] for i in range(len(pairs))] == [reference(a, b) for a, b in pairs]
+    printed = quotient_texts(_quotients([a for a, _ in pairs], [b for _, b in pairs])).to_pylist()
+    assert printed == [reference(a, b) for a, b in pairs]

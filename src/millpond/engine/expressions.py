@@ -326,10 +326,10 @@ def _numeric(rule: Callable[[list[str], str], str], dialect: str) -> Render:
     return lambda a, e: rule(a, dialect)
 
 
-# a quotient (a NUMERIC with its own display scale) is its PostgreSQL text (millpond.engine.numerics)
-_NUMERIC = {"NUMERIC_DIV": numerics.divide, "NUMERIC_OF": numerics.numeric_of, "NUMERIC_TEXT": numerics.text_of,
-            "NUMERIC_VALUE": numerics.value_of, "NUMERIC_NEG": numerics.negate,
-            "NUMERIC_ABS": numerics.absolute}
+# a quotient (a NUMERIC with its own display scale) is its PostgreSQL text (millpond.engine.numerics);
+# Spark keeps the operands of a division, DuckDB divides
+_NUMERIC = {"NUMERIC_OF": numerics.numeric_of, "NUMERIC_TEXT": numerics.text_of, "NUMERIC_FINAL": numerics.final,
+            "NUMERIC_VALUE": numerics.value_of, "NUMERIC_NEG": numerics.negate, "NUMERIC_ABS": numerics.absolute}
 
 _SPARK: dict[str, Render] = {
     "ROUND_EVEN": lambda a, e: f"BROUND({a[0]})",
@@ -357,6 +357,7 @@ _SPARK: dict[str, Render] = {
     "TZ_TO_TS": lambda a, e: f"TIMESTAMPADD(MICROSECOND, UNIX_MICROS({a[0]}), TIMESTAMP_NTZ '1970-01-01 00:00:00')",
     "TS_TO_TZ": lambda a, e: f"TIMESTAMP_MICROS({_SPARK_FIELDS['epoch_us'].format(a[0])})",
     **{name: _numeric(rule, "spark") for name, rule in _NUMERIC.items()},
+    "NUMERIC_DIV": _numeric(numerics.defer, "spark"),
 }
 
 _DUCKDB: dict[str, Render] = {
@@ -384,6 +385,7 @@ _DUCKDB: dict[str, Render] = {
     "TZ_TO_TS": lambda a, e: f"TIMEZONE('UTC', {a[0]})",
     "TS_TO_TZ": lambda a, e: f"TIMEZONE('UTC', {a[0]})",
     **{name: _numeric(rule, "duckdb") for name, rule in _NUMERIC.items()},
+    "NUMERIC_DIV": _numeric(numerics.divide, "duckdb"),
 }
 
 

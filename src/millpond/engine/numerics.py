@@ -5,10 +5,13 @@ digits (``1::numeric / 3`` is ``0.33333333333333333333``, ``5::numeric / 2`` is
 ``2.5000000000000000``), so a column of quotients has no single scale. An Arrow decimal, Spark's
 and DuckDB's DECIMAL have one per column. So a NUMERIC whose display scale is the value's own
 (:attr:`~millpond.sql.semantics.types.SqlType.dynamic`: a quotient, an ``AVG`` of integers or
-numerics) is carried in both engines, in state and in a view's rows as *its PostgreSQL text* in a
-one-field struct, ``STRUCT<pg_numeric: STRING>`` (:data:`FIELD`): the text holds the value and
-its display scale at once, whatever the value's size. A query's result turns it into an Arrow
-decimal (:mod:`millpond.serve.display`).
+numerics) is carried in both engines, in state and in a view's rows as *PostgreSQL's text* in a
+struct, ``STRUCT<pg_numeric: STRING, pg_divisor: STRING>`` (:data:`FIELD`, :data:`DIVISOR`): the
+text holds the value and its display scale at once, whatever the value's size. With a divisor the
+quotient is not divided yet: its value is ``pg_numeric / pg_divisor`` (two operand texts). Spark
+keeps a quotient so (dividing costs it ~30 us a row, and a view's AVG rarely needs its digits
+there: reads divide it, in DuckDB); DuckDB divides at once. A query's result holds the divided
+text (``MP_NUMERIC_FINAL``), as an Arrow decimal (:mod:`millpond.serve.display`).
 
 The internal calls (:mod:`millpond.engine.expressions` expands them):
 
@@ -17,21 +20,23 @@ The internal calls (:mod:`millpond.engine.expressions` expands them):
   the result scale of ``select_div_scale`` (src/backend/utils/adt/numeric.c) — at least 16
   significant digits by an estimate of the quotient's weight in base-10000 digits, no less than
   either operand's display scale — and the quotient rounded half away from zero to it, computed
-  exactly on the operands' digits (38-digit integers; more is an error, below);
+  exactly on the operands' digits (:func:`divide`; Spark: :func:`defer`, the operands kept);
 - ``MP_NUMERIC_OF(text)``: the struct of a text (a fixed-scale decimal or an integer printed);
-- ``MP_NUMERIC_TEXT(x)``: the text; ``MP_NUMERIC_VALUE(x, p, s)``: the value as DECIMAL(p,s);
+- ``MP_NUMERIC_TEXT(x)``: the text (divided); ``MP_NUMERIC_FINAL(x)``: the struct divided;
+  ``MP_NUMERIC_VALUE(x, p, s)``: the value as DECIMAL(p,s);
 - ``MP_NUMERIC_NEG(x)``: ``-x`` (zero stays unsigned, as PostgreSQL prints it); ``MP_NUMERIC_ABS(x)``.
 
 Each step binds its intermediate values once with a one-element array transform (a ``let``: Spark's
 ``TRANSFORM(ARRAY(v), x -> ...)[0]``, DuckDB's ``LIST_TRANSFORM([v], lambda x: ...)[1]``), so
 the SQL grows linearly with nesting. The digits are strings and 38-digit integers (Spark's
-DECIMAL(38,0), DuckDB's HUGEINT), the long division :data:`STEPS` chunks of digits at most: a
-divisor of 38 significant digits, a quotient of more than 38, or a dividend too long for the
-steps (a divisor of more than ~30 significant digits) is the error ``numeric division needs more
-than 38 digits`` in both engines — PostgreSQL would compute it.
+DECIMAL(38,0), DuckDB's HUGEINT): one exact division where the digits fit, else a long division
+of :data:`STEPS` chunks of digits at most: a divisor of 38 significant digits, a quotient of more
+than 38, or a dividend too long for the steps (a divisor of more than ~30 significant digits) is
+the error ``numeric division needs more than 38 digits`` in both engines — PostgreSQL would
+compute it.
 
     >>> print(numeric_of(["'1.5'"], "duckdb"))
-    CASE WHEN '1.5' IS NULL THEN NULL ELSE STRUCT_PACK(pg_numeric := '1.5') END
+    CASE WHEN '1.5' IS NULL THEN NULL ELSE STRUCT_PACK(pg_numeric := '1.5', pg_divisor := CAST(NULL AS VARCHAR)) END
 """
 
 from __future__ import annotations
@@ -42,10 +47,11 @@ import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
-__all__ = ["FIELD", "TOO_WIDE", "is_quotient", "divide", "numeric_of", "text_of", "value_of", "negate", "absolute",
-           "averages_as_text"]
+__all__ = ["FIELD", "DIVISOR", "TOO_WIDE", "is_quotient", "divide", "defer", "numeric_of", "text_of", "final",
+           "value_of", "negate", "absolute", "averages_as_text"]
 
 FIELD = "pg_numeric"
+DIVISOR = "pg_divisor"
 MIN_SIG_DIGITS = 16  # NUMERIC_MIN_SIG_DIGITS
 MAX_DISPLAY_SCALE = 1000  # NUMERIC_MAX_DISPLAY_SCALE
 DIGITS = 38  # of the engines' integers
@@ -55,9 +61,9 @@ TOO_WIDE = "numeric division needs more than 38 digits"
 
 
 def is_quotient(t: pa.DataType) -> bool:
-    """``t`` is the Arrow type of a quotient (``struct<pg_numeric: string>``)."""
-    return pa.types.is_struct(t) and t.num_fields == 1 and t.field(0).name == FIELD and (
-        pa.types.is_string(t.field(0).type) or pa.types.is_large_string(t.field(0).type))
+    """``t`` is the Arrow type of a quotient (``struct<pg_numeric: string, pg_divisor: string>``)."""
+    return pa.types.is_struct(t) and [t.field(i).name for i in range(t.num_fields)] == [FIELD, DIVISOR] and all(
+        pa.types.is_string(t.field(i).type) or pa.types.is_large_string(t.field(i).type) for i in range(2))
 
 
 @dataclass(frozen=True)
@@ -95,6 +101,10 @@ class _Dialect:
 
     def text(self, value: str) -> str:
         return f"CAST({value} AS {'STRING' if self.spark else 'VARCHAR'})"
+
+    def quotient_of(self, text: str, divisor: str | None = None) -> str:
+        """The struct of a quotient's text (and divisor: not divided yet)."""
+        return self.struct(**{FIELD: text, DIVISOR: divisor or self.text("NULL")})
 
     def error(self, message: str) -> str:
         return f"{'RAISE_ERROR' if self.spark else 'error'}('{message}')"
@@ -134,7 +144,18 @@ def divide(a: list[str], dialect: str) -> str:
     body1 = d.let(d.struct(**_operand(d, f("s", "a"), "a"), **_operand(d, f("s", "b"), "b")), "o", _scale(d))
     checked = (f"CASE WHEN {f('s', 'a')} IS NULL OR {f('s', 'b')} IS NULL THEN NULL "
                f"WHEN {_is_zero(f('s', 'b'))} THEN {d.error('division by zero')} "
-               f"ELSE {d.struct(**{FIELD: body1})} END")
+               f"ELSE {d.quotient_of(body1)} END")
+    return d.let(d.struct(a=a[0], b=a[1]), "s", checked)
+
+
+def defer(a: list[str], dialect: str) -> str:
+    """``MP_NUMERIC_DIV(a, b)`` not divided yet: the struct of the two operand texts (NULL if either
+    is NULL; ``division by zero`` now, as in PostgreSQL)."""
+    d = _Dialect(dialect)
+    f = d.field
+    checked = (f"CASE WHEN {f('s', 'a')} IS NULL OR {f('s', 'b')} IS NULL THEN NULL "
+               f"WHEN {_is_zero(f('s', 'b'))} THEN {d.error('division by zero')} "
+               f"ELSE {d.quotient_of(f('s', 'a'), f('s', 'b'))} END")
     return d.let(d.struct(a=a[0], b=a[1]), "s", checked)
 
 
@@ -227,36 +248,57 @@ def _point(d: _Dialect, digits: str, r: str) -> str:
 def numeric_of(a: list[str], dialect: str) -> str:
     """``MP_NUMERIC_OF(text)``: the struct of a text (NULL for NULL)."""
     d = _Dialect(dialect)
-    return f"CASE WHEN {a[0]} IS NULL THEN NULL ELSE {d.struct(**{FIELD: a[0]})} END"
+    return f"CASE WHEN {a[0]} IS NULL THEN NULL ELSE {d.quotient_of(a[0])} END"
+
+
+def _divided(d: _Dialect, v: str) -> str:
+    """The text of the quotient bound to ``v`` (not NULL): its own, or its operands divided."""
+    f = d.field
+    return (f"CASE WHEN {f(v, DIVISOR)} IS NULL THEN {f(v, FIELD)} "
+            f"ELSE {d.field(divide([f(v, FIELD), f(v, DIVISOR)], d.name), FIELD)} END")
 
 
 def text_of(a: list[str], dialect: str) -> str:
     """``MP_NUMERIC_TEXT(x)``: PostgreSQL's text of the value."""
-    return _Dialect(dialect).field(a[0], FIELD)
+    d = _Dialect(dialect)
+    return d.let(a[0], "v", f"CASE WHEN v IS NULL THEN NULL ELSE {_divided(d, 'v')} END")
+
+
+def final(a: list[str], dialect: str) -> str:
+    """``MP_NUMERIC_FINAL(x)``: the struct divided (a query's result holds the text)."""
+    d = _Dialect(dialect)
+    return d.let(a[0], "v", f"CASE WHEN v IS NULL THEN NULL ELSE {d.quotient_of(_divided(d, 'v'))} END")
 
 
 def value_of(a: list[str], dialect: str) -> str:
     """``MP_NUMERIC_VALUE(x, p, s)``: the value as DECIMAL(p,s) (rounded half away from zero when
     its text has more digits)."""
-    d = _Dialect(dialect)
-    return f"CAST({d.field(a[0], FIELD)} AS DECIMAL({a[1]},{a[2]}))"
+    return f"CAST({text_of(a[:1], dialect)} AS DECIMAL({a[1]},{a[2]}))"
+
+
+def _signed(d: _Dialect, a: str, change: str) -> str:
+    """``a``'s quotient with ``change`` (an expression of ``t``) made to its text, or, not divided
+    yet, to its dividend once the divisor's sign is moved there (``a / -b`` is ``-a / b``): ``-x``
+    and ``abs(x)`` leave a quotient undivided."""
+    f = d.field
+    num, div = f("v", FIELD), f("v", DIVISOR)
+    moved = (f"CASE WHEN SUBSTRING({div}, 1, 1) = '-' THEN (CASE WHEN SUBSTRING({num}, 1, 1) = '-' "
+             f"THEN SUBSTRING({num}, 2) ELSE CONCAT('-', {num}) END) ELSE {num} END")
+    body = d.let(moved, "t", d.quotient_of(change, f"REPLACE({div}, '-', '')"))  # a NULL divisor stays NULL
+    return d.let(a, "v", f"CASE WHEN v IS NULL THEN NULL ELSE {body} END")
 
 
 def negate(a: list[str], dialect: str) -> str:
     """``MP_NUMERIC_NEG(x)``: ``-x``; zero stays ``0.00`` (PostgreSQL has no negative zero)."""
     d = _Dialect(dialect)
-    t = d.field("v", FIELD)
-    flipped = (f"CASE WHEN SUBSTRING({t}, 1, 1) = '-' THEN SUBSTRING({t}, 2) WHEN {_is_zero(t)} THEN {t} "
-               f"ELSE CONCAT('-', {t}) END")
-    return d.let(a[0], "v", f"CASE WHEN v IS NULL THEN NULL ELSE {d.struct(**{FIELD: flipped})} END")
+    return _signed(d, a[0], f"CASE WHEN SUBSTRING(t, 1, 1) = '-' THEN SUBSTRING(t, 2) WHEN {_is_zero('t')} THEN t "
+                            "ELSE CONCAT('-', t) END")
 
 
 def absolute(a: list[str], dialect: str) -> str:
     """``MP_NUMERIC_ABS(x)``: ``abs(x)``."""
     d = _Dialect(dialect)
-    t = d.field("v", FIELD)
-    unsigned = f"CASE WHEN SUBSTRING({t}, 1, 1) = '-' THEN SUBSTRING({t}, 2) ELSE {t} END"
-    return d.let(a[0], "v", f"CASE WHEN v IS NULL THEN NULL ELSE {d.struct(**{FIELD: unsigned})} END")
+    return _signed(d, a[0], "CASE WHEN SUBSTRING(t, 1, 1) = '-' THEN SUBSTRING(t, 2) ELSE t END")
 
 
 def averages_as_text(sql: str) -> str:

@@ -9,8 +9,9 @@ little-endian, one per row): :func:`texts` prints each value at its own scale, a
 (``millpond serve`` and the shell print through it); a single-scale column's values are their
 own text (``str()`` of the Decimal).
 
-    >>> f, col = to_decimal("avg", pa.chunked_array([pa.array([{"pg_numeric": "1.5000000000000000"},
-    ...     {"pg_numeric": "31421098.666666666667"}, None])]))
+    >>> quotients = pa.array([{"pg_numeric": "1.5000000000000000", "pg_divisor": None},
+    ...     {"pg_numeric": "94263296", "pg_divisor": "3"}, None])  # the second not divided yet
+    >>> f, col = to_decimal("avg", pa.chunked_array([quotients]))
     >>> f.type, texts(f, col)
     (Decimal128Type(decimal128(38, 16)), ['1.5000000000000000', '31421098.666666666667', None])
 
@@ -29,16 +30,50 @@ import pyarrow.compute as pc
 
 from millpond.engine.numerics import is_quotient
 
-__all__ = ["SCALES", "to_decimal", "texts", "as_texts"]
+__all__ = ["SCALES", "quotient_texts", "to_decimal", "texts", "as_texts"]
 
 SCALES = b"millpond.display_scales"
 _DIGITS = 38
 
 
+def quotient_texts(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A quotient column's PostgreSQL texts (:mod:`millpond.engine.numerics`). A query's are
+    divided; a stored one not divided yet (a view's rows read by ``SUBSCRIBE``) is divided here,
+    value by value: only to print it."""
+    if not column.num_chunks:
+        return pa.chunked_array([], pa.string())
+    text = pc.cast(pc.struct_field(column, [0]), pa.string())
+    divisor = pc.cast(pc.struct_field(column, [1]), pa.string())
+    if divisor.null_count == len(divisor):
+        return text
+    return pa.chunked_array([pa.array([t if d is None or t is None else _divide(t, d)
+                                       for t, d in zip(text.to_pylist(), divisor.to_pylist())], pa.string())])
+
+
+def _divide(a: str, b: str) -> str:
+    """PostgreSQL's text of ``a::numeric / b::numeric`` (``select_div_scale``; the engines' SQL
+    is :func:`millpond.engine.numerics.divide`)."""
+    x, y = Decimal(a), Decimal(b)
+
+    def weight(v: Decimal) -> tuple[int, int]:  # (weight, first digit) in base-10000 digits
+        if v == 0:
+            return 0, 0
+        w = v.copy_abs().adjusted() // 4
+        return w, int(v.copy_abs().scaleb(-4 * w))
+    (w1, d1), (w2, d2) = weight(x), weight(y)
+    r = min(max(16 - 4 * (w1 - w2 - (1 if d1 <= d2 else 0)), len(a.partition(".")[2]), len(b.partition(".")[2])), 1000)
+    (_, xd, xe), (_, yd, ye) = x.as_tuple(), y.as_tuple()
+    num, den, shift = int("".join(map(str, xd))), int("".join(map(str, yd))), r + xe - ye
+    num, den = (num * 10 ** shift, den) if shift >= 0 else (num, den * 10 ** -shift)
+    q, rest = divmod(num, den)
+    digits = str(q + (1 if 2 * rest >= den else 0)).rjust(r + 1, "0")
+    sign = "-" if (x < 0) != (y < 0) and digits.strip("0") else ""
+    return sign + digits[:len(digits) - r] + ("." + digits[len(digits) - r:] if r else "")
+
+
 def to_decimal(name: str, column: pa.ChunkedArray) -> tuple[pa.Field, pa.ChunkedArray]:
-    """A quotient column (``struct<pg_numeric: string>``) as a decimal field and column."""
-    text = pc.struct_field(column, [0]) if column.num_chunks else pa.chunked_array([], pa.string())
-    text = pc.cast(text, pa.string())
+    """A quotient column (``struct<pg_numeric, pg_divisor>``) as a decimal field and column."""
+    text = quotient_texts(column)
     point = pc.find_substring(text, ".")
     length = pc.utf8_length(text)
     scales = pc.if_else(pc.greater_equal(point, 0), pc.subtract(pc.subtract(length, point), 1), 0)
@@ -90,6 +125,6 @@ def as_texts(table: pa.Table) -> pa.Table:
             table = table.set_column(i, pa.field(f.name, pa.string(), f.nullable),
                                      pa.array(texts(f, table.column(i)), pa.string()))
         elif is_quotient(f.type):
-            table = table.set_column(i, pa.field(f.name, pa.string(), f.nullable), pc.struct_field(table.column(i), [0]))
+            table = table.set_column(i, pa.field(f.name, pa.string(), f.nullable), quotient_texts(table.column(i)))
     return table
 

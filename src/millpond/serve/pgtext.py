@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 from pygwire.messages import FieldDescription
 
 from millpond.engine.numerics import is_quotient
-from millpond.serve.display import texts
+from millpond.serve.display import quotient_texts, texts
 
 __all__ = ["oid", "fields", "rows", "copy_lines"]
 
@@ -51,7 +51,7 @@ def _texts(field: pa.Field, column: pa.ChunkedArray) -> list[bytes | None]:
     if pa.types.is_decimal(t):
         return [None if v is None else v.encode() for v in texts(field, column)]
     if is_quotient(t):  # a quotient as stored (SUBSCRIBE): its PostgreSQL text
-        return [None if v is None else v.encode() for v in pc.struct_field(column, [0]).to_pylist()]
+        return [None if v is None else v.encode() for v in quotient_texts(column).to_pylist()]
     if pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t):
         return [None if v is None else v.encode() for v in pc.cast(column, pa.string()).to_pylist()]
     return [None if v is None else _text(v).encode() for v in column.to_pylist()]

@@ -42,6 +42,7 @@ from typing import Mapping
 
 from sqlglot import exp
 
+from millpond.sql.semantics import numerics
 from millpond.sql.semantics.functions import AGGREGATES, FUNCTIONS, WINDOW_FUNCTIONS
 from millpond.engine.expressions import to_duckdb, to_spark
 from millpond.sql.semantics.rewrite import Binder
@@ -57,14 +58,17 @@ def bind(query: exp.Expression, tables: Mapping[str, Mapping[str, SqlType]], *, 
     """``query`` (qualified: every column names its FROM item) with PostgreSQL's meaning made explicit.
     ``tables`` gives the column types of the tables and views it reads; ``view`` refuses what a
     materialized view cannot keep (``now()``, ``random()``); ``fixed_outputs`` gives the query's
-    quotient columns as ``numeric(38,16)`` (a flow's sink columns have one scale)."""
+    quotient columns as ``numeric(38,16)`` (a flow's sink columns have one scale). A query's (not a
+    view's) quotient columns are divided: a view's may hold a quotient's operands
+    (:mod:`millpond.engine.numerics`)."""
     binder = Binder(tables, view=view)
     query = binder.bind(query)
-    if fixed_outputs:
-        root = query.this if isinstance(query, exp.Subquery) else query
-        for i, (_, t) in enumerate(binder.outputs.get(id(root), [])):
-            if t.dynamic:
-                binder.cast_output(root, i, QUOTIENT_VALUE)
+    root = query.this if isinstance(query, exp.Subquery) else query
+    for i, (_, t) in enumerate(binder.outputs.get(id(root), [])):
+        if t.dynamic and fixed_outputs:
+            binder.cast_output(root, i, QUOTIENT_VALUE)
+        elif t.dynamic and not view:
+            binder.map_output(root, i, lambda body, _: numerics.final(body), t)
     return query
 
 

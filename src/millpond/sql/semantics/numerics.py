@@ -29,7 +29,7 @@ from millpond.engine.expressions import mp
 from millpond.sql.semantics import types as T
 from millpond.sql.semantics.types import SqlType
 
-__all__ = ["quotient", "operand_text", "value", "of", "negate", "absolute", "text"]
+__all__ = ["quotient", "operand_text", "value", "of", "negate", "absolute", "final", "text"]
 
 Typed = tuple[exp.Expression, SqlType]
 
@@ -75,6 +75,11 @@ def negate(node: exp.Expression) -> exp.Expression:
 
 def absolute(node: exp.Expression) -> exp.Expression:
     return mp("NUMERIC_ABS", node)
+
+
+def final(node: exp.Expression) -> exp.Expression:
+    """A quotient divided (a view may keep its operands, a query's result holds its text)."""
+    return mp("NUMERIC_FINAL", node)
 
 
 def text(node: exp.Expression) -> exp.Expression:

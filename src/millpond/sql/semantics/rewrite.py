@@ -151,21 +151,26 @@ class Binder:
 
     def cast_output(self, node: exp.Expression, i: int, t: SqlType) -> None:
         """Output column ``i`` of the query ``node`` (a branch of a set operation, a subquery) cast to ``t``."""
+        self.map_output(node, i, lambda body, old: self.cast_to((body, old), t, body), t)
+
+    def map_output(self, node: exp.Expression, i: int, fn: Callable[[exp.Expression, SqlType], exp.Expression],
+                   t: SqlType) -> None:
+        """Output column ``i`` of the query ``node`` as ``fn(expression, type)``, of type ``t``."""
         while isinstance(node, exp.Subquery):
             node = node.this
         if isinstance(node, exp.SetOperation):
-            self.cast_output(node.this, i, t)
-            self.cast_output(node.expression, i, t)
+            self.map_output(node.this, i, fn, t)
+            self.map_output(node.expression, i, fn, t)
             return
         if isinstance(node, exp.Select):
             item = node.expressions[i]
             body = item.this if isinstance(item, exp.Alias) else item
             name = item.alias_or_name
-            cast = self.cast_to((body.copy(), self.outputs[id(node)][i][1]), t, body)
+            new = fn(body.copy(), self.outputs[id(node)][i][1])
             if isinstance(item, exp.Alias):
-                body.replace(cast)
+                body.replace(new)
             else:
-                item.replace(exp.alias_(cast, name, quoted=True))
+                item.replace(exp.alias_(new, name, quoted=True))
             self.outputs[id(node)][i] = (name, t)
 
     def _normalize_output(self, node: exp.Expression, i: int) -> None:

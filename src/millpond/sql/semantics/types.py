@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from sqlglot import exp
 
-from millpond.engine.numerics import FIELD as QUOTIENT_FIELD, is_quotient
+from millpond.engine.numerics import DIVISOR as QUOTIENT_DIVISOR, FIELD as QUOTIENT_FIELD, is_quotient
 
 __all__ = ["SqlType", "NUMERIC_DEFAULT", "QUOTIENT", "QUOTIENT_VALUE", "QUOTIENT_FIELD", "numeric", "INTEGER",
            "BIGINT", "SMALLINT", "REAL", "DOUBLE", "TEXT", "BOOLEAN", "DATE", "TIMESTAMP", "TIMESTAMPTZ", "INTERVAL",
@@ -110,7 +110,7 @@ _FROM_SQLGLOT = {
 INTERVAL_FIELDS = (("months", "INT"), ("days", "INT"), ("micros", "BIGINT"))
 _INTERVAL_TYPE = exp.DataType.build(f"STRUCT<{', '.join(f'{n} {t}' for n, t in INTERVAL_FIELDS)}>", dialect="spark")
 # a quotient in the engines: its PostgreSQL text (millpond.engine.numerics)
-_QUOTIENT_TYPE = exp.DataType.build(f"STRUCT<{QUOTIENT_FIELD} STRING>", dialect="spark")
+_QUOTIENT_TYPE = exp.DataType.build(f"STRUCT<{QUOTIENT_FIELD} STRING, {QUOTIENT_DIVISOR} STRING>", dialect="spark")
 _TO_SQLGLOT = {
     "smallint": _T.SMALLINT, "integer": _T.INT, "bigint": _T.BIGINT, "real": _T.FLOAT,
     "double precision": _T.DOUBLE, "boolean": _T.BOOLEAN, "date": _T.DATE, "text": _T.TEXT,
