@@ -103,8 +103,10 @@ class _Dialect:
         return f"CAST({value} AS {'STRING' if self.spark else 'VARCHAR'})"
 
     def quotient_of(self, text: str, divisor: str | None = None) -> str:
-        """The struct of a quotient's text (and divisor: not divided yet)."""
-        return self.struct(**{FIELD: text, DIVISOR: divisor or self.text("NULL")})
+        """The struct of a quotient's text (and divisor: not divided yet). In Spark a cast makes its
+        fields nullable, as every quotient's are (a view's schema is the one its first rows had)."""
+        value = self.struct(**{FIELD: text, DIVISOR: divisor or self.text("NULL")})
+        return f"CAST({value} AS STRUCT<{FIELD}: STRING, {DIVISOR}: STRING>)" if self.spark else value
 
     def error(self, message: str) -> str:
         return f"{'RAISE_ERROR' if self.spark else 'error'}('{message}')"
