@@ -5,7 +5,8 @@ point than an operand has (``select_div_scale``): ``1::numeric / 3`` is
 ``0.33333333333333333333``, ``5::numeric / 2`` is ``2.5000000000000000``, and ``avg`` of integers
 or numerics is such a quotient (the sum over the count). The scale depends on the values, so a
 quotient is a :data:`~millpond.sql.semantics.types.QUOTIENT`: both engines carry it as its
-PostgreSQL text (:mod:`millpond.engine.numerics` computes the quotient's digits there, exactly).
+PostgreSQL text (:mod:`millpond.engine.numerics` computes the quotient's digits there, exactly;
+Spark keeps its operands, and a query's result divides them: :func:`final`).
 
 What keeps a quotient's own display scale: a column or subquery output that is one, ``( )``,
 unary ``-``, ``abs``, ``CAST(… AS NUMERIC)``, ``CAST(… AS TEXT)`` (its text), ``CASE`` and ``COALESCE``

@@ -167,7 +167,7 @@ def from_arrow(t: pa.DataType) -> SqlType:
 
 
 def is_quotient_struct(t: pa.DataType) -> bool:
-    """``t`` is the Arrow type of a quotient's text (``struct<pg_numeric: string>``)."""
+    """``t`` is the Arrow type of a quotient (``struct<pg_numeric: string, pg_divisor: string>``)."""
     return is_quotient(t)
 
 
