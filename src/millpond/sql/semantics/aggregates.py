@@ -1,7 +1,7 @@
 """Aggregates and window functions, typed as PostgreSQL types them: ``sum`` of integers is a
 bigint and of a bigint a numeric, ``avg`` of integers and numerics a numeric quotient (the sum
-over the count, with PostgreSQL's display scale), ``count`` a bigint. In a view the planner keeps the aggregate calls these rules
-leave (``SUM``, ``COUNT``...) as its incremental aggregation."""
+over the count, with PostgreSQL's display scale), ``count`` a bigint. In a view the planner keeps
+the aggregate calls these rules leave (``SUM``, ``COUNT``...) as its incremental aggregation."""
 
 from __future__ import annotations
 
