@@ -27,8 +27,11 @@ nothing and closes every window of the measured events. Spark refuses the other 
 script tries each in append and in update mode and prints Spark's reason.
 
 Every result (millpond's view, Spark's driver-side copy) is checked equal to DuckDB running the
-query over all events (``nexmark.duckdb_sql``), as multisets, floats to 1e-9 relative; the
-script fails if any differs.
+query over all events (``nexmark.duckdb_sql``, its AVG PostgreSQL's numeric quotient:
+``millpond.engine.numerics.averages_as_text``), as multisets: numerics as PostgreSQL prints them
+(AVG of integers is a numeric quotient, at least 16 significant digits: millpond's and DuckDB's
+texts must be equal), floats (Spark's AVG is a double) to 1e-9 relative; the script fails if any
+differs.
 
     .venv/bin/python benchmarks/nexmark.py [--queries q0,q1,...] [--events-per-epoch 200000]
         [--epochs 3] [--systems millpond,spark] [--seed 0]
@@ -54,6 +57,8 @@ import sqlglot
 
 import millpond
 from millpond import nexmark
+from millpond.engine.numerics import averages_as_text
+from millpond.serve.display import texts
 from millpond.spark.session import local_session
 
 TABLES = tuple(nexmark.SCHEMAS)
@@ -246,13 +251,21 @@ def run_spark(spark, query: str, ev: Events, workdir: str) -> Run:  # noqa: ANN0
 
 
 # -- checks -----------------------------------------------------------------------------------
-def _canonical(table: pa.Table) -> pl.DataFrame:
-    """Columns by position; decimals as floats, integers as Int64, times without a zone; rows
-    sorted (floats by 6 significant digits)."""
+def _numbers(t: pa.DataType) -> bool:
+    return pa.types.is_decimal(t) or pa.types.is_floating(t)
+
+
+def _canonical(table: pa.Table, numeric: set[int]) -> pl.DataFrame:
+    """Columns by position; decimals as PostgreSQL prints them (a quotient, millpond's AVG, to its
+    own display scale), integers as Int64, times without a zone; rows sorted (the ``numeric``
+    columns by their value to 6 significant digits)."""
+    for i, f in enumerate(table.schema):
+        if pa.types.is_decimal(f.type):
+            table = table.set_column(i, f.name, pa.array(texts(f, table.column(i)), pa.string()))
     df = pl.from_arrow(table.rename_columns([f"c{i}" for i in range(table.num_columns)]))
     casts = {}
     for name, dtype in df.schema.items():
-        if dtype.is_decimal() or dtype.is_float():
+        if dtype.is_float():
             casts[name] = pl.Float64
         elif dtype.is_integer():
             casts[name] = pl.Int64
@@ -260,24 +273,30 @@ def _canonical(table: pa.Table) -> pl.DataFrame:
             casts[name] = pl.Datetime("us")
     df = df.with_columns([pl.col(c).dt.replace_time_zone(None) if isinstance(df.schema[c], pl.Datetime)
                           and df.schema[c].time_zone else pl.col(c) for c in df.columns]).cast(casts)
-    floats = [c for c, t in df.schema.items() if t == pl.Float64]
-    keys = [pl.col(c).round_sig_figs(6) if c in floats else pl.col(c) for c in df.columns]
+    keys = [pl.col(c).cast(pl.Float64).round_sig_figs(6) if i in numeric else pl.col(c)
+            for i, c in enumerate(df.columns)]
     return df.sort(keys, nulls_last=False)
 
 
 def same(a: pa.Table, b: pa.Table) -> str | None:
-    """None if ``a`` and ``b`` hold the same rows, else what differs."""
-    x, y = _canonical(a), _canonical(b)
+    """None if ``a`` and ``b`` hold the same rows, else what differs. Numerics compare as
+    PostgreSQL prints them (millpond's view, DuckDB's ``nexmark.duckdb_sql``: AVG a numeric
+    quotient); a double (Spark's AVG) compares with one by value, to 1e-9 relative."""
+    if a.num_columns != b.num_columns:
+        return f"{a.num_columns} and {b.num_columns} columns"
+    numeric = {i for i in range(a.num_columns) if _numbers(a.schema.types[i]) or _numbers(b.schema.types[i])}
+    x, y = _canonical(a, numeric), _canonical(b, numeric)
     if x.shape != y.shape:
-        return f"{x.height} rows and {y.height} rows" if x.width == y.width else f"{x.width} and {y.width} columns"
+        return f"{x.height} rows and {y.height} rows"
     for c in x.columns:
         u, v = x[c], y[c]
-        if u.dtype == pl.Float64 and v.dtype == pl.Float64:
+        if u.dtype == v.dtype == pl.String or not (u.dtype == pl.Float64 or v.dtype == pl.Float64):
+            ok = u.cast(v.dtype).equals(v) if u.dtype != v.dtype else u.equals(v)
+        else:
+            u, v = u.cast(pl.Float64), v.cast(pl.Float64)
             nulls = u.is_null().to_numpy() == v.is_null().to_numpy()
             close = np.isclose(u.fill_null(0).to_numpy(), v.fill_null(0).to_numpy(), rtol=1e-9, atol=0)
             ok = bool(np.all(nulls & close))
-        else:
-            ok = u.cast(v.dtype).equals(v) if u.dtype != v.dtype else u.equals(v)
         if not ok:
             return f"column {c} differs, e.g. rows {x.head(3).rows()} vs {y.head(3).rows()}"
     return None
@@ -288,7 +307,7 @@ def oracle(query: str, ev: Events) -> pa.Table:
     try:
         for name in TABLES:
             con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{os.path.join(ev.root, 'source', name)}/*.parquet')")
-        return con.sql(nexmark.duckdb_sql(nexmark.QUERIES[query])).to_arrow_table()
+        return con.sql(averages_as_text(nexmark.duckdb_sql(nexmark.QUERIES[query]))).to_arrow_table()
     finally:
         con.close()
 

@@ -45,8 +45,11 @@ def open_db(spark, root):
 
 
 def rows(table: pa.Table) -> list[tuple]:
-    """A table's rows as a sorted multiset (NULLs sort first)."""
-    cols = table.to_pydict()
+    """A table's rows as a sorted multiset (NULLs sort first); a quotient as DuckDB computes it
+    from millpond's SQL (its PostgreSQL text, :mod:`millpond.engine.numerics`) as a Decimal."""
+    from tests.pg_numeric import quotients_as_decimals
+
+    cols = quotients_as_decimals(table).to_pydict()
     out = list(zip(*cols.values())) if cols else []
     return sorted(out, key=lambda r: tuple((v is not None, v) for v in r))
 

@@ -93,6 +93,50 @@ def test_psql(served):
     assert [line.split("|")[1:3] for line in listed.stdout.splitlines() if line] == [["t", "table"], ["m", "view"]]
 
 
+# PostgreSQL 15's own output for these (a quotient's display scale is the value's own)
+QUOTIENT_VIEW = [("1", "1.5000000000000000", "1.00000000000000000000"),
+                 ("2", "7500.0000000000000000", "5000.0000000000000000"),
+                 ("3", "31421098.666666666667", "31421098.666666666667")]
+QUOTIENT_QUERY = ("0.33333333333333333333", "2.5000000000000000", "0.00000000000000000000", "13468328.428571428571")
+
+
+@pytest.fixture
+def quotients(open_db):
+    db = open_db()
+    db.sql("""CREATE TABLE p (k INT, v INT);
+              CREATE MATERIALIZED VIEW means AS SELECT k, avg(v) AS mean, sum(v) / 3.0 AS third FROM p GROUP BY k""")
+    db.sql("INSERT INTO p VALUES (1, 1), (1, 2), (2, 10000), (2, 5000), (3, 31421098), (3, 31421099), (3, 31421099)")
+    db.flush()
+    server = db.serve(port=0)
+    yield server
+    server.close()
+
+
+QUOTIENT_SQL = "SELECT 1::numeric / 3 AS a, 5::numeric / 2 AS b, 0::numeric / 3 AS c, avg(v) AS d FROM p"
+
+
+def test_avg_and_numeric_division_reach_a_client_as_postgresql_prints_them(quotients):
+    with _connect(quotients, autocommit=True) as conn:
+        cur = conn.execute("SELECT k, mean, third FROM means ORDER BY k")
+        assert [c.type_code for c in cur.description] == [23, 1700, 1700]  # numeric
+        # psycopg reads a numeric's text into a Decimal, which keeps its digits after the point
+        assert [tuple(str(v) for v in row) for row in cur.fetchall()] == QUOTIENT_VIEW
+        assert tuple(format(v, "f") for v in conn.execute(QUOTIENT_SQL).fetchone()) == QUOTIENT_QUERY
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            conn.execute("SELECT 1.5 / 0")
+
+
+@pytest.mark.skipif(shutil.which("psql") is None, reason="psql (Debian's postgresql-client) is installed by make setup")
+def test_psql_prints_avg_and_numeric_division_as_postgresql(quotients):
+    base = ["psql", "-h", "127.0.0.1", "-p", str(quotients.port), "-U", "anyone", "-d", "millpond", "-X", "-A", "-t"]
+    out = subprocess.run([*base, "-c", "SELECT k, mean, third FROM means ORDER BY k"], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["|".join(row) for row in QUOTIENT_VIEW]
+    out = subprocess.run([*base, "-c", QUOTIENT_SQL], capture_output=True, text=True, timeout=60)
+    assert out.stdout.splitlines() == ["|".join(QUOTIENT_QUERY)]
+
+
 def test_a_password_is_required_when_set_and_only_localhost_goes_without(open_db):
     db = open_db()
     with pytest.raises(MillpondError, match="needs a password"):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Iterator
 
 import duckdb
@@ -16,10 +17,11 @@ import polars as pl
 import pyarrow as pa
 
 from millpond.engine.expressions import to_duckdb
+from millpond.engine.numerics import is_quotient
+from millpond.serve.display import quotient_texts, texts
 from millpond.sql.query import bind_select, tables_read
 from millpond.sql.semantics import from_arrow
 from millpond.sql.statements import parse
-from tests.conftest import rows
 
 TABLES = """
 CREATE TABLE info  (product VARCHAR PRIMARY KEY, category VARCHAR);
@@ -190,10 +192,38 @@ def epochs(db, ref: Reference, plan: list[Step], start: int, rng: random.Random,
         yield i
 
 
+class PgNumeric(Decimal):
+    """A numeric as PostgreSQL prints it: equal to another only with the same text (digits after the
+    point included: ``1.5000000000000000`` is not ``1.50000000000000000000``), to an integer by value
+    (DuckDB's own SUM of integers is a decimal)."""
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PgNumeric):
+            return format(self, "f") == format(other, "f")
+        return Decimal.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = Decimal.__hash__
+
+    def __repr__(self) -> str:
+        return format(self, "f")
+
+
 def norm(table: pa.Table) -> list[tuple]:
-    """Rows as a sorted multiset, floats rounded (AVG may differ in the last bits)."""
-    return rows(pa.table({n: [round(v, 6) if isinstance(v, float) else v for v in c.to_pylist()]
-                          for n, c in zip(table.column_names, table.columns)}))
+    """Rows as a sorted multiset, floats rounded (AVG of doubles may differ in the last bits),
+    numerics as PostgreSQL prints them (:class:`PgNumeric`; a quotient to its own display scale:
+    ``AVG`` of integers)."""
+    columns = []
+    for f, c in zip(table.schema, table.columns):
+        if pa.types.is_decimal(f.type):
+            columns.append([None if t is None else PgNumeric(t) for t in texts(f, c)])
+        elif is_quotient(f.type):
+            columns.append([None if t is None else PgNumeric(t) for t in quotient_texts(c).to_pylist()])
+        else:
+            columns.append([round(v, 6) if isinstance(v, float) else v for v in c.to_pylist()])
+    return sorted(zip(*columns), key=lambda r: tuple((v is not None, v) for v in r)) if columns else []
 
 
 def folded(db, name: str) -> pa.Table:  # noqa: ANN001

@@ -35,6 +35,7 @@ from sqlglot.errors import TokenError
 from sqlglot.tokens import TokenType
 
 from millpond.errors import MillpondError, unexpected
+from millpond.serve.display import as_texts
 from millpond.sql.session import locate, statements, verb
 
 if TYPE_CHECKING:
@@ -72,6 +73,9 @@ class Printer:
             if self.fmt == "table":
                 print(what, file=self.out)
             return
+        numeric = [pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
+                   for t in table.schema.types]
+        table = as_texts(table)  # numerics as PostgreSQL prints them (a quotient at its own display scale)
         if self.fmt == "csv":
             self.out.write(_csv(table))
         elif self.fmt == "json":
@@ -81,17 +85,16 @@ class Printer:
             for line in table.column("plan").to_pylist():
                 print(line, file=self.out)
         else:
-            self._table(table)
+            self._table(table, numeric)
         self.out.flush()
 
-    def _table(self, table: pa.Table) -> None:
+    def _table(self, table: pa.Table, numeric: list[bool]) -> None:
         from rich.table import Table
         from rich.text import Text
 
         view = Table(show_lines=False, header_style="bold")
-        for name, typ in zip(table.column_names, table.schema.types):
-            numeric = pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_decimal(typ)
-            view.add_column(name, justify="right" if numeric else "left", overflow="fold")
+        for name, right in zip(table.column_names, numeric):
+            view.add_column(name, justify="right" if right else "left", overflow="fold")
         for row in table.slice(0, MAX_ROWS).to_pylist():
             view.add_row(*[Text("NULL", style="dim") if v is None else Text(_cell(v)) for v in row.values()])
         self.console.print(view)

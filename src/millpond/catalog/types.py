@@ -90,6 +90,8 @@ def sql_type(t: pa.DataType) -> str:
         return "TIMESTAMPTZ" if t.tz else "TIMESTAMP"
     if t == INTERVAL:
         return "INTERVAL"
+    if pa.types.is_struct(t) and [t.field(i).name for i in range(t.num_fields)] == ["pg_numeric", "pg_divisor"]:
+        return "NUMERIC"  # a quotient: PostgreSQL's display scale per value (millpond.engine.numerics)
     return _SQL_TYPES.get(t, str(t).upper())
 
 

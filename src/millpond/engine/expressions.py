@@ -18,6 +18,8 @@ from typing import Callable
 
 from sqlglot import exp
 
+from millpond.engine import numerics
+
 __all__ = ["to_spark", "to_duckdb", "generate", "mp", "is_mp", "PREFIX"]
 
 PREFIX = "MP_"
@@ -100,8 +102,9 @@ def _decimal_scale(node: exp.Expression) -> tuple[int, int] | None:
 
 
 def _decimal_division(node: exp.Expression) -> tuple[int, int, int, int] | None:
-    """(s1, s2, p, s) of the bound form of a numeric quotient: CAST(CAST(a AS DECIMAL(p1,s1)) /
-    CAST(b AS DECIMAL(p2,s2)) AS DECIMAL(p,s))."""
+    """(s1, s2, p, s) of the bound form a numeric quotient had in plans stored before quotients kept
+    PostgreSQL's display scale (``MP_NUMERIC_DIV``; such a view runs with ``plans="stored"``):
+    CAST(CAST(a AS DECIMAL(p1,s1)) / CAST(b AS DECIMAL(p2,s2)) AS DECIMAL(p,s))."""
     left, right, out = _decimal_scale(node.this), _decimal_scale(node.expression), _decimal_scale(node.parent)
     if left is None or right is None or out is None:
         return None
@@ -318,6 +321,16 @@ _SHARED: dict[str, Render] = {
     "TS_DIFF": lambda a, e: f"{a[0]} - {a[1]}",
 }
 
+
+def _numeric(rule: Callable[[list[str], str], str], dialect: str) -> Render:
+    return lambda a, e: rule(a, dialect)
+
+
+# a quotient (a NUMERIC with its own display scale) is its PostgreSQL text (millpond.engine.numerics);
+# Spark keeps the operands of a division, DuckDB divides
+_NUMERIC = {"NUMERIC_OF": numerics.numeric_of, "NUMERIC_TEXT": numerics.text_of, "NUMERIC_FINAL": numerics.final,
+            "NUMERIC_VALUE": numerics.value_of, "NUMERIC_NEG": numerics.negate, "NUMERIC_ABS": numerics.absolute}
+
 _SPARK: dict[str, Render] = {
     "ROUND_EVEN": lambda a, e: f"BROUND({a[0]})",
     "ERROR": lambda a, e: f"RAISE_ERROR({a[0]})",
@@ -343,6 +356,8 @@ _SPARK: dict[str, Render] = {
     # session time zone is: millpond's TimeZone is UTC
     "TZ_TO_TS": lambda a, e: f"TIMESTAMPADD(MICROSECOND, UNIX_MICROS({a[0]}), TIMESTAMP_NTZ '1970-01-01 00:00:00')",
     "TS_TO_TZ": lambda a, e: f"TIMESTAMP_MICROS({_SPARK_FIELDS['epoch_us'].format(a[0])})",
+    **{name: _numeric(rule, "spark") for name, rule in _NUMERIC.items()},
+    "NUMERIC_DIV": _numeric(numerics.defer, "spark"),
 }
 
 _DUCKDB: dict[str, Render] = {
@@ -369,6 +384,8 @@ _DUCKDB: dict[str, Render] = {
     "TRUNC_INT": lambda a, e: f"CAST(TRUNC({a[0]}) AS BIGINT)",
     "TZ_TO_TS": lambda a, e: f"TIMEZONE('UTC', {a[0]})",
     "TS_TO_TZ": lambda a, e: f"TIMEZONE('UTC', {a[0]})",
+    **{name: _numeric(rule, "duckdb") for name, rule in _NUMERIC.items()},
+    "NUMERIC_DIV": _numeric(numerics.divide, "duckdb"),
 }
 
 

@@ -11,11 +11,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pygwire.messages import FieldDescription
 
+from millpond.engine.numerics import is_quotient
+from millpond.serve.display import quotient_texts, texts
+
 __all__ = ["oid", "fields", "rows", "copy_lines"]
 
 
 # (test of an Arrow type, the PostgreSQL type's OID), first match wins; anything else is text (25)
-_OIDS = [(pa.types.is_boolean, 16), (lambda t: pa.types.is_int8(t) or pa.types.is_int16(t), 21),
+_OIDS = [(pa.types.is_boolean, 16), (is_quotient, 1700),
+         (lambda t: pa.types.is_int8(t) or pa.types.is_int16(t), 21),
          (pa.types.is_int32, 23), (pa.types.is_integer, 20), (pa.types.is_float32, 700),
          (pa.types.is_floating, 701), (pa.types.is_decimal, 1700), (pa.types.is_date, 1082),
          (lambda t: pa.types.is_timestamp(t) and t.tz is None, 1114), (pa.types.is_timestamp, 1184),
@@ -34,16 +38,21 @@ def fields(table: pa.Table) -> list[FieldDescription]:
 
 
 def rows(table: pa.Table) -> Iterable[list[bytes | None]]:
-    columns = [_texts(table.column(i)) for i in range(table.num_columns)]
+    columns = [_texts(table.schema.field(i), table.column(i)) for i in range(table.num_columns)]
     return (list(row) for row in zip(*columns)) if columns else ([] for _ in range(table.num_rows))
 
 
-def _texts(column: pa.ChunkedArray) -> list[bytes | None]:
-    """A column as PostgreSQL's text output of its values."""
+def _texts(field: pa.Field, column: pa.ChunkedArray) -> list[bytes | None]:
+    """A column as PostgreSQL's text output of its values (a quotient's at each value's own display
+    scale: :mod:`millpond.serve.display`)."""
     t = column.type
     if pa.types.is_boolean(t):
         return [None if v is None else (b"t" if v else b"f") for v in column.to_pylist()]
-    if pa.types.is_integer(t) or pa.types.is_decimal(t) or pa.types.is_string(t) or pa.types.is_large_string(t):
+    if pa.types.is_decimal(t):
+        return [None if v is None else v.encode() for v in texts(field, column)]
+    if is_quotient(t):  # a quotient as stored (SUBSCRIBE): its PostgreSQL text
+        return [None if v is None else v.encode() for v in quotient_texts(column).to_pylist()]
+    if pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t):
         return [None if v is None else v.encode() for v in pc.cast(column, pa.string()).to_pylist()]
     return [None if v is None else _text(v).encode() for v in column.to_pylist()]
 

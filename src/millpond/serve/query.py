@@ -4,7 +4,8 @@ views it reads (read-your-writes after ``FLUSH``). DuckDB SQL is generated here,
 The query comes bound (:func:`millpond.sql.query.bind_query`): its internal calls expand to
 DuckDB's spelling of PostgreSQL's meaning (:mod:`millpond.engine.expressions`). An INTERVAL column of
 the result is Arrow ``month_day_nano_interval`` (stored, and in DuckDB, it is the struct of
-:data:`millpond.catalog.types.INTERVAL`)."""
+:data:`millpond.catalog.types.INTERVAL`); a quotient column a decimal with each value's display
+scale (stored, and in DuckDB, it is its PostgreSQL text: :mod:`millpond.serve.display`)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ from sqlglot import exp
 from millpond import duck
 from millpond.catalog.types import INTERVAL
 from millpond.engine.expressions import to_duckdb
+from millpond.engine.numerics import is_quotient
 from millpond.errors import SqlError
 from millpond.log.conform import from_interval
+from millpond.serve.display import to_decimal
 
 if TYPE_CHECKING:
     from millpond.engine.runtime import Runtime
@@ -41,7 +44,7 @@ def answer(rt: Runtime, query: exp.Expression, *, hidden: bool = False) -> pa.Ta
             result = con.sql(to_duckdb(query)).to_arrow_table()
         except duckdb.Error as exc:
             raise SqlError(f"query failed: {exc}") from None
-        return result if hidden else _shown(result)
+        return _shown(result, intervals=not hidden)
     finally:
         con.close()
 
@@ -133,11 +136,15 @@ def _epoch(rt: Runtime, when: exp.Expression, con: duckdb.DuckDBPyConnection) ->
     return rt.epoch_at(value)
 
 
-def _shown(table: pa.Table) -> pa.Table:
-    """``table`` with its INTERVAL columns as ``month_day_nano_interval`` (a ``hidden`` read keeps
-    them stored: UPDATE and DELETE append the rows they read)."""
+def _shown(table: pa.Table, *, intervals: bool = True) -> pa.Table:
+    """``table`` with its quotients as decimals with their display scales
+    (:mod:`millpond.serve.display`: no table column holds the stored form) and its INTERVAL
+    columns as ``month_day_nano_interval`` (unless ``intervals`` is False: a ``hidden`` read keeps
+    them stored, UPDATE and DELETE append the rows they read)."""
     for i, f in enumerate(table.schema):
-        if f.type.equals(INTERVAL):
+        if intervals and f.type.equals(INTERVAL):
             table = table.set_column(i, pa.field(f.name, pa.month_day_nano_interval(), f.nullable),
                                      from_interval(table.column(i)))
+        elif is_quotient(f.type):
+            table = table.set_column(i, *to_decimal(f.name, table.column(i)))
     return table

@@ -152,7 +152,7 @@ def flow_plan(spec: FlowSpec, catalog: Catalog) -> tuple[P.Materialize, tuple[st
     if q.find(exp.Window):
         raise SqlError(f"flow {spec.name!r}: window functions (OVER) are not supported in a flow", sql=spec.sql)
     keys = tuple(_key_column(spec, q, g) for g in group.expressions)
-    plan, depends = plan_view(q, catalog)
+    plan, depends = plan_view(q, catalog, fixed_outputs=True)  # a quotient as numeric(38,16): the sink's type
     return plan, depends, keys
 
 

@@ -46,13 +46,14 @@ from millpond.sql.planner.query import plan_query
 __all__ = ["plan_view"]
 
 
-def plan_view(select: exp.Expression, catalog: Catalog, *, views: bool = False
+def plan_view(select: exp.Expression, catalog: Catalog, *, views: bool = False, fixed_outputs: bool = False
               ) -> tuple[P.Materialize, tuple[str, ...]]:
     """Plan a view's query; return the plan and the tables and views it reads directly. With
     ``views``, a view it reads (not a partial one) is a :class:`~millpond.engine.plan.Source` of
     the view's changes, which the epoch computes first; else the view's query is inlined (as
-    views created before millpond read views did)."""
-    ctx = Context(catalog, views=views)
+    views created before millpond read views did). ``fixed_outputs``: its quotient columns are
+    ``numeric(38,16)`` (a flow's, written to a table)."""
+    ctx = Context(catalog, views=views, fixed_outputs=fixed_outputs)
     node, _ = plan_query(ctx, prepare(ctx, select), {})
     node = _mark_append_only(node, {t.name for t in catalog.tables.values() if t.append_only})
     return P.Materialize(node, ctx.next_id()), tuple(sorted(ctx.depends))

@@ -15,9 +15,12 @@ FIRST_NODE_ID = 1  # node ids, and so state ids, of a new plan count from here
 
 
 class Context:
-    def __init__(self, catalog: Catalog, *, views: bool = False):
+    def __init__(self, catalog: Catalog, *, views: bool = False, fixed_outputs: bool = False):
         self.catalog = catalog
         self.views = views  # a view read is a source of its changes (else its query is inlined)
+        # the planned query's quotient columns as numeric(38,16) (a flow's sink); its own only, not
+        # an inlined view's: the first binding takes it
+        self.fixed_outputs = fixed_outputs
         self._ids = itertools.count(FIRST_NODE_ID)
         self.depends: set[str] = set()  # tables and views the query reads directly
         self.windows: dict[str, tuple[int, int]] = {}  # TUMBLE/HOP id -> (size_us, slide_us)

@@ -70,7 +70,8 @@ def qualify_columns(ctx: Context, query: exp.Expression) -> exp.Expression:
 
 def bind_semantics(ctx: Context, query: exp.Expression) -> exp.Expression:
     """PostgreSQL's meaning, explicit in every expression (or the construct refused by name)."""
-    return semantics.bind(query, column_types(ctx), view=True)
+    fixed, ctx.fixed_outputs = ctx.fixed_outputs, False  # the planned query's own outputs only
+    return semantics.bind(query, column_types(ctx), view=True, fixed_outputs=fixed)
 
 
 RULES: tuple[Callable[[Context, exp.Expression], exp.Expression], ...] = (

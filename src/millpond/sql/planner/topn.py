@@ -7,6 +7,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from millpond.engine import plan as P
+from millpond.engine.expressions import is_mp
 from millpond.sql.planner.context import Context, err
 from millpond.sql.planner.exprs import column, comparisons, count, rename, unalias
 
@@ -19,20 +20,33 @@ def plan_order_limit(ctx: Context, q: exp.Select, node: P.Node, selects: list, n
         if offset is not None:
             raise err("OFFSET without LIMIT in a materialized view is not supported", offset)
         return node  # a view's rows have no order: ORDER BY alone changes nothing
-    order = []
+    order, keys = [], []
     for o in (q.args["order"].expressions if q.args.get("order") else []):
         col = o.this
-        bodies = [unalias(s) for s in selects]
-        if isinstance(col, exp.Column) and not col.table and col.name in names:
-            name = col.name
-        elif col in bodies:
-            name = names[bodies.index(col)]
-        else:
+        by_value = is_mp(col, "NUMERIC_VALUE")  # a quotient (its text) is ordered by its value
+        if by_value:
+            col = col.expressions[0]
+        name = _output(col, selects, names)
+        if name is None:
             raise err(f"ORDER BY {o.this.sql('postgres')} with LIMIT: order by an output column "
                       "(add it to the SELECT list)", o)
+        if by_value:
+            keys.append((o.this.copy().transform(lambda n: column(name) if n == col else n), f"_order{len(keys)}"))
+            name = keys[-1][1]
         order.append((name, bool(o.args.get("desc")), bool(o.args.get("nulls_first"))))
-    return P.TopN(node, (), tuple(order), count(limit.expression, "LIMIT"),
+    if keys:
+        node = P.Project(node, tuple([*((column(n), n) for n in names), *keys]))
+    node = P.TopN(node, (), tuple(order), count(limit.expression, "LIMIT"),
                   count(offset.expression, "OFFSET") if offset is not None else 0, None, ctx.next_id())
+    return P.Project(node, tuple((column(n), n) for n in names)) if keys else node
+
+
+def _output(col: exp.Expression, selects: list, names: list[str]) -> str | None:
+    """The output column ``col`` is (by name or as a SELECT item), or None."""
+    bodies = [unalias(s) for s in selects]
+    if isinstance(col, exp.Column) and not col.table and col.name in names:
+        return col.name
+    return names[bodies.index(col)] if col in bodies else None
 
 
 def row_number_limit(item: exp.Expression, alias: str, where: list, ctes: dict) -> int | None:

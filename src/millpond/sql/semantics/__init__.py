@@ -16,6 +16,7 @@ The modules, one concern each:
 - :mod:`~millpond.sql.semantics.types` — PostgreSQL's types, numeric result types;
 - :mod:`~millpond.sql.semantics.rewrite` — the binder: scopes, columns, the dispatch to the rules;
 - :mod:`~millpond.sql.semantics.casts` — literals and casts;
+- :mod:`~millpond.sql.semantics.numerics` — quotients: numerics with PostgreSQL's display scale per value;
 - :mod:`~millpond.sql.semantics.operators` — arithmetic, comparisons, logic, CASE;
 - :mod:`~millpond.sql.semantics.functions` — the allow-list of functions (:data:`FUNCTIONS`);
 - :mod:`~millpond.sql.semantics.aggregates` — aggregates and window functions;
@@ -41,26 +42,40 @@ from typing import Mapping
 
 from sqlglot import exp
 
+from millpond.sql.semantics import numerics
 from millpond.sql.semantics.functions import AGGREGATES, FUNCTIONS, WINDOW_FUNCTIONS
 from millpond.engine.expressions import to_duckdb, to_spark
 from millpond.sql.semantics.rewrite import Binder
-from millpond.sql.semantics.types import INTEGER, NUMERIC_DEFAULT, SqlType, datatype, from_arrow, from_catalog
+from millpond.sql.semantics.types import (INTEGER, NUMERIC_DEFAULT, QUOTIENT_VALUE, SqlType, datatype, from_arrow,
+                                         from_catalog)
 
 __all__ = ["bind", "name_outputs", "to_spark", "to_duckdb", "sqlglot_schema", "SqlType", "from_arrow",
            "from_catalog", "FUNCTIONS", "AGGREGATES", "WINDOW_FUNCTIONS", "NUMERIC_DEFAULT"]
 
 
-def bind(query: exp.Expression, tables: Mapping[str, Mapping[str, SqlType]], *, view: bool) -> exp.Expression:
+def bind(query: exp.Expression, tables: Mapping[str, Mapping[str, SqlType]], *, view: bool,
+         fixed_outputs: bool = False) -> exp.Expression:
     """``query`` (qualified: every column names its FROM item) with PostgreSQL's meaning made explicit.
     ``tables`` gives the column types of the tables and views it reads; ``view`` refuses what a
-    materialized view cannot keep (``now()``, ``random()``)."""
-    return Binder(tables, view=view).bind(query)
+    materialized view cannot keep (``now()``, ``random()``); ``fixed_outputs`` gives the query's
+    quotient columns as ``numeric(38,16)`` (a flow's sink columns have one scale). A query's (not a
+    view's) quotient columns are divided: a view's may hold a quotient's operands
+    (:mod:`millpond.engine.numerics`)."""
+    binder = Binder(tables, view=view)
+    query = binder.bind(query)
+    root = query.this if isinstance(query, exp.Subquery) else query
+    for i, (_, t) in enumerate(binder.outputs.get(id(root), [])):
+        if t.dynamic and fixed_outputs:
+            binder.cast_output(root, i, QUOTIENT_VALUE)
+        elif t.dynamic and not view:
+            binder.map_output(root, i, lambda body, _: numerics.final(body), t)
+    return query
 
 
 def sqlglot_schema(tables: Mapping[str, Mapping[str, SqlType]]) -> dict[str, dict[str, str]]:
     """The column types as sqlglot's ``qualify`` takes them."""
-    return {t: {c: "INTERVAL" if ty.kind == "interval" else datatype(ty).sql("postgres") for c, ty in cols.items()}
-            for t, cols in tables.items()}
+    return {t: {c: "INTERVAL" if ty.kind == "interval" else "NUMERIC" if ty.dynamic else datatype(ty).sql("postgres")
+                for c, ty in cols.items()} for t, cols in tables.items()}
 
 
 _PG_NAMES = {

@@ -1,7 +1,7 @@
 """Aggregates and window functions, typed as PostgreSQL types them: ``sum`` of integers is a
-bigint and of a bigint a numeric, ``avg`` of integers and numerics a numeric (the quotient of the
-sum and the count), ``count`` a bigint. In a view the planner keeps the aggregate calls these rules
-leave (``SUM``, ``COUNT``...) as its incremental aggregation."""
+bigint and of a bigint a numeric, ``avg`` of integers and numerics a numeric quotient (the sum
+over the count, with PostgreSQL's display scale), ``count`` a bigint. In a view the planner keeps
+the aggregate calls these rules leave (``SUM``, ``COUNT``...) as its incremental aggregation."""
 
 from __future__ import annotations
 
@@ -108,8 +108,9 @@ def _sum(b: Binder, node: exp.Sum) -> Typed:
 
 def _avg(b: Binder, node: exp.Avg) -> Typed:
     """AVG of floats is double precision; of integers and numerics it is numeric, as in PostgreSQL:
-    the numeric quotient of the sum and the count (both engines average integers as doubles)."""
-    from millpond.sql.semantics.operators import arithmetic
+    the quotient of the sum and the count, with PostgreSQL's display scale
+    (:func:`~millpond.sql.semantics.numerics.quotient`; both engines average integers as doubles)."""
+    from millpond.sql.semantics.numerics import quotient
 
     (arg, t), distinct = _aggregate_arg(b, node)
     if t.untyped:
@@ -126,8 +127,7 @@ def _avg(b: Binder, node: exp.Avg) -> Typed:
         return exp.Distinct(expressions=[x]) if distinct else x
     total_t = T.numeric(38, T.decimal_of(t).scale, exact=t.exact)
     total = _to(exp.Sum(this=wrap(inner.copy())), total_t)
-    count = _to(exp.Count(this=wrap(inner)), T.numeric(20, 0))
-    return arithmetic("/", (total, total_t), (count, T.numeric(20, 0)), node)
+    return quotient((total, total_t), (exp.Count(this=wrap(inner)), T.BIGINT))
 
 
 def _min_max(b: Binder, node: exp.Expression) -> Typed:
@@ -187,7 +187,7 @@ def _ordered_name(node: exp.Expression) -> str:
 def _filter(b: Binder, node: exp.Filter) -> Typed:
     """``agg FILTER (WHERE cond)``; the FILTER stays on the aggregate call inside the rule's result
     (``CAST(SUM(x) FILTER (WHERE c) AS BIGINT)``)."""
-    out, t = b.value(node.this)
+    out, t = b.value(node.this, keep=True)
     cond, _ = b.condition(node.expression.this)
     if isinstance(out, (exp.AggFunc, exp.WithinGroup)):
         return exp.Filter(this=out, expression=exp.Where(this=cond)), t
@@ -202,7 +202,7 @@ def _window(b: Binder, node: exp.Window) -> Typed:
     ordered = node.this.this if isinstance(node.this, exp.WithinGroup) else node.this
     if isinstance(ordered, (exp.PercentileCont, exp.PercentileDisc)):
         raise _refuse(f"OVER is not supported for ordered-set aggregate {_ordered_name(ordered)}", node)
-    func, t = b.value(node.this)
+    func, t = b.value(node.this, keep=True)
     if t.kind == "interval" and not isinstance(func, type(node.this)):  # an aggregate rewritten over fields
         raise _refuse(f"{_name(node.this)}(interval) over a window is not supported", node)
     partition = []

@@ -72,7 +72,7 @@ def _column(b: Binder, node: exp.Column) -> Typed:
 
 
 def _paren(b: Binder, node: exp.Paren) -> Typed:
-    inner, t = b.value(node.this)
+    inner, t = b.value(node.this, keep=True)
     return exp.Paren(this=inner), t
 
 
@@ -99,7 +99,13 @@ def _cast(b: Binder, node: exp.Cast) -> Typed:
     if target is None:
         raise refuse(f"type {to.sql('postgres')} is not supported (supported: SMALLINT, INTEGER, BIGINT, NUMERIC, "
                      "REAL, DOUBLE PRECISION, TEXT, VARCHAR, BOOLEAN, DATE, TIMESTAMP, TIMESTAMPTZ, INTERVAL)", to)
-    inner, t = b.value(node.this)
+    inner, t = b.value(node.this, keep=True)
+    if target == T.NUMERIC_DEFAULT:  # a numeric without a declared scale keeps the value's own
+        own = _own_scale(inner, t)
+        if own is not None:
+            target = own
+    if target == t and length is None:
+        return inner, t
     if t.untyped:
         out = literal_as(inner, target, node)
     else:
@@ -109,10 +115,41 @@ def _cast(b: Binder, node: exp.Cast) -> Typed:
     return out, target
 
 
+def _own_scale(node: exp.Expression, t: SqlType) -> SqlType | None:
+    """The type ``CAST(node AS NUMERIC)`` has when PostgreSQL's display scale of its values is known:
+    an integer's (scale 0), a numeric's with a declared or per-value scale, a string constant's own
+    digits. None: millpond's ``numeric(38,10)`` (a float, an unconstrained numeric)."""
+    if t.integer:
+        return T.numeric(T.decimal_of(t).precision, 0)
+    if t.decimal and (t.exact or t.dynamic):
+        return t
+    if t.kind == "unknown" and isinstance(node, exp.Literal) and node.is_string:
+        try:
+            d = Decimal(node.this.strip())
+        except InvalidOperation:
+            return None  # the cast says why
+        if not d.is_finite():
+            return None
+        scale = max(0, -d.as_tuple().exponent)
+        digits = max(d.adjusted() + 1, 0) + scale
+        return T.numeric(max(digits, 1), scale) if digits <= T.MAX_PRECISION else None
+    return None
+
+
 def cast(node: exp.Expression, source: SqlType, target: SqlType, at: exp.Expression) -> exp.Expression:
     """``node`` (of type ``source``) as ``target`` with PostgreSQL's conversion."""
     if source == target or (source.kind == target.kind and not target.decimal):
         return node
+    if target.dynamic or source.dynamic:
+        from millpond.sql.semantics import numerics
+
+        if target.dynamic and (source.integer or source.decimal or source.kind == "null"):
+            return numerics.of(node, source)
+        if source.dynamic and target.kind == "text":
+            return numerics.text(node)
+        if source.dynamic:
+            return cast(numerics.value(node), T.QUOTIENT_VALUE, target, at)
+        raise refuse(f"cannot cast type {source} to {target}", at)
     if target.integer and source.decimal:  # numeric -> integer rounds half away from zero
         return _to(exp.Anonymous(this="ROUND", expressions=[node]), target)
     if target.integer and source.float:  # float -> integer rounds half to even

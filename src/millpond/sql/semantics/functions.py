@@ -243,8 +243,8 @@ def _like(b: Binder, node: exp.Expression) -> Typed:
 
 
 # -- numbers --------------------------------------------------------------------------------------
-def _number_arg(b: Binder, node: exp.Expression, at: exp.Expression) -> Typed:
-    typed = b.value(node)
+def _number_arg(b: Binder, node: exp.Expression, at: exp.Expression, *, keep: bool = False) -> Typed:
+    typed = b.value(node, keep=keep)
     if typed[1].untyped:
         return b.cast_to(typed, T.DOUBLE if typed[1].kind == "unknown" else T.INTEGER, at), \
             T.DOUBLE if typed[1].kind == "unknown" else T.INTEGER
@@ -254,7 +254,11 @@ def _number_arg(b: Binder, node: exp.Expression, at: exp.Expression) -> Typed:
 
 
 def _abs(b: Binder, node: exp.Expression) -> Typed:
-    x, t = _number_arg(b, node.this, node)
+    from millpond.sql.semantics.numerics import absolute
+
+    x, t = _number_arg(b, node.this, node, keep=True)
+    if t.dynamic:  # a quotient keeps its display scale
+        return absolute(x), t
     return _call("ABS", x), t
 
 

@@ -1,6 +1,7 @@
 """Operators, comparisons, logic and CASE, typed as PostgreSQL types them: ``integer / integer``
-truncates, ``numeric`` arithmetic has one result type in both engines, an untyped literal takes
-the type of the other side (``i = '7'``)."""
+truncates, ``numeric`` arithmetic has one result type in both engines, a numeric quotient is
+PostgreSQL's (:mod:`~millpond.sql.semantics.numerics`), an untyped literal takes the type of the
+other side (``i = '7'``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Callable
 from sqlglot import exp
 
 from millpond.engine.expressions import mp
-from millpond.sql.semantics import types as T
+from millpond.sql.semantics import numerics, types as T
+from millpond.sql.semantics.numerics import quotient
 from millpond.sql.semantics.casts import HANDLERS as CASTS, cast, literal_as
 from millpond.sql.semantics.rewrite import Binder, Typed, refuse
 
@@ -21,7 +23,7 @@ _ARITH = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/", exp.Mod: "%"}
 
 def _arith(b: Binder, node: exp.Binary) -> Typed:
     op = _ARITH[type(node)]
-    left, right = b.value(node.this), b.value(node.expression)
+    left, right = b.value(node.this, keep=True), b.value(node.expression, keep=True)
     from millpond.sql.semantics.datetime import temporal_arith
 
     if any(t.temporal or t.kind == "interval" for _, t in (left, right)):
@@ -38,8 +40,11 @@ def _arith(b: Binder, node: exp.Binary) -> Typed:
 
 def arithmetic(op: str, left: Typed, right: Typed, at: exp.Expression) -> Typed:
     """``left op right`` over numbers, typed as PostgreSQL types it. Plain sqlglot operators with
-    typed operands: ``IntDiv`` for integers; ``Div`` of two DECIMAL casts, cast to the result
-    type, for numerics (the DuckDB generator divides those exactly); ``Div`` of doubles."""
+    typed operands: ``IntDiv`` for integers; for numerics the operator over two DECIMAL casts,
+    cast to the result type, and a quotient PostgreSQL's (:func:`~millpond.sql.semantics.numerics.quotient`);
+    doubles. A quotient operand keeps its display scale in a quotient, elsewhere it is its value."""
+    if op != "/" or left[1].float or right[1].float:
+        left, right = _fixed(left), _fixed(right)
     (l, lt), (r, rt) = left, right
     if lt.float or rt.float:
         if op == "%":
@@ -51,10 +56,17 @@ def arithmetic(op: str, left: Typed, right: Typed, at: exp.Expression) -> Typed:
         if op == "/":  # truncates toward zero
             return _to(exp.IntDiv(this=_wrap(l), expression=_wrap(r)), t), t
         return _binary(op, l, r), t
+    if op == "/":
+        return quotient(left, right)
     t = T.decimal_result(op, lt, rt)
     ld, rd = T.decimal_of(lt), T.decimal_of(rt)
     # explicit DECIMAL operands: Spark types the result as decimal_result does, DuckDB reads the scales
     return _to(_binary(op, _decimal(l, lt, ld, at), _decimal(r, rt, rd, at)), t), t
+
+
+def _fixed(typed: Typed) -> Typed:
+    """A quotient as its value (numeric(38,16)); anything else as it is."""
+    return (numerics.value(typed[0]), T.QUOTIENT_VALUE) if typed[1].dynamic else typed
 
 
 def _decimal(node: exp.Expression, source: T.SqlType, target: T.SqlType, at: exp.Expression) -> exp.Cast:
@@ -90,7 +102,9 @@ def _unify_untyped(left: Typed, right: Typed, at: exp.Expression) -> tuple[Typed
 
 
 def _neg(b: Binder, node: exp.Neg) -> Typed:
-    inner, t = b.value(node.this)
+    inner, t = b.value(node.this, keep=True)
+    if t.dynamic:
+        return numerics.negate(inner), t
     if t.kind == "unknown":
         raise refuse("operator is not unique: - unknown", node)
     if not (t.number or t.kind in ("interval", "null")):
@@ -131,7 +145,9 @@ def _pow(b: Binder, node: exp.Pow) -> Typed:
 # -- comparisons and logic ------------------------------------------------------------------------
 def comparable(b: Binder, left: Typed, right: Typed, at: exp.Expression) -> tuple[exp.Expression, exp.Expression]:
     """The two sides of a comparison, in a form both engines compare as PostgreSQL does: intervals
-    by their span (``'24 hours' = '1 day'``), a timestamp with a timestamptz as timestamptz."""
+    by their span (``'24 hours' = '1 day'``), a timestamp with a timestamptz as timestamptz, a
+    quotient by its value (to the other side's scale, 16 to 20 digits)."""
+    left, right = _by_value(left, right), _by_value(right, left)
     (l, lt), (r, rt) = _unify_untyped(left, right, at)
     if lt.kind == "interval" or rt.kind == "interval":
         from millpond.sql.semantics.intervals import span
@@ -154,13 +170,25 @@ def comparable(b: Binder, left: Typed, right: Typed, at: exp.Expression) -> tupl
     raise refuse(f"operator does not exist: {lt} {_op_name(at)} {rt}", at)
 
 
+def _by_value(typed: Typed, other: Typed) -> Typed:
+    """A quotient compared with ``other``: its value, to ``other``'s scale where that is finer than
+    16 digits (``1::numeric / 3 = 0.33333333333333333333``), 20 at most (20 digits after the point
+    leave 18 before it)."""
+    node, t = typed
+    if not t.dynamic:
+        return typed
+    o = other[1]
+    scale = max(T.QUOTIENT_VALUE.scale, min(o.scale, 20)) if o.decimal and not o.dynamic else T.QUOTIENT_VALUE.scale
+    return numerics.value(node, scale), T.numeric(T.MAX_PRECISION, scale, exact=False)
+
+
 def _op_name(node: exp.Expression) -> str:
     return {exp.EQ: "=", exp.NEQ: "<>", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}.get(
         type(node), node.key.upper())
 
 
 def _compare(b: Binder, node: exp.Binary) -> Typed:
-    l, r = comparable(b, b.value(node.this), b.value(node.expression), node)
+    l, r = comparable(b, b.value(node.this, keep=True), b.value(node.expression, keep=True), node)
     return type(node)(this=l, expression=r), T.BOOLEAN
 
 
@@ -205,7 +233,10 @@ def _in(b: Binder, node: exp.In) -> Typed:
         out = b.outputs.get(id(query.this if isinstance(query, exp.Subquery) else query), [])
         if len(out) != len(values):
             raise refuse(f"subquery has {'too many' if len(out) > len(values) else 'too few'} columns", node)
-        for value, (_, t) in zip(values, out):
+        for i, (value, (_, t)) in enumerate(zip(values, out)):
+            if t.dynamic:  # compared by value
+                b.cast_output(query, i, T.QUOTIENT_VALUE)
+                t = T.QUOTIENT_VALUE
             comparable(b, value, (query, t), node)
             if value[1].kind == "interval":
                 raise refuse("IN (SELECT ...) of an INTERVAL is not supported; compare spans: "
@@ -231,7 +262,7 @@ def _exists(b: Binder, node: exp.Exists) -> Typed:
 
 
 def _null_safe(b: Binder, node: exp.Binary) -> Typed:
-    l, r = comparable(b, b.value(node.this), b.value(node.expression), node)
+    l, r = comparable(b, b.value(node.this, keep=True), b.value(node.expression, keep=True), node)
     return type(node)(this=l, expression=r), T.BOOLEAN
 
 
@@ -245,8 +276,8 @@ def _case(b: Binder, node: exp.Case) -> Typed:
             conds.append(exp.EQ(this=l, expression=r))
         else:
             conds.append(b.condition(i.this)[0])
-        results.append(b.value(i.args["true"]))
-    default = b.value(node.args["default"]) if node.args.get("default") is not None else None
+        results.append(b.value(i.args["true"], keep=True))
+    default = b.value(node.args["default"], keep=True) if node.args.get("default") is not None else None
     t = T.common_type([r[1] for r in results] + ([default[1]] if default else []))
     if t is None:
         raise refuse(f"CASE types {', '.join(str(r[1]) for r in results)} cannot be matched", node)
@@ -255,7 +286,7 @@ def _case(b: Binder, node: exp.Case) -> Typed:
 
 
 def _common_call(b: Binder, node: exp.Expression, args: list[exp.Expression], name: str) -> Typed:
-    typed = b.values(args)
+    typed = b.values(args, keep=name == "COALESCE")  # GREATEST and LEAST compare: quotients by value
     t = T.common_type([a[1] for a in typed])
     if t is None:
         raise refuse(f"{name} types {', '.join(str(a[1]) for a in typed)} cannot be matched", node)
@@ -286,7 +317,7 @@ def _nullif(b: Binder, node: exp.Nullif) -> Typed:
 
 
 def _alias(b: Binder, node: exp.Alias) -> Typed:
-    inner, t = b.value(node.this)
+    inner, t = b.value(node.this, keep=True)
     return exp.alias_(inner, node.alias, quoted=True), t
 
 

@@ -66,7 +66,7 @@ class Binder:
         for item in q.expressions:
             body = item.this if isinstance(item, exp.Alias) else item
             put = _slot(body)
-            new, t = self.value(body)
+            new, t = self.value(body, keep=True)
             if t.kind == "null" and not _set_branch(q):  # an untyped NULL column is text, as PostgreSQL
                 new, t = exp.Cast(this=new, to=T.datatype(T.TEXT)), T.TEXT  # resolves it (in a UNION: the others' type)
             elif t.kind == "unknown":
@@ -85,7 +85,7 @@ class Binder:
                 join.set("on", new)
         group = q.args.get("group")
         for g in list(group.expressions) if group else []:
-            self._replace(g)
+            self._replace(g, keep=True)  # as the SELECT list has it
         order = q.args.get("order")
         for o in list(order.expressions) if order else []:
             self._ordered(o, limited=self.view and q.args.get("limit") is not None)
@@ -101,9 +101,9 @@ class Binder:
         new, _ = self.condition(clause.this)
         clause.set("this", new)
 
-    def _replace(self, node: exp.Expression) -> SqlType:
+    def _replace(self, node: exp.Expression, *, keep: bool = False) -> SqlType:
         put = _slot(node)
-        new, t = self.value(node)
+        new, t = self.value(node, keep=keep)
         if new is not node:
             put(new)
         return t
@@ -138,7 +138,7 @@ class Binder:
             t = T.TEXT if t.untyped else t
             for side, st in ((node.this, a), (node.expression, b)):
                 if st != t:
-                    self._cast_output(side, i, t)
+                    self.cast_output(side, i, t)
                 if t.kind == "interval" and node.args.get("distinct"):  # equal intervals are one row
                     self._normalize_output(side, i)
             out.append((name, t))
@@ -149,22 +149,28 @@ class Binder:
             node = node.this
         return self.outputs.get(id(node), [])
 
-    def _cast_output(self, node: exp.Expression, i: int, t: SqlType) -> None:
+    def cast_output(self, node: exp.Expression, i: int, t: SqlType) -> None:
+        """Output column ``i`` of the query ``node`` (a branch of a set operation, a subquery) cast to ``t``."""
+        self.map_output(node, i, lambda body, old: self.cast_to((body, old), t, body), t)
+
+    def map_output(self, node: exp.Expression, i: int, fn: Callable[[exp.Expression, SqlType], exp.Expression],
+                   t: SqlType) -> None:
+        """Output column ``i`` of the query ``node`` as ``fn(expression, type)``, of type ``t``."""
         while isinstance(node, exp.Subquery):
             node = node.this
         if isinstance(node, exp.SetOperation):
-            self._cast_output(node.this, i, t)
-            self._cast_output(node.expression, i, t)
+            self.map_output(node.this, i, fn, t)
+            self.map_output(node.expression, i, fn, t)
             return
         if isinstance(node, exp.Select):
             item = node.expressions[i]
             body = item.this if isinstance(item, exp.Alias) else item
             name = item.alias_or_name
-            cast = self.cast_to((body.copy(), self.outputs[id(node)][i][1]), t, body)
+            new = fn(body.copy(), self.outputs[id(node)][i][1])
             if isinstance(item, exp.Alias):
-                body.replace(cast)
+                body.replace(new)
             else:
-                item.replace(exp.alias_(cast, name, quoted=True))
+                item.replace(exp.alias_(new, name, quoted=True))
             self.outputs[id(node)][i] = (name, t)
 
     def _normalize_output(self, node: exp.Expression, i: int) -> None:
@@ -230,15 +236,20 @@ class Binder:
         raise refuse(f"column {col.sql('postgres')} could not be resolved", col)
 
     # -- expressions ----------------------------------------------------------------------------
-    def value(self, node: exp.Expression) -> Typed:
-        """``node`` rewritten, and its PostgreSQL type."""
+    def value(self, node: exp.Expression, *, keep: bool = False) -> Typed:
+        """``node`` rewritten, and its PostgreSQL type. A quotient (a numeric whose display scale is
+        its value's own, :mod:`~millpond.sql.semantics.numerics`) stays one only with
+        ``keep`` (its caller keeps the display scale); else its value is read as ``numeric(38,16)``."""
         from millpond.sql.semantics.functions import function
         from millpond.sql.semantics.operators import HANDLERS
 
         handler = HANDLERS.get(type(node))
-        if handler is not None:
-            return handler(self, node)
-        return function(self, node)
+        new, t = handler(self, node) if handler is not None else function(self, node)
+        if t.dynamic and not keep:
+            from millpond.sql.semantics.numerics import value
+
+            return value(new), T.QUOTIENT_VALUE
+        return new, t
 
     def condition(self, node: exp.Expression) -> Typed:
         new, t = self.value(node)
@@ -250,8 +261,8 @@ class Binder:
             return literal_as(new, T.BOOLEAN, node), T.BOOLEAN
         return new, T.BOOLEAN
 
-    def values(self, nodes: list[exp.Expression]) -> list[Typed]:
-        return [self.value(n) for n in nodes]
+    def values(self, nodes: list[exp.Expression], *, keep: bool = False) -> list[Typed]:
+        return [self.value(n, keep=keep) for n in nodes]
 
     def cast_to(self, typed: Typed, target: SqlType, at: exp.Expression) -> exp.Expression:
         """``typed`` converted to ``target`` the way PostgreSQL's implicit (assignment) cast would."""

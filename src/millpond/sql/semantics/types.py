@@ -11,11 +11,12 @@ TimeZone is UTC, fixed (Spark's ``spark.sql.session.timeZone``, DuckDB's ``TimeZ
 
 NUMERIC and DECIMAL without a precision are ``DECIMAL(38,10)`` (:data:`NUMERIC_DEFAULT`): 28
 digits before the point and 10 after. Arithmetic on NUMERIC follows one set of result types in
-both engines (:func:`decimal_result`, Spark's rules: a quotient keeps at least 6 digits after
-the point, no result has more than 38 digits).
+both engines (:func:`decimal_result`, Spark's rules: no result has more than 38 digits). A
+quotient is PostgreSQL's: its display scale is its value's own (:data:`QUOTIENT`, a ``dynamic``
+numeric, carried as its text: :mod:`millpond.engine.numerics`).
 
-    >>> decimal_result("/", numeric(10, 2), numeric(10, 0))
-    SqlType(kind='numeric', precision=21, scale=13, exact=False)
+    >>> decimal_result("*", numeric(10, 2), numeric(10, 0))
+    SqlType(kind='numeric', precision=21, scale=2, exact=True, dynamic=False)
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ from dataclasses import dataclass
 import pyarrow as pa
 from sqlglot import exp
 
-__all__ = ["SqlType", "NUMERIC_DEFAULT", "numeric", "INTEGER", "BIGINT", "SMALLINT", "REAL", "DOUBLE", "TEXT",
-           "BOOLEAN", "DATE", "TIMESTAMP", "TIMESTAMPTZ", "INTERVAL", "UNKNOWN", "NULL", "from_datatype",
-           "from_arrow", "from_catalog", "datatype", "decimal_of", "decimal_result", "common_type", "MAX_PRECISION",
-           "INTERVAL_FIELDS"]
+from millpond.engine.numerics import DIVISOR as QUOTIENT_DIVISOR, FIELD as QUOTIENT_FIELD, is_quotient
+
+__all__ = ["SqlType", "NUMERIC_DEFAULT", "QUOTIENT", "QUOTIENT_VALUE", "QUOTIENT_FIELD", "numeric", "INTEGER",
+           "BIGINT", "SMALLINT", "REAL", "DOUBLE", "TEXT", "BOOLEAN", "DATE", "TIMESTAMP", "TIMESTAMPTZ", "INTERVAL",
+           "UNKNOWN", "NULL", "from_datatype", "from_arrow", "from_catalog", "datatype", "decimal_of", "decimal_result",
+           "common_type", "is_quotient_struct", "MAX_PRECISION", "INTERVAL_FIELDS"]
 
 MAX_PRECISION = 38
 
@@ -37,12 +40,16 @@ MAX_PRECISION = 38
 class SqlType:
     """A PostgreSQL type: ``kind`` is its name (``integer``, ``numeric``, ``text``...); a numeric has
     a precision and a scale. ``exact`` is False for a numeric whose scale is millpond's choice, not
-    PostgreSQL's display scale (an unconstrained NUMERIC, a quotient): its text form would differ."""
+    PostgreSQL's display scale (an unconstrained NUMERIC): its text form would differ. A
+    ``dynamic`` numeric has PostgreSQL's display scale per value (a quotient, :data:`QUOTIENT`):
+    the engines carry it as its text; where an operation needs a fixed scale, its value is read as
+    ``numeric(precision, scale)`` (:data:`QUOTIENT_VALUE`)."""
 
     kind: str
     precision: int | None = None
     scale: int | None = None
     exact: bool = True
+    dynamic: bool = False
 
     @property
     def integer(self) -> bool:
@@ -70,6 +77,8 @@ class SqlType:
         return self.kind in ("unknown", "null")
 
     def __str__(self) -> str:
+        if self.dynamic:
+            return "numeric"
         if self.decimal:
             return f"numeric({self.precision},{self.scale})"
         return self.kind
@@ -86,6 +95,9 @@ TIMESTAMP, TIMESTAMPTZ = SqlType("timestamp"), SqlType("timestamp with time zone
 INTERVAL = SqlType("interval")
 UNKNOWN, NULL = SqlType("unknown"), SqlType("null")
 NUMERIC_DEFAULT = numeric(38, 10, exact=False)
+# a quotient: PostgreSQL's display scale per value; read as numeric(38,16) where a fixed scale is needed
+QUOTIENT = SqlType("numeric", 38, 16, dynamic=True)
+QUOTIENT_VALUE = numeric(38, 16, exact=False)
 
 _T = exp.DataType.Type
 _FROM_SQLGLOT = {
@@ -97,6 +109,8 @@ _FROM_SQLGLOT = {
 # an INTERVAL in the engines: (months, days, microseconds), as PostgreSQL keeps it
 INTERVAL_FIELDS = (("months", "INT"), ("days", "INT"), ("micros", "BIGINT"))
 _INTERVAL_TYPE = exp.DataType.build(f"STRUCT<{', '.join(f'{n} {t}' for n, t in INTERVAL_FIELDS)}>", dialect="spark")
+# a quotient in the engines: its PostgreSQL text (millpond.engine.numerics)
+_QUOTIENT_TYPE = exp.DataType.build(f"STRUCT<{QUOTIENT_FIELD} STRING, {QUOTIENT_DIVISOR} STRING>", dialect="spark")
 _TO_SQLGLOT = {
     "smallint": _T.SMALLINT, "integer": _T.INT, "bigint": _T.BIGINT, "real": _T.FLOAT,
     "double precision": _T.DOUBLE, "boolean": _T.BOOLEAN, "date": _T.DATE, "text": _T.TEXT,
@@ -147,7 +161,14 @@ def from_arrow(t: pa.DataType) -> SqlType:
         return TIMESTAMPTZ if t.tz else TIMESTAMP
     if pa.types.is_duration(t) or pa.types.is_interval(t) or _is_interval_struct(t):
         return INTERVAL
+    if is_quotient_struct(t):
+        return QUOTIENT
     return TEXT
+
+
+def is_quotient_struct(t: pa.DataType) -> bool:
+    """``t`` is the Arrow type of a quotient (``struct<pg_numeric: string, pg_divisor: string>``)."""
+    return is_quotient(t)
 
 
 def _is_interval_struct(t: pa.DataType) -> bool:
@@ -157,6 +178,8 @@ def _is_interval_struct(t: pa.DataType) -> bool:
 
 def datatype(t: SqlType) -> exp.DataType:
     """The sqlglot type of ``t``, printed right by both generators."""
+    if t.dynamic:
+        return _QUOTIENT_TYPE.copy()
     if t.decimal:
         return exp.DataType(this=_T.DECIMAL, expressions=[
             exp.DataTypeParam(this=exp.Literal.number(t.precision)), exp.DataTypeParam(this=exp.Literal.number(t.scale))])
@@ -166,7 +189,10 @@ def datatype(t: SqlType) -> exp.DataType:
 
 
 def decimal_of(t: SqlType) -> SqlType:
-    """An integer type as the decimal arithmetic sees it (``integer`` is ``numeric(10,0)``)."""
+    """An integer type as the decimal arithmetic sees it (``integer`` is ``numeric(10,0)``); a
+    quotient as its value is read."""
+    if t.dynamic:
+        return QUOTIENT_VALUE
     if t.decimal:
         return t
     return {"smallint": numeric(5, 0), "integer": numeric(10, 0), "bigint": numeric(20, 0)}[t.kind]
@@ -183,7 +209,8 @@ def _bounded(precision: int, scale: int, *, exact: bool) -> SqlType:
 
 
 def decimal_result(op: str, a: SqlType, b: SqlType) -> SqlType:
-    """The type of ``a op b`` for numerics (integers count as ``decimal_of``)."""
+    """The type of ``a op b`` (``+ - * %``) for numerics (integers count as ``decimal_of``); a
+    quotient's is :data:`QUOTIENT`."""
     a, b = decimal_of(a), decimal_of(b)
     p1, s1, p2, s2 = a.precision, a.scale, b.precision, b.scale
     exact = a.exact and b.exact
@@ -192,9 +219,6 @@ def decimal_result(op: str, a: SqlType, b: SqlType) -> SqlType:
         return _bounded(max(p1 - s1, p2 - s2) + scale + 1, scale, exact=exact)
     if op == "*":
         return _bounded(p1 + p2 + 1, s1 + s2, exact=exact)
-    if op == "/":
-        scale = max(6, s1 + p2 + 1)
-        return _bounded(p1 - s1 + s2 + scale, scale, exact=False)
     if op == "%":
         scale = max(s1, s2)
         return _bounded(min(p1 - s1, p2 - s2) + scale, scale, exact=exact)
@@ -231,6 +255,8 @@ def common_type(types: list[SqlType]) -> SqlType | None:
     if all(t.number for t in typed):
         if any(t.float for t in typed):
             return DOUBLE if any(t.kind == "double precision" or not t.float for t in typed) else REAL
+        if any(t.dynamic for t in typed):  # each value keeps its own display scale, as in PostgreSQL
+            return QUOTIENT
         if any(t.decimal for t in typed):
             decs = [decimal_of(t) for t in typed]
             scale = max(d.scale for d in decs)
