@@ -113,7 +113,7 @@ def _oracle(sql: str) -> str:
     if "TUMBLE(" in sql.upper() or "HOP(" in sql.upper():
         return duckdb_sql(sql)
     types = {name: {f.name: from_arrow(f.type) for f in schema} for name, schema in SCHEMAS.items()}
-    return to_duckdb(bind_select(parse(sql)[0], types))
+    return to_duckdb(bind_select(parse(sql)[0], types), functions=False)
 
 
 RATE = 500  # events per second of event time: 6 s per epoch, so windows of 2 and 10 s close and open

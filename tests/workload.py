@@ -175,7 +175,7 @@ class Reference:
         """``sql`` with PostgreSQL's meaning, as DuckDB SQL."""
         types = {t: {f.name: from_arrow(f.type) for f in self.con.sql(f"SELECT * FROM {t} LIMIT 0").arrow().schema}
                  for t in tables_read(parse(sql)[0])}
-        return to_duckdb(bind_select(parse(sql)[0], types))
+        return to_duckdb(bind_select(parse(sql)[0], types), functions=False)
 
 
 def epochs(db, ref: Reference, plan: list[Step], start: int, rng: random.Random, *, most: int = 4  # noqa: ANN001

@@ -3,6 +3,8 @@
 Opening a DuckDB database costs ~50 ms; a cursor on an open one ~1 ms. A cursor is a connection
 of its own (registered tables are per connection), so concurrent callers do not see each other.
 Its TimeZone is UTC, millpond's (a TIMESTAMPTZ result is ``timestamp[us, tz=UTC]``, as stored).
+It has millpond's DuckDB functions: :data:`millpond.pgnumeric.UDF` (PostgreSQL's numeric
+division; the SQL that :func:`millpond.engine.expressions.to_duckdb` writes calls it).
 """
 
 from __future__ import annotations
@@ -10,6 +12,9 @@ from __future__ import annotations
 import threading
 
 import duckdb
+from duckdb.sqltypes import VARCHAR
+
+from millpond import pgnumeric
 
 __all__ = ["cursor"]
 
@@ -24,4 +29,7 @@ def cursor() -> duckdb.DuckDBPyConnection:
         if _database is None:
             _database = duckdb.connect()
             _database.execute("SET GLOBAL TimeZone = 'UTC'")
+            _database.create_function(pgnumeric.UDF, pgnumeric.divide_arrays, [VARCHAR, VARCHAR],
+                                      duckdb.struct_type({pgnumeric.FIELD: VARCHAR, pgnumeric.DIVISOR: VARCHAR}),
+                                      type="arrow", null_handling="special")
         return _database.cursor()

@@ -21,6 +21,11 @@ The internal calls (:mod:`millpond.engine.expressions` expands them):
   significant digits by an estimate of the quotient's weight in base-10000 digits, no less than
   either operand's display scale — and the quotient rounded half away from zero to it, computed
   exactly on the operands' digits (:func:`divide`; Spark: :func:`defer`, the operands kept);
+  millpond's DuckDB queries call the Python function :data:`UDF` (:func:`millpond.pgnumeric.divide`
+  on each row, registered by :mod:`millpond.duck`; dialect ``duckdb+udf``) instead of the SQL: DuckDB binds the
+  SQL's nested lambdas in time growing with their depth (~0.1 s per division, seconds for a query
+  of a few), while a query divides only the rows it returns. The SQL (dialect ``duckdb``) stays
+  the tests' DuckDB oracles' own, independent of the function;
 - ``MP_NUMERIC_OF(text)``: the struct of a text (a fixed-scale decimal or an integer printed);
 - ``MP_NUMERIC_TEXT(x)``: the text (divided); ``MP_NUMERIC_FINAL(x)``: the struct divided;
   ``MP_NUMERIC_VALUE(x, p, s)``: the value as DECIMAL(p,s);
@@ -47,13 +52,11 @@ import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
-__all__ = ["FIELD", "DIVISOR", "TOO_WIDE", "is_quotient", "divide", "defer", "numeric_of", "text_of", "final",
-           "value_of", "negate", "absolute", "averages_as_text"]
+from millpond.pgnumeric import DIVISOR, FIELD, MAX_DISPLAY_SCALE, MIN_SIG_DIGITS, QUOTIENT, UDF
 
-FIELD = "pg_numeric"
-DIVISOR = "pg_divisor"
-MIN_SIG_DIGITS = 16  # NUMERIC_MIN_SIG_DIGITS
-MAX_DISPLAY_SCALE = 1000  # NUMERIC_MAX_DISPLAY_SCALE
+__all__ = ["FIELD", "DIVISOR", "TOO_WIDE", "UDF", "QUOTIENT", "is_quotient", "divide", "defer", "numeric_of",
+           "text_of", "final", "value_of", "negate", "absolute", "averages_as_text"]
+
 DIGITS = 38  # of the engines' integers
 CHUNK = 31  # digits per step: Spark divides DECIMAL(38,0)s exactly to 32 digits (DECIMAL(38,6))
 STEPS = 8  # of the long division
@@ -75,6 +78,11 @@ class _Dialect:
     @property
     def spark(self) -> bool:
         return self.name == "spark"
+
+    @property
+    def udf(self) -> bool:
+        """DuckDB with :data:`UDF` registered (millpond's own connections, :mod:`millpond.duck`)."""
+        return self.name == "duckdb+udf"
 
     def let(self, value: str, var: str, body: str) -> str:
         """``body`` with ``var`` bound to ``value`` (evaluated once)."""
@@ -141,6 +149,8 @@ def divide(a: list[str], dialect: str) -> str:
     """``MP_NUMERIC_DIV(a, b)``: PostgreSQL's quotient of the operand texts ``a[0] / a[1]``, as the
     struct (NULL if either is NULL; ``division by zero`` as in PostgreSQL)."""
     d = _Dialect(dialect)
+    if d.udf:
+        return f"{UDF}({a[0]}, {a[1]})"
     f = d.field
     # 1. the operands, bound once
     body1 = d.let(d.struct(**_operand(d, f("s", "a"), "a"), **_operand(d, f("s", "b"), "b")), "o", _scale(d))
@@ -314,3 +324,4 @@ def averages_as_text(sql: str) -> str:
         total, count = f"CAST(CAST(SUM({x}) AS HUGEINT) AS VARCHAR)", f"CAST(COUNT({x}) AS VARCHAR)"
         return exp.Var(this=f"STRUCT_EXTRACT({divide([total, count], 'duckdb')}, '{FIELD}')")
     return sqlglot.parse_one(sql, read="duckdb").transform(average).sql("duckdb")
+

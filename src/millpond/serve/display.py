@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from millpond.engine.numerics import is_quotient
+from millpond.pgnumeric import divide
 
 __all__ = ["SCALES", "quotient_texts", "to_decimal", "texts", "as_texts"]
 
@@ -46,29 +47,8 @@ def quotient_texts(column: pa.ChunkedArray) -> pa.ChunkedArray:
     divisor = pc.cast(pc.struct_field(column, [1]), pa.string())
     if divisor.null_count == len(divisor):
         return text
-    return pa.chunked_array([pa.array([t if d is None or t is None else _divide(t, d)
+    return pa.chunked_array([pa.array([t if d is None or t is None else divide(t, d)
                                        for t, d in zip(text.to_pylist(), divisor.to_pylist())], pa.string())])
-
-
-def _divide(a: str, b: str) -> str:
-    """PostgreSQL's text of ``a::numeric / b::numeric`` (``select_div_scale``; the engines' SQL
-    is :func:`millpond.engine.numerics.divide`)."""
-    x, y = Decimal(a), Decimal(b)
-
-    def weight(v: Decimal) -> tuple[int, int]:  # (weight, first digit) in base-10000 digits
-        if v == 0:
-            return 0, 0
-        w = v.copy_abs().adjusted() // 4
-        return w, int(v.copy_abs().scaleb(-4 * w))
-    (w1, d1), (w2, d2) = weight(x), weight(y)
-    r = min(max(16 - 4 * (w1 - w2 - (1 if d1 <= d2 else 0)), len(a.partition(".")[2]), len(b.partition(".")[2])), 1000)
-    (_, xd, xe), (_, yd, ye) = x.as_tuple(), y.as_tuple()
-    num, den, shift = int("".join(map(str, xd))), int("".join(map(str, yd))), r + xe - ye
-    num, den = (num * 10 ** shift, den) if shift >= 0 else (num, den * 10 ** -shift)
-    q, rest = divmod(num, den)
-    digits = str(q + (1 if 2 * rest >= den else 0)).rjust(r + 1, "0")
-    sign = "-" if (x < 0) != (y < 0) and digits.strip("0") else ""
-    return sign + digits[:len(digits) - r] + ("." + digits[len(digits) - r:] if r else "")
 
 
 def to_decimal(name: str, column: pa.ChunkedArray) -> tuple[pa.Field, pa.ChunkedArray]:
