@@ -11,6 +11,7 @@ import os
 import tempfile
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import obstore
@@ -62,7 +63,8 @@ class ObjectStore:
             else:
                 client = {k: v for k, v in self.options.items() if k in _CLIENT_KEYS}
                 config = {k: v for k, v in self.options.items() if k not in _CLIENT_KEYS}
-                self._store = from_url(url, config=config or None, client_options=client or None)
+                self._store = from_url(url, config=config or None, client_options=client or None,
+                                       retry_config=CLIENT_RETRIES)
         except Exception as exc:  # obstore raises several types for bad URLs/config
             raise StorageError(f"cannot open object storage at {root!r}: {exc}") from exc
 
@@ -220,6 +222,11 @@ def _make_folder(root: str, folder: Path, create: bool) -> None:
 
 RETRY_ATTEMPTS = 6
 RETRY_BASE_SECONDS = 0.05
+# obstore's own retries inside each of ours (connection errors, 5xx, timeouts of safe requests):
+# few and short, so an unreachable store is reported in seconds (with obstore's defaults, 10 retries
+# backing off to 15 s, inside our 6 attempts, it took 29 s to say "cannot")
+CLIENT_RETRIES = {"max_retries": 2, "retry_timeout": timedelta(seconds=10),
+                  "backoff": {"init_backoff": timedelta(milliseconds=50), "max_backoff": timedelta(seconds=1), "base": 2}}
 _PERMANENT = (PermissionDeniedError, UnauthenticatedError, InvalidPathError, NotSupportedError,
               UnknownConfigurationKeyError, PermissionError, IsADirectoryError, ValueError, TypeError)
 _CLIENT_KEYS = {"allow_http", "allow_invalid_certificates", "timeout", "connect_timeout"}
