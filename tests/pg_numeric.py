@@ -14,7 +14,7 @@ from decimal import Decimal
 
 import pyarrow as pa
 
-__all__ = ["divide", "average", "text", "column_texts", "quotients_as_decimals"]
+__all__ = ["divide", "average", "text", "column_texts", "quotients_as_decimals", "register"]
 
 
 def _scale(text: str) -> int:
@@ -49,6 +49,24 @@ def divide(a: str, b: str) -> str:
     out = digits[:len(digits) - rscale] + ("." + digits[len(digits) - rscale:] if rscale else "")
     negative = (x < 0) != (y < 0) and q != 0
     return ("-" if negative else "") + out
+
+
+def register(con) -> None:  # noqa: ANN001
+    """Give an oracle's DuckDB connection the function millpond's DuckDB SQL divides numerics with
+    (``millpond.pgnumeric.UDF``), computed by :func:`divide` here: the oracle's quotients are this
+    module's (checked against PostgreSQL in ``tests/engine/test_numerics.py``), not millpond's."""
+    from duckdb.sqltypes import VARCHAR
+    import duckdb
+
+    from millpond.pgnumeric import DIVISOR, FIELD, QUOTIENT, UDF
+
+    def quotients(a: pa.Array, b: pa.Array) -> pa.StructArray:
+        text = pa.array([None if x is None or y is None else divide(x, y)
+                         for x, y in zip(a.to_pylist(), b.to_pylist())], pa.string())
+        return pa.StructArray.from_arrays([text, pa.nulls(len(text), pa.string())], fields=list(QUOTIENT),
+                                          mask=text.is_null())
+    con.create_function(UDF, quotients, [VARCHAR, VARCHAR], duckdb.struct_type({FIELD: VARCHAR, DIVISOR: VARCHAR}),
+                        type="arrow", null_handling="special")
 
 
 def average(*, sum_: int | Decimal | None, count: int) -> str | None:

@@ -17,6 +17,7 @@ from millpond.sql.query import bind_select
 from millpond.sql.semantics import from_arrow
 from millpond.sql.statements import parse
 from tests.conftest import canonical, rows, same_rows
+from tests import pg_numeric
 from tests.pg_numeric import column_texts
 
 KINDS = ("person", "auction", "bid")
@@ -113,7 +114,7 @@ def _oracle(sql: str) -> str:
     if "TUMBLE(" in sql.upper() or "HOP(" in sql.upper():
         return duckdb_sql(sql)
     types = {name: {f.name: from_arrow(f.type) for f in schema} for name, schema in SCHEMAS.items()}
-    return to_duckdb(bind_select(parse(sql)[0], types), functions=False)
+    return to_duckdb(bind_select(parse(sql)[0], types))
 
 
 RATE = 500  # events per second of event time: 6 s per epoch, so windows of 2 and 10 s close and open
@@ -129,6 +130,7 @@ def test_every_query_matches_duckdb_after_every_epoch(open_db, epochs):
         db.sql(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
     oracle = {name: _oracle(sql) for name, sql in QUERIES.items()}
     duck = duckdb.connect()
+    pg_numeric.register(duck)
     sent: dict[str, list[pa.Table]] = {k: [] for k in KINDS}
     seen = dict.fromkeys(QUERIES, 0)
     for epoch in range(epochs):

@@ -22,6 +22,7 @@ from millpond.serve.display import quotient_texts, texts
 from millpond.sql.query import bind_select, tables_read
 from millpond.sql.semantics import from_arrow
 from millpond.sql.statements import parse
+from tests import pg_numeric
 
 TABLES = """
 CREATE TABLE info  (product VARCHAR PRIMARY KEY, category VARCHAR);
@@ -152,6 +153,7 @@ class Reference:
 
     def __init__(self) -> None:
         self.con = duckdb.connect()
+        pg_numeric.register(self.con)
         self.con.execute(TABLES)
         for name in READ_BY_VIEWS:  # the oracle's view, for the views that read it
             self.con.execute(f"CREATE VIEW {name} AS {self.bound(VIEWS[name])}")
@@ -175,7 +177,7 @@ class Reference:
         """``sql`` with PostgreSQL's meaning, as DuckDB SQL."""
         types = {t: {f.name: from_arrow(f.type) for f in self.con.sql(f"SELECT * FROM {t} LIMIT 0").arrow().schema}
                  for t in tables_read(parse(sql)[0])}
-        return to_duckdb(bind_select(parse(sql)[0], types), functions=False)
+        return to_duckdb(bind_select(parse(sql)[0], types))
 
 
 def epochs(db, ref: Reference, plan: list[Step], start: int, rng: random.Random, *, most: int = 4  # noqa: ANN001

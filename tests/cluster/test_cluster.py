@@ -30,6 +30,7 @@ from millpond.store.compaction import Policy
 from tests.cluster.conftest import EXECUTORS, executor_count, wait_for_executors
 from tests.cluster.standalone import Standalone
 from tests.conftest import canonical, rows, same_rows
+from tests import pg_numeric
 from tests.pg_numeric import column_texts
 from tests.test_seed import SCHEMA as SEED_SCHEMA
 
@@ -153,6 +154,7 @@ class NexmarkOracle:
 
     def __init__(self) -> None:
         self.con = duckdb.connect()
+        pg_numeric.register(self.con)  # the AVGs' quotients (averages_as_text): the tests' reference
         self.sent: dict[str, list[pa.Table]] = {}
 
     def insert(self, db: millpond.Database, events: dict[str, pa.Table]) -> None:

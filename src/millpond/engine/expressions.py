@@ -42,20 +42,19 @@ def to_spark(e: exp.Expression) -> str:
     return generate(e, "spark")
 
 
-def to_duckdb(e: exp.Expression, *, functions: bool = True) -> str:
-    """DuckDB SQL of ``e``, for millpond's DuckDB (:mod:`millpond.duck`: it has millpond's functions);
-    without ``functions``, SQL any DuckDB runs (the tests' oracles: a numeric division as SQL)."""
-    return generate(e, "duckdb", rules=None if functions else _DUCKDB_SQL)
+def to_duckdb(e: exp.Expression) -> str:
+    """DuckDB SQL of ``e``; it may call millpond's DuckDB functions (:mod:`millpond.duck` has them)."""
+    return generate(e, "duckdb")
 
 
-def generate(e: exp.Expression, dialect: str, rules: dict[str, Render] | None = None) -> str:
+def generate(e: exp.Expression, dialect: str) -> str:
     if not any(_expands(n, dialect) for n in e.walk()):  # nothing to expand: no copy (a big VALUES list)
         return e.sql(dialect=dialect)
     tree = e.copy()
     nodes = [n for n in tree.walk() if _expands(n, dialect)]
     nodes.sort(key=_depth, reverse=True)  # innermost first: an outer node prints its arguments' expansion
     for node in nodes:
-        text = exp.Var(this=f"({_expand(node, dialect, rules)})")
+        text = exp.Var(this=f"({_expand(node, dialect)})")
         if node is tree:
             tree = text
         else:
@@ -71,11 +70,11 @@ def _expands(node: exp.Expression, dialect: str) -> bool:
     return dialect == "duckdb" and isinstance(node, (exp.IntDiv, exp.Div, exp.Mod))
 
 
-def _expand(node: exp.Expression, dialect: str, rules: dict[str, Render] | None = None) -> str:
+def _expand(node: exp.Expression, dialect: str) -> str:
     if not is_mp(node):
         return _duckdb_arithmetic(node)
     name = node.this.upper()[len(PREFIX):]
-    rules = rules or (_SPARK if dialect == "spark" else _DUCKDB)
+    rules = _SPARK if dialect == "spark" else _DUCKDB
     rule = rules.get(name) or _SHARED.get(name)
     if rule is None:
         raise ValueError(f"no {dialect} expansion for internal function {node.this}")
@@ -386,12 +385,9 @@ _DUCKDB: dict[str, Render] = {
     "TRUNC_INT": lambda a, e: f"CAST(TRUNC({a[0]}) AS BIGINT)",
     "TZ_TO_TS": lambda a, e: f"TIMEZONE('UTC', {a[0]})",
     "TS_TO_TZ": lambda a, e: f"TIMEZONE('UTC', {a[0]})",
-    **{name: _numeric(rule, "duckdb+udf") for name, rule in _NUMERIC.items()},
-    "NUMERIC_DIV": _numeric(numerics.divide, "duckdb+udf"),
+    **{name: _numeric(rule, "duckdb") for name, rule in _NUMERIC.items()},
+    "NUMERIC_DIV": _numeric(numerics.divide, "duckdb"),
 }
-# DuckDB without millpond's functions: the numeric division as SQL (slow to bind: tests' oracles only)
-_DUCKDB_SQL: dict[str, Render] = {**_DUCKDB, **{name: _numeric(rule, "duckdb") for name, rule in _NUMERIC.items()},
-                                  "NUMERIC_DIV": _numeric(numerics.divide, "duckdb")}
 
 
 def _text_to_bool(x: str, raise_fn: str) -> str:

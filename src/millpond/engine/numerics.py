@@ -21,11 +21,10 @@ The internal calls (:mod:`millpond.engine.expressions` expands them):
   significant digits by an estimate of the quotient's weight in base-10000 digits, no less than
   either operand's display scale — and the quotient rounded half away from zero to it, computed
   exactly on the operands' digits (:func:`divide`; Spark: :func:`defer`, the operands kept);
-  millpond's DuckDB queries call the Python function :data:`UDF` (:func:`millpond.pgnumeric.divide`
-  on each row, registered by :mod:`millpond.duck`; dialect ``duckdb+udf``) instead of the SQL: DuckDB binds the
-  SQL's nested lambdas in time growing with their depth (~0.1 s per division, seconds for a query
-  of a few), while a query divides only the rows it returns. The SQL (dialect ``duckdb``) stays
-  the tests' DuckDB oracles' own, independent of the function;
+  DuckDB calls the Python function :data:`UDF` instead (:func:`millpond.pgnumeric.divide` on each
+  row; :mod:`millpond.duck` registers it, a test oracle its own reference): DuckDB bound the SQL's
+  nested lambdas in time growing with their depth (~0.1 s per division, seconds for a query of a
+  few), and a query divides only the rows it returns;
 - ``MP_NUMERIC_OF(text)``: the struct of a text (a fixed-scale decimal or an integer printed);
 - ``MP_NUMERIC_TEXT(x)``: the text (divided); ``MP_NUMERIC_FINAL(x)``: the struct divided;
   ``MP_NUMERIC_VALUE(x, p, s)``: the value as DECIMAL(p,s);
@@ -33,12 +32,12 @@ The internal calls (:mod:`millpond.engine.expressions` expands them):
 
 Each step binds its intermediate values once with a one-element array transform (a ``let``: Spark's
 ``TRANSFORM(ARRAY(v), x -> ...)[0]``, DuckDB's ``LIST_TRANSFORM([v], lambda x: ...)[1]``), so
-the SQL grows linearly with nesting. The digits are strings and 38-digit integers (Spark's
-DECIMAL(38,0), DuckDB's HUGEINT): one exact division where the digits fit, else a long division
-of :data:`STEPS` chunks of digits at most: a divisor of 38 significant digits, a quotient of more
-than 38, or a dividend too long for the steps (a divisor of more than ~30 significant digits) is
-the error ``numeric division needs more than 38 digits`` in both engines — PostgreSQL would
-compute it.
+the SQL grows linearly with nesting. Spark's division (a view that needs a quotient's value in
+Spark: a comparison, a cast) works on digit strings and 38-digit integers (DECIMAL(38,0)): one
+exact division where the digits fit, else a long division of :data:`STEPS` chunks of digits at
+most: a divisor of 38 significant digits, a quotient of more than 38, or a dividend too long for
+the steps (a divisor of more than ~30 significant digits) is the error ``numeric division needs
+more than 38 digits`` there — PostgreSQL, and DuckDB's function, compute it.
 
     >>> print(numeric_of(["'1.5'"], "duckdb"))
     CASE WHEN '1.5' IS NULL THEN NULL ELSE STRUCT_PACK(pg_numeric := '1.5', pg_divisor := CAST(NULL AS VARCHAR)) END
@@ -79,10 +78,6 @@ class _Dialect:
     def spark(self) -> bool:
         return self.name == "spark"
 
-    @property
-    def udf(self) -> bool:
-        """DuckDB with :data:`UDF` registered (millpond's own connections, :mod:`millpond.duck`)."""
-        return self.name == "duckdb+udf"
 
     def let(self, value: str, var: str, body: str) -> str:
         """``body`` with ``var`` bound to ``value`` (evaluated once)."""
@@ -98,14 +93,12 @@ class _Dialect:
     def field(self, value: str, name: str) -> str:
         return f"{value}.{name}" if self.spark else f"STRUCT_EXTRACT({value}, '{name}')"
 
-    def integer(self, digits: str) -> str:
-        return f"CAST({digits} AS {'DECIMAL(38,0)' if self.spark else 'HUGEINT'})"
+    def integer(self, digits: str) -> str:  # Spark's division only (DuckDB's is UDF)
+        return f"CAST({digits} AS DECIMAL(38,0))"
 
     def quotient(self, n: str, d: str) -> str:
         """``n div d`` of non-negative integers (Spark's decimal quotient is exact when it is one)."""
-        if self.spark:
-            return f"CAST(({n} - {n} % {d}) / {d} AS DECIMAL(38,0))"
-        return f"({n} // {d})"
+        return f"CAST(({n} - {n} % {d}) / {d} AS DECIMAL(38,0))"
 
     def text(self, value: str) -> str:
         return f"CAST({value} AS {'STRING' if self.spark else 'VARCHAR'})"
@@ -149,7 +142,7 @@ def divide(a: list[str], dialect: str) -> str:
     """``MP_NUMERIC_DIV(a, b)``: PostgreSQL's quotient of the operand texts ``a[0] / a[1]``, as the
     struct (NULL if either is NULL; ``division by zero`` as in PostgreSQL)."""
     d = _Dialect(dialect)
-    if d.udf:
+    if not d.spark:
         return f"{UDF}({a[0]}, {a[1]})"
     f = d.field
     # 1. the operands, bound once
