@@ -57,6 +57,8 @@ bench: $(STAMP)
 	$(PY) benchmarks/serve.py
 	$(PY) benchmarks/backfill.py
 	$(PY) benchmarks/sharing.py
+	$(PY) benchmarks/delta_join.py
+	$(PY) benchmarks/partial.py
 	$(PY) benchmarks/sdp.py
 	$(PY) benchmarks/sdp.py --round 50000
 
