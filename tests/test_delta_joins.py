@@ -64,7 +64,7 @@ def _check(db, ref, views: dict[str, str], epoch: int) -> None:  # noqa: ANN001
             f"view {name} differs from DuckDB after epoch {epoch}"
 
 
-@lengths(4, 7)
+@lengths(3, 7)
 def test_delta_joins_equal_duckdb_and_keep_no_join_state(open_db, epochs):
     db, ref, rng, next_id = open_db(), duckdb.connect(), random.Random(3), [0]
     for t in TABLES:

@@ -76,7 +76,7 @@ def _own_sides(db, view: str) -> set[str]:
             if sid.startswith(f"o{vid}.") and sid.endswith((".left", ".right"))}
 
 
-@lengths(7, 14)
+@lengths(5, 14)
 def test_views_reading_an_index_equal_duckdb_under_random_changes_and_restarts(open_db, epochs):
     db, ref, rng, next_id = open_db(), duckdb.connect(), random.Random(5), [0]
     for t in TABLES:

@@ -49,7 +49,7 @@ def _check(db, ref: duckdb.DuckDBPyConnection, rng: random.Random, epoch: int) -
         assert len(filled) <= budget + 3, f"{name} holds {len(filled)} keys, over its budget {budget}"
 
 
-@lengths(4, 9)
+@lengths(3, 9)
 def test_partial_views_equal_duckdb_for_the_keys_read(open_db, root, epochs):
     db, ref, rng, next_id = open_db(), duckdb.connect(), random.Random(11), [0]
     for t in TABLES:

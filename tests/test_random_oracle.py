@@ -10,7 +10,7 @@ import pytest
 from tests import workload
 
 
-@pytest.mark.parametrize("seed, n", [(7, 20), pytest.param(2024, 30, marks=pytest.mark.chaos)])
+@pytest.mark.parametrize("seed, n", [(7, 12), pytest.param(2024, 30, marks=pytest.mark.chaos)])
 def test_views_match_duckdb_after_every_epoch(open_db, seed, n):
     rng = random.Random(seed)
     db = open_db()

@@ -50,7 +50,7 @@ def test_set_parallelism_between_epochs(open_db):
         db.sql(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
     ref = workload.Reference()
     used = set()
-    for i, step in enumerate(workload.steps(9, 9)):
+    for i, step in enumerate(workload.steps(9, 8)):
         if i % 2 == 0:
             db.sql(f"SET parallelism = {1 + (i // 2) % 4}")
             used.add(db.parallelism)
