@@ -14,7 +14,7 @@ from decimal import Decimal
 
 import pyarrow as pa
 
-__all__ = ["divide", "average", "text", "column_texts", "quotients_as_decimals", "register"]
+__all__ = ["divide", "average", "text", "column_texts", "quotients_as_decimals", "register", "averages_as_text"]
 
 
 def _scale(text: str) -> int:
@@ -108,3 +108,22 @@ def quotients_as_decimals(table: pa.Table) -> pa.Table:
         if is_quotient(f.type):
             table = table.set_column(i, *to_decimal(f.name, table.column(i)))
     return table
+
+
+def averages_as_text(sql: str) -> str:
+    """DuckDB query ``sql`` with each ``AVG(x)`` of integers as PostgreSQL's numeric quotient of the
+    exact sum and the count, as PostgreSQL prints it (a VARCHAR; on a connection :func:`register`
+    gave the division): an oracle's plain DuckDB SQL (DuckDB averages integers as doubles) compared
+    with millpond's AVG as PostgreSQL prints it."""
+    import sqlglot
+    from sqlglot import exp
+
+    from millpond.pgnumeric import FIELD, UDF
+
+    def average(node: exp.Expression) -> exp.Expression:
+        if not isinstance(node, exp.Avg):
+            return node
+        x = node.this.sql("duckdb")
+        total, count = f"CAST(CAST(SUM({x}) AS HUGEINT) AS VARCHAR)", f"CAST(COUNT({x}) AS VARCHAR)"
+        return exp.Var(this=f"STRUCT_EXTRACT({UDF}({total}, {count}), '{FIELD}')")
+    return sqlglot.parse_one(sql, read="duckdb").transform(average).sql("duckdb")

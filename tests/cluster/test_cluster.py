@@ -25,7 +25,6 @@ import pyarrow as pa
 import pytest
 
 import millpond
-from millpond.engine.numerics import averages_as_text
 from millpond.store.compaction import Policy
 from tests.cluster.conftest import EXECUTORS, executor_count, wait_for_executors
 from tests.cluster.standalone import Standalone
@@ -169,8 +168,8 @@ class NexmarkOracle:
         for name in VIEWS:
             # numerics as PostgreSQL prints them: AVG is a numeric quotient (16 significant digits at least)
             got = canonical(column_texts(db.sql(f"SELECT * FROM {name}")))
-            want = canonical(column_texts(self.con.sql(averages_as_text(nexmark.duckdb_sql(nexmark.QUERIES[name])))
-                                           .to_arrow_table()))
+            sql = pg_numeric.averages_as_text(nexmark.duckdb_sql(nexmark.QUERIES[name]))
+            want = canonical(column_texts(self.con.sql(sql).to_arrow_table()))
             assert want, f"{name} is empty in DuckDB: the check would check nothing"
             assert same_rows(got, want), (f"{name} differs from DuckDB at epoch {db.epoch}: {len(got)} rows, DuckDB "
                                       f"{len(want)}; only in millpond: {[r for r in got if r not in want][:3]}, "

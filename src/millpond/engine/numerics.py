@@ -48,13 +48,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pyarrow as pa
-import sqlglot
-from sqlglot import exp
 
 from millpond.pgnumeric import DIVISOR, FIELD, MAX_DISPLAY_SCALE, MIN_SIG_DIGITS, QUOTIENT, UDF
 
 __all__ = ["FIELD", "DIVISOR", "TOO_WIDE", "UDF", "QUOTIENT", "is_quotient", "divide", "defer", "numeric_of",
-           "text_of", "final", "value_of", "negate", "absolute", "averages_as_text"]
+           "text_of", "final", "value_of", "negate", "absolute"]
 
 DIGITS = 38  # of the engines' integers
 CHUNK = 31  # digits per step: Spark divides DECIMAL(38,0)s exactly to 32 digits (DECIMAL(38,6))
@@ -305,16 +303,4 @@ def absolute(a: list[str], dialect: str) -> str:
     d = _Dialect(dialect)
     return _signed(d, a[0], "CASE WHEN SUBSTRING(t, 1, 1) = '-' THEN SUBSTRING(t, 2) ELSE t END")
 
-
-def averages_as_text(sql: str) -> str:
-    """DuckDB query ``sql`` with each ``AVG(x)`` of integers as PostgreSQL's numeric quotient of the
-    exact sum and the count, as PostgreSQL prints it (a VARCHAR): an oracle's plain DuckDB SQL
-    (DuckDB averages integers as doubles) compared with millpond's AVG as PostgreSQL prints it."""
-    def average(node: exp.Expression) -> exp.Expression:
-        if not isinstance(node, exp.Avg):
-            return node
-        x = node.this.sql("duckdb")
-        total, count = f"CAST(CAST(SUM({x}) AS HUGEINT) AS VARCHAR)", f"CAST(COUNT({x}) AS VARCHAR)"
-        return exp.Var(this=f"STRUCT_EXTRACT({divide([total, count], 'duckdb')}, '{FIELD}')")
-    return sqlglot.parse_one(sql, read="duckdb").transform(average).sql("duckdb")
 
