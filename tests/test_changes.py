@@ -229,6 +229,26 @@ def test_a_pinned_epoch_stays_readable_past_the_retention(open_db):
         db.read("t", epoch=pinned)
 
 
+def test_an_epoch_reads_no_changes_file_on_the_driver_until_its_report_is_asked(open_db, monkeypatch):
+    """A view's tasks write its changes; the epoch (its history row included) only names the files:
+    the driver reads them when the report's changes are asked for, once."""
+    from millpond.engine.changefeed import ChangeFeed
+
+    db = open_db()
+    db.sql("CREATE TABLE t (k INT, v INT); CREATE MATERIALIZED VIEW f AS SELECT k, v FROM t WHERE v > 1")
+    reads = []
+    real = ChangeFeed.read
+    monkeypatch.setattr(ChangeFeed, "read", lambda self, change: reads.append(change) or real(self, change))
+    db.sql("INSERT INTO t VALUES (1, 1), (2, 2), (3, 3)")
+    (report,) = db.flush()
+    assert reads == [] and "f" in report.changes and report.changes.rows("f") == 2
+    assert sorted(report.changes["f"].column("k").to_pylist()) == [2, 3] and len(reads) == 1
+    report.changes["f"]
+    assert len(reads) == 1
+    assert db.sql("SELECT rows_out FROM millpond_epochs WHERE name = 'f' ORDER BY epoch DESC LIMIT 1"
+                  ).column("rows_out").to_pylist() == [2]
+
+
 def test_changes_of_an_epoch_that_never_commits_are_never_read(open_db, monkeypatch):
     """Files written for an epoch whose commit fails are invisible, and its replay (over more
     input) replaces them: a subscriber sees each epoch once, with what was committed."""

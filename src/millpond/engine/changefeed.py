@@ -92,6 +92,9 @@ class Changelogs(Mapping[str, pa.Table]):
             self._read[name] = self._feed.read(change)
         return self._read[name]
 
+    def __contains__(self, name: object) -> bool:  # Mapping's would read the files (via __getitem__)
+        return name in self._changes
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._changes)
 
