@@ -30,8 +30,9 @@ __all__ = ["Column", "TableDef", "ViewDef", "FlowDef", "FunctionDef", "IndexDef"
 # 3: APPEND ONLY tables (written only when there is one, so other roots stay readable by format 2);
 # 4: SQL functions (written only when there is one); 5: flows (likewise); 6: SET retention (likewise);
 # 7: indexes (likewise); 8: partial views (likewise); 9: flows whose state is ordered by their window
-# (likewise: an older millpond would look their groups up by another key)
-FORMAT = 9
+# (likewise: an older millpond would look their groups up by another key); 10: tables and views
+# whose rows are addressed by their key's hash (likewise: an older millpond hashes every column)
+FORMAT = 10
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,9 @@ class TableDef:
     columns: tuple[Column, ...]
     primary_key: tuple[str, ...] = ()
     append_only: bool = False  # rows are only ever inserted: the log is the table (no state of its own)
+    # its rows are addressed in state by the primary key's hash (read and written by key); False for
+    # tables made before catalog format 10, whose rows are addressed by the hash of every column
+    key_hashed: bool = False
 
     @property
     def channel(self) -> str:
@@ -204,7 +208,7 @@ class Catalog:
     def with_table(self, name: str, columns: tuple[Column, ...], primary_key: tuple[str, ...], *,
                    append_only: bool = False) -> "Catalog":
         self._check_free(name)
-        t = TableDef(self.next_id, name, columns, primary_key, append_only)
+        t = TableDef(self.next_id, name, columns, primary_key, append_only, key_hashed=bool(primary_key))
         return replace(self, next_id=self.next_id + 1, tables={**self.tables, name: t})
 
     def with_view(self, name: str, sql: str, schema: pa.Schema, depends_on: tuple[str, ...], plan: dict | None,
@@ -279,13 +283,16 @@ class Catalog:
         return json.dumps(
             {
                 # an append-only table has no state of its own: older versions must not open the root
-                "format": 9 if any(f.cluster for f in self.flows.values()) else 8 if any(v.partial for v in self.views.values()) else 7 if self.indexes else 6 if self.retention else 5 if self.flows else 4 if self.functions else 3 if any(
+                "format": 10 if any(t.key_hashed for t in self.tables.values()) or any(
+                    (v.plan or {}).get("plan", {}).get("key") for v in [*self.views.values(), *self.flows.values()])
+                else 9 if any(f.cluster for f in self.flows.values()) else 8 if any(v.partial for v in self.views.values()) else 7 if self.indexes else 6 if self.retention else 5 if self.flows else 4 if self.functions else 3 if any(
                     t.append_only for t in self.tables.values()) else 2,
                 "version": self.version,
                 "next_id": self.next_id,
                 "tables": [
                     {"id": t.id, "name": t.name, "columns": [[c.name, c.type] for c in t.columns],
-                     "primary_key": list(t.primary_key), **({"append_only": True} if t.append_only else {})}
+                     "primary_key": list(t.primary_key), **({"append_only": True} if t.append_only else {}),
+                     **({"key_hashed": True} if t.key_hashed else {})}
                     for t in self.tables.values()
                 ],
                 "views": [
@@ -318,7 +325,7 @@ class Catalog:
                                f"reads formats 1 to {FORMAT}: open the root with the millpond version that wrote it")
         tables = {
             t["name"]: TableDef(t["id"], t["name"], tuple(Column(*c) for c in t["columns"]), tuple(t["primary_key"]),
-                              t.get("append_only", False))
+                              t.get("append_only", False), key_hashed=t.get("key_hashed", False))
             for t in body["tables"]
         }
         views = {

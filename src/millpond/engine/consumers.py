@@ -24,9 +24,11 @@ __all__ = ["table_plan", "index_plan", "consumers"]
 
 
 def table_plan(table: TableDef) -> P.Materialize:
-    """A table's own materialization: its changelog kept as rows (including ``_row_id``)."""
+    """A table's own materialization: its changelog kept as rows (including ``_row_id``), addressed
+    by its primary key (tables made before catalog format 10: by every column)."""
     columns = [*(c.name for c in table.columns), ROW_ID]
-    return P.Materialize(P.Source(table.name, tuple((c, c) for c in columns)), node_id=1)
+    return P.Materialize(P.Source(table.name, tuple((c, c) for c in columns)), node_id=1,
+                         key=table.primary_key if table.key_hashed else ())
 
 
 def index_plan(index: IndexDef, table: TableDef) -> P.Arrange:

@@ -184,10 +184,14 @@ class Over:
 
 @dataclass(frozen=True)
 class Materialize:
-    """Keeps the rows of a view (or table) as a multiset keyed by all of its columns."""
+    """Keeps the rows of a view (or table) as a multiset of all of its columns. ``key``: the
+    columns whose hash addresses the rows in state (``_kh``), so a read by key looks up only those
+    rows — a view's group key, a table's primary key (:func:`row_key`); empty: the hash of every
+    column (views and tables made before catalog format 10)."""
 
     input: "Node"
     node_id: int
+    key: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -228,6 +232,25 @@ def keyed_by(node: Node) -> Node | None:
     while isinstance(node, (Project, Filter)):
         node = node.input
     return node if isinstance(node, (Aggregate, Join, TopN, Over)) else None
+
+
+def row_key(node: Node) -> tuple[str, ...]:
+    """Output columns of ``node`` that identify its rows, for a view's rows to be addressed by:
+    the group key of the aggregate its rows come from (through filters and projections that keep
+    every key column as it is); () if there is none."""
+    renames: list[dict[str, str]] = []
+    while isinstance(node, (Project, Filter)):
+        if isinstance(node, Project):
+            renames.append({e.name: out for e, out in reversed(node.exprs) if type(e) is exp.Column and not e.table})
+        node = node.input
+    if not isinstance(node, Aggregate) or node.whole or not node.group:
+        return ()
+    key = list(node.group)
+    for names in reversed(renames):
+        if not all(k in names for k in key):
+            return ()
+        key = [names[k] for k in key]
+    return tuple(key)
 
 
 def sources(node: Node) -> list[Source]:

@@ -28,7 +28,8 @@ from millpond.engine.coordinator import Coordinator, EpochReport, describe_failu
 from millpond.engine.flows import SINK_OWED
 from millpond.engine.executor import Consumer
 from millpond.engine.partial import filled_rows, missing, read_filled
-from millpond.errors import CatalogError, MillpondError, RetentionError, SqlError
+from millpond.errors import CatalogError, InvariantError, MillpondError, RetentionError, SqlError
+from millpond.keyhash import xxhash64
 from millpond.log import Channel, Log
 
 __all__ = ["Runtime", "SYSTEM_VIEWS"]
@@ -205,19 +206,57 @@ class Runtime:
             table = _consolidate(self.channel(rel).read(0, end)).select(list(consumer.columns)).cast(schema)
             return table if hidden else table.drop_columns([ROW_ID])
         fed = self._by_key[consumer.fed_by] if consumer.fed_by is not None else None  # a flow's sink: the flow's rows
-        found = self.coordinator.rows(fed or consumer, manifest).scan()
-        if found is None or found.height == 0:
-            table = schema.empty_table()
-        else:
-            idx = np.repeat(np.arange(found.height), found[COUNT].to_numpy())  # a multiset: one row per copy
-            table = found.select(list((fed or consumer).columns)).to_arrow().take(pa.array(idx))
-            if fed is not None:
-                table = table.append_column(ROW_ID, pa.nulls(table.num_rows, pa.int64()))
-            table = table.cast(schema)
+        table = _expand(self.coordinator.rows(fed or consumer, manifest).scan(), (fed or consumer).columns, schema,
+                        row_id=fed is not None)
         if fed is not None:
             return table if hidden else table.drop_columns([ROW_ID])
         if pending and isinstance(rel, TableDef):
             changes = self.channel(rel).read(stop, None)
+            if changes.num_rows:
+                ones = pa.array(np.ones(table.num_rows, dtype=np.int64))
+                table = _consolidate(pa.concat_tables([table.append_column(W, ones).cast(changes.schema), changes])
+                                     ).select(list(consumer.columns)).cast(schema)
+        if isinstance(rel, TableDef) and not hidden:
+            table = table.drop_columns([ROW_ID])
+        return table
+
+    def key_of(self, name: str) -> tuple[str, ...]:
+        """The columns whose values address a table's or view's committed rows in state (a
+        table's primary key, a view's group key: :func:`millpond.engine.plan.row_key`), for
+        :meth:`rows_by_key`; () when its rows can only be scanned."""
+        consumer = self._by_name.get(name)
+        if consumer is None or consumer.log_only or consumer.fed_by is not None or name in SYSTEM_VIEWS:
+            return ()
+        return consumer.plan.key if isinstance(consumer.plan, P.Materialize) else ()
+
+    def rows_by_key(self, name: str, keys: pa.Table, *, hidden: bool = False, pending: bool = False) -> pa.Table:
+        """The committed rows of ``name`` whose key (:meth:`key_of`, ``keys``' columns in that
+        order) equals a row of ``keys``: a lookup of only their hashes' blocks in state (the SSTs'
+        key ranges and blooms), whatever the size of the relation. A NULL key matches nothing.
+        ``hidden`` and ``pending`` (tables) as in :meth:`snapshot`: with ``pending``, the changes
+        appended since the last epoch to those keys too."""
+        rel = self.catalog.relation(name)
+        consumer = self._by_name[name]
+        key = self.key_of(name)
+        if not key or tuple(keys.column_names) != key:
+            raise InvariantError(f"{name}: rows are addressed by {list(key)}, not {keys.column_names}")
+        manifest = self.coordinator.manifest  # one version: its rows and its offsets agree
+        if (failure := manifest.failed.get(consumer.key)) is not None:
+            raise MillpondError(self.describe_failure(failure))
+        schema = rel.log_schema.remove(rel.log_schema.get_field_index(W)) if isinstance(rel, TableDef) \
+            else rel.schema
+        keys = keys.cast(pa.schema([schema.field(k) for k in key]))
+        wanted = pl.from_arrow(keys).unique()
+        found = self.coordinator.rows(consumer, manifest).lookup(xxhash64(keys.columns))
+        if found is not None and found.height:
+            found = found.join(wanted.with_columns([pl.col(k).cast(found.schema[k]) for k in key]), on=list(key),
+                               how="semi")
+        table = _expand(found, consumer.columns, schema)
+        if pending and isinstance(rel, TableDef):
+            stop = manifest.offsets.get(consumer.key, {}).get(rel.channel, 0)
+            changes = self.channel(rel).read(stop, None)
+            if changes.num_rows:
+                changes = pl.from_arrow(changes).join(wanted, on=list(key), how="semi").to_arrow().cast(changes.schema)
             if changes.num_rows:
                 ones = pa.array(np.ones(table.num_rows, dtype=np.int64))
                 table = _consolidate(pa.concat_tables([table.append_column(W, ones).cast(changes.schema), changes])
@@ -391,6 +430,19 @@ def _iso(seconds: float) -> str:
 
 def _producer(flow: Consumer) -> str:
     return f"flow:{flow.key}"
+
+
+def _expand(found: pl.DataFrame | None, columns: tuple[str, ...], schema: pa.Schema, *, row_id: bool = False
+            ) -> pa.Table:
+    """A rows state's read (a multiset: a row and its count) as a table with one row per copy;
+    ``row_id`` adds an empty ``_row_id`` (a flow's rows read as its sink table's)."""
+    if found is None or found.height == 0:
+        return schema.empty_table()
+    idx = np.repeat(np.arange(found.height), found[COUNT].to_numpy())
+    table = found.select(list(columns)).to_arrow().take(pa.array(idx))
+    if row_id:
+        table = table.append_column(ROW_ID, pa.nulls(table.num_rows, pa.int64()))
+    return table.cast(schema)
 
 
 def _consolidate(changes: pa.Table) -> pa.Table:

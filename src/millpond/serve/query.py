@@ -1,5 +1,7 @@
 """Ad-hoc queries: a SELECT answered by DuckDB over the committed snapshots of the tables and
 views it reads (read-your-writes after ``FLUSH``). DuckDB SQL is generated here, where it runs.
+A relation read only by its key (``WHERE k = …``, ``k IN (…)`` on a table's primary key or a
+view's group key) is looked up in state by key: its cost follows the keys, not the relation.
 
 The query comes bound (:func:`millpond.sql.query.bind_query`): its internal calls expand to
 DuckDB's spelling of PostgreSQL's meaning (:mod:`millpond.engine.expressions`). An INTERVAL column of
@@ -13,6 +15,7 @@ from datetime import timezone
 from typing import TYPE_CHECKING
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
@@ -30,8 +33,10 @@ if TYPE_CHECKING:
 __all__ = ["answer"]
 
 
-def answer(rt: Runtime, query: exp.Expression, *, hidden: bool = False) -> pa.Table:
-    """The result of ``query``; ``hidden`` exposes tables' ``_row_id`` (for UPDATE and DELETE)."""
+def answer(rt: Runtime, query: exp.Expression, *, hidden: bool = False, pending: bool = False) -> pa.Table:
+    """The result of ``query``; ``hidden`` exposes tables' ``_row_id`` (for UPDATE and DELETE);
+    ``pending`` reads tables as of now (:meth:`~millpond.engine.runtime.Runtime.snapshot`). A
+    relation the query reads only by its key (:func:`_by_key`) is looked up, not scanned."""
     con = duck.cursor()
     try:
         ctes = {c.alias_or_name for c in query.find_all(exp.CTE)}
@@ -39,7 +44,9 @@ def answer(rt: Runtime, query: exp.Expression, *, hidden: bool = False) -> pa.Ta
         _upqueries(rt, query, ctes)
         for name in {t.name for t in query.find_all(exp.Table) if isinstance(t.this, exp.Identifier)} - ctes:
             if name not in registered:
-                con.register(name, rt.snapshot(name, hidden=hidden))
+                keys = _by_key(rt, query, name)
+                con.register(name, rt.snapshot(name, hidden=hidden, pending=pending) if keys is None else
+                             rt.rows_by_key(name, keys, hidden=hidden, pending=pending))
         try:
             result = con.sql(to_duckdb(query)).to_arrow_table()
         except duckdb.Error as exc:
@@ -63,6 +70,50 @@ def _upqueries(rt: Runtime, query: exp.Expression, ctes: set[str]) -> None:
                            f"WHERE {column} = <value> or {column} IN (<values>) (a condition the WHERE ANDs "
                            "with the rest); to read all of it, create it without partial = true")
         rt.fill(table.name, keys)
+
+
+MAX_KEYS = 10_000  # more key combinations than this in one query: the relation is scanned
+
+
+def _by_key(rt: Runtime, query: exp.Expression, name: str) -> pa.Table | None:
+    """The keys to read ``name`` by, when every reference to it in ``query`` is filtered by its
+    key (:meth:`~millpond.engine.runtime.Runtime.key_of`): each key column compared equal to
+    constants (``=``, ``IN``) in a conjunct of the WHERE of the SELECT that reads it. Reading
+    only those rows answers the query: every other row fails that conjunct. None: scan it."""
+    key = rt.key_of(name)
+    schema = rt.catalog.relation(name).schema if key else None
+    if not key or not all(_exact(schema.field(k).type) for k in key):
+        return None
+    found: list[pa.Table] = []
+    for table in query.find_all(exp.Table):
+        if table.name != name:
+            continue
+        select = table.find_ancestor(exp.Select)
+        columns = [_keys(select, table.alias_or_name, k) if select is not None else None for k in key]
+        if any(c is None for c in columns) or np.prod([len(c) for c in columns]) > MAX_KEYS:
+            return None
+        combos = pa.table({k: c for k, c in zip(key, columns[:1])})
+        for k, c in zip(key[1:], columns[1:]):
+            combos = _cross(combos, k, c)
+        found.append(combos)
+    try:
+        return pa.concat_tables([f.cast(pa.schema([schema.field(k) for k in key])) for f in found])
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):  # a constant of another type
+        return None
+
+
+def _exact(t: pa.DataType) -> bool:
+    """A key type whose constants convert to the column's values exactly as PostgreSQL compares
+    them (times, intervals and floating point are left to the query: time zones, NaN)."""
+    return pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t) \
+        or pa.types.is_decimal(t) or pa.types.is_date(t) or pa.types.is_boolean(t)
+
+
+def _cross(left: pa.Table, name: str, values: pa.Array) -> pa.Table:
+    """Every row of ``left`` with every one of ``values`` as column ``name``."""
+    idx = np.repeat(np.arange(left.num_rows), len(values))
+    return left.take(pa.array(idx)).append_column(name, pa.concat_arrays([values] * left.num_rows)
+                                                  if left.num_rows else values.slice(0, 0))
 
 
 def _keys(select: exp.Select, alias: str, column: str) -> pa.Array | None:

@@ -373,10 +373,11 @@ class Builder(Inputs):
     def _materialize(self, node: P.Materialize) -> DataFrame:
         df = self.build(node.input)
         cols = [c for c in df.columns if c != W]
+        key = list(node.key) or cols  # what addresses the rows in state (plan.Materialize)
         if P.keyed_by(node.input) is not None:  # no exchange: the rows stay in the stateful task that made them
-            df = df.selectExpr("*", f"{_hash(cols)} AS {KH}")
+            df = df.selectExpr("*", f"{_hash(key)} AS {KH}")
         else:
-            df = self._exchange(df, cols)
+            df = self._exchange(df, key)
         op = Materialize(tuple(cols), name=self.consumer.name)
         out = FINAL
         return self._map(df, self._task(node.node_id, op, out, final=True, emit=self.consumer.name not in self.tables),

@@ -1,9 +1,11 @@
 """DML: ``INSERT``, ``UPDATE``, ``DELETE`` on tables.
 
 ``INSERT ... VALUES`` and ``INSERT ... SELECT`` evaluate their rows with DuckDB, then go through
-ingest like any insert. ``UPDATE`` and ``DELETE`` commit the epochs in flight, read the rows they
-touch from the committed table (with their ``_row_id``), and append the retractions and new rows
-as one atomic batch.
+ingest like any insert. ``UPDATE`` and ``DELETE`` read the rows they touch (with their
+``_row_id``) as of now — the committed table and the changes appended since, looked up by key
+when the WHERE names the primary key (:mod:`millpond.serve.query`) — and append the retractions
+and new rows as one atomic batch. One that reads other tables or views commits the epochs in
+flight first, so it reads them with the statements before it.
 """
 
 from __future__ import annotations
@@ -66,26 +68,36 @@ def _changeable(rt: Runtime, name: str, verb: str) -> TableDef:
     return t
 
 
+def _as_of_now(rt: Runtime, t: TableDef, *queries: exp.Expression) -> bool:
+    """Whether ``queries`` read only ``t`` (read as of now); else the epochs in flight are committed."""
+    if set().union(*(tables_read(q) for q in queries)) <= {t.name}:
+        return True
+    rt.flush()
+    return False
+
+
 def delete(rt: Runtime, s: exp.Delete) -> None:
     t = _changeable(rt, s.this.name, "DELETE")
-    rt.flush()
     where = s.args.get("where")
-    old = run_query(rt, exp.select("*").from_(t.name).where(where.this if where else None), hidden=True)
+    query = exp.select("*").from_(t.name).where(where.this if where else None)
+    old = run_query(rt, query, hidden=True, pending=_as_of_now(rt, t, query))
     ingest.append_changes(rt, t, old, None)
 
 
 def update(rt: Runtime, s: exp.Update) -> None:
     t = _changeable(rt, s.this.name, "UPDATE")
-    rt.flush()
     sets = {eq.this.name: eq.expression for eq in s.expressions}
     unknown = set(sets) - {c.name for c in t.columns}
     if unknown:
         raise SqlError(f"UPDATE {t.name}: no column {sorted(unknown)[0]!r}")
     where = s.args.get("where")
     cond = where.this if where else None
-    old = run_query(rt, exp.select("*").from_(t.name).where(cond), hidden=True)
     projections = [exp.alias_(sets[c.name].copy() if c.name in sets else exp.column(c.name, quoted=True),
                               c.name, quoted=True) for c in t.columns]
-    new = run_query(rt, exp.select(*projections, exp.column(ROW_ID)).from_(t.name).where(cond), hidden=True)
+    old_query = exp.select("*").from_(t.name).where(cond)
+    new_query = exp.select(*projections, exp.column(ROW_ID)).from_(t.name).where(cond)
+    pending = _as_of_now(rt, t, old_query, new_query)
+    old = run_query(rt, old_query, hidden=True, pending=pending)
+    new = run_query(rt, new_query, hidden=True, pending=pending)
     rows = ingest.conform_rows(t, new.select([c.name for c in t.columns]))
     ingest.append_changes(rt, t, old, rows.append_column(ROW_ID, new.column(ROW_ID)))

@@ -49,14 +49,16 @@ def bind_plans(catalog: Catalog, *, mode: str = "verify") -> Catalog:
                                    "with the version that created it") from None
             raise CatalogError(f"{kind} {v.name!r}: this millpond cannot plan its SQL any more ({exc}); open with "
                                "connect(..., plans='stored') to keep running its stored plan") from None
-        if v.plan is None:
-            found[v.name] = replace(v, plan=P.encode(derived))
+        if v.plan is None:  # its state was built by a millpond that addressed rows by every column
+            found[v.name] = replace(v, plan=P.encode(replace(derived, key=())))
             continue
         try:
             stored = P.decode(v.plan)
         except (ValueError, TypeError, KeyError) as exc:
             raise CatalogError(f"{kind} {v.name!r}: its stored plan cannot be read ({exc}); open the root with "
                                "the millpond version that created it") from None
+        if isinstance(stored, P.Materialize) and not stored.key:  # made before rows were addressed by key
+            derived = replace(derived, key=())
         if kind == "view":  # the indexes it was created reading (a choice made at CREATE: sql/indexes.py)
             derived, _ = share(derived, catalog, only=P.indexes_read(stored))
         diff = P.first_difference(P.canonical(stored), P.canonical(derived))

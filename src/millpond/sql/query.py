@@ -24,9 +24,10 @@ from millpond.sql.planner.windows import spell_out_table_functions
 __all__ = ["run_query", "bind_query", "bind_select", "tables_read"]
 
 
-def run_query(rt: Runtime, query: exp.Expression, *, hidden: bool = False) -> pa.Table:
-    """The result of ``query``; ``hidden`` exposes tables' ``_row_id`` (for UPDATE and DELETE)."""
-    return answer(rt, bind_query(rt, query, hidden=hidden), hidden=hidden)
+def run_query(rt: Runtime, query: exp.Expression, *, hidden: bool = False, pending: bool = False) -> pa.Table:
+    """The result of ``query``; ``hidden`` exposes tables' ``_row_id`` (for UPDATE and DELETE);
+    ``pending`` reads tables as of now: the changes appended since the last epoch too."""
+    return answer(rt, bind_query(rt, query, hidden=hidden), hidden=hidden, pending=pending)
 
 
 def bind_query(rt: Runtime, query: exp.Expression, *, hidden: bool = False) -> exp.Expression:

@@ -56,7 +56,7 @@ def plan_view(select: exp.Expression, catalog: Catalog, *, views: bool = False, 
     ctx = Context(catalog, views=views, fixed_outputs=fixed_outputs)
     node, _ = plan_query(ctx, prepare(ctx, select), {})
     node = _mark_append_only(node, {t.name for t in catalog.tables.values() if t.append_only})
-    return P.Materialize(node, ctx.next_id()), tuple(sorted(ctx.depends))
+    return P.Materialize(node, ctx.next_id(), key=P.row_key(node)), tuple(sorted(ctx.depends))
 
 
 def _mark_append_only(node: P.Node, append_only: set[str]) -> P.Node:
