@@ -35,6 +35,7 @@ from millpond.log import Channel, Log
 __all__ = ["Runtime", "SYSTEM_VIEWS"]
 
 HISTORY = 1000  # epochs of this process kept for ``millpond_epochs``
+READ_SLICE_ROWS = 1_000_000  # a query reads a relation's rows state in slices of about this many rows
 
 _VIEWS_SCHEMA = pa.schema([
     ("name", pa.string()), ("status", pa.string()), ("epoch", pa.int64()), ("lag", pa.int64()),
@@ -219,6 +220,31 @@ class Runtime:
         if isinstance(rel, TableDef) and not hidden:
             table = table.drop_columns([ROW_ID])
         return table
+
+    def reader(self, name: str, *, hidden: bool = False) -> pa.RecordBatchReader | pa.Table:
+        """The committed rows of ``name`` as :meth:`snapshot` reads them, streamed: a table's or
+        view's rows state is read in slices of its key-hash space (:meth:`StateTable.batches`), so
+        a query over a large relation never holds all of it at once. Read once (a reader); small
+        relations, a key-less table's log, a flow's sink and system views come whole."""
+        consumer = self._by_name.get(name)
+        if consumer is None or consumer.log_only or consumer.fed_by is not None or name in SYSTEM_VIEWS:
+            return self.snapshot(name, hidden=hidden)
+        rel = self.catalog.relation(name)
+        manifest = self.coordinator.manifest
+        if (failure := manifest.failed.get(consumer.key)) is not None:
+            raise MillpondError(self.describe_failure(failure))
+        state = self.coordinator.rows(consumer, manifest)
+        if sum(ref.rows for ref in state.levels.files()) <= READ_SLICE_ROWS:
+            return self.snapshot(name, hidden=hidden)
+        schema = rel.log_schema.remove(rel.log_schema.get_field_index(W)) if isinstance(rel, TableDef) \
+            else rel.schema
+        out = schema if hidden or not isinstance(rel, TableDef) else schema.remove(schema.get_field_index(ROW_ID))
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            for found in state.batches(READ_SLICE_ROWS):
+                table = _expand(found, consumer.columns, schema).select(out.names)
+                yield from table.to_batches()
+        return pa.RecordBatchReader.from_batches(out, batches())
 
     def key_of(self, name: str) -> tuple[str, ...]:
         """The columns whose values address a table's or view's committed rows in state (a

@@ -11,6 +11,7 @@ scale (stored, and in DuckDB, it is its PostgreSQL text: :mod:`millpond.serve.di
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import timezone
 from typing import TYPE_CHECKING
 
@@ -42,13 +43,29 @@ def answer(rt: Runtime, query: exp.Expression, *, hidden: bool = False, pending:
         ctes = {c.alias_or_name for c in query.find_all(exp.CTE)}
         query, registered = _as_of(rt, query, con, ctes)
         _upqueries(rt, query, ctes)
-        for name in {t.name for t in query.find_all(exp.Table) if isinstance(t.this, exp.Identifier)} - ctes:
-            if name not in registered:
-                keys = _by_key(rt, query, name)
-                con.register(name, rt.snapshot(name, hidden=hidden, pending=pending) if keys is None else
-                             rt.rows_by_key(name, keys, hidden=hidden, pending=pending))
+        refs = Counter(t.name for t in query.find_all(exp.Table) if isinstance(t.this, exp.Identifier))
+        streamed = []
+        for name in set(refs) - ctes:
+            if name in registered:
+                continue
+            keys = _by_key(rt, query, name)
+            if keys is not None:
+                con.register(name, rt.rows_by_key(name, keys, hidden=hidden, pending=pending))
+            elif refs[name] == 1 and not pending:  # read once: streamed
+                con.register(name, rt.reader(name, hidden=hidden))
+                streamed.append(name)
+            else:
+                con.register(name, rt.snapshot(name, hidden=hidden, pending=pending))
+        sql = to_duckdb(query)
         try:
-            result = con.sql(to_duckdb(query)).to_arrow_table()
+            try:
+                result = con.sql(sql).to_arrow_table()
+            except duckdb.InvalidInputException as exc:  # a plan that scans a streamed relation twice
+                if "already been consumed" not in str(exc):
+                    raise
+                for name in streamed:
+                    con.register(name, rt.snapshot(name, hidden=hidden))
+                result = con.sql(sql).to_arrow_table()
         except duckdb.Error as exc:
             raise SqlError(f"query failed: {exc}") from None
         return _shown(result, intervals=not hidden)

@@ -17,7 +17,7 @@ file that can hold it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 import polars as pl
@@ -74,6 +74,21 @@ class StateTable:
                            pc.less(kh, hi) if hi is not None else pc.is_valid(kh))
             parts.append(t.filter(keep))
         return self._merge(parts)
+
+    def batches(self, rows_per_batch: int = 1_000_000) -> Iterator[pl.DataFrame]:
+        """Every live row, as :meth:`scan` reads them, in slices of the key-hash space of about
+        ``rows_per_batch`` stored rows each: a key's versions all fall in one slice, so each slice
+        merges on its own and a reader holds one slice at a time, never the whole table."""
+        stored = sum(ref.rows for ref in self.levels.files() if self._visible(ref)) + \
+            sum(t.num_rows for t in self.buffered)
+        n = max(1, -(-stored // rows_per_batch))
+        step = (1 << 64) // n
+        for i in range(n):
+            lo = None if i == 0 else -(1 << 63) + i * step
+            hi = None if i == n - 1 else -(1 << 63) + (i + 1) * step
+            found = self.scan(lo, hi)
+            if found is not None and found.height:
+                yield found
 
     def _visible(self, ref: SstRef) -> bool:
         return self.epoch is None or ref.min_ep <= self.epoch
