@@ -5,6 +5,7 @@ Every answer is checked against DuckDB over the rows the test knows it wrote (th
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import duckdb
 import numpy as np
@@ -185,3 +186,54 @@ def test_a_query_streams_a_large_relation_in_slices_and_answers_as_duckdb(open_d
               "SELECT count(*) FROM kv AS a JOIN kv AS b ON a.k = b.k"]:
         assert rows(db.sql(q)) == model.answer(q), q
     assert len(slices) > 10 and max(slices) < len(model.kv) / 2, slices
+
+
+def test_queries_read_a_pinned_version_without_waiting_for_epochs(open_db):
+    """Readers in threads never take the database's lock: they run while an epoch holds it, and
+    each answer is one committed version (a table's committed rows and the view over them agree),
+    while a writer inserts, upserts, deletes, flushes and compacts."""
+    import threading
+
+    db = open_db()
+    db.sql("CREATE TABLE ev (k INT, v BIGINT); CREATE TABLE kv (k INT PRIMARY KEY, v BIGINT); "
+           "CREATE MATERIALIZED VIEW per_k AS SELECT k, count(*) AS n, sum(v) AS s FROM ev GROUP BY k; "
+           "CREATE MATERIALIZED VIEW kv_sum AS SELECT k % 2 AS p, count(*) AS n, sum(v) AS s FROM kv GROUP BY k % 2")
+    consistent = ("SELECT (SELECT count(*) FROM ev) AS a, (SELECT sum(n) FROM per_k) AS b, "
+                  "(SELECT count(*) FROM kv) AS c, (SELECT sum(n) FROM kv_sum) AS d, "
+                  "(SELECT sum(v) FROM kv) AS e, (SELECT sum(s) FROM kv_sum) AS f")
+    stop, bad, answers, errors = threading.Event(), [], [0], []
+
+    def read() -> None:
+        while not stop.is_set():
+            try:
+                r = db.sql(consistent).to_pylist()[0]
+            except Exception as exc:  # noqa: BLE001
+                errors.append(repr(exc))
+                return
+            if (r["a"] or 0) != (r["b"] or 0) or (r["c"] or 0) != (r["d"] or 0) or r["e"] != r["f"]:
+                bad.append(r)
+            answers[0] += 1
+
+    readers = [threading.Thread(target=read) for _ in range(3)]
+    for t in readers:
+        t.start()
+    rng = np.random.default_rng(5)
+    ran_during_epoch = 0
+    try:
+        for i in range(12):
+            db.insert("ev", pa.table({"k": rng.integers(0, 50, 300).astype(np.int32), "v": rng.integers(0, 9, 300)}))
+            db.insert("kv", pa.table({"k": rng.integers(0, 200, 100).astype(np.int32), "v": rng.integers(0, 9, 100)}))
+            db.sql(f"DELETE FROM kv WHERE k = {i}")
+            before = answers[0]
+            with db.runtime.lock:  # an epoch holds the lock: readers go on meanwhile
+                db.runtime.flush()
+                time.sleep(0.05)
+            ran_during_epoch += answers[0] > before
+    finally:
+        stop.set()
+        for t in readers:
+            t.join()
+    assert not errors, errors[:3]
+    assert not bad, bad[:3]
+    assert answers[0] > 12 and ran_during_epoch >= 6, (answers[0], ran_during_epoch)
+    assert db.runtime.coordinator.state._held == {}  # every hold was released

@@ -23,7 +23,7 @@ import logging
 import os
 import re
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any, Callable, Iterator, TypeVar
 
 import pyarrow as pa
@@ -175,6 +175,9 @@ class Database:
         error says so (``statement 3 of 4 failed (statements 1-2 were applied): ...``; its
         ``statement`` attribute is the number). A syntax error anywhere runs nothing. ``progress``
         shows a progress display while a ``FLUSH`` runs (:mod:`millpond.progress`)."""
+        if not self.read_only and (query := session.lock_free(self.runtime, text)) is not None:
+            with self._guard(lock=False), self.runtime.reading():  # a pinned version: epochs go on
+                return session.execute(self.runtime, query)
         with self._guard():
             if self.read_only:
                 return self._read(lambda: session.run(self.runtime, text))
@@ -308,16 +311,17 @@ class Database:
             yield
 
     @contextmanager
-    def _guard(self) -> Iterator[None]:
-        """Serialize API calls; refuse them once closed or fenced (also by a background epoch);
-        turn an unexpected exception into a MillpondError (chaining it)."""
+    def _guard(self, *, lock: bool = True) -> Iterator[None]:
+        """Serialize API calls (``lock``: a query that reads a pinned version takes none); refuse
+        them once closed or fenced (also by a background epoch); turn an unexpected exception into
+        a MillpondError (chaining it)."""
         if self._loop is not None and self._loop.fenced is not None:  # other background errors are retried
             self._fenced = self._loop.fenced
         if self._closed:
             raise MillpondError("the database is closed")
         if self._fenced is not None:
             raise FencedError(f"another writer took over {self.root!r} ({self._fenced}); reopen the root")
-        with self.runtime.lock:
+        with self.runtime.lock if lock else nullcontext():
             try:
                 yield
             except FencedError as exc:

@@ -8,8 +8,8 @@ answers statement by statement) and the extended one (Parse/Bind/Describe/Execut
 text parameters substituted as constants), errors with a SQLSTATE after which the connection
 stays usable, and result columns typed and rendered as PostgreSQL does.
 
-Every statement runs through ``db.sql`` under the database's lock, so a query reads one
-committed epoch, never a half-committed one. Catalog queries of clients (``information_schema``,
+Every statement runs through ``db.sql``: a query reads one pinned committed version without the
+database's lock (never a half-committed epoch, never waiting for one); writes take the lock. Catalog queries of clients (``information_schema``,
 ``pg_catalog``, ``version()``) are answered by DuckDB, whose PostgreSQL catalogs list the tables
 and views (with their columns, no rows). ``BEGIN``/``COMMIT``/``ROLLBACK`` are accepted and do
 nothing (each statement is atomic on its own); ``SUBSCRIBE`` returns what is kept so far.

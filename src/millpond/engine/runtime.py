@@ -10,6 +10,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Iterator
 from datetime import datetime, timezone
 
@@ -31,6 +33,7 @@ from millpond.engine.partial import filled_rows, missing, read_filled
 from millpond.errors import CatalogError, InvariantError, MillpondError, RetentionError, SqlError
 from millpond.keyhash import xxhash64
 from millpond.log import Channel, Log
+from millpond.store.manifest import Manifest
 
 __all__ = ["Runtime", "SYSTEM_VIEWS"]
 
@@ -45,6 +48,16 @@ _EPOCHS_SCHEMA = pa.schema([
     ("name", pa.string()), ("rows_in", pa.int64()), ("rows_out", pa.int64()), ("state_bytes", pa.int64())])
 
 
+@dataclass(frozen=True)
+class _Installed:
+    """A catalog and the consumers it runs, installed together."""
+
+    catalog: Catalog
+    consumers: list[Consumer]
+    by_name: dict[str, Consumer]
+    by_key: dict[str, Consumer]
+
+
 class Runtime:
     def __init__(self, catalogs: CatalogStore, catalog: Catalog, log: Log, coordinator: Coordinator):
         self.catalogs, self.log, self.coordinator = catalogs, log, coordinator
@@ -54,15 +67,47 @@ class Runtime:
         self._history: deque[dict] = deque(maxlen=HISTORY)  # one row per (epoch, consumer that ran)
         self._plans: dict[int, P.Materialize] = {}  # decoded view plans by view id
         self._wanted: dict[str, pa.Array] = {}  # partial view -> keys read since it last ran (engine/partial.py)
+        self._local = threading.local()  # a thread's pinned version while it reads (reading())
         self._install(catalog)
 
     @property
     def catalog(self) -> Catalog:
-        return self._catalog
+        return self._view().catalog
 
     @property
     def consumers(self) -> list[Consumer]:
-        return self._consumers
+        return self._view().consumers
+
+    @property
+    def _by_name(self) -> dict[str, Consumer]:
+        return self._view().by_name
+
+    @property
+    def _by_key(self) -> dict[str, Consumer]:
+        return self._view().by_key
+
+    @property
+    def _manifest(self) -> Manifest:
+        """The manifest reads go by: the pinned one of this thread's :meth:`reading`, else the last."""
+        pinned = getattr(self._local, "pinned", None)
+        return pinned[1] if pinned is not None else self.coordinator.manifest
+
+    def _view(self) -> _Installed:
+        pinned = getattr(self._local, "pinned", None)
+        return pinned[0] if pinned is not None else self._installed
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """Reads in this thread go by one committed version until the block exits, without
+        :attr:`lock`: the manifest in force (its files are held against garbage collection:
+        :meth:`~millpond.store.store.StateStore.hold`) and the catalog installed after it was
+        taken. Epochs and DDL go on meanwhile; a query never waits for them, nor they for it."""
+        with self.coordinator.state.hold() as manifest:
+            self._local.pinned = (self._installed, manifest)
+            try:
+                yield
+            finally:
+                self._local.pinned = None
 
     # -- the catalog ------------------------------------------------------------------------------
     def commit_catalog(self, catalog: Catalog) -> None:
@@ -71,12 +116,12 @@ class Runtime:
         self._install(self.catalogs.commit(catalog))
 
     def _install(self, catalog: Catalog) -> None:
-        self._consumers = consumers(catalog, self._plans_of(catalog))
-        self._by_name = {c.name: c for c in self._consumers}
-        self._by_key = {c.key: c for c in self._consumers}
+        """Run ``catalog``'s consumers from now on (one assignment: a reader sees all of it or none)."""
+        found = consumers(catalog, self._plans_of(catalog))
+        by_name = {c.name: c for c in found}
         self._triggers = [(c.key, f.trigger_rows, [catalog.tables[s.table] for s in P.sources(c.plan)])
-                          for f in catalog.flows.values() if f.trigger_rows and (c := self._by_name[f.name])]
-        self._catalog = catalog
+                          for f in catalog.flows.values() if f.trigger_rows and (c := by_name[f.name])]
+        self._installed = _Installed(catalog, found, by_name, {c.key: c for c in found})
 
     def _plans_of(self, catalog: Catalog) -> dict[str, P.Materialize]:
         plans = {}
@@ -196,11 +241,11 @@ class Runtime:
             return SYSTEM_VIEWS[name](self)
         rel = self.catalog.relation(name)
         consumer = self._by_name[name]
-        if (failure := self.coordinator.manifest.failed.get(consumer.key)) is not None:
+        if (failure := self._manifest.failed.get(consumer.key)) is not None:
             raise MillpondError(self.describe_failure(failure))
         schema = rel.log_schema.remove(rel.log_schema.get_field_index(W)) if isinstance(rel, TableDef) \
             else rel.schema
-        manifest = self.coordinator.manifest  # one version: its rows and its offsets agree
+        manifest = self._manifest  # one version: its rows and its offsets agree
         stop = manifest.offsets.get(consumer.key, {}).get(rel.channel, 0) if isinstance(rel, TableDef) else 0
         end = None if pending else stop
         if consumer.log_only:  # a key-less table: its log up to the last committed epoch (or the end)
@@ -230,7 +275,7 @@ class Runtime:
         if consumer is None or consumer.log_only or consumer.fed_by is not None or name in SYSTEM_VIEWS:
             return self.snapshot(name, hidden=hidden)
         rel = self.catalog.relation(name)
-        manifest = self.coordinator.manifest
+        manifest = self._manifest
         if (failure := manifest.failed.get(consumer.key)) is not None:
             raise MillpondError(self.describe_failure(failure))
         state = self.coordinator.rows(consumer, manifest)
@@ -266,7 +311,7 @@ class Runtime:
         key = self.key_of(name)
         if not key or tuple(keys.column_names) != key:
             raise InvariantError(f"{name}: rows are addressed by {list(key)}, not {keys.column_names}")
-        manifest = self.coordinator.manifest  # one version: its rows and its offsets agree
+        manifest = self._manifest  # one version: its rows and its offsets agree
         if (failure := manifest.failed.get(consumer.key)) is not None:
             raise MillpondError(self.describe_failure(failure))
         schema = rel.log_schema.remove(rel.log_schema.get_field_index(W)) if isinstance(rel, TableDef) \

@@ -24,7 +24,7 @@ from millpond.sql.query import run_query
 from millpond.sql.subscribe import subscribe
 from millpond.sql.statements import keyword, parse
 
-__all__ = ["run", "execute", "statements", "locate", "verb"]
+__all__ = ["run", "execute", "statements", "locate", "verb", "lock_free"]
 
 
 def statements(text: str) -> list[exp.Expression]:
@@ -56,6 +56,27 @@ def run(rt: Runtime, text: str) -> pa.Table | None:
                 raise
             raise error from exc
     return result
+
+
+def lock_free(rt: Runtime, text: str) -> exp.Query | None:
+    """``text`` when it is one query that can read a pinned version without the database's lock
+    (:meth:`~millpond.engine.runtime.Runtime.reading`): it reads only tables and views — no
+    ``AS OF`` (kept changes), no partial view (it fills keys: a write), no system view — else
+    None (a syntax error is left to :func:`run` to report)."""
+    try:
+        parsed = statements(text)
+    except MillpondError:
+        return None
+    if len(parsed) != 1 or not isinstance(parsed[0], exp.Query):
+        return None
+    catalog = rt.catalog
+    for table in parsed[0].find_all(exp.Table):
+        view = catalog.views.get(table.name)
+        if table.args.get("version") is not None or (view is not None and view.partial):
+            return None
+    ctes = {c.alias_or_name for c in parsed[0].find_all(exp.CTE)}
+    names = {t.name for t in parsed[0].find_all(exp.Table) if isinstance(t.this, exp.Identifier)} - ctes
+    return parsed[0] if all(n in catalog.tables or n in catalog.views for n in names) else None
 
 
 def locate(error: MillpondError, i: int, n: int) -> None:

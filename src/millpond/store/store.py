@@ -30,7 +30,7 @@ import json
 import logging
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Callable, Iterator
@@ -79,6 +79,7 @@ class StateStore:
         self._specs: dict[str, tuple[tuple[str, ...], bool]] = {}
         self._uploader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="millpond-upload")
         self._lock = threading.Lock()
+        self._held: Counter[int] = Counter()  # manifest version -> readers of this process holding it
 
     # -- commit -------------------------------------------------------------------------------
     def commit(self, epoch: int, new: dict[str, list[SstRef]], offsets: dict, *,
@@ -203,6 +204,22 @@ class StateStore:
         finally:
             self.store.delete(key)
 
+    @contextmanager
+    def hold(self) -> Iterator[Manifest]:
+        """The current version, its files kept from garbage collection until the block exits: a
+        reader of this process reads it while epochs and compactions commit newer ones. Costs no
+        I/O (unlike :meth:`pin`, which other processes see and which keeps old epochs readable)."""
+        with self._lock:
+            manifest = self.manifest
+            self._held[manifest.version] += 1
+        try:
+            yield manifest
+        finally:
+            with self._lock:
+                self._held[manifest.version] -= 1
+                if not self._held[manifest.version]:
+                    del self._held[manifest.version]
+
     def pins(self) -> list[dict]:
         out = []
         for key in self.store.list(paths.PIN_PREFIX):
@@ -214,8 +231,9 @@ class StateStore:
 
     def collect_garbage(self) -> int:
         """Delete unreferenced files and old versions; returns the number of files deleted."""
-        current = self.manifest
-        pinned = [p["version"] for p in self.pins()]
+        with self._lock:  # a reader holds the current version, or one it took before it: counted here
+            current, held = self.manifest, list(self._held)
+        pinned = [p["version"] for p in self.pins()] + held
         oldest = min([current.version, *pinned])
         keep = set(current.files())
         versions = [v for v in self.manifests.versions() if v < current.version]
