@@ -38,6 +38,7 @@ from millpond.store.manifest import Manifest
 __all__ = ["Runtime", "SYSTEM_VIEWS"]
 
 HISTORY = 1000  # epochs of this process kept for ``millpond_epochs``
+TRUNCATE_EVERY = 8  # epochs between two passes that truncate tables' logs (truncate_logs)
 READ_SLICE_ROWS = 1_000_000  # a query reads a relation's rows state in slices of about this many rows
 
 _VIEWS_SCHEMA = pa.schema([
@@ -68,6 +69,7 @@ class Runtime:
         self._plans: dict[int, P.Materialize] = {}  # decoded view plans by view id
         self._wanted: dict[str, pa.Array] = {}  # partial view -> keys read since it last ran (engine/partial.py)
         self._local = threading.local()  # a thread's pinned version while it reads (reading())
+        self._kept_starts: dict[tuple[str, int], int] = {}  # (table consumer, oldest kept epoch) -> log seq
         self._install(catalog)
 
     @property
@@ -158,7 +160,52 @@ class Runtime:
                                   "rows_in": rows_in,
                                   "rows_out": report.changes.rows(name) if name in report.changes else None,
                                   "state_bytes": self._state_bytes(self._by_name[name])})
+        if report.epoch % TRUNCATE_EVERY == 0:
+            self.truncate_logs()
         return report
+
+    def truncate_logs(self) -> dict[str, int]:
+        """Drop the log records of tables with a primary key that nothing will read again; returns
+        each truncated table's new log start. A table's rows are its state, so a record is needed
+        only until every consumer reading the table (its own materialization, views, flows, indexes)
+        has committed past it, and while the table's kept changes (subscriptions and ``AS OF`` on
+        it, ``SET retention``) include it; a view created later reads the rows and the log after
+        the table's own offset. Only what is flushed to object storage goes. Not truncated: a
+        table without a key or APPEND ONLY (its log is its rows) and a flow's sink."""
+        manifest, catalog, feed = self.coordinator.manifest, self.catalog, self.coordinator.changes
+        sinks = {f.sink for f in catalog.flows.values()}
+        oldest = feed.oldest()
+        out = {}
+        for t in catalog.tables.values():
+            own = manifest.offsets.get(f"o{t.id}", {}).get(t.channel)
+            if not t.primary_key or t.append_only or t.name in sinks or own is None:
+                continue
+            floor = min(o[t.channel] for o in manifest.offsets.values() if t.channel in o)
+            if oldest is not None:
+                floor = min(floor, self._kept_from(f"o{t.id}", oldest, own))
+            channel = self.channel(t)
+            floor = min(floor, channel.flushed)
+            if floor > channel.start:
+                channel.truncate(floor)
+                faults.point("log.after_truncate")
+                out[t.name] = floor
+        return out
+
+    def _kept_from(self, key: str, oldest: int, own: int) -> int:
+        """Where the kept changes of table consumer ``key`` start in its log: the range its first
+        kept epoch took (``own``, its offset now, if no kept epoch changed it). Entries never
+        change, so the answer is remembered per (table, oldest kept epoch)."""
+        if (key, oldest) not in self._kept_starts:
+            start = own
+            for e in range(oldest, self.coordinator.manifest.epoch + 1):
+                entry = self.coordinator.changes.entry(e)
+                if entry is not None and key in entry.tables:
+                    start = entry.tables[key][0]
+                    break
+            if len(self._kept_starts) > 4096:
+                self._kept_starts.clear()
+            self._kept_starts[(key, oldest)] = start
+        return min(self._kept_starts[(key, oldest)], own)
 
     def due(self) -> bool:
         """Whether a flow's unread input has reached its ``TRIGGER AFTER n ROWS`` (the records

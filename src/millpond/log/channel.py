@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import pyarrow as pa
 
-from millpond import paths
+from millpond import faults, paths
 from millpond.columns import SEQ, TICK
 from millpond.errors import MillpondError, TruncatedError
 from millpond.log.appends import Part, prepare, records
@@ -109,23 +109,37 @@ class Channel:
             yield self.read(pos, stop, hidden=True)
             pos = stop
 
-    def truncate(self, upto: int) -> None:
-        """Drop records below ``upto``; they must be flushed already (so no WAL frame is lost)."""
+    @property
+    def flushed(self) -> int:
+        """The end of the channel's flushed prefix: records below it are in object storage, not
+        only in the write-ahead log (a transaction's frame may flush out of order)."""
         with self.log.live.cv:
-            pieces = self.log.live.pieces(self.info.id)
             flushed = self.start
-            for p in pieces:  # the flushed prefix (a transaction's frame may flush out of order)
+            for p in self.log.live.pieces(self.info.id):
                 if p.offset >= 0:
                     break
                 flushed = p.end
+            return flushed
+
+    def truncate(self, upto: int) -> None:
+        """Drop records below ``upto``; they must be flushed already (so no WAL frame is lost)."""
+        with self.log.live.cv:
+            flushed = self.flushed
             if upto > flushed:
                 raise MillpondError(f"log channel {self.name!r}: cannot truncate to {upto}: records from {flushed} "
                                     "are not flushed yet (Log.flush() first)")
             if upto <= self.start:
                 return
             self.log.store.put(paths.log_start_key(self.info.id, upto), b"")
+            faults.point("log.truncate.after_start")
             for p in self.log.live.truncated(self.info.id, upto):
                 self.log.store.delete(p.key)
+        # files an earlier truncation was stopped before deleting (a crash): nothing reads them
+        for key in self.log.store.list(paths.log_data_prefix(self.info.id)):
+            name = key.rsplit("/", 1)[-1]
+            if name.startswith("start-") and int(name[6:26]) < upto or \
+                    name.endswith(".parquet") and paths.parse_log_data_key(key)[1] <= upto:
+                self.log.store.delete(key)
 
     def _check_range(self, start: int) -> None:
         if start < self.start:

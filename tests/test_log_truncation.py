@@ -1,0 +1,151 @@
+"""A keyed table's log is truncated once nothing will read it again: every consumer committed past
+it and the kept changes (``SET retention``) no longer include it. Views, a view created after the
+truncation, kept changes, a reopened root and a process killed in the middle of a truncation all
+still answer as DuckDB does over the rows the test wrote."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from millpond import paths
+from millpond.errors import RetentionError
+from tests.conftest import rows
+
+REPO = Path(__file__).resolve().parent.parent
+SCHEMA = """CREATE TABLE kv (k INT PRIMARY KEY, g INT, v BIGINT);
+            CREATE TABLE names (g INT PRIMARY KEY, name VARCHAR);
+            CREATE TABLE ev (g INT, v BIGINT);
+            CREATE INDEX kv_g ON kv (g);
+            CREATE MATERIALIZED VIEW per_g AS SELECT g, count(*) AS n, sum(v) AS s FROM kv GROUP BY g;
+            CREATE MATERIALIZED VIEW named AS SELECT n.name, count(*) AS c, sum(kv.v) AS s
+                FROM kv JOIN names AS n ON kv.g = n.g GROUP BY n.name;
+            CREATE MATERIALIZED VIEW ev_g AS SELECT g, sum(v) AS s FROM ev GROUP BY g;
+            SET retention = '3 epochs'"""
+VIEWS = {"per_g": "SELECT g, count(*) AS n, sum(v) AS s FROM kv GROUP BY g",
+         "named": "SELECT n.name, count(*) AS c, sum(kv.v) AS s FROM kv JOIN names AS n ON kv.g = n.g GROUP BY n.name",
+         "ev_g": "SELECT g, sum(v) AS s FROM ev GROUP BY g"}
+
+
+def _step(db, model: dict, rng: np.random.Generator) -> None:  # noqa: ANN001
+    k = rng.integers(0, 60, 30).astype(np.int32)
+    g = rng.integers(0, 5, 30).astype(np.int32)
+    v = rng.integers(-9, 9, 30)
+    db.insert("kv", pa.table({"k": k, "g": g, "v": v}))
+    for a, b, c in zip(k.tolist(), g.tolist(), v.tolist()):
+        model["kv"][a] = (b, c)
+    gone = int(rng.integers(0, 60))
+    db.sql(f"DELETE FROM kv WHERE k = {gone}")
+    model["kv"].pop(gone, None)
+    db.insert("ev", pa.table({"g": g[:5], "v": v[:5]}))
+    model["ev"] += list(zip(g[:5].tolist(), v[:5].tolist()))
+    db.flush()
+
+
+def _oracle(model: dict) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    con.register("kv", pa.table({"k": pa.array(list(model["kv"]), pa.int32()),
+                                 "g": pa.array([g for g, _ in model["kv"].values()], pa.int32()),
+                                 "v": pa.array([v for _, v in model["kv"].values()], pa.int64())}))
+    con.register("names", pa.table({"g": pa.array(range(5), pa.int32()), "name": [f"n{i % 3}" for i in range(5)]}))
+    con.register("ev", pa.table({"g": pa.array([g for g, _ in model["ev"]], pa.int32()),
+                                 "v": pa.array([v for _, v in model["ev"]], pa.int64())}))
+    return con
+
+
+def _check(db, model: dict) -> None:  # noqa: ANN001
+    con = _oracle(model)
+    for name, sql in VIEWS.items():
+        assert rows(db.sql(f"SELECT * FROM {name}")) == rows(con.sql(sql).to_arrow_table()), name
+    assert rows(db.sql("SELECT * FROM kv")) == rows(con.sql("SELECT * FROM kv").to_arrow_table())
+
+
+def _start(db, name: str) -> int:  # noqa: ANN001
+    return db.runtime.channel(db.runtime.catalog.tables[name]).start
+
+
+def test_keyed_tables_logs_are_truncated_and_everything_still_reads(open_db, root):
+    db = open_db()
+    db.sql(SCHEMA)
+    db.sql("INSERT INTO names VALUES " + ", ".join(f"({i}, 'n{i % 3}')" for i in range(5)))
+    model, rng = {"kv": {}, "ev": []}, np.random.default_rng(2)
+    for i in range(10):
+        _step(db, model, rng)
+        if i % 3 == 2:
+            db.runtime.log.flush()  # a full segment would be flushed by itself (64 MiB)
+            db.runtime.truncate_logs()
+            _check(db, model)
+    kv_start = _start(db, "kv")
+    assert kv_start > 0 and _start(db, "ev") == 0  # a key-less table's log is its rows: kept
+    # what was truncated is gone from storage too
+    store = db.runtime.log.store
+    tid = db.runtime.catalog.tables["kv"].channel_id
+    ends = [paths.parse_log_data_key(k)[1] for k in store.list(paths.log_data_prefix(tid)) if k.endswith(".parquet")]
+    assert ends and min(ends) > kv_start
+    # kept changes: the last epochs read, the older ones are refused by retention, not by the log
+    epoch = db.runtime.coordinator.manifest.epoch
+    assert sum(c.num_rows for c in db.runtime.changes("kv", epoch - 2)) > 0
+    with pytest.raises(RetentionError):
+        list(db.runtime.changes("kv", 0))
+    # a view created after the truncation reads the table's rows and the log after them
+    db.sql("CREATE MATERIALIZED VIEW late AS SELECT g, max(v) AS top, count(*) AS n FROM kv GROUP BY g")
+    _step(db, model, rng)
+    late = "SELECT g, max(v) AS top, count(*) AS n FROM kv GROUP BY g"
+    assert rows(db.sql("SELECT * FROM late")) == rows(_oracle(model).sql(late).to_arrow_table())
+    db.close()
+    db = open_db()  # recovery reads the truncated log from its start
+    _step(db, model, rng)
+    _check(db, model)
+    assert rows(db.sql("SELECT * FROM late")) == rows(_oracle(model).sql(late).to_arrow_table())
+
+
+SCRIPT = """
+import sys, numpy as np, pyarrow as pa, millpond
+from millpond.spark.session import local_session
+db = millpond.connect(sys.argv[1], spark=local_session(cores="2", shuffle_partitions=2), interval=None)
+db.insert("kv", pa.table({"k": np.arange(100, 140, dtype=np.int32), "g": np.ones(40, np.int32), "v": np.arange(40)}))
+db.flush()
+db.runtime.log.flush()
+db.runtime.truncate_logs()
+print("NOT KILLED")
+"""
+
+
+def test_a_process_killed_while_it_truncates_a_log_loses_nothing(open_db, root):
+    db = open_db()
+    db.sql(SCHEMA)
+    db.sql("INSERT INTO names VALUES " + ", ".join(f"({i}, 'n{i % 3}')" for i in range(5)))
+    model, rng = {"kv": {}, "ev": []}, np.random.default_rng(4)
+    for _ in range(5):
+        _step(db, model, rng)
+        db.runtime.log.flush()  # a file per step: the oldest are wholly below the next truncation
+    db.close()
+    env = {**os.environ, "MILLPOND_CRASH_AT": "log.truncate.after_start",
+           "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
+    env.pop("MILLPOND_CRASH_PID", None)
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, root], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == -9 and "NOT KILLED" not in proc.stdout, proc.stderr[-2000:]
+    model["kv"].update({k: (1, k - 100) for k in range(100, 140)})
+    db = open_db()
+    start = _start(db, "kv")
+    assert start > 0  # the new start was written before the kill
+    tid = db.runtime.catalog.tables["kv"].channel_id
+    store = db.runtime.log.store
+    assert [k for k in store.list(paths.log_data_prefix(tid))  # ... its files below it were not deleted
+            if k.endswith(".parquet") and paths.parse_log_data_key(k)[1] <= start]
+    _step(db, model, rng)
+    _check(db, model)
+    db.runtime.log.flush()
+    db.runtime.truncate_logs()  # deletes what the killed truncation left behind
+    now = _start(db, "kv")
+    left = [k for k in store.list(paths.log_data_prefix(tid))
+            if k.endswith(".parquet") and paths.parse_log_data_key(k)[1] <= now]
+    assert left == [] and len([k for k in store.list(paths.log_data_prefix(tid)) if "start-" in k]) == 1
+    _check(db, model)
