@@ -307,7 +307,7 @@ def test_expired_windows_keep_their_rows_and_late_changes_are_counted(open_db, t
             db = open_db(path=path)
         for _ in range(source.rng.randrange(1, 4)):
             source.step(db)
-        db.flush()
+            db.flush()  # an epoch per step: files enough for the compaction below to merge
         flow = db.sql("SHOW FLOWS").to_pylist()[0]
         assert flow["expire_after"] == {"months": 0, "days": 0, "micros": 300_000_000}
         oldest = flow["watermark"] - timedelta(minutes=5)

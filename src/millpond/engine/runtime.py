@@ -39,6 +39,7 @@ __all__ = ["Runtime", "SYSTEM_VIEWS"]
 
 HISTORY = 1000  # epochs of this process kept for ``millpond_epochs``
 TRUNCATE_EVERY = 8  # epochs between two passes that truncate tables' logs (truncate_logs)
+TRUNCATE_FLUSH_RECORDS = 100_000  # a pass flushes the log first when this many records could go
 READ_SLICE_ROWS = 1_000_000  # a query reads a relation's rows state in slices of about this many rows
 
 _VIEWS_SCHEMA = pa.schema([
@@ -175,7 +176,7 @@ class Runtime:
         manifest, catalog, feed = self.coordinator.manifest, self.catalog, self.coordinator.changes
         sinks = {f.sink for f in catalog.flows.values()}
         oldest = feed.oldest()
-        out = {}
+        floors = {}
         for t in catalog.tables.values():
             own = manifest.offsets.get(f"o{t.id}", {}).get(t.channel)
             if not t.primary_key or t.append_only or t.name in sinks or own is None:
@@ -183,6 +184,14 @@ class Runtime:
             floor = min(o[t.channel] for o in manifest.offsets.values() if t.channel in o)
             if oldest is not None:
                 floor = min(floor, self._kept_from(f"o{t.id}", oldest, own))
+            if floor > self.channel(t).start:
+                floors[t] = floor
+        # what can go is still in the write-ahead log (its segments flush when full): flush it
+        # when that holds many records, rather than keep a segment's worth of them under the root
+        if sum(max(0, f - self.channel(t).flushed) for t, f in floors.items()) >= TRUNCATE_FLUSH_RECORDS:
+            self.log.flush()
+        out = {}
+        for t, floor in floors.items():
             channel = self.channel(t)
             floor = min(floor, channel.flushed)
             if floor > channel.start:
