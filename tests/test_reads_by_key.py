@@ -157,7 +157,7 @@ def test_a_duplicate_key_is_still_refused_when_the_key_is_read_by_lookup(open_db
 def test_a_query_streams_a_large_relation_in_slices_and_answers_as_duckdb(open_db, monkeypatch):
     """A relation bigger than a slice is read slice by slice (each a range of key hashes); the
     answers equal DuckDB's over the model, also where a plan would scan it twice."""
-    from millpond.engine import runtime
+    from millpond.engine import reads
     from millpond.store import state_table
 
     db = open_db()
@@ -171,7 +171,7 @@ def test_a_query_streams_a_large_relation_in_slices_and_answers_as_duckdb(open_d
         for k, n, g, v in zip(*batch.values()):
             model.kv[(k, n)] = (g, v)
         db.flush()
-    monkeypatch.setattr(runtime, "READ_SLICE_ROWS", 40)
+    monkeypatch.setattr(reads, "READ_SLICE_ROWS", 40)
     slices = []
     real = state_table.StateTable.batches
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Iterator
 from datetime import datetime, timezone
 
@@ -28,19 +26,17 @@ from millpond.engine.changelog import consolidate
 from millpond.engine.consumers import consumers
 from millpond.engine.coordinator import Coordinator, EpochReport, describe_failure
 from millpond.engine.flows import SINK_OWED
+from millpond.engine.reads import Installed, Reads, consolidate_rows
 from millpond.engine.executor import Consumer
 from millpond.engine.partial import filled_rows, missing, read_filled
-from millpond.errors import CatalogError, InvariantError, MillpondError, RetentionError, SqlError
-from millpond.keyhash import xxhash64
+from millpond.errors import CatalogError, MillpondError, RetentionError, SqlError
 from millpond.log import Channel, Log
-from millpond.store.manifest import Manifest
 
 __all__ = ["Runtime", "SYSTEM_VIEWS"]
 
 HISTORY = 1000  # epochs of this process kept for ``millpond_epochs``
 TRUNCATE_EVERY = 8  # epochs between two passes that truncate tables' logs (truncate_logs)
 TRUNCATE_FLUSH_RECORDS = 100_000  # a pass flushes the log first when this many records could go
-READ_SLICE_ROWS = 1_000_000  # a query reads a relation's rows state in slices of about this many rows
 
 _VIEWS_SCHEMA = pa.schema([
     ("name", pa.string()), ("status", pa.string()), ("epoch", pa.int64()), ("lag", pa.int64()),
@@ -50,17 +46,7 @@ _EPOCHS_SCHEMA = pa.schema([
     ("name", pa.string()), ("rows_in", pa.int64()), ("rows_out", pa.int64()), ("state_bytes", pa.int64())])
 
 
-@dataclass(frozen=True)
-class _Installed:
-    """A catalog and the consumers it runs, installed together."""
-
-    catalog: Catalog
-    consumers: list[Consumer]
-    by_name: dict[str, Consumer]
-    by_key: dict[str, Consumer]
-
-
-class Runtime:
+class Runtime(Reads):
     def __init__(self, catalogs: CatalogStore, catalog: Catalog, log: Log, coordinator: Coordinator):
         self.catalogs, self.log, self.coordinator = catalogs, log, coordinator
         self.lock = threading.RLock()
@@ -72,45 +58,6 @@ class Runtime:
         self._local = threading.local()  # a thread's pinned version while it reads (reading())
         self._kept_starts: dict[tuple[str, int], int] = {}  # (table consumer, oldest kept epoch) -> log seq
         self._install(catalog)
-
-    @property
-    def catalog(self) -> Catalog:
-        return self._view().catalog
-
-    @property
-    def consumers(self) -> list[Consumer]:
-        return self._view().consumers
-
-    @property
-    def _by_name(self) -> dict[str, Consumer]:
-        return self._view().by_name
-
-    @property
-    def _by_key(self) -> dict[str, Consumer]:
-        return self._view().by_key
-
-    @property
-    def _manifest(self) -> Manifest:
-        """The manifest reads go by: the pinned one of this thread's :meth:`reading`, else the last."""
-        pinned = getattr(self._local, "pinned", None)
-        return pinned[1] if pinned is not None else self.coordinator.manifest
-
-    def _view(self) -> _Installed:
-        pinned = getattr(self._local, "pinned", None)
-        return pinned[0] if pinned is not None else self._installed
-
-    @contextmanager
-    def reading(self) -> Iterator[None]:
-        """Reads in this thread go by one committed version until the block exits, without
-        :attr:`lock`: the manifest in force (its files are held against garbage collection:
-        :meth:`~millpond.store.store.StateStore.hold`) and the catalog installed after it was
-        taken. Epochs and DDL go on meanwhile; a query never waits for them, nor they for it."""
-        with self.coordinator.state.hold() as manifest:
-            self._local.pinned = (self._installed, manifest)
-            try:
-                yield
-            finally:
-                self._local.pinned = None
 
     # -- the catalog ------------------------------------------------------------------------------
     def commit_catalog(self, catalog: Catalog) -> None:
@@ -124,7 +71,7 @@ class Runtime:
         by_name = {c.name: c for c in found}
         self._triggers = [(c.key, f.trigger_rows, [catalog.tables[s.table] for s in P.sources(c.plan)])
                           for f in catalog.flows.values() if f.trigger_rows and (c := by_name[f.name])]
-        self._installed = _Installed(catalog, found, by_name, {c.key: c for c in found})
+        self._installed = Installed(catalog, found, by_name, {c.key: c for c in found})
 
     def _plans_of(self, catalog: Catalog) -> dict[str, P.Materialize]:
         plans = {}
@@ -288,110 +235,6 @@ class Runtime:
         records = rows.append_column(ROW_ID, pa.nulls(rows.num_rows, pa.int64())).append_column(W, change[W])
         self.channel(table).append(records.cast(table.log_schema), producer=(_producer(flow), epoch))
 
-    # -- reads and channels -------------------------------------------------------------------
-    def snapshot(self, name: str, *, hidden: bool = False, pending: bool = False) -> pa.Table:
-        """The committed rows of a table or view; ``hidden`` keeps a table's ``_row_id``;
-        ``pending`` (tables only) adds the changes appended to its log that no epoch has committed
-        yet: the table as of now, with no epoch to wait for."""
-        if name in SYSTEM_VIEWS:
-            return SYSTEM_VIEWS[name](self)
-        rel = self.catalog.relation(name)
-        consumer = self._by_name[name]
-        if (failure := self._manifest.failed.get(consumer.key)) is not None:
-            raise MillpondError(self.describe_failure(failure))
-        schema = rel.log_schema.remove(rel.log_schema.get_field_index(W)) if isinstance(rel, TableDef) \
-            else rel.schema
-        manifest = self._manifest  # one version: its rows and its offsets agree
-        stop = manifest.offsets.get(consumer.key, {}).get(rel.channel, 0) if isinstance(rel, TableDef) else 0
-        end = None if pending else stop
-        if consumer.log_only:  # a key-less table: its log up to the last committed epoch (or the end)
-            table = _consolidate(self.channel(rel).read(0, end)).select(list(consumer.columns)).cast(schema)
-            return table if hidden else table.drop_columns([ROW_ID])
-        fed = self._by_key[consumer.fed_by] if consumer.fed_by is not None else None  # a flow's sink: the flow's rows
-        table = _expand(self.coordinator.rows(fed or consumer, manifest).scan(), (fed or consumer).columns, schema,
-                        row_id=fed is not None)
-        if fed is not None:
-            return table if hidden else table.drop_columns([ROW_ID])
-        if pending and isinstance(rel, TableDef):
-            changes = self.channel(rel).read(stop, None)
-            if changes.num_rows:
-                ones = pa.array(np.ones(table.num_rows, dtype=np.int64))
-                table = _consolidate(pa.concat_tables([table.append_column(W, ones).cast(changes.schema), changes])
-                                     ).select(list(consumer.columns)).cast(schema)
-        if isinstance(rel, TableDef) and not hidden:
-            table = table.drop_columns([ROW_ID])
-        return table
-
-    def reader(self, name: str, *, hidden: bool = False) -> pa.RecordBatchReader | pa.Table:
-        """The committed rows of ``name`` as :meth:`snapshot` reads them, streamed: a table's or
-        view's rows state is read in slices of its key-hash space (:meth:`StateTable.batches`), so
-        a query over a large relation never holds all of it at once. Read once (a reader); small
-        relations, a key-less table's log, a flow's sink and system views come whole."""
-        consumer = self._by_name.get(name)
-        if consumer is None or consumer.log_only or consumer.fed_by is not None or name in SYSTEM_VIEWS:
-            return self.snapshot(name, hidden=hidden)
-        rel = self.catalog.relation(name)
-        manifest = self._manifest
-        if (failure := manifest.failed.get(consumer.key)) is not None:
-            raise MillpondError(self.describe_failure(failure))
-        state = self.coordinator.rows(consumer, manifest)
-        if sum(ref.rows for ref in state.levels.files()) <= READ_SLICE_ROWS:
-            return self.snapshot(name, hidden=hidden)
-        schema = rel.log_schema.remove(rel.log_schema.get_field_index(W)) if isinstance(rel, TableDef) \
-            else rel.schema
-        out = schema if hidden or not isinstance(rel, TableDef) else schema.remove(schema.get_field_index(ROW_ID))
-
-        def batches() -> Iterator[pa.RecordBatch]:
-            for found in state.batches(READ_SLICE_ROWS):
-                table = _expand(found, consumer.columns, schema).select(out.names)
-                yield from table.to_batches()
-        return pa.RecordBatchReader.from_batches(out, batches())
-
-    def key_of(self, name: str) -> tuple[str, ...]:
-        """The columns whose values address a table's or view's committed rows in state (a
-        table's primary key, a view's group key: :func:`millpond.engine.plan.row_key`), for
-        :meth:`rows_by_key`; () when its rows can only be scanned."""
-        consumer = self._by_name.get(name)
-        if consumer is None or consumer.log_only or consumer.fed_by is not None or name in SYSTEM_VIEWS:
-            return ()
-        return consumer.plan.key if isinstance(consumer.plan, P.Materialize) else ()
-
-    def rows_by_key(self, name: str, keys: pa.Table, *, hidden: bool = False, pending: bool = False) -> pa.Table:
-        """The committed rows of ``name`` whose key (:meth:`key_of`, ``keys``' columns in that
-        order) equals a row of ``keys``: a lookup of only their hashes' blocks in state (the SSTs'
-        key ranges and blooms), whatever the size of the relation. A NULL key matches nothing.
-        ``hidden`` and ``pending`` (tables) as in :meth:`snapshot`: with ``pending``, the changes
-        appended since the last epoch to those keys too."""
-        rel = self.catalog.relation(name)
-        consumer = self._by_name[name]
-        key = self.key_of(name)
-        if not key or tuple(keys.column_names) != key:
-            raise InvariantError(f"{name}: rows are addressed by {list(key)}, not {keys.column_names}")
-        manifest = self._manifest  # one version: its rows and its offsets agree
-        if (failure := manifest.failed.get(consumer.key)) is not None:
-            raise MillpondError(self.describe_failure(failure))
-        schema = rel.log_schema.remove(rel.log_schema.get_field_index(W)) if isinstance(rel, TableDef) \
-            else rel.schema
-        keys = keys.cast(pa.schema([schema.field(k) for k in key]))
-        wanted = pl.from_arrow(keys).unique()
-        found = self.coordinator.rows(consumer, manifest).lookup(xxhash64(keys.columns))
-        if found is not None and found.height:
-            found = found.join(wanted.with_columns([pl.col(k).cast(found.schema[k]) for k in key]), on=list(key),
-                               how="semi")
-        table = _expand(found, consumer.columns, schema)
-        if pending and isinstance(rel, TableDef):
-            stop = manifest.offsets.get(consumer.key, {}).get(rel.channel, 0)
-            changes = self.channel(rel).read(stop, None)
-            if changes.num_rows:
-                changes = pl.from_arrow(changes).join(wanted, on=list(key), how="semi").to_arrow().cast(changes.schema)
-            if changes.num_rows:
-                ones = pa.array(np.ones(table.num_rows, dtype=np.int64))
-                table = _consolidate(pa.concat_tables([table.append_column(W, ones).cast(changes.schema), changes])
-                                     ).select(list(consumer.columns)).cast(schema)
-        if isinstance(rel, TableDef) and not hidden:
-            table = table.drop_columns([ROW_ID])
-        return table
-
     # -- kept changes: subscriptions and time travel (engine/changefeed.py) ---------------------
     def changes(self, name: str, after: int, upto: int | None = None) -> Iterator[pa.Table]:
         """The changes of table, view or flow ``name`` committed after epoch ``after`` up to
@@ -464,7 +307,7 @@ class Runtime:
         ones = pa.array(np.ones(now.num_rows, dtype=np.int64))
         back = [c.set_column(c.schema.get_field_index(W), W, pc.negate(c[W])) for c in undo]
         both = pa.concat_tables([now.append_column(W, ones), *back], promote_options="permissive")
-        return _consolidate(both).drop_columns([W]).cast(now.schema)
+        return consolidate_rows(both).drop_columns([W]).cast(now.schema)
 
     def epoch_at(self, when: datetime) -> int:
         """The last epoch committed at or before ``when`` (``AS OF TIMESTAMP``)."""
@@ -543,6 +386,9 @@ class Runtime:
         return sum(ref.size for sid, levels in self.coordinator.manifest.states.items() if sid.startswith(prefix)
                    for ref in levels.files())
 
+    def _system(self, name: str):  # noqa: ANN202
+        return (lambda: SYSTEM_VIEWS[name](self)) if name in SYSTEM_VIEWS else None
+
     def channel(self, table: TableDef) -> Channel:
         return self.log.create_channel(table.channel, table.log_schema, id=table.channel_id)
 
@@ -557,29 +403,6 @@ def _iso(seconds: float) -> str:
 
 def _producer(flow: Consumer) -> str:
     return f"flow:{flow.key}"
-
-
-def _expand(found: pl.DataFrame | None, columns: tuple[str, ...], schema: pa.Schema, *, row_id: bool = False
-            ) -> pa.Table:
-    """A rows state's read (a multiset: a row and its count) as a table with one row per copy;
-    ``row_id`` adds an empty ``_row_id`` (a flow's rows read as its sink table's)."""
-    if found is None or found.height == 0:
-        return schema.empty_table()
-    idx = np.repeat(np.arange(found.height), found[COUNT].to_numpy())
-    table = found.select(list(columns)).to_arrow().take(pa.array(idx))
-    if row_id:
-        table = table.append_column(ROW_ID, pa.nulls(table.num_rows, pa.int64()))
-    return table.cast(schema)
-
-
-def _consolidate(changes: pa.Table) -> pa.Table:
-    """The rows a changelog leaves: each distinct row once per copy of its net weight (changes
-    that only insert, like every APPEND ONLY table's, are their own rows)."""
-    if not changes.num_rows or pc.min(changes[W]).as_py() > 0:
-        return changes
-    net = consolidate(pl.from_arrow(changes)).filter(pl.col(W) > 0)
-    idx = np.repeat(np.arange(net.height), net[W].to_numpy())
-    return net.to_arrow().take(pa.array(idx)).cast(changes.schema)
 
 
 SYSTEM_VIEWS = {"millpond_views": Runtime.views_status, "millpond_epochs": Runtime.epochs}

@@ -1,0 +1,230 @@
+"""The read side of an open root (:class:`Reads`, which :class:`~millpond.engine.runtime.Runtime`
+is): a table's or view's committed rows whole (:meth:`Reads.snapshot`), streamed in slices of the
+key-hash space (:meth:`Reads.reader`) or looked up by key (:meth:`Reads.rows_by_key`), and the
+pinned version a reader goes by without the database's lock (:meth:`Reads.reading`)."""
+
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Iterator
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from millpond.catalog import Catalog, TableDef
+from millpond.columns import COUNT, ROW_ID, W
+from millpond.engine import plan as P
+from millpond.engine.changelog import consolidate
+from millpond.engine.executor import Consumer
+from millpond.errors import InvariantError, MillpondError
+from millpond.keyhash import xxhash64
+from millpond.store.manifest import Manifest
+
+if TYPE_CHECKING:
+    from millpond.engine.coordinator import Coordinator
+    from millpond.log import Channel
+
+__all__ = ["Reads", "Installed", "READ_SLICE_ROWS", "consolidate_rows"]
+
+READ_SLICE_ROWS = 1_000_000  # a query reads a relation's rows state in slices of about this many rows
+
+
+@dataclass(frozen=True)
+class Installed:
+    """A catalog and the consumers it runs, installed together."""
+
+    catalog: Catalog
+    consumers: list[Consumer]
+    by_name: dict[str, Consumer]
+    by_key: dict[str, Consumer]
+
+
+class Reads:
+    """Reads of committed rows; the runtime provides the catalog it installed (``_installed``),
+    the coordinator, the tables' channels and the system views."""
+
+    coordinator: "Coordinator"
+    _installed: Installed
+    _local: threading.local
+
+    def channel(self, table: TableDef) -> "Channel":
+        raise NotImplementedError
+
+    def describe_failure(self, failure: dict) -> str:
+        raise NotImplementedError
+
+    def _system(self, name: str) -> Callable[[], pa.Table] | None:
+        """A system view's reader (None: ``name`` is not one)."""
+        return None
+
+    @property
+    def catalog(self) -> Catalog:
+        return self._view().catalog
+
+    @property
+    def consumers(self) -> list[Consumer]:
+        return self._view().consumers
+
+    @property
+    def _by_name(self) -> dict[str, Consumer]:
+        return self._view().by_name
+
+    @property
+    def _by_key(self) -> dict[str, Consumer]:
+        return self._view().by_key
+
+    @property
+    def _manifest(self) -> Manifest:
+        """The manifest reads go by: the pinned one of this thread's :meth:`reading`, else the last."""
+        pinned = getattr(self._local, "pinned", None)
+        return pinned[1] if pinned is not None else self.coordinator.manifest
+
+    def _view(self) -> Installed:
+        pinned = getattr(self._local, "pinned", None)
+        return pinned[0] if pinned is not None else self._installed
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """Reads in this thread go by one committed version until the block exits, without
+        :attr:`lock`: the manifest in force (its files are held against garbage collection:
+        :meth:`~millpond.store.store.StateStore.hold`) and the catalog installed after it was
+        taken. Epochs and DDL go on meanwhile; a query never waits for them, nor they for it."""
+        with self.coordinator.state.hold() as manifest:
+            self._local.pinned = (self._installed, manifest)
+            try:
+                yield
+            finally:
+                self._local.pinned = None
+
+
+    def snapshot(self, name: str, *, hidden: bool = False, pending: bool = False) -> pa.Table:
+        """The committed rows of a table or view; ``hidden`` keeps a table's ``_row_id``;
+        ``pending`` (tables only) adds the changes appended to its log that no epoch has committed
+        yet: the table as of now, with no epoch to wait for."""
+        if (system := self._system(name)) is not None:
+            return system()
+        if self._system(name) is not None:
+            return SYSTEM_VIEWS[name](self)
+        rel = self.catalog.relation(name)
+        consumer = self._by_name[name]
+        if (failure := self._manifest.failed.get(consumer.key)) is not None:
+            raise MillpondError(self.describe_failure(failure))
+        schema = rel.log_schema.remove(rel.log_schema.get_field_index(W)) if isinstance(rel, TableDef) \
+            else rel.schema
+        manifest = self._manifest  # one version: its rows and its offsets agree
+        stop = manifest.offsets.get(consumer.key, {}).get(rel.channel, 0) if isinstance(rel, TableDef) else 0
+        end = None if pending else stop
+        if consumer.log_only:  # a key-less table: its log up to the last committed epoch (or the end)
+            table = consolidate_rows(self.channel(rel).read(0, end)).select(list(consumer.columns)).cast(schema)
+            return table if hidden else table.drop_columns([ROW_ID])
+        fed = self._by_key[consumer.fed_by] if consumer.fed_by is not None else None  # a flow's sink: the flow's rows
+        table = _expand(self.coordinator.rows(fed or consumer, manifest).scan(), (fed or consumer).columns, schema,
+                        row_id=fed is not None)
+        if fed is not None:
+            return table if hidden else table.drop_columns([ROW_ID])
+        if pending and isinstance(rel, TableDef):
+            changes = self.channel(rel).read(stop, None)
+            if changes.num_rows:
+                ones = pa.array(np.ones(table.num_rows, dtype=np.int64))
+                table = consolidate_rows(pa.concat_tables([table.append_column(W, ones).cast(changes.schema), changes])
+                                     ).select(list(consumer.columns)).cast(schema)
+        if isinstance(rel, TableDef) and not hidden:
+            table = table.drop_columns([ROW_ID])
+        return table
+
+    def reader(self, name: str, *, hidden: bool = False) -> pa.RecordBatchReader | pa.Table:
+        """The committed rows of ``name`` as :meth:`snapshot` reads them, streamed: a table's or
+        view's rows state is read in slices of its key-hash space (:meth:`StateTable.batches`), so
+        a query over a large relation never holds all of it at once. Read once (a reader); small
+        relations, a key-less table's log, a flow's sink and system views come whole."""
+        consumer = self._by_name.get(name)
+        if consumer is None or consumer.log_only or consumer.fed_by is not None or self._system(name) is not None:
+            return self.snapshot(name, hidden=hidden)
+        rel = self.catalog.relation(name)
+        manifest = self._manifest
+        if (failure := manifest.failed.get(consumer.key)) is not None:
+            raise MillpondError(self.describe_failure(failure))
+        state = self.coordinator.rows(consumer, manifest)
+        if sum(ref.rows for ref in state.levels.files()) <= READ_SLICE_ROWS:
+            return self.snapshot(name, hidden=hidden)
+        schema = rel.log_schema.remove(rel.log_schema.get_field_index(W)) if isinstance(rel, TableDef) \
+            else rel.schema
+        out = schema if hidden or not isinstance(rel, TableDef) else schema.remove(schema.get_field_index(ROW_ID))
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            for found in state.batches(READ_SLICE_ROWS):
+                table = _expand(found, consumer.columns, schema).select(out.names)
+                yield from table.to_batches()
+        return pa.RecordBatchReader.from_batches(out, batches())
+
+    def key_of(self, name: str) -> tuple[str, ...]:
+        """The columns whose values address a table's or view's committed rows in state (a
+        table's primary key, a view's group key: :func:`millpond.engine.plan.row_key`), for
+        :meth:`rows_by_key`; () when its rows can only be scanned."""
+        consumer = self._by_name.get(name)
+        if consumer is None or consumer.log_only or consumer.fed_by is not None or self._system(name) is not None:
+            return ()
+        return consumer.plan.key if isinstance(consumer.plan, P.Materialize) else ()
+
+    def rows_by_key(self, name: str, keys: pa.Table, *, hidden: bool = False, pending: bool = False) -> pa.Table:
+        """The committed rows of ``name`` whose key (:meth:`key_of`, ``keys``' columns in that
+        order) equals a row of ``keys``: a lookup of only their hashes' blocks in state (the SSTs'
+        key ranges and blooms), whatever the size of the relation. A NULL key matches nothing.
+        ``hidden`` and ``pending`` (tables) as in :meth:`snapshot`: with ``pending``, the changes
+        appended since the last epoch to those keys too."""
+        rel = self.catalog.relation(name)
+        consumer = self._by_name[name]
+        key = self.key_of(name)
+        if not key or tuple(keys.column_names) != key:
+            raise InvariantError(f"{name}: rows are addressed by {list(key)}, not {keys.column_names}")
+        manifest = self._manifest  # one version: its rows and its offsets agree
+        if (failure := manifest.failed.get(consumer.key)) is not None:
+            raise MillpondError(self.describe_failure(failure))
+        schema = rel.log_schema.remove(rel.log_schema.get_field_index(W)) if isinstance(rel, TableDef) \
+            else rel.schema
+        keys = keys.cast(pa.schema([schema.field(k) for k in key]))
+        wanted = pl.from_arrow(keys).unique()
+        found = self.coordinator.rows(consumer, manifest).lookup(xxhash64(keys.columns))
+        if found is not None and found.height:
+            found = found.join(wanted.with_columns([pl.col(k).cast(found.schema[k]) for k in key]), on=list(key),
+                               how="semi")
+        table = _expand(found, consumer.columns, schema)
+        if pending and isinstance(rel, TableDef):
+            stop = manifest.offsets.get(consumer.key, {}).get(rel.channel, 0)
+            changes = self.channel(rel).read(stop, None)
+            if changes.num_rows:
+                changes = pl.from_arrow(changes).join(wanted, on=list(key), how="semi").to_arrow().cast(changes.schema)
+            if changes.num_rows:
+                ones = pa.array(np.ones(table.num_rows, dtype=np.int64))
+                table = consolidate_rows(pa.concat_tables([table.append_column(W, ones).cast(changes.schema), changes])
+                                     ).select(list(consumer.columns)).cast(schema)
+        if isinstance(rel, TableDef) and not hidden:
+            table = table.drop_columns([ROW_ID])
+        return table
+
+
+def _expand(found: pl.DataFrame | None, columns: tuple[str, ...], schema: pa.Schema, *, row_id: bool = False
+            ) -> pa.Table:
+    """A rows state's read (a multiset: a row and its count) as a table with one row per copy;
+    ``row_id`` adds an empty ``_row_id`` (a flow's rows read as its sink table's)."""
+    if found is None or found.height == 0:
+        return schema.empty_table()
+    idx = np.repeat(np.arange(found.height), found[COUNT].to_numpy())
+    table = found.select(list(columns)).to_arrow().take(pa.array(idx))
+    if row_id:
+        table = table.append_column(ROW_ID, pa.nulls(table.num_rows, pa.int64()))
+    return table.cast(schema)
+
+
+def consolidate_rows(changes: pa.Table) -> pa.Table:
+    """The rows a changelog leaves: each distinct row once per copy of its net weight (changes
+    that only insert, like every APPEND ONLY table's, are their own rows)."""
+    if not changes.num_rows or pc.min(changes[W]).as_py() > 0:
+        return changes
+    net = consolidate(pl.from_arrow(changes)).filter(pl.col(W) > 0)
+    idx = np.repeat(np.arange(net.height), net[W].to_numpy())
+    return net.to_arrow().take(pa.array(idx)).cast(changes.schema)
