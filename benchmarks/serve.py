@@ -69,15 +69,20 @@ def main() -> None:
         direct = args.queries / (time.perf_counter() - start)
 
         with db.serve(port=0) as server:
+            latencies: list[float] = []
+
             def run(share: np.ndarray) -> None:
                 with psycopg.connect(host="127.0.0.1", port=server.port, user="bench", dbname="millpond",
                                      autocommit=True) as conn:
                     for g in share:
+                        t0 = time.perf_counter()
                         conn.execute(QUERY.format("%s"), (int(g),)).fetchall()
+                        latencies.append(time.perf_counter() - t0)
 
             start = time.perf_counter()
             run(keys)
             one = args.queries / (time.perf_counter() - start)
+            p50, p99, worst = (np.percentile(latencies, q) * 1000 for q in (50, 99, 100))
 
             threads = [threading.Thread(target=run, args=(share,)) for share in np.array_split(keys, args.clients)]
             start = time.perf_counter()
@@ -95,7 +100,8 @@ def main() -> None:
           + (f"while {epochs} background epochs committed {writes[0]:,} upserts of 1,000 rows:" if args.epochs
              else "(nothing else running):"))
     print(f"  direct db.sql {direct:,.0f}/s")
-    print(f"  over the wire, 1 client: {one:,.0f}/s (x{one / direct:.2f} of direct)")
+    print(f"  over the wire, 1 client: {one:,.0f}/s (x{one / direct:.2f} of direct); latency p50 {p50:.1f} ms, "
+          f"p99 {p99:.1f} ms, max {worst:.1f} ms")
     print(f"  over the wire, {args.clients} clients: {many:,.0f}/s (x{many / direct:.2f} of direct, "
           f"x{many / one:.2f} of 1 client)")
     spark.stop()
