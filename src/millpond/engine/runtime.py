@@ -7,6 +7,7 @@ the plan stored with it in the catalog. Callers serialize access with :attr:`Run
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
@@ -34,6 +35,8 @@ from millpond.log import Channel, Log
 
 __all__ = ["Runtime", "SYSTEM_VIEWS"]
 
+logger = logging.getLogger(__name__)
+
 HISTORY = 1000  # epochs of this process kept for ``millpond_epochs``
 TRUNCATE_EVERY = 8  # epochs between two passes that truncate tables' logs (truncate_logs)
 TRUNCATE_FLUSH_RECORDS = 100_000  # a pass flushes the log first when this many records could go
@@ -57,6 +60,7 @@ class Runtime(Reads):
         self._wanted: dict[str, pa.Array] = {}  # partial view -> keys read since it last ran (engine/partial.py)
         self._local = threading.local()  # a thread's pinned version while it reads (reading())
         self._kept_starts: dict[tuple[str, int], int] = {}  # (table consumer, oldest kept epoch) -> log seq
+        self._compacted: dict[str, tuple[int, int]] = {}  # key-less table's channel -> (compacted to, rows kept)
         self._install(catalog)
 
     # -- the catalog ------------------------------------------------------------------------------
@@ -109,29 +113,38 @@ class Runtime(Reads):
                                   "rows_out": report.changes.rows(name) if name in report.changes else None,
                                   "state_bytes": self._state_bytes(self._by_name[name])})
         if report.epoch % TRUNCATE_EVERY == 0:
-            self.truncate_logs()
+            try:
+                self.truncate_logs()
+            except Exception as exc:  # noqa: BLE001 - upkeep of a committed epoch: the next pass retries
+                logger.warning("log truncation and compaction failed and will be retried: %s", exc)
         return report
 
     def truncate_logs(self) -> dict[str, int]:
-        """Drop the log records of tables with a primary key that nothing will read again; returns
-        each truncated table's new log start. A table's rows are its state, so a record is needed
-        only until every consumer reading the table (its own materialization, views, flows, indexes)
-        has committed past it, and while the table's kept changes (subscriptions and ``AS OF`` on
-        it, ``SET retention``) include it; a view created later reads the rows and the log after
-        the table's own offset. Only what is flushed to object storage goes. Not truncated: a
-        table without a key or APPEND ONLY (its log is its rows) and a flow's sink."""
+        """Drop or compact the log records of tables that nothing will read record by record again;
+        returns each table's new log start (keyed tables) or compacted end (key-less ones).
+
+        A record is needed until every consumer reading the table (its own materialization, views,
+        flows, indexes) has committed past it and while the table's kept changes (subscriptions
+        and ``AS OF`` on it, ``SET retention``) include it. Below that, a keyed table's records go
+        (its rows are its state; a view created later reads them and the log after the table's
+        own offset), and a key-less table's log — its rows — is compacted to the rows it leaves
+        (:meth:`~millpond.log.channel.Channel.compact`), once as many records arrived since its
+        last compaction as that kept (so each record is rewritten a bounded number of times).
+        Only what is flushed to object storage is touched. Left alone: APPEND ONLY tables (their
+        records are their rows) and flows' sinks."""
         manifest, catalog, feed = self.coordinator.manifest, self.catalog, self.coordinator.changes
         sinks = {f.sink for f in catalog.flows.values()}
         oldest = feed.oldest()
         floors = {}
         for t in catalog.tables.values():
             own = manifest.offsets.get(f"o{t.id}", {}).get(t.channel)
-            if not t.primary_key or t.append_only or t.name in sinks or own is None:
+            if t.append_only or t.name in sinks or own is None:
                 continue
             floor = min(o[t.channel] for o in manifest.offsets.values() if t.channel in o)
             if oldest is not None:
                 floor = min(floor, self._kept_from(f"o{t.id}", oldest, own))
-            if floor > self.channel(t).start:
+            done, kept = self._compacted.get(t.channel_id, (self.channel(t).start, 0))
+            if floor - done >= (0 if t.primary_key else max(TRUNCATE_FLUSH_RECORDS, kept)) and floor > done:
                 floors[t] = floor
         # what can go is still in the write-ahead log (its segments flush when full): flush it
         # when that holds many records, rather than keep a segment's worth of them under the root
@@ -141,10 +154,13 @@ class Runtime(Reads):
         for t, floor in floors.items():
             channel = self.channel(t)
             floor = min(floor, channel.flushed)
-            if floor > channel.start:
+            if t.primary_key and floor > channel.start:
                 channel.truncate(floor)
                 faults.point("log.after_truncate")
                 out[t.name] = floor
+            elif not t.primary_key and (done := channel.compact(floor)) is not None:
+                self._compacted[t.channel_id] = done
+                out[t.name] = done[0]
         return out
 
     def _kept_from(self, key: str, oldest: int, own: int) -> int:

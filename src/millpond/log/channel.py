@@ -7,12 +7,14 @@ import time
 from typing import TYPE_CHECKING, Any, Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from millpond import faults, paths
-from millpond.columns import SEQ, TICK
+from millpond.columns import SEQ, TICK, W
 from millpond.errors import MillpondError, TruncatedError
 from millpond.log.appends import Part, prepare, records
-from millpond.log.state import Appended, ChannelInfo, Piece, read_pieces, with_hidden
+from millpond.log.state import COMPACTED, Appended, ChannelInfo, Piece, read_pieces, with_hidden
 from millpond.log.tables import is_table, row_schema
 
 if TYPE_CHECKING:
@@ -140,6 +142,45 @@ class Channel:
             if name.startswith("start-") and int(name[6:26]) < upto or \
                     name.endswith(".parquet") and paths.parse_log_data_key(key)[1] <= upto:
                 self.log.store.delete(key)
+
+    def compact(self, upto: int) -> tuple[int, int] | None:
+        """Rewrite a table channel's records ``[start, upto)`` as the rows they leave: records
+        that cancel (a row's insert and its delete or update, by every column and ``_row_id``)
+        go, the rest stay with their sequence numbers, in one file that replaces the range's
+        files. Reads of the range as a whole (a table's rows, a view's backfill) are unchanged;
+        ranges inside it no longer read record by record, so ``upto`` must be below every
+        reader's position. Must be flushed already. It stops at the last file boundary at or
+        below ``upto`` (a file is replaced whole). Returns where it stopped and the records it
+        kept (None: nothing to compact)."""
+        with self.log.live.cv:
+            if upto > self.flushed:
+                raise MillpondError(f"log channel {self.name!r}: cannot compact to {upto}: records from "
+                                    f"{self.flushed} are not flushed yet (Log.flush() first)")
+            start = self.start
+            upto = max([p.end for p in self.log.live.pieces(self.info.id) if p.offset < 0 and p.end <= upto],
+                       default=start)
+        if upto <= start:
+            return None
+        records = self.read(start, upto, hidden=True)
+        columns = [c for c in records.column_names if c not in (W, SEQ, TICK)]
+        import polars as pl  # here, not at the top: Spark workers that read the log never load it
+
+        kept = (pl.from_arrow(records).group_by(columns).agg(pl.col(W).sum(), pl.col(SEQ).max(), pl.col(TICK).max())
+                .filter(pl.col(W) != 0).sort(SEQ).select(records.column_names).to_arrow().cast(records.schema))
+        tick = int(pc.max(records.column(TICK)).as_py())
+        key = paths.log_data_key(self.info.id, start, upto, tick)
+        kept = kept.replace_schema_metadata({b"millpond.seq": f"{start}-{upto}".encode(), COMPACTED: b"1"})
+        sink = pa.BufferOutputStream()
+        pq.write_table(kept, sink, compression="zstd")
+        self.log.store.put(key, sink.getvalue().to_pybytes())
+        faults.point("log.compact.after_put")
+        self.log.live.flushed(self.info.id, Piece(start, upto - start, tick, key))
+        for old in self.log.store.list(paths.log_data_prefix(self.info.id)):  # the files it replaces
+            if old != key and old.endswith(".parquet"):
+                first, end, _ = paths.parse_log_data_key(old)
+                if start <= first and end <= upto:
+                    self.log.store.delete(old)
+        return upto, kept.num_rows
 
     def _check_range(self, start: int) -> None:
         if start < self.start:

@@ -221,6 +221,9 @@ def read_pieces(store: ObjectStore, channel_id: str, schema: pa.Schema, pieces: 
     return pa.concat_tables(parts)
 
 
+COMPACTED = b"millpond.compacted"  # a flushed file's metadata: it holds only its range's live rows
+
+
 def with_hidden(table: pa.Table, first: int, tick: int) -> pa.Table:
     n = table.num_rows
     table = table.append_column(SEQ, pa.array(np.arange(first, first + n, dtype=np.int64)))
@@ -228,11 +231,15 @@ def with_hidden(table: pa.Table, first: int, tick: int) -> pa.Table:
 
 
 def _read_parquet(store: ObjectStore, key: str, schema: pa.Schema, lo: int, hi: int) -> pa.Table:
+    """Records ``[lo, hi)`` of a flushed file, found by their ``_seq`` (a compacted file holds
+    some of its range's sequence numbers only: :meth:`~millpond.log.channel.Channel.compact`)."""
     table = pq.read_table(pa.BufferReader(store.get(key)))
-    first = table.column(SEQ)[0].as_py()
-    table = table.slice(lo - first, hi - lo)
-    return table.select([*schema.names, SEQ, TICK]).cast(pa.schema([*schema, pa.field(SEQ, pa.int64()),
-                                                                       pa.field(TICK, pa.int64())]))
+    seq = table.column(SEQ).to_numpy()
+    a, b = np.searchsorted(seq, [lo, hi], side="left")
+    table = table.slice(int(a), int(b - a))
+    out = table.select([*schema.names, SEQ, TICK]).cast(pa.schema([*schema, pa.field(SEQ, pa.int64()),
+                                                                     pa.field(TICK, pa.int64())]))
+    return out.replace_schema_metadata({COMPACTED: b"1"}) if (table.schema.metadata or {}).get(COMPACTED) else out
 
 
 def _read_flushed(store: ObjectStore, channel_id: str, schema: pa.Schema, lo: int, hi: int) -> pa.Table:
@@ -244,7 +251,8 @@ def _read_flushed(store: ObjectStore, channel_id: str, schema: pa.Schema, lo: in
         if first < hi and end > lo:
             parts.append(_read_parquet(store, key, schema, max(lo, first), min(hi, end)))
     got = pa.concat_tables(parts) if parts else None
-    if got is None or got.num_rows != hi - lo:
+    compacted = any((t.schema.metadata or {}).get(COMPACTED) for t in parts)  # holds fewer records than its range
+    if got is None or (got.num_rows != hi - lo and not compacted):
         raise StorageError(f"log channel {channel_id}: records [{lo}, {hi}) are neither in the WAL nor flushed")
     return got
 
