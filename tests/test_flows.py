@@ -15,6 +15,7 @@ import pytest
 
 from millpond import CatalogError, MillpondError, SqlError, StorageError
 from millpond.engine import runtime as runtime_module
+from millpond.engine.reads import consolidate_rows
 from millpond.engine.flows import cluster_floor
 from millpond.store.state_table import StateTable
 from tests import workload
@@ -243,7 +244,7 @@ def _log_rows(db, sink: str) -> list[tuple]:  # noqa: ANN001
     """What the sink's log adds up to (what views over the sink and Spark readers of it see)."""
     rt = db.runtime
     records = rt.channel(rt.catalog.tables[sink]).read(0, None)
-    return workload.norm(runtime_module._consolidate(records).drop_columns(["_row_id", "_w"]))
+    return workload.norm(consolidate_rows(records).drop_columns(["_row_id", "_w"]))
 
 
 def test_a_sink_append_lost_after_the_commit_is_settled_once(open_db, monkeypatch, tmp_path):
