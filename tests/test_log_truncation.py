@@ -73,6 +73,18 @@ def _check(db, model: dict) -> None:  # noqa: ANN001
     assert rows(db.sql("SELECT * FROM kv")) == rows(con.sql("SELECT * FROM kv").to_arrow_table())
 
 
+def _opened(open_db, monkeypatch, *, seed: int):  # noqa: ANN001, ANN202
+    """A database with the schema, the model of its rows and the workload's random source; a pass
+    compacts a key-less log however short it is."""
+    from millpond.engine import runtime
+
+    monkeypatch.setattr(runtime, "TRUNCATE_FLUSH_RECORDS", 0)
+    db = open_db()
+    db.sql(SCHEMA)
+    db.sql("INSERT INTO names VALUES " + ", ".join(f"({i}, 'n{i % 3}')" for i in range(5)))
+    return db, {"kv": {}, "ev": []}, np.random.default_rng(seed)
+
+
 def _start(db, name: str) -> int:  # noqa: ANN001
     return db.runtime.channel(db.runtime.catalog.tables[name]).start
 
@@ -84,13 +96,7 @@ def _stored(db, name: str) -> int:  # noqa: ANN001
 
 
 def test_keyed_tables_logs_are_truncated_and_everything_still_reads(open_db, root, monkeypatch):
-    from millpond.engine import runtime
-
-    monkeypatch.setattr(runtime, "TRUNCATE_FLUSH_RECORDS", 0)  # compact a key-less log however short
-    db = open_db()
-    db.sql(SCHEMA)
-    db.sql("INSERT INTO names VALUES " + ", ".join(f"({i}, 'n{i % 3}')" for i in range(5)))
-    model, rng = {"kv": {}, "ev": []}, np.random.default_rng(2)
+    db, model, rng = _opened(open_db, monkeypatch, seed=2)
     for i in range(10):
         _step(db, model, rng)
         if i % 3 == 2:
@@ -162,13 +168,7 @@ def _leftovers(db, name: str, lo: int, hi: int, *, but: str | None = None) -> li
 @pytest.mark.chaos
 @pytest.mark.parametrize("point", ["log.truncate.after_start", "log.compact.after_put"])
 def test_a_process_killed_while_it_truncates_or_compacts_a_log_loses_nothing(open_db, root, point, monkeypatch):
-    from millpond.engine import runtime
-
-    monkeypatch.setattr(runtime, "TRUNCATE_FLUSH_RECORDS", 0)
-    db = open_db()
-    db.sql(SCHEMA)
-    db.sql("INSERT INTO names VALUES " + ", ".join(f"({i}, 'n{i % 3}')" for i in range(5)))
-    model, rng = {"kv": {}, "ev": []}, np.random.default_rng(4)
+    db, model, rng = _opened(open_db, monkeypatch, seed=4)
     for _ in range(5):
         _step(db, model, rng)
         db.runtime.log.flush()  # a file per step: the oldest are wholly below the next truncation

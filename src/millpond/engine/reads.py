@@ -127,11 +127,7 @@ class Reads:
         if fed is not None:
             return table if hidden else table.drop_columns([ROW_ID])
         if pending and isinstance(rel, TableDef):
-            changes = self.channel(rel).read(stop, None)
-            if changes.num_rows:
-                ones = pa.array(np.ones(table.num_rows, dtype=np.int64))
-                table = consolidate_rows(pa.concat_tables([table.append_column(W, ones).cast(changes.schema), changes])
-                                     ).select(list(consumer.columns)).cast(schema)
+            table = _with_changes(table, self.channel(rel).read(stop, None), consumer.columns, schema)
         if isinstance(rel, TableDef) and not hidden:
             table = table.drop_columns([ROW_ID])
         return table
@@ -198,13 +194,19 @@ class Reads:
             changes = self.channel(rel).read(stop, None)
             if changes.num_rows:
                 changes = pl.from_arrow(changes).join(wanted, on=list(key), how="semi").to_arrow().cast(changes.schema)
-            if changes.num_rows:
-                ones = pa.array(np.ones(table.num_rows, dtype=np.int64))
-                table = consolidate_rows(pa.concat_tables([table.append_column(W, ones).cast(changes.schema), changes])
-                                     ).select(list(consumer.columns)).cast(schema)
+            table = _with_changes(table, changes, consumer.columns, schema)
         if isinstance(rel, TableDef) and not hidden:
             table = table.drop_columns([ROW_ID])
         return table
+
+
+def _with_changes(table: pa.Table, changes: pa.Table, columns: tuple[str, ...], schema: pa.Schema) -> pa.Table:
+    """A table's committed rows with the changes appended since (its log's records) applied."""
+    if not changes.num_rows:
+        return table
+    ones = pa.array(np.ones(table.num_rows, dtype=np.int64))
+    return consolidate_rows(pa.concat_tables([table.append_column(W, ones).cast(changes.schema), changes])
+                            ).select(list(columns)).cast(schema)
 
 
 def _expand(found: pl.DataFrame | None, columns: tuple[str, ...], schema: pa.Schema, *, row_id: bool = False
