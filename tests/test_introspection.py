@@ -62,7 +62,8 @@ def test_explain_create_plans_without_creating(db):
     assert f"state o{n}.n2.groups  key [_g0]" in text
     assert f"state o{n}.n2.values  key [_g0, _m0 = max(_a1)]  multiset" in text  # MAX with retraction
     assert "exchange  hash [_g0] -> 256 vnodes" in text
-    assert f"state o{n}.n3.rows  key [category, max_length, n]  multiset" in text
+    # the view's rows are addressed by its group key: a query WHERE category = … looks them up
+    assert f"state o{n}.n3.rows  key [category, max_length, n]  multiset  read by key [category]" in text
     assert "exchange  none: rows stay in the tasks of Aggregate #2" in text
     assert "Source visit" in text and "Source info" in text
     assert db.catalog == before  # nothing created

@@ -4,7 +4,7 @@ every stateful operator keeps, with their ids and keys.
     >>> print("\\n".join(explain(plan, object_id=7)))                      # doctest: +SKIP
     view plan: 2 stateful operators, 2 exchanges, 3 state tables (vnodes: 256)
     Materialize #4
-      state o7.n4.rows  key [category, n]  multiset
+      state o7.n4.rows  key [category, n]  multiset  read by key [category]
       exchange  none: rows stay in the tasks of Aggregate #3
       Aggregate #3 group [category] calls [n := count_star()]
         state o7.n3.groups  key [category]
@@ -51,7 +51,9 @@ def explain(plan: P.Materialize, *, object_id: int, name: str = "view") -> list[
                 counts["states"] += 1
                 keys = ", ".join(_annotate(node, k) for k in spec.keys)
                 lines.append(f"{pad}  state {P.state_id(object_id, node.node_id, part)}  key [{keys}]"
-                             + ("  multiset" if spec.additive else ""))
+                             + ("  multiset" if spec.additive else "")
+                             + (f"  read by key [{', '.join(node.key)}]" if isinstance(node, P.Materialize)
+                                and node.key else ""))
             exchange = _exchange(node)
             if not exchange.startswith("none"):
                 counts["exchanges"] += 1
@@ -139,4 +141,6 @@ def _exchange(node: P.Node) -> str:
     below = P.keyed_by(node.input)
     if below is not None:
         return f"none: rows stay in the tasks of {type(below).__name__} #{below.node_id}"
+    if isinstance(node, P.Materialize) and node.key:
+        return f"hash [{', '.join(node.key)}] -> {VNODES} vnodes"
     return f"hash [all columns] -> {VNODES} vnodes"
