@@ -58,6 +58,8 @@ bench: $(STAMP)
 	$(PY) benchmarks/backfill.py
 	$(PY) benchmarks/sharing.py
 	$(PY) benchmarks/delta_join.py
+	$(PY) benchmarks/reads_writes.py
+	$(PY) benchmarks/soak.py
 	$(PY) benchmarks/partial.py
 	$(PY) benchmarks/sdp.py
 	$(PY) benchmarks/sdp.py --round 50000
