@@ -5,17 +5,21 @@
 - ``wire, 1 client``: the same statement from psycopg with a parameter (``%s``), one connection;
 - ``wire, N clients``: ``--clients`` connections in threads, each running its share.
 
+The server runs ``--readers`` reader processes (default: the CPUs, at most 4; as ``millpond
+serve``): they answer queries in parallel with the writer's process (:mod:`millpond.readers`).
+
 Queries per second of each and the ratio to the baseline. With ``--epochs`` (the default), a
 writer thread upserts 1,000 rows every 0.2 s and background epochs commit them every 0.5 s while
 every measurement runs, so the figures include whatever readers and epochs cost each other
 (queries read a pinned version and take no lock: they never wait for an epoch).
 
-    .venv/bin/python benchmarks/serve.py [--queries 400] [--clients 8] [--rows 100000] [--keys 1000] [--no-epochs]
+    .venv/bin/python benchmarks/serve.py [--queries 400] [--clients 8] [--rows 100000] [--keys 1000] [--readers N] [--no-epochs]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import threading
 import time
@@ -36,6 +40,7 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--rows", type=int, default=100_000)
     ap.add_argument("--keys", type=int, default=1000)
+    ap.add_argument("--readers", type=int, default=min(4, os.cpu_count() or 1))
     ap.add_argument("--epochs", action=argparse.BooleanOptionalAction, default=True,
                     help="background epochs of a writer's upserts while queries run")
     args = ap.parse_args()
@@ -68,7 +73,9 @@ def main() -> None:
             db.sql(QUERY.format(int(g)))
         direct = args.queries / (time.perf_counter() - start)
 
-        with db.serve(port=0) as server:
+        with db.serve(port=0, readers=args.readers) as server:
+            while server.readers is not None and server.readers.ready < args.readers:  # started
+                time.sleep(0.1)
             latencies: list[float] = []
 
             def run(share: np.ndarray) -> None:
@@ -99,6 +106,7 @@ def main() -> None:
     print(f"point queries on a view of {args.keys:,} groups "
           + (f"while {epochs} background epochs committed {writes[0]:,} upserts of 1,000 rows:" if args.epochs
              else "(nothing else running):"))
+    print(f"  ({args.readers} reader processes)")
     print(f"  direct db.sql {direct:,.0f}/s")
     print(f"  over the wire, 1 client: {one:,.0f}/s (x{one / direct:.2f} of direct); latency p50 {p50:.1f} ms, "
           f"p99 {p99:.1f} ms, max {worst:.1f} ms")

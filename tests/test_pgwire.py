@@ -17,22 +17,48 @@ from millpond.errors import MillpondError
 
 
 @pytest.fixture
-def served(open_db):
+def served(open_db, request):
+    """A served database; ``readers`` (the fixture's parameter, default 0): reader processes."""
     db = open_db()
     db.sql("""CREATE TABLE t (k INT PRIMARY KEY, v DOUBLE, s VARCHAR, ts TIMESTAMP, d DATE, b BOOLEAN);
               CREATE MATERIALIZED VIEW m AS SELECT count(*) AS n, sum(v) AS total FROM t""")
     db.sql("""INSERT INTO t VALUES (1, 1.5, 'it''s', TIMESTAMP '2026-01-01 10:00:00', DATE '2026-01-02', true),
                                    (2, NULL, NULL, NULL, NULL, NULL)""")
     db.flush()
-    server = db.serve(port=0)
+    server = db.serve(port=0, readers=getattr(request, "param", 0))
+    if server.readers is not None:
+        answered = _count_answers(server)
+        _wait_ready(server, request.param)
     yield db, server
     server.close()
+    if server.readers is not None:
+        assert answered["rows"] > 0  # readers answered some queries (the rest ran in the writer's process)
+
+
+def _count_answers(server) -> dict[str, int]:  # noqa: ANN001
+    """Count the queries the server's reader processes answered ("rows") and passed back."""
+    answered, answer = {"rows": 0, "back": 0}, server.readers.answer
+
+    def counted(sql: str):  # noqa: ANN202
+        table = answer(sql)
+        answered["rows" if table is not None else "back"] += 1
+        return table
+    server.readers.answer = counted
+    return answered
+
+
+def _wait_ready(server, n: int) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + 120
+    while server.readers.ready < n:
+        assert time.monotonic() < deadline, "reader processes did not start"
+        time.sleep(0.05)
 
 
 def _connect(server, **kw) -> psycopg.Connection:  # noqa: ANN001
     return psycopg.connect(host="127.0.0.1", port=server.port, user="anyone", dbname="millpond", **kw)
 
 
+@pytest.mark.parametrize("served", [0, 2], indirect=True, ids=["one process", "readers"])
 def test_psycopg_queries_types_parameters_and_statements(served):
     db, server = served
     with _connect(server, autocommit=True) as conn:
@@ -59,6 +85,7 @@ def test_psycopg_queries_types_parameters_and_statements(served):
         conn.commit()
 
 
+@pytest.mark.parametrize("served", [0, 2], indirect=True, ids=["one process", "readers"])
 def test_an_error_reaches_the_client_and_the_connection_stays_usable(served):
     _, server = served
     with _connect(server, autocommit=True) as conn:
@@ -68,6 +95,10 @@ def test_an_error_reaches_the_client_and_the_connection_stays_usable(served):
             conn.execute("SELECT * FROM nope")
         with pytest.raises(psycopg.errors.DivisionByZero):  # SQLSTATE 22012
             conn.execute("SELECT 1 / 0")
+        with pytest.raises(psycopg.errors.DivisionByZero):  # a reader's error too
+            conn.execute("SELECT k / 0 FROM t")
+        with pytest.raises(psycopg.errors.SyntaxErrorOrAccessRuleViolation, match="could not be resolved"):
+            conn.execute("SELECT nope FROM t")
         assert conn.execute("SELECT count(*) FROM t").fetchone() == (2,)
     with _connect(server) as conn:  # in a transaction block: ROLLBACK, then on
         with pytest.raises(psycopg.errors.UndefinedTable):
@@ -151,7 +182,8 @@ def test_a_password_is_required_when_set_and_only_localhost_goes_without(open_db
 
 def test_fifty_clients_never_see_a_half_committed_epoch(spark, root):
     """50 connections query while background epochs commit inserts: every answer is one committed
-    epoch — a table and a view over it agree, and rows inserted together are seen together."""
+    epoch — a table and a view over it agree, and rows inserted together are seen together —
+    whether a reader process answered it or the writer's process did (every reader busy)."""
     db = millpond.connect(root, spark=spark, parallelism=2, interval=0.2)
     try:
         db.sql("""CREATE TABLE pair (id INT PRIMARY KEY, amount INT);
@@ -178,7 +210,9 @@ def test_fifty_clients_never_see_a_half_committed_epoch(spark, root):
             except Exception as exc:  # noqa: BLE001
                 errors.append(exc)
 
-        with db.serve(port=0) as server:
+        with db.serve(port=0, readers=2) as server:
+            answered = _count_answers(server)
+            _wait_ready(server, 2)
             writer = threading.Thread(target=write)
             writer.start()
             readers = [threading.Thread(target=read) for _ in range(50)]
@@ -194,6 +228,7 @@ def test_fifty_clients_never_see_a_half_committed_epoch(spark, root):
             assert count % 2 == 0 and (total or 0) == 0, (count, total)  # whole transactions
             assert (n, view_total or 0) == (count, total or 0)  # the view is at the table's epoch
         assert max(a[0] for a in answers) > 0  # epochs committed while they read
+        assert answered["rows"] > 0 and answered["back"] > 0  # readers answered, and so did the writer
     finally:
         db.close()
 

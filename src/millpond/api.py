@@ -104,9 +104,10 @@ class Database:
             raise MillpondError(f"compaction={compaction!r}: use 'local' (a background thread) or 'spark' "
                                 "(a Spark job over the same root)")
         period = None if read_only else _seconds(interval)
-        self._log_level = log_level_from(log_level)
-        _configure_logging(self._log_level)
-        self.root, self.read_only, self._plans = root, read_only, plans
+        self.log_level = log_level_from(log_level)
+        _configure_logging(self.log_level)
+        self.root, self.read_only, self.plans = root, read_only, plans
+        self.storage_options = storage_options
         self._spark_arg = spark
         self._lease: Lease | None = None
         self._closed = False
@@ -164,7 +165,7 @@ class Database:
             from millpond.spark import register
             from millpond.spark.session import lease
 
-            self._lease = lease(self._spark_arg, log_level=self._log_level)
+            self._lease = lease(self._spark_arg, log_level=self.log_level)
             register(self._lease.spark)
         return self._lease.spark
 
@@ -237,15 +238,18 @@ class Database:
                 time.sleep(poll)
                 waited += poll
 
-    def serve(self, *, host: str = "127.0.0.1", port: int = 5433, password: str | None = None):  # noqa: ANN201
+    def serve(self, *, host: str = "127.0.0.1", port: int = 5433, password: str | None = None,
+              readers: int = 0):  # noqa: ANN201
         """Serve this database over the PostgreSQL wire protocol (``psql -h host -p port``) from
         background threads; returns the server (``.port``, ``.close()``). Localhost unless
-        ``host`` says otherwise; with ``password``, clients must give it (any user name)."""
+        ``host`` says otherwise; with ``password``, clients must give it (any user name).
+        ``readers``: processes that open the root read-only and answer queries in parallel with
+        this one (:mod:`millpond.readers`; 0: every statement runs in this process)."""
         from millpond.pgwire import serve
 
         if host not in ("127.0.0.1", "localhost", "::1") and password is None:
             raise MillpondError(f"serving on {host!r} needs a password (password=...): only localhost may go without")
-        return serve(self, host=host, port=port, password=password)
+        return serve(self, host=host, port=port, password=password, readers=readers)
 
     def table(self, name: str):  # noqa: ANN201
         """A Spark DataFrame over the committed snapshot of a table or view."""
@@ -298,7 +302,7 @@ class Database:
         latest = self.runtime.catalogs.load()
         if latest.version == self.runtime.catalog.version:
             return None
-        return bind_plans(latest, mode=self._plans)
+        return bind_plans(latest, mode=self.plans)
 
     @contextmanager
     def _progress(self, show: bool) -> Iterator[None]:

@@ -57,6 +57,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                      help="clients must give it (default: $MILLPOND_PASSWORD; none: localhost only)")
     srv.add_argument("--read-only", action="store_true", help="follow the root without writing (another process writes)")
     srv.add_argument("--interval", default="1s", help="background epochs this often (default 1s; 'none': off)")
+    srv.add_argument("--readers", type=int, default=min(4, os.cpu_count() or 1),
+                     help="processes that answer queries in parallel with the writer's (default: the CPUs, at "
+                          "most 4; 0: every statement in one process)")
     srv.add_argument("--log-level", default=None, help="OFF, ERROR (default), WARN, INFO, DEBUG")
 
     log_cmd = groups.add_parser("log", help="the write-ahead log").add_subparsers(dest="cmd", required=True)
@@ -115,7 +118,7 @@ def _serve(args: argparse.Namespace) -> int:
     interval = None if args.interval == "none" else args.interval
     with millpond.connect(_root(args.root), read_only=args.read_only, interval=interval,
                           log_level=args.log_level) as db:
-        with db.serve(host=args.host, port=args.port, password=args.password) as server:
+        with db.serve(host=args.host, port=args.port, password=args.password, readers=args.readers) as server:
             print(f"millpond: serving {args.root} on {args.host}:{server.port} (psql -h {args.host} -p {server.port})",
                   file=sys.stderr, flush=True)
             threading.Event().wait()  # until interrupted

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-import duckdb
 import pyarrow as pa
 from pygwire.connection import BackendConnection
 from pygwire.constants import TransactionStatus
@@ -45,6 +44,8 @@ from sqlglot.tokens import TokenType
 
 from millpond.errors import (CatalogError, MillpondNotice, ReadOnlyError, RetentionError, SchemaError,
                              SqlError)
+from millpond.readers import Readers
+from millpond.pgcatalog import SERVER_VERSION, catalog_query, catalog_rows
 from millpond.serve.pgtext import copy_lines, fields, rows
 from millpond.sql.session import statements, verb
 from millpond.sql.statements import tokens
@@ -57,13 +58,16 @@ __all__ = ["Server", "serve"]
 
 log = logging.getLogger("millpond")
 
-SERVER_VERSION = "16.0 (millpond)"
 _TRANSACTION = {"BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT"}
+_QUERIES = {"SELECT", "WITH", "TABLE", "VALUES", "("}  # what a reader process may answer
+_CATALOG_WORDS = re.compile(r"pg_|information_schema|version|current_|session_user|_description", re.I)
 
 
-def serve(db: "Database", *, host: str = "127.0.0.1", port: int = 5433, password: str | None = None) -> "Server":
-    """Start serving ``db`` in background threads; ``port=0`` picks a free port (``server.port``)."""
-    server = Server(db, host, port, password)
+def serve(db: "Database", *, host: str = "127.0.0.1", port: int = 5433, password: str | None = None,
+          readers: int = 0) -> "Server":
+    """Start serving ``db`` in background threads; ``port=0`` picks a free port (``server.port``);
+    ``readers``: processes that answer queries in parallel (:mod:`millpond.readers`)."""
+    server = Server(db, host, port, password, readers)
     server.start()
     return server
 
@@ -72,11 +76,12 @@ class Server(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, db: "Database", host: str, port: int, password: str | None):
+    def __init__(self, db: "Database", host: str, port: int, password: str | None, readers: int = 0):
         self.db, self.password = db, password
         self.cancels: dict[tuple[int, bytes], threading.Event] = {}  # a connection's key -> cancel its statement
         super().__init__((host, port), _Handler)
         self._thread: threading.Thread | None = None
+        self.readers = Readers(db, readers) if readers else None
 
     @property
     def port(self) -> int:
@@ -89,6 +94,8 @@ class Server(socketserver.ThreadingTCPServer):
     def close(self) -> None:
         self.shutdown()
         self.server_close()
+        if self.readers is not None:
+            self.readers.close()
 
     def __enter__(self) -> "Server":
         return self
@@ -262,10 +269,14 @@ class _Handler(socketserver.BaseRequestHandler):
                 return _Result(None, "BEGIN")
             self.status = TransactionStatus.IDLE
             return _Result(None, "ROLLBACK" if word in ("ROLLBACK", "ABORT") else "COMMIT")
+        if self.server.readers is not None and word in _QUERIES and not _CATALOG_WORDS.search(sql):
+            table = self.server.readers.answer(sql)  # None: run here
+            if table is not None:
+                return _Result(table, "SELECT")
         db = self.server.db
         parsed = statements(sql)[0]
-        if _catalog_query(parsed):
-            return _Result(_catalog(db, sql), "SELECT")
+        if catalog_query(parsed):
+            return _Result(catalog_rows(db, sql), "SELECT")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", MillpondNotice)  # a client's SET of a setting with no meaning here
             table = db.sql(sql)
@@ -385,65 +396,6 @@ def _constant(value: bytes | None, oid: int) -> str:
 
 
 _CASTS = {1082: "DATE", 1114: "TIMESTAMP", 1184: "TIMESTAMPTZ", 1186: "INTERVAL", 25: "TEXT", 1043: "VARCHAR"}
-
-
-# -- catalogs of clients ------------------------------------------------------------------------
-_CATALOG_SCHEMAS = {"pg_catalog", "information_schema"}
-_CATALOG_FUNCTIONS = {"version", "current_database", "current_schema", "current_schemas", "current_user",
-                      "session_user", "pg_backend_pid", "has_table_privilege", "pg_get_userbyid",
-                      "pg_table_is_visible", "format_type", "obj_description", "col_description"}
-
-
-def _catalog_query(s: exp.Expression) -> bool:
-    if not isinstance(s, exp.Query):
-        return False
-    if any(t.db in _CATALOG_SCHEMAS or t.name.startswith("pg_") for t in s.find_all(exp.Table)):
-        return True
-    text = s.sql("postgres").lower()
-    return any(re.search(rf"\b{name}\s*\(", text) for name in _CATALOG_FUNCTIONS) \
-        or bool(re.search(r"\bcurrent_(user|schema|database)\b", text))
-
-
-def _catalog(db: "Database", sql: str) -> pa.Table:
-    """A client's catalog query, answered by DuckDB over empty tables shaped like millpond's
-    tables and views (so ``information_schema.tables``, ``pg_class``... list them)."""
-    con = duckdb.connect()  # a database of its own: the tables made here are seen by this query only
-    try:
-        catalog = db.catalog  # one catalog version
-        relations = {**{t.name: t.schema for t in catalog.tables.values()},
-                     **{v.name: v.schema for v in catalog.views.values()}}
-        for name, schema in relations.items():
-            con.register("_millpond_empty", schema.empty_table())
-            if name in catalog.tables:
-                con.sql(f'CREATE TABLE "{name}" AS SELECT * FROM _millpond_empty')
-            else:  # a view of typed NULLs (no table behind it to list)
-                rel = con.sql("SELECT * FROM _millpond_empty")
-                cols = ", ".join(f'CAST(NULL AS {t}) AS "{c}"' for c, t in zip(rel.columns, rel.types))
-                con.sql(f'CREATE VIEW "{name}" AS SELECT {cols} WHERE false')
-            con.unregister("_millpond_empty")
-        sql = _duckdb_catalog_sql(sql)
-        for macro in _MACROS:  # what PostgreSQL has and DuckDB's catalogs lack (or answer as DuckDB)
-            try:
-                con.sql(f"CREATE OR REPLACE MACRO {macro}")
-            except Exception:  # noqa: BLE001  a built-in of this DuckDB: kept
-                pass
-        return con.sql(sql).to_arrow_table()
-    except Exception as exc:
-        raise SqlError(f"catalog query failed: {exc}") from None
-    finally:
-        con.close()
-
-
-def _duckdb_catalog_sql(sql: str) -> str:
-    """PostgreSQL spellings of catalog queries (psql's) that DuckDB reads otherwise: calls
-    qualified with ``pg_catalog.``, ``OPERATOR(pg_catalog.~)``, ``COLLATE pg_catalog.default``."""
-    sql = re.sub(r"OPERATOR\(pg_catalog\.([~!=<>]+)\)", r"\1", sql)
-    sql = re.sub(r"COLLATE\s+pg_catalog\.\w+", "", sql)
-    return re.sub(r"pg_catalog\.(\w+)\s*\(", r"\1(", sql)
-
-
-_MACROS = [f"version() AS 'PostgreSQL {SERVER_VERSION}'", "pg_get_userbyid(id) AS 'millpond'",
-           "pg_encoding_to_char(e) AS 'UTF8'"]  # (DuckDB's catalog views call its own current_database())
 
 
 _DATA_ERRORS = {"division by zero": "22012", "out of range": "22003", "invalid input syntax": "22P02",

@@ -39,6 +39,7 @@ T = TypeVar("T")
 
 class ReadOnlyRuntime(Runtime):
     read_only = True
+    _followed = False  # the log was read once
     sleep: Callable[[float], None] = staticmethod(time.sleep)  # replaced by tests that count retries
 
     @classmethod
@@ -50,13 +51,17 @@ class ReadOnlyRuntime(Runtime):
         coordinator = Coordinator(NoEpochs(), store, log, parallelism=1)
         return cls(catalogs, catalogs.load() if catalog is None else catalog, log, coordinator)
 
-    def follow(self, catalog: Catalog | None = None) -> None:
+    def follow(self, catalog: Catalog | None = None, *, log: bool = False) -> None:
         """Step 1: adopt ``catalog`` (the newest, bound; None: unchanged), then the newest manifest
-        and log state."""
+        and log state. The log is read again only when the manifest version moved (what a read
+        sees of a log ends at the manifest's offsets) or when ``log`` asks for it (a flushed or
+        compacted log file replaced the ones known)."""
         if catalog is not None and catalog.version != self.catalog.version:
             self._install(catalog)
-        self.coordinator.state.follow()
-        self.log.refresh()
+        before = self.coordinator.manifest.version if self._followed else None
+        if self.coordinator.state.follow().version != before or log:
+            self.log.refresh()
+        self._followed = True
 
     def read(self, run: Callable[[], T], newest: Callable[[], Catalog | None]) -> T:
         """Steps 2 and 3: ``run`` over the state of one :meth:`follow`; rerun after following again
@@ -71,7 +76,7 @@ class ReadOnlyRuntime(Runtime):
                     raise  # still missing in the newest state: the error is real
                 self.sleep(delay)
                 delay *= 2
-                self.follow(newest())
+                self.follow(newest(), log=True)
         raise AssertionError("unreachable")
 
     # -- writes are refused -----------------------------------------------------------------------
