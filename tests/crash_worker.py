@@ -2,17 +2,23 @@
 workload from where the last link stopped until a crash point (``MILLPOND_CRASH_AT``) SIGKILLs
 the process, or ``STOP`` steps are done.
 
-    python -m tests.crash_worker ROOT SEED LO HI STOP
+    python -m tests.crash_worker ROOT SEED LO HI STOP [KNOWN]
 
 ``LO``/``HI``: the root holds the first ``LO`` or ``HI`` (= ``LO`` or ``LO + 1``) workload steps,
 committed or not (the step in flight at the last kill is applied entirely or not at all). After
 the recovery flush the worker checks which one against the oracle and continues from there.
+``KNOWN``: epochs whose state was a number of steps, ``e:k,e:k...``; the views' kept changes are
+checked from the earliest of them still kept (the root keeps only ``RETENTION`` of them).
+
+The root keeps the changes of its last ``RETENTION`` epochs (``SET retention``, the first schema
+statement) and a worker truncates and compacts the tables' logs every ``TRUNCATE_EVERY`` epochs,
+whatever they hold, so kills land in truncations and compactions too.
 
 Lines on stdout, for the harness:
 
 * ``READY``: every table and view of the workload exists.
-* ``RESUME <k>``: recovered; the state is exactly the first ``k`` steps.
-* ``ACK <i>``: step ``i`` (1-based, absolute) is applied and flushed.
+* ``RESUME <k> @<e>``: recovered; the state is exactly the first ``k`` steps (at epoch ``e``).
+* ``ACK <i> @<e>``: step ``i`` (1-based, absolute) is applied and flushed (the last epoch ``e``).
 * ``MISMATCH <detail>`` (exit 3): the recovered state matches neither ``LO`` nor ``HI`` steps.
 * ``DONE``: ``STOP`` reached without a crash.
 
@@ -33,11 +39,16 @@ import time
 from tests import workload
 
 
+RETENTION = "3 epochs"
+TRUNCATE_EVERY = 2
+
+
 def setup_statements() -> list[tuple[str, str, str]]:
-    """The workload's DDL as (kind, name, statement), in the order ``workload.setup`` runs it."""
+    """The retention, then the workload's DDL as (kind, name, statement), in the order
+    ``workload.setup`` runs it."""
     from millpond.sql.statements import parse
 
-    out = []
+    out = [("setting", "retention", f"SET retention = '{RETENTION}'")]
     for text in (s.strip() for s in workload.TABLES.split(";")):
         if text:
             out.append(("table", parse(text)[0].this.this.name, text))
@@ -51,7 +62,7 @@ def setup_statements() -> list[tuple[str, str, str]]:
 
 def _made(db, kind: str):  # noqa: ANN001, ANN202
     return {"table": db.catalog.tables, "index": db.catalog.indexes, "view": db.catalog.views,
-            "flow": db.catalog.flows}[kind]
+            "flow": db.catalog.flows, "setting": {"retention"} if db.catalog.retention is not None else ()}[kind]
 
 
 def created(db) -> list[str]:  # noqa: ANN001
@@ -91,7 +102,16 @@ def reference(seed: int, count: int) -> workload.Reference:
     return ref
 
 
-def main(root: str, seed: int, lo: int, hi: int, stop: int) -> int:
+def base(db, known: dict[int, int], seed: int) -> tuple[int, workload.Reference] | None:  # noqa: ANN001
+    """What :func:`workload.mismatches` checks the views' changes from: the earliest ``known``
+    epoch (epoch -> the steps its state holds) whose changes since are kept, and the oracle then;
+    None: no such epoch."""
+    oldest = db.runtime.coordinator.changes.oldest()
+    kept = [e for e in known if e >= (oldest or 1) - 1]
+    return (min(kept), reference(seed, known[min(kept)])) if kept else None
+
+
+def main(root: str, seed: int, lo: int, hi: int, stop: int, known: dict[int, int]) -> int:
     started = time.monotonic()
 
     def say(line: str) -> None:  # seconds since start last, for the harness's timing log
@@ -100,7 +120,10 @@ def main(root: str, seed: int, lo: int, hi: int, stop: int) -> int:
     os.environ["MILLPOND_CRASH_PID"] = str(os.getpid())  # before Spark starts: its workers inherit it
     os.environ.setdefault("PYSPARK_SUBMIT_ARGS", submit_args())
     import millpond
+    from millpond.engine import runtime
     from millpond.spark.session import local_session
+
+    runtime.TRUNCATE_EVERY, runtime.TRUNCATE_FLUSH_RECORDS = TRUNCATE_EVERY, 1  # every pass truncates what it can
 
     spark = local_session(cores="2", shuffle_partitions=2)
     say("SPARK")
@@ -110,24 +133,25 @@ def main(root: str, seed: int, lo: int, hi: int, stop: int) -> int:
     db.flush()  # recovery: replays the range logged but not committed before the last kill
     found, resume = {}, None
     for k in range(lo, hi + 1):
-        found[k] = workload.mismatches(db, reference(seed, k))
+        found[k] = workload.mismatches(db, reference(seed, k), base=base(db, known, seed))
         if not found[k]:
             resume = k
             break
     if resume is None:
         print(f"MISMATCH after recovery, differing from the oracle: {found}", flush=True)
         return 3
-    say(f"RESUME {resume}")
+    say(f"RESUME {resume} @{db.epoch}")
     plan = workload.steps(seed, stop)
     for i in range(resume, stop):
         workload.apply(db, plan[i])
         db.flush()
         workload.read_partial(db, i)  # upqueries: fill and evict epochs, under the same crash points
-        say(f"ACK {i + 1}")
+        say(f"ACK {i + 1} @{db.epoch}")
     db.close()
     say("DONE")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], *map(int, sys.argv[2:6])))
+    pairs = (p.split(":") for p in (sys.argv[6] if len(sys.argv) > 6 else "0:0").split(","))
+    sys.exit(main(sys.argv[1], *map(int, sys.argv[2:6]), {int(e): int(k) for e, k in pairs}))
