@@ -6,7 +6,8 @@ groups. Against it, each operation repeated (median of ``--repeat``, after one w
 
 - ``SELECT * FROM per_k WHERE k = …`` and ``SELECT * FROM kv WHERE k = …`` in the process, and the
   first over the PostgreSQL wire protocol (``db.serve()``, psycopg, one connection);
-- a one-row ``INSERT INTO kv`` of an existing key (an upsert), a 1,000-row bulk upsert (``db.insert``);
+- a one-row ``INSERT INTO kv`` of an existing key (an upsert), a 1,000-row and a 100,000-row bulk
+  upsert of existing keys (``db.insert``; the latter median of 3);
 - ``UPDATE kv SET v = v + 1 WHERE k = …`` and ``DELETE FROM kv WHERE k = …`` (no FLUSH after them);
 - the baseline, in the same process: a one-row epoch (one row inserted into ``ev``, then ``FLUSH``).
 
@@ -32,6 +33,9 @@ import millpond
 from millpond.spark.session import local_session
 
 CHUNK = 1_000_000
+
+
+BULK = 100_000
 
 
 def _median_ms(fn, repeat: int) -> float:  # noqa: ANN001
@@ -90,6 +94,10 @@ def measure(spark, n: int, repeat: int) -> dict[str, float]:  # noqa: ANN001
                 k = rng.choice(n, 1000, replace=False).astype(np.int64)
                 db.insert("kv", pa.table({"k": k, "g": np.full(1000, 8, np.int32), "v": k}))
 
+            def big_bulk(i: int) -> None:
+                k = rng.choice(n, BULK, replace=False).astype(np.int64)
+                db.insert("kv", pa.table({"k": k, "g": np.full(BULK, 9, np.int32), "v": k}))
+
             def update(i: int) -> None:
                 db.sql(f"UPDATE kv SET v = v + 1 WHERE k = {int(keys[i + 2 * repeat])}")
 
@@ -101,6 +109,7 @@ def measure(spark, n: int, repeat: int) -> dict[str, float]:  # noqa: ANN001
 
             out["one-row upsert (ms)"] = _median_ms(upsert, repeat)
             out["1,000-row bulk upsert (ms)"] = _median_ms(bulk, repeat)
+            out[f"{BULK:,}-row bulk upsert (ms)"] = _median_ms(big_bulk, 3)
             out["UPDATE by key (ms)"] = _median_ms(update, repeat)
             out["DELETE by key (ms)"] = _median_ms(delete, repeat)
             db.flush()

@@ -158,7 +158,6 @@ def test_a_query_streams_a_large_relation_in_slices_and_answers_as_duckdb(open_d
     """A relation bigger than a slice is read slice by slice (each a range of key hashes); the
     answers equal DuckDB's over the model, also where a plan would scan it twice."""
     from millpond.engine import reads
-    from millpond.store import state_table
 
     db = open_db()
     db.sql(TABLES)
@@ -172,20 +171,52 @@ def test_a_query_streams_a_large_relation_in_slices_and_answers_as_duckdb(open_d
             model.kv[(k, n)] = (g, v)
         db.flush()
     monkeypatch.setattr(reads, "READ_SLICE_ROWS", 40)
-    slices = []
-    real = state_table.StateTable.batches
-
-    def counted(self, rows_per_batch):  # noqa: ANN001
-        for b in real(self, rows_per_batch):
-            slices.append(b.height)
-            yield b
-    monkeypatch.setattr(state_table.StateTable, "batches", counted)
+    slices = _count_slices(monkeypatch)
     for q in ["SELECT * FROM kv", "SELECT g, count(*), sum(v) FROM kv GROUP BY g", "SELECT * FROM per_gn",
               "SELECT count(*) FROM kv JOIN per_g ON kv.g = per_g.g WHERE per_g.n > 2",
               "WITH c AS (SELECT k, g FROM kv) SELECT count(*) FROM c AS x JOIN c AS y ON x.k = y.k AND x.g = y.g",
               "SELECT count(*) FROM kv AS a JOIN kv AS b ON a.k = b.k"]:
         assert rows(db.sql(q)) == model.answer(q), q
     assert len(slices) > 10 and max(slices) < len(model.kv) / 2, slices
+
+    # UPDATE and DELETE by other columns stream kv too, each slice with the changes not yet in an
+    # epoch to its keys applied (upserts, new keys, deletes), holding no whole table
+    real_snapshot = reads.Reads.snapshot
+
+    def snapshot(self, name, **kw):  # noqa: ANN001, ANN003
+        assert not (name == "kv" and kw.get("pending")), "kv was read whole"
+        return real_snapshot(self, name, **kw)
+    monkeypatch.setattr(reads.Reads, "snapshot", snapshot)
+    slices.clear()
+    for step in range(3):
+        ks = rng.integers(0, 400, 60)  # upserts and new keys, no epoch after them
+        batch = {"k": ks.tolist(), "name": [NAMES[int(i)] for i in rng.integers(0, 4, 60)],
+                 "g": rng.integers(0, 30, 60).astype(np.int32).tolist(), "v": rng.integers(-9, 9, 60).tolist()}
+        db.insert("kv", pa.table(batch))
+        for k, n, g, v in zip(*batch.values()):
+            model.kv[(k, n)] = (g, v)
+        g = int(rng.integers(0, 30))
+        db.sql(f"UPDATE kv SET v = v + 100 WHERE g = {g}")
+        model.kv = {key: (gg, v + 100 if gg == g else v) for key, (gg, v) in model.kv.items()}
+        db.sql(f"DELETE FROM kv WHERE v < {step - 5} AND name <> 'a'")
+        model.kv = {key: (gg, v) for key, (gg, v) in model.kv.items() if not (v < step - 5 and key[1] != "a")}
+        db.flush()
+        assert rows(db.sql("SELECT * FROM kv")) == model.answer("SELECT * FROM kv"), step
+        assert rows(db.sql("SELECT * FROM per_g")) == model.answer("SELECT * FROM per_g"), step
+    assert len(slices) > 10, slices
+
+
+def _count_slices(monkeypatch) -> list[int]:  # noqa: ANN001
+    """The heights of the slices of key-hash space that state scans read."""
+    slices, real = [], StateTable.scan
+
+    def counted(self, lo=None, hi=None):  # noqa: ANN001, ANN202
+        found = real(self, lo, hi)
+        if lo is not None or hi is not None:
+            slices.append(found.height if found is not None else 0)
+        return found
+    monkeypatch.setattr(StateTable, "scan", counted)
+    return slices
 
 
 def test_queries_read_a_pinned_version_without_waiting_for_epochs(open_db):

@@ -132,29 +132,42 @@ class Reads:
             table = table.drop_columns([ROW_ID])
         return table
 
-    def reader(self, name: str, *, hidden: bool = False) -> pa.RecordBatchReader | pa.Table:
+    def reader(self, name: str, *, hidden: bool = False, pending: bool = False) -> pa.RecordBatchReader | pa.Table:
         """The committed rows of ``name`` as :meth:`snapshot` reads them, streamed: a table's or
-        view's rows state is read in slices of its key-hash space (:meth:`StateTable.batches`), so
-        a query over a large relation never holds all of it at once. Read once (a reader); small
-        relations, a key-less table's log, a flow's sink and system views come whole."""
+        view's rows state is read in slices of its key-hash space (:meth:`StateTable.slices`), so
+        a query over a large relation never holds all of it at once. With ``pending`` (a keyed
+        table), each slice has the changes appended since the last epoch to its keys applied (new
+        keys too: the slices cover the whole key-hash space). Read once (a reader); small relations, a key-less table's log,
+        a flow's sink and system views come whole."""
         consumer = self._by_name.get(name)
         if consumer is None or consumer.log_only or consumer.fed_by is not None or self._system(name) is not None:
-            return self.snapshot(name, hidden=hidden)
+            return self.snapshot(name, hidden=hidden, pending=pending)
         rel = self.catalog.relation(name)
         manifest = self._manifest
         if (failure := manifest.failed.get(consumer.key)) is not None:
             raise MillpondError(self.describe_failure(failure))
         state = self.coordinator.rows(consumer, manifest)
-        if sum(ref.rows for ref in state.levels.files()) <= READ_SLICE_ROWS:
-            return self.snapshot(name, hidden=hidden)
+        keyed = isinstance(rel, TableDef) and rel.key_hashed
+        if sum(ref.rows for ref in state.levels.files()) <= READ_SLICE_ROWS or (pending and not keyed):
+            return self.snapshot(name, hidden=hidden, pending=pending)
         schema = rel.log_schema.remove(rel.log_schema.get_field_index(W)) if isinstance(rel, TableDef) \
             else rel.schema
         out = schema if hidden or not isinstance(rel, TableDef) else schema.remove(schema.get_field_index(ROW_ID))
+        changes, hashes = None, None
+        if pending and keyed:
+            stop = manifest.offsets.get(consumer.key, {}).get(rel.channel, 0)
+            changes = self.channel(rel).read(stop, None)
+            hashes = xxhash64([changes.column(k) for k in rel.primary_key]) if changes.num_rows else None
 
         def batches() -> Iterator[pa.RecordBatch]:
-            for found in state.batches(READ_SLICE_ROWS):
-                table = _expand(found, consumer.columns, schema).select(out.names)
-                yield from table.to_batches()
+            for lo, hi in state.slices(READ_SLICE_ROWS):
+                found = state.scan(lo, hi)
+                table = _expand(found, consumer.columns, schema)
+                if hashes is not None:  # the changes to this slice's keys
+                    mine = (hashes >= (lo if lo is not None else -(1 << 63))) & \
+                        (hashes < hi if hi is not None else True)
+                    table = _with_changes(table, changes.filter(pa.array(mine)), consumer.columns, schema)
+                yield from table.select(out.names).to_batches()
         return pa.RecordBatchReader.from_batches(out, batches())
 
     def key_of(self, name: str) -> tuple[str, ...]:

@@ -51,8 +51,8 @@ def answer(rt: Runtime, query: exp.Expression, *, hidden: bool = False, pending:
             keys = _by_key(rt, query, name)
             if keys is not None:
                 con.register(name, rt.rows_by_key(name, keys, hidden=hidden, pending=pending))
-            elif refs[name] == 1 and not pending:  # read once: streamed
-                con.register(name, rt.reader(name, hidden=hidden))
+            elif refs[name] == 1:  # read once: streamed
+                con.register(name, rt.reader(name, hidden=hidden, pending=pending))
                 streamed.append(name)
             else:
                 con.register(name, rt.snapshot(name, hidden=hidden, pending=pending))
@@ -64,7 +64,7 @@ def answer(rt: Runtime, query: exp.Expression, *, hidden: bool = False, pending:
                 if "already been consumed" not in str(exc):
                     raise
                 for name in streamed:
-                    con.register(name, rt.snapshot(name, hidden=hidden))
+                    con.register(name, rt.snapshot(name, hidden=hidden, pending=pending))
                 result = con.sql(sql).to_arrow_table()
         except duckdb.Error as exc:
             raise SqlError(f"query failed: {exc}") from None

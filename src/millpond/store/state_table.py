@@ -77,18 +77,22 @@ class StateTable:
 
     def batches(self, rows_per_batch: int = 1_000_000) -> Iterator[pl.DataFrame]:
         """Every live row, as :meth:`scan` reads them, in slices of the key-hash space of about
+        ``rows_per_batch`` stored rows each (:meth:`slices`)."""
+        for lo, hi in self.slices(rows_per_batch):
+            found = self.scan(lo, hi)
+            if found is not None and found.height:
+                yield found
+
+    def slices(self, rows_per_batch: int = 1_000_000) -> list[tuple[int | None, int | None]]:
+        """Bounds ``lo <= _kh < hi`` (None: open) that split the key-hash space into slices of about
         ``rows_per_batch`` stored rows each: a key's versions all fall in one slice, so each slice
         merges on its own and a reader holds one slice at a time, never the whole table."""
         stored = sum(ref.rows for ref in self.levels.files() if self._visible(ref)) + \
             sum(t.num_rows for t in self.buffered)
         n = max(1, -(-stored // rows_per_batch))
         step = (1 << 64) // n
-        for i in range(n):
-            lo = None if i == 0 else -(1 << 63) + i * step
-            hi = None if i == n - 1 else -(1 << 63) + (i + 1) * step
-            found = self.scan(lo, hi)
-            if found is not None and found.height:
-                yield found
+        return [(None if i == 0 else -(1 << 63) + i * step, None if i == n - 1 else -(1 << 63) + (i + 1) * step)
+                for i in range(n)]
 
     def _visible(self, ref: SstRef) -> bool:
         return self.epoch is None or ref.min_ep <= self.epoch
