@@ -139,6 +139,31 @@ def test_keyed_tables_logs_are_truncated_and_everything_still_reads(open_db, roo
     assert rows(db.sql("SELECT * FROM ev")) == rows(_oracle(model).sql("SELECT * FROM ev").to_arrow_table())
 
 
+def test_a_read_only_follower_reads_on_while_the_writer_truncates_and_compacts(open_db, root, monkeypatch):
+    """A read-only process keeps the log files it knew; once the writer replaced them (a flush, a
+    compaction: no new manifest version), its read finds one gone, follows again and answers."""
+    import millpond
+    from millpond.engine.readonly import ReadOnlyRuntime
+
+    db, model, rng = _opened(open_db, monkeypatch, seed=5)
+    reader = millpond.connect(root, read_only=True)
+    retries: list[float] = []
+    monkeypatch.setattr(ReadOnlyRuntime, "sleep", staticmethod(retries.append))
+    compacted = 0
+    try:
+        for i in range(9):
+            _step(db, model, rng)
+            want = rows(_oracle(model).sql("SELECT * FROM ev").to_arrow_table())
+            assert rows(reader.sql("SELECT * FROM ev")) == want, i
+            db.runtime.log.flush()
+            compacted += "ev" in db.runtime.truncate_logs()  # the files the reader knew are gone
+            assert rows(reader.sql("SELECT * FROM ev")) == want, i
+            assert rows(reader.sql("SELECT * FROM kv")) == rows(_oracle(model).sql("SELECT * FROM kv").to_arrow_table())
+        assert compacted >= 2 and retries  # it did find files gone, and read again
+    finally:
+        reader.close()
+
+
 SCRIPT = """
 import sys, numpy as np, pyarrow as pa, millpond
 from millpond.engine import runtime
