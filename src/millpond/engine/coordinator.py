@@ -198,6 +198,7 @@ class Coordinator:
                 break
             work += more
         if not work:
+            self.state.maintain()  # idle: apply a finished compaction now, not at the next epoch
             return None
         plans = {c.name: c.plan for c in consumers}
         self._inputs = {v.name: (v.schema, state_id(v.id, plans[v.name].node_id, "rows"))
