@@ -134,6 +134,8 @@ class Readers:
         if message[0] == "ready":
             self._idle.put(reader)
             return
+        if self._closed:  # stopped while it started: nothing to report
+            return
         log.warning("millpond: a reader process could not open the root: %s", message[1])
         self._forget(reader)
 
