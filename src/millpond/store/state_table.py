@@ -75,14 +75,6 @@ class StateTable:
             parts.append(t.filter(keep))
         return self._merge(parts)
 
-    def batches(self, rows_per_batch: int = 1_000_000) -> Iterator[pl.DataFrame]:
-        """Every live row, as :meth:`scan` reads them, in slices of the key-hash space of about
-        ``rows_per_batch`` stored rows each (:meth:`slices`)."""
-        for lo, hi in self.slices(rows_per_batch):
-            found = self.scan(lo, hi)
-            if found is not None and found.height:
-                yield found
-
     def slices(self, rows_per_batch: int = 1_000_000) -> list[tuple[int | None, int | None]]:
         """Bounds ``lo <= _kh < hi`` (None: open) that split the key-hash space into slices of about
         ``rows_per_batch`` stored rows each: a key's versions all fall in one slice, so each slice
