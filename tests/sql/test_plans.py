@@ -59,3 +59,19 @@ def test_canonical_form_ignores_numbering_only():
     assert P.first_difference(P.canonical(shifted), P.canonical(plan)) is None
     other, _ = plan_view(parse("SELECT a.product FROM visit a JOIN visit b ON a.product = b.product")[0], _catalog())
     assert P.first_difference(P.canonical(other), P.canonical(plan)) is not None
+
+
+@pytest.mark.parametrize("sql, expected", [
+    ("SELECT product, count(*) AS n FROM visit GROUP BY product", {"visit": ("product",)}),
+    ("SELECT product, sum(length) AS s FROM visit WHERE user <> 'bot' GROUP BY product",
+     {"visit": ("product", "user", "length")}),
+    ("SELECT user FROM visit WHERE length > 3", {"visit": ("user", "length")}),
+    ("SELECT v.user, i.category FROM visit v JOIN info i ON v.product = i.product",  # a join side keeps whole rows
+     {"visit": ("product", "user", "length"), "info": ("product", "category")}),
+    ("SELECT product, n FROM (SELECT product, count(*) AS n FROM visit GROUP BY product) s WHERE n > 1",
+     {"visit": ("product",)}),
+])
+def test_a_scan_reads_only_the_columns_its_plan_uses(sql: str, expected: dict):
+    plan, _ = plan_view(parse(f"CREATE MATERIALIZED VIEW v AS {sql}")[0].expression, _catalog())
+    used = P.read_columns(plan)
+    assert {s.table: used[id(s)] for s in P.sources(plan)} == expected

@@ -76,7 +76,7 @@ class Builder(Inputs):
             t = self.tables.get(source.table)
             if t is None:
                 return None
-            how = self.named(t)
+            how = self.named(source)
             if how is None:
                 return None
             reads.append((t.channel, t.channel_id, how))
