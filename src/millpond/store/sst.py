@@ -6,7 +6,9 @@ the key itself for the plain key-value API), ``_ep`` (the epoch that wrote the r
 
     [block 0] [bloom 0] ... [block n-1] [bloom n-1] [index] [meta json] [u64 index, u32 meta length] [u32 crc] [magic]
 
-- a *block* is an LZ4-compressed Arrow IPC stream of ~``BLOCK_BYTES`` of rows;
+- a *block* is an Arrow IPC stream of ~``BLOCK_BYTES`` of rows, compressed whole as one LZ4 frame
+  after its uncompressed length (u64); format 3's blocks were IPC streams compressing each
+  buffer (read still: a 2,000-row block decodes in ~200 µs that way, ~65 µs this way);
 - each block has its own *bloom filter* over its distinct ``_kh`` (10 bits per key, 7 probes:
   ~1% false positives; "partitioned" filters, so a read loads the filters of the blocks it may
   need, never one filter of the whole file);
@@ -45,7 +47,10 @@ __all__ = ["VNODES", "SstRef", "SstMeta", "write_sst", "open_sst", "read_blocks"
 
 VNODES = 256
 
-FORMAT = 3  # SST format version (1 and 2 were single Arrow IPC files without blocks)
+FORMAT = 4  # SST format version (1 and 2 were single Arrow IPC files without blocks)
+READS = (3, 4)  # the formats this millpond reads
+_LZ4 = pa.Codec("lz4")
+_LEN = struct.Struct("<Q")
 MAGIC = b"MPOND-S3"
 _TAIL = struct.Struct("<QII8s")  # index length, meta length, crc32(index + meta), magic
 _INDEX_COLUMNS = 8
@@ -156,13 +161,13 @@ def write_sst(store: ObjectStore, key: str, rows: pl.DataFrame, *, keys: tuple[s
     step = max(64, BLOCK_BYTES // per_row)
     out = io.BytesIO()
     index = []
-    options = pa.ipc.IpcWriteOptions(compression="lz4")
     for start in range(0, table.num_rows, step):  # a loop per block, not per row
         stop = min(start + step, table.num_rows)
         sink = io.BytesIO()
-        with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
+        with pa.ipc.new_stream(sink, table.schema) as writer:
             writer.write_table(table.slice(start, stop - start))
-        data = sink.getvalue()
+        plain = sink.getvalue()
+        data = _LEN.pack(len(plain)) + _LZ4.compress(plain, asbytes=True)
         block_at = out.tell()
         out.write(data)
         block_kh = kh[start:stop]
@@ -197,6 +202,7 @@ class SstMeta:
     index: np.ndarray  # n × 8: offset, length, first kh, last kh, crc, bloom offset, bloom length, bloom crc
     keys: tuple[str, ...]
     additive: bool
+    format: int = FORMAT
 
     @property
     def offsets(self) -> np.ndarray:
@@ -272,12 +278,13 @@ def _footer(store: ObjectStore, key: str, size: int, start: int, tail: bytes) ->
     if zlib.crc32(footer) != crc:
         raise _corrupt(store, key, "footer checksum mismatch")
     meta = json.loads(footer[index_len:])
-    if meta.get("format") != FORMAT:
-        raise _corrupt(store, key, f"SST format {meta.get('format')!r}; this millpond reads format {FORMAT}")
+    if meta.get("format") not in READS:
+        raise _corrupt(store, key, f"SST format {meta.get('format')!r}; this millpond reads formats "
+                                   f"{', '.join(map(str, READS))}")
     index = np.frombuffer(footer[:index_len], dtype="<i8").reshape(-1, _INDEX_COLUMNS)
     ref = SstRef(key, meta["min_kh"], meta["max_kh"], meta["min_ep"], meta["max_ep"], meta["rows"], size,
                  meta["vnodes"])
-    return SstMeta(ref, index, tuple(meta["keys"]), bool(meta["additive"]))
+    return SstMeta(ref, index, tuple(meta["keys"]), bool(meta["additive"]), meta["format"])
 
 
 def read_blocks(store: ObjectStore, meta: SstMeta, blocks: np.ndarray) -> list[pa.Table]:
@@ -310,8 +317,11 @@ def read_blocks(store: ObjectStore, meta: SstMeta, blocks: np.ndarray) -> list[p
 
 def _decode(store: ObjectStore, meta: SstMeta, b: int, raw: bytes) -> pa.Table:
     try:
-        table = pa.ipc.open_stream(pa.BufferReader(raw)).read_all()
-    except pa.ArrowInvalid as exc:
+        if meta.format >= 4:
+            size = _LEN.unpack_from(raw)[0]
+            raw = _LZ4.decompress(memoryview(raw)[_LEN.size:], decompressed_size=size)
+        table = pa.ipc.open_stream(raw).read_all()
+    except (pa.ArrowInvalid, pa.ArrowIOError, struct.error) as exc:
         raise _corrupt(store, meta.ref.key, f"block {b}: {exc}") from None
     block_cache().put((store.root, meta.ref.key, b), table, table.nbytes)
     return table
