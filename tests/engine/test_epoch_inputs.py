@@ -161,3 +161,48 @@ def test_a_view_built_once_is_re_run_by_later_epochs(open_db, monkeypatch):
     kept.append({"k": 7, "v": 99})
     db.flush()
     check()
+
+
+@pytest.mark.parametrize("append_only", [False, True])
+def test_an_aggregate_combined_in_the_scans_tasks_matches_duckdb(open_db, monkeypatch, append_only):
+    """A GROUP BY of a table's columns has its delta combined in the log scan's own tasks
+    (:mod:`millpond.spark.combine`): through NULL keys and arguments, deletes, sums past 64 bits
+    and MIN/MAX, every epoch's views equal DuckDB over all rows; a grouping expression is left to
+    Catalyst."""
+    import duckdb
+
+    from millpond.spark import combine
+
+    monkeypatch.setattr(inputs, "DRIVER_READ_ROWS", 0)
+    monkeypatch.setattr(build, "PRE_AGGREGATE_ROWS", 0)
+    planned = []
+    monkeypatch.setattr(inputs, "plan_combine", lambda node, t: planned.append(combine.plan_combine(node, t)) or planned[-1])
+    db = open_db(parallelism=2)
+    db.sql(f"CREATE TABLE t (g INT, s VARCHAR, v BIGINT){' APPEND ONLY' if append_only else ''}")
+    views = {
+        "a": "SELECT g, s, COUNT(*) AS n, COUNT(v) AS c, SUM(v) AS total, MIN(v) AS lo, MAX(v) AS hi FROM t GROUP BY g, s",
+        "b": "SELECT v, COUNT(*) AS n FROM t GROUP BY v",
+        "c": "SELECT g % 3 AS m, SUM(v) AS total FROM t GROUP BY g % 3",  # an expression: Catalyst's
+    }
+    for name, sql in views.items():
+        db.sql(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
+    con = duckdb.connect()
+    everything = []
+    for i in range(4):
+        n = 300
+        batch = pa.table({"g": pa.array([None if j % 11 == 0 else j % 4 for j in range(n)], pa.int32()),
+                          "s": [None if j % 13 == 0 else f"s{(i + j) % 3}" for j in range(n)],
+                          "v": pa.array([None if j % 7 == 0 else (2**62 if j % 50 == 1 else j * (i + 1) - 100)
+                                         for j in range(n)], pa.int64())})
+        db.insert("t", batch)
+        everything.append(batch)
+        if i == 2 and not append_only:
+            db.sql("DELETE FROM t WHERE v < 0")
+            everything = [b.filter(pa.compute.invert(pa.compute.fill_null(pa.compute.less(b["v"], 0), False)))
+                          for b in everything]
+        db.flush()
+        con.register("t", pa.concat_tables(everything))
+        for name, sql in views.items():
+            want = sorted(con.sql(sql).fetchall(), key=repr)
+            assert sorted(rows(db.sql(f"SELECT * FROM {name}")), key=repr) == want, (name, i)
+    assert sum(p is not None for p in planned) >= 2 and any(p is None for p in planned)

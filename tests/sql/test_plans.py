@@ -73,5 +73,7 @@ def test_canonical_form_ignores_numbering_only():
 ])
 def test_a_scan_reads_only_the_columns_its_plan_uses(sql: str, expected: dict):
     plan, _ = plan_view(parse(f"CREATE MATERIALIZED VIEW v AS {sql}")[0].expression, _catalog())
-    used = P.read_columns(plan)
+    from millpond.spark.inputs import read_columns
+
+    used = read_columns(plan)
     assert {s.table: used[id(s)] for s in P.sources(plan)} == expected

@@ -259,36 +259,6 @@ def sources(node: Node) -> list[Source]:
     return [s for i in inputs(node) for s in sources(i)]
 
 
-def read_columns(node: Node) -> dict[int, tuple[str, ...]]:
-    """For each :class:`Source` under ``node`` (by ``id``), the table columns the plan uses of it,
-    in the source's order: what a scan must read (the rest it can leave out). Every column reaches
-    a join side, top-N, window function, materialization or index, which keep whole rows; above
-    an aggregate, a projection or a filter, the columns their expressions and keys name."""
-    out: dict[int, set[str]] = {}
-
-    def need(n: Node, cols: set[str] | None) -> None:
-        if isinstance(n, Source):
-            used = {src for name, src in n.columns if cols is None or name in cols}
-            out.setdefault(id(n), set()).update(used)
-        elif isinstance(n, Aggregate):
-            need(n.input, {*n.group, *(c.arg for c in n.calls if c.arg)})
-        elif isinstance(n, Project):  # the builder selects every expression
-            refs = {c.name for e, _ in n.exprs for c in e.find_all(exp.Column)}
-            need(n.input, None if any(e.find(exp.Star) for e, _ in n.exprs) else refs)
-        elif isinstance(n, Filter):
-            need(n.input, None if cols is None else cols | {c.name for c in n.predicate.find_all(exp.Column)})
-        elif isinstance(n, Window):
-            need(n.input, None if cols is None else (cols - {n.start, n.end}) | {n.time})
-        elif isinstance(n, Union):
-            for i in n.inputs:
-                need(i, cols)
-        else:
-            for i in inputs(n):
-                need(i, None)
-    need(node, None)
-    return {id(s): tuple(src for _, src in s.columns if src in out[id(s)]) for s in sources(node) if id(s) in out}
-
-
 def indexes_read(node: Node) -> frozenset[int]:
     """The ids of every index ``node`` reads."""
     out: set[int] = set()

@@ -265,8 +265,9 @@ class Builder(Inputs):
     def _aggregate(self, node: P.Aggregate) -> DataFrame:
         """Built from SQL text, as :meth:`_exchange` (a Column object costs a JVM round trip)."""
         df, group, values, measures, having = self._delta(node)
-        if self._records() > PRE_AGGREGATE_ROWS:  # a big delta: Catalyst combines it map-side before any exchange
-            df = self._group(df, [*group, *values], measures)
+        if self._records() > PRE_AGGREGATE_ROWS:  # a big delta: combined map-side before any exchange, in the
+            df = self._group(df, [*group, *values], measures)  # scan's tasks where they can, else by Catalyst
+            df = self.combined(node, df.schema) or df
         df = self._exchange(df, group)
         # Catalyst consolidates the delta per (group, min/max/distinct values) before Python sees it.
         agged = self._group(df, [VN, KH, *group, *values], measures, having=having)

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from sqlglot import exp
 
 from millpond.catalog import TableDef
 from millpond.catalog.types import spark_ddl_type
@@ -25,12 +26,13 @@ from millpond.engine import plan as P
 from millpond.engine.consumers import table_plan
 from millpond.engine.executor import Consumer, EpochJob, PieceSource, Ranges, ViewInput
 from millpond.log import read_pieces
+from millpond.spark.combine import plan_combine
 from millpond.spark.log_source import MAX_PARTITION_ROWS, ScanSlots, write_scan
 from millpond.store.manifest import Levels
 from millpond.store.objects import open_store
 from millpond.store.state_table import StateTable
 
-__all__ = ["Inputs", "DRIVER_READ_ROWS", "read_rows", "quote", "arrow_schema"]
+__all__ = ["Inputs", "DRIVER_READ_ROWS", "read_columns", "read_rows", "quote", "arrow_schema"]
 
 DRIVER_READ_ROWS = 10_000  # a smaller range is read by the driver and handed to Spark as Arrow
 
@@ -76,7 +78,7 @@ class Inputs:
         """The columns of ``node``'s table the consumer's plan uses (its scan reads only those)."""
         if not hasattr(self, "_read_columns"):
             roots = [self.consumer.plan] + ([self.consumer.merge.aggregate] if self.consumer.merge else [])
-            self._read_columns = {k: v for root in roots for k, v in P.read_columns(root).items()}
+            self._read_columns = {k: v for root in roots for k, v in read_columns(root).items()}
         found = self._read_columns.get(id(node))
         return found if found is not None else tuple(src for _, src in node.columns)
 
@@ -147,11 +149,7 @@ class Inputs:
         whatever range the scan object names, :class:`~millpond.spark.log_source.ScanSlots`). The
         weights cross from Python as bytes (a record's weight is +1 or -1): each column a scan
         hands the JVM costs (1M records of 3 BIGINT columns: 0.34 s, of 5: 0.44 s)."""
-        ranges = list(dict.fromkeys((s[1], s[2]) for s in self.scans if s[0] == t.channel))
-        k = ranges.index((start, stop)) if (start, stop) in ranges else len(ranges)  # a backfilling view reads another
-        key = write_scan(open_store(self.job.root, self.job.storage), t.channel_id, k,
-                         self.pieces(t.channel, start, stop), start, stop)
-        slots = 1 if self.single else max(self.job.parallelism, -(-(stop - start) // MAX_PARTITION_ROWS))
+        key, slots = self._scan_object(t, start, stop)
         cached = (self.job.root, key, _ddl(t, cols), slots)
         if cached not in self.loaded:  # an APPEND ONLY table's weights are all +1: they need not cross
             ones = t.append_only and bool(cols)
@@ -161,6 +159,32 @@ class Inputs:
             self.loaded[cached] = self.spark.range(0, slots, 1, slots).mapInArrow(read, schema).selectExpr(
                 *map(quote, cols), f"CAST({1 if ones else W} AS BIGINT) AS {W}")
         return cached
+
+    def _scan_object(self, t: TableDef, start: int, stop: int) -> tuple[str, int]:
+        """Write the scan object naming this epoch's range of ``t``'s channel: its key, and the slots
+        (tasks) that read the range."""
+        ranges = list(dict.fromkeys((s[1], s[2]) for s in self.scans if s[0] == t.channel))
+        k = ranges.index((start, stop)) if (start, stop) in ranges else len(ranges)  # a backfilling view reads another
+        key = write_scan(open_store(self.job.root, self.job.storage), t.channel_id, k,
+                         self.pieces(t.channel, start, stop), start, stop)
+        return key, 1 if self.single else max(self.job.parallelism, -(-(stop - start) // MAX_PARTITION_ROWS))
+
+    def combined(self, node: P.Aggregate, schema: T.StructType) -> DataFrame | None:
+        """``node``'s delta combined per group in the scan's own tasks, as ``schema`` (Catalyst's
+        combine of it, :mod:`millpond.spark.combine`); None where the scan cannot combine it."""
+        source = node.input.input if isinstance(node.input, P.Project) else None
+        if not isinstance(source, P.Source) or source.table not in self.tables or self.consumer.partial is not None:
+            return None
+        t = self.tables[source.table]
+        start, stop = self.ranges[t.channel]
+        if (stop - start <= DRIVER_READ_ROWS or self.job.batch.get(self.consumer.key)
+                or (combine := plan_combine(node, t)) is None):
+            return None
+        self.named(source)  # the range's scan object, as a reused DataFrame finds it
+        key, slots = self._scan_object(t, start, stop)
+        read = ScanSlots(self.job.root, tuple(sorted(self.job.storage.items())), key, slots, t.log_schema,
+                         arrow_schema(schema), combine)
+        return self.spark.range(0, slots, 1, slots).mapInArrow(read, schema)
 
     def named(self, source: P.Source) -> tuple | None:
         """How this epoch's range of ``source``'s table is read, if through a DataFrame that every
@@ -201,6 +225,36 @@ class Inputs:
             self.scans[scan] = self.loaded[cached]
             keys.append(cached)
         return tuple(keys)
+
+
+def read_columns(node: P.Node) -> dict[int, tuple[str, ...]]:
+    """For each :class:`Source` under ``node`` (by ``id``), the table columns the plan uses of it,
+    in the source's order: what a scan must read (the rest it can leave out). Every column reaches
+    a join side, top-N, window function, materialization or index, which keep whole rows; above
+    an aggregate, a projection or a filter, the columns their expressions and keys name."""
+    out: dict[int, set[str]] = {}
+
+    def need(n: P.Node, cols: set[str] | None) -> None:
+        if isinstance(n, P.Source):
+            used = {src for name, src in n.columns if cols is None or name in cols}
+            out.setdefault(id(n), set()).update(used)
+        elif isinstance(n, P.Aggregate):
+            need(n.input, {*n.group, *(c.arg for c in n.calls if c.arg)})
+        elif isinstance(n, P.Project):  # the builder selects every expression
+            refs = {c.name for e, _ in n.exprs for c in e.find_all(exp.Column)}
+            need(n.input, None if any(e.find(exp.Star) for e, _ in n.exprs) else refs)
+        elif isinstance(n, P.Filter):
+            need(n.input, None if cols is None else cols | {c.name for c in n.predicate.find_all(exp.Column)})
+        elif isinstance(n, P.Window):
+            need(n.input, None if cols is None else (cols - {n.start, n.end}) | {n.time})
+        elif isinstance(n, P.Union):
+            for i in n.inputs:
+                need(i, cols)
+        else:
+            for i in P.inputs(n):
+                need(i, None)
+    need(node, None)
+    return {id(s): tuple(src for _, src in s.columns if src in out[id(s)]) for s in P.sources(node) if id(s) in out}
 
 
 def read_rows(root: str, storage: dict, levels: Levels, columns: tuple[str, ...], slices: int, schema: pa.Schema,

@@ -33,7 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceReader, DataSourceStreamArrowWriter,
@@ -46,6 +46,9 @@ from millpond.columns import SEQ, TICK
 from millpond.log import Channel, Log, Piece, read_pieces
 from millpond.log.tables import is_table
 from millpond.store.objects import open_store
+
+if TYPE_CHECKING:
+    from millpond.spark.combine import Combine
 
 __all__ = ["LogDataSource", "ScanSlots", "register", "write_scan"]
 
@@ -169,6 +172,7 @@ class ScanSlots:
     slots: int
     log_schema: pa.Schema  # the channel's
     schema: pa.Schema  # the records the scan returns, as the job's Spark schema declares them
+    combine: "Combine | None" = None  # an aggregate's partials of each slot instead (millpond.spark.combine)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         store = open_store(self.root, dict(self.storage))
@@ -180,6 +184,9 @@ class ScanSlots:
                     continue
                 pieces = _overlapping([Piece(*p) for p in spec["pieces"]], a, b)
                 table = read_pieces(store, spec["channel"], self.log_schema, pieces, a, b)
+                if self.combine is not None:
+                    yield from self.combine(table, self.schema).to_batches()
+                    continue
                 yield from table.select(self.schema.names).cast(self.schema).to_batches()
 
 
