@@ -165,10 +165,10 @@ def test_a_view_built_once_is_re_run_by_later_epochs(open_db, monkeypatch):
 
 @pytest.mark.parametrize("append_only", [False, True])
 def test_an_aggregate_combined_in_the_scans_tasks_matches_duckdb(open_db, monkeypatch, append_only):
-    """A GROUP BY of a table's columns has its delta combined in the log scan's own tasks
-    (:mod:`millpond.spark.combine`): through NULL keys and arguments, deletes, sums past 64 bits
-    and MIN/MAX, every epoch's views equal DuckDB over all rows; a grouping expression is left to
-    Catalyst."""
+    """A GROUP BY of a table's columns or of a join has its delta combined in the log scan's or the
+    join's own tasks (:mod:`millpond.spark.combine`): through NULL keys and arguments, deletes,
+    sums past 64 bits, MIN/MAX, an inner and a left join and a changing dimension, every epoch's
+    views equal DuckDB over all rows; a grouping expression is left to Catalyst."""
     import duckdb
 
     from millpond.spark import combine
@@ -176,13 +176,21 @@ def test_an_aggregate_combined_in_the_scans_tasks_matches_duckdb(open_db, monkey
     monkeypatch.setattr(inputs, "DRIVER_READ_ROWS", 0)
     monkeypatch.setattr(build, "PRE_AGGREGATE_ROWS", 0)
     planned = []
-    monkeypatch.setattr(inputs, "plan_combine", lambda node, t: planned.append(combine.plan_combine(node, t)) or planned[-1])
+    def plan(node, columns):
+        planned.append(combine.plan_combine(node, columns))
+        return planned[-1]
+    monkeypatch.setattr(inputs, "plan_combine", plan)
+    monkeypatch.setattr(build, "plan_combine", plan)  # in a join's tasks
     db = open_db(parallelism=2)
-    db.sql(f"CREATE TABLE t (g INT, s VARCHAR, v BIGINT){' APPEND ONLY' if append_only else ''}")
+    db.sql(f"CREATE TABLE t (g INT, s VARCHAR, v BIGINT){' APPEND ONLY' if append_only else ''}; "
+           "CREATE TABLE d (g INT PRIMARY KEY, name VARCHAR)")
+    db.insert("d", pa.table({"g": pa.array([0, 1, 2], pa.int32()), "name": ["zero", "one", None]}))
     views = {
         "a": "SELECT g, s, COUNT(*) AS n, COUNT(v) AS c, SUM(v) AS total, MIN(v) AS lo, MAX(v) AS hi FROM t GROUP BY g, s",
         "b": "SELECT v, COUNT(*) AS n FROM t GROUP BY v",
         "c": "SELECT g % 3 AS m, SUM(v) AS total FROM t GROUP BY g % 3",  # an expression: Catalyst's
+        "j": "SELECT d.name, COUNT(*) AS n, SUM(t.v) AS total, MAX(t.v) AS hi FROM t JOIN d ON t.g = d.g GROUP BY d.name",
+        "l": "SELECT d.name, t.s, COUNT(*) AS n, SUM(t.v) AS total FROM t LEFT JOIN d ON t.g = d.g GROUP BY d.name, t.s",
     }
     for name, sql in views.items():
         db.sql(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
@@ -200,9 +208,13 @@ def test_an_aggregate_combined_in_the_scans_tasks_matches_duckdb(open_db, monkey
             db.sql("DELETE FROM t WHERE v < 0")
             everything = [b.filter(pa.compute.invert(pa.compute.fill_null(pa.compute.less(b["v"], 0), False)))
                           for b in everything]
+        if i == 1:  # the dimension changes too: the joins retract and re-emit through their combine
+            db.sql("UPDATE d SET name = 'uno' WHERE g = 1; INSERT INTO d VALUES (3, 'three')")
         db.flush()
         con.register("t", pa.concat_tables(everything))
+        con.register("d", db.sql("SELECT * FROM d"))
         for name, sql in views.items():
             want = sorted(con.sql(sql).fetchall(), key=repr)
             assert sorted(rows(db.sql(f"SELECT * FROM {name}")), key=repr) == want, (name, i)
-    assert sum(p is not None for p in planned) >= 2 and any(p is None for p in planned)
+    assert sum(p is not None for p in planned) >= 4 and any(p is None for p in planned)
+    assert any(p is not None and ("_g0", "d__name") in p.keys for p in planned)  # a join's tasks combined

@@ -11,6 +11,7 @@ group (and MIN/MAX/DISTINCT value).
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from functools import reduce
 from typing import Mapping
 
@@ -31,6 +32,7 @@ from millpond.engine.operators import Arrange, HashAggregate, HashJoin, Material
 from millpond.engine.operators.aggregate import VALUE_FUNCS, nonnull_col, sum_col, value_col
 from millpond.engine.operators.join import SIDE
 from millpond.errors import IndexMismatch, InvariantError
+from millpond.spark.combine import Combine, plan_combine
 from millpond.spark.inputs import DRIVER_READ_ROWS, Inputs, arrow_schema, quote
 from millpond.spark.task import CONSUMER, FILE, ROWS, Task
 from millpond.store.sst import VNODES
@@ -173,7 +175,7 @@ class Builder(Inputs):
         the task, a JVM PythonFunction) costs ~10 ms each time. PySpark's own ``mapInArrow``,
         less the UDF it makes anew on every call (pyspark is pinned: its internals are known)."""
         key = (task.op, tuple(sorted(task.states.items())), task.object_id, task.node_id, task.consumer, task.emit,
-               task.root, json.dumps(task.storage, sort_keys=True), task.out_schema, task.changes)
+               task.root, json.dumps(task.storage, sort_keys=True), task.out_schema, task.changes, task.combine)
         udf = self.udfs.get(key)
         if udf is None:
             if len(self.udfs) >= 1024:
@@ -183,7 +185,8 @@ class Builder(Inputs):
         column = udf(*[df[c] for c in df.columns])
         return DataFrame(df._jdf.mapInArrow(column._jc, False, None), df.sparkSession)
 
-    def _join(self, node: P.Join) -> DataFrame:
+    def _join(self, node: P.Join, combined: tuple[Combine, T.StructType] | None = None) -> DataFrame:
+        """``combined``: emit the partials of an aggregate over the join (as that schema) instead."""
         left, right = self.build(node.left), self.build(node.right)
         if node.lookup[1] == "old":  # a delta join's probe of an index as of before the epoch: no delta
             right = right.where("false")
@@ -216,6 +219,8 @@ class Builder(Inputs):
                       left_shared=stored["left"][1] if "left" in stored else None,
                       right_shared=stored["right"][1] if "right" in stored else None)
         task = self._task(node.node_id, op, schema, shared={label: sid for label, (sid, _) in stored.items()})
+        if combined is not None:
+            task, schema = replace(task, combine=combined[0], out_schema=arrow_schema(combined[1])), combined[1]
         return self._map(both, task, schema)
 
     def _shared(self, node: P.Join, k: int, types: list[T.DataType], common: list[T.DataType], cols: list[str]
@@ -267,7 +272,7 @@ class Builder(Inputs):
         df, group, values, measures, having = self._delta(node)
         if self._records() > PRE_AGGREGATE_ROWS:  # a big delta: combined map-side before any exchange, in the
             df = self._group(df, [*group, *values], measures)  # scan's tasks where they can, else by Catalyst
-            df = self.combined(node, df.schema) or df
+            df = self.combined(node, df.schema) or self._combined_join(node, df.schema) or df
         df = self._exchange(df, group)
         # Catalyst consolidates the delta per (group, min/max/distinct values) before Python sees it.
         agged = self._group(df, [VN, KH, *group, *values], measures, having=having)
@@ -288,6 +293,15 @@ class Builder(Inputs):
         op = HashAggregate(tuple(group), node.calls, name=f"{self.consumer.name}#{node.node_id}", whole=node.whole,
                            append_only=node.append_only)
         return self._map(agged, self._task(node.node_id, op, schema), schema)
+
+    def _combined_join(self, node: P.Aggregate, schema: T.StructType) -> DataFrame | None:
+        """``node``'s delta combined per group in the tasks of the join it reads (as :meth:`combined`)."""
+        join = node.input.input if isinstance(node.input, P.Project) else None
+        if not isinstance(join, P.Join) or any(join.lookup):
+            return None
+        columns = {f.name: (f.name, f.dataType.simpleString()) for f in self.build(join).schema if f.name != W}
+        combine = plan_combine(node, columns)
+        return None if combine is None else self._join(join, (combine, schema))
 
     def partials(self, node: P.Aggregate) -> DataFrame:
         """The epoch's delta of ``node``'s input as partial aggregates per (group, min/max/distinct

@@ -1,11 +1,12 @@
-"""An aggregate's map-side combine, run in the log scan's own Python task.
+"""An aggregate's map-side combine, run in the Python task its input rows come from.
 
-A ``GROUP BY`` over a table's columns, whose arguments are integer columns, has its epoch's delta
-combined per group where the records already are: the scan's task reads a slot of the log and
-hands the JVM one row per (group, MIN/MAX/DISTINCT value) instead of every record — measured
-on 1,000,000 records of 10,000 groups, the rows crossing into the JVM are what the scan costs
-(see :meth:`millpond.spark.inputs.Inputs._load`). Spark then exchanges these partials and sums
-them per group (:meth:`millpond.spark.build.Builder._aggregate`), as it does its own partials.
+A ``GROUP BY`` over a table's columns or a join's output, whose arguments are integer columns,
+has its epoch's delta combined per group where the rows already are: the log scan's task (a slot
+of the log) or the join's task hands the JVM one row per (group, MIN/MAX/DISTINCT value) instead
+of every row — measured on 1,000,000 records of 10,000 groups, the rows crossing into the JVM are
+what the scan costs (see :meth:`millpond.spark.inputs.Inputs._load`). Spark then exchanges these
+partials and sums them per group (:meth:`millpond.spark.build.Builder._aggregate`), as it does
+its own partials.
 
 Only what means the same in polars as in Spark is combined here: plain columns of integer,
 string, boolean and date types as keys, integer columns (or their casts to ``DECIMAL(38,0)``
@@ -21,16 +22,14 @@ import polars as pl
 import pyarrow as pa
 from sqlglot import exp
 
-from millpond.catalog import TableDef
-from millpond.catalog.types import spark_ddl_type
 from millpond.columns import W
 from millpond.engine import plan as P
 from millpond.engine.operators.aggregate import VALUE_FUNCS, nonnull_col, sum_col, value_col
 
 __all__ = ["Combine", "plan_combine"]
 
-_KEY_TYPES = ("SMALLINT", "INT", "BIGINT", "STRING", "BOOLEAN", "DATE")
-_INTEGERS = ("SMALLINT", "INT", "BIGINT")
+_KEY_TYPES = ("SMALLINT", "INT", "INTEGER", "BIGINT", "STRING", "BOOLEAN", "DATE")
+_INTEGERS = ("SMALLINT", "INT", "INTEGER", "BIGINT")
 
 
 @dataclass(frozen=True)
@@ -59,25 +58,24 @@ class Combine:
         return out.to_arrow().select(schema.names).cast(schema)
 
 
-def plan_combine(node: P.Aggregate, t: TableDef) -> Combine | None:
-    """The combine of ``node``'s delta in the scan of ``t``, or None where Catalyst must do it:
-    ``node`` reads a projection of ``t``'s columns only, each kept as it is (or an integer cast
-    to ``DECIMAL(38,0)``/``BIGINT`` for a sum)."""
+def plan_combine(node: P.Aggregate, columns: dict[str, tuple[str, str]]) -> Combine | None:
+    """The combine of ``node``'s delta where its input's rows are, or None where Catalyst must do
+    it. ``node`` must read a projection (or nothing) between it and those rows, whose columns it
+    uses are ``columns`` (a name in the projection's input -> the rows' column and its Spark
+    type), each kept as it is (or an integer cast to ``DECIMAL(38,0)``/``BIGINT`` for a sum)."""
     project = node.input
-    if node.whole or not isinstance(project, P.Project) or not isinstance(project.input, P.Source):
+    if node.whole or not isinstance(project, P.Project):
         return None
-    renames = dict(project.input.columns)
-    types = {c.name: spark_ddl_type(c.type) for c in t.columns}
     exprs = {name: e for e, name in project.exprs}
 
     def column(name: str | None, allowed: tuple[str, ...], *, cast: bool = False) -> str | None:
         e = exprs.get(name) if name is not None else None
         if cast and isinstance(e, exp.Cast) and e.to.sql("spark").upper() in ("DECIMAL(38, 0)", "BIGINT"):
             e = e.this
-        if not isinstance(e, exp.Column) or e.table or e.name not in renames:
+        if not isinstance(e, exp.Column) or e.table or e.name not in columns:
             return None
-        src = renames[e.name]
-        return src if types.get(src) in allowed else None
+        src, type_ = columns[e.name]
+        return src if type_.upper() in allowed else None
     keys, sums, nonnulls, extremes = [], [], [], []
     for g in node.group:
         if (src := column(g, _KEY_TYPES)) is None:

@@ -177,8 +177,10 @@ class Inputs:
             return None
         t = self.tables[source.table]
         start, stop = self.ranges[t.channel]
+        types = {c.name: spark_ddl_type(c.type) for c in t.columns}
+        columns = {out: (src, types.get(src, "")) for out, src in source.columns}
         if (stop - start <= DRIVER_READ_ROWS or self.job.batch.get(self.consumer.key)
-                or (combine := plan_combine(node, t)) is None):
+                or (combine := plan_combine(node, columns)) is None):
             return None
         self.named(source)  # the range's scan object, as a reused DataFrame finds it
         key, slots = self._scan_object(t, start, stop)

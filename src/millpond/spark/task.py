@@ -24,7 +24,7 @@ import json
 import os
 import time
 from dataclasses import dataclass
-from typing import Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 import polars as pl
 import pyarrow as pa
@@ -39,6 +39,9 @@ from millpond.engine.step import run_step
 from millpond.errors import InvariantError
 from millpond.store.manifest import Levels
 from millpond.store.objects import open_store
+
+if TYPE_CHECKING:
+    from millpond.spark.combine import Combine
 
 __all__ = ["Task", "CONSUMER", "FILE", "ROWS", "JOB_PROPERTY", "Run", "describe_job"]
 
@@ -95,6 +98,7 @@ class Task:
     consumer: str | None  # a final task's: the view whose changes it writes
     emit: bool  # False: write state only (a table's materialize: its changelog is its log)
     changes: pa.Schema | None = None  # a final task's: the view's changes as the view types them
+    combine: "Combine | None" = None  # emit the aggregate partials of its output (millpond.spark.combine)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         started = time.perf_counter()
@@ -120,7 +124,8 @@ class Task:
         if out.height == 0 or not self.emit:
             return
         if self.consumer is None:
-            yield from out.to_arrow().cast(self.out_schema).to_batches()
+            table = out.to_arrow()
+            yield from (self.combine(table, self.out_schema) if self.combine else table.cast(self.out_schema)).to_batches()
             return
         assert self.changes is not None
         key = paths.changes_part_key(self.consumer, run.epoch, run.attempt, partition)
