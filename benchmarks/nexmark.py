@@ -28,7 +28,7 @@ script tries each in append and in update mode and prints Spark's reason.
 
 Every result (millpond's view, Spark's driver-side copy) is checked equal to DuckDB running the
 query over all events (``nexmark.duckdb_sql``, its AVG PostgreSQL's numeric quotient:
-``millpond.engine.numerics.averages_as_text``), as multisets: numerics as PostgreSQL prints them
+``tests/pg_numeric.averages_as_text``), as multisets: numerics as PostgreSQL prints them
 (AVG of integers is a numeric quotient, at least 16 significant digits: millpond's and DuckDB's
 texts must be equal), floats (Spark's AVG is a double) to 1e-9 relative; the script fails if any
 differs.
@@ -44,6 +44,7 @@ import json
 import logging
 import os
 import statistics
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -57,7 +58,6 @@ import sqlglot
 
 import millpond
 from millpond import nexmark
-from millpond.engine.numerics import averages_as_text
 from millpond.serve.display import texts
 from millpond.spark.session import local_session
 
@@ -303,11 +303,15 @@ def same(a: pa.Table, b: pa.Table) -> str | None:
 
 
 def oracle(query: str, ev: Events) -> pa.Table:
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository: tests/
+    from tests import pg_numeric  # the oracles' own numeric division, checked against PostgreSQL
+
     con = duckdb.connect()
+    pg_numeric.register(con)
     try:
         for name in TABLES:
             con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{os.path.join(ev.root, 'source', name)}/*.parquet')")
-        return con.sql(averages_as_text(nexmark.duckdb_sql(nexmark.QUERIES[query]))).to_arrow_table()
+        return con.sql(pg_numeric.averages_as_text(nexmark.duckdb_sql(nexmark.QUERIES[query]))).to_arrow_table()
     finally:
         con.close()
 
