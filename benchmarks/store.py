@@ -342,8 +342,12 @@ def main() -> None:
     versions = []
     for name, module in (("rocksdict", "rocksdict"), ("slatedb", "slatedb")):
         if name in names:
-            from importlib.metadata import version
-            versions.append(f"{name} {version(module)}")
+            from importlib.metadata import PackageNotFoundError, version
+            try:
+                versions.append(f"{name} {version(module)}")
+            except PackageNotFoundError:
+                ap.error(f"--systems: {name} is not installed (pip install -e '.[bench]', as make bench does), "
+                         "or leave it out: --systems millpond")
     print(f"millpond state store vs {', '.join(versions) or 'nothing'}; sizes {', '.join(f'{s:,}' for s in sizes)}; "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
     results = {}
