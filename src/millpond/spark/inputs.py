@@ -182,8 +182,7 @@ class Inputs:
         if (stop - start <= DRIVER_READ_ROWS or self.job.batch.get(self.consumer.key)
                 or (combine := plan_combine(node, columns)) is None):
             return None
-        self.named(source)  # the range's scan object, as a reused DataFrame finds it
-        key, slots = self._scan_object(t, start, stop)
+        _, key, _, slots = self._load(t, start, stop, self.columns(source))  # the range's scan object, as reuse finds it
         read = ScanSlots(self.job.root, tuple(sorted(self.job.storage.items())), key, slots, t.log_schema,
                          arrow_schema(schema), combine)
         return self.spark.range(0, slots, 1, slots).mapInArrow(read, schema)
