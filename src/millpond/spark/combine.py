@@ -34,7 +34,7 @@ _INTEGERS = ("SMALLINT", "INT", "INTEGER", "BIGINT")
 
 @dataclass(frozen=True)
 class Combine:
-    """Partial aggregates of a table's records: ``keys`` (output, column) grouped on; ``sums``
+    """Partial aggregates of rows with a weight ``_w``: ``keys`` (output, column) grouped on; ``sums``
     (output, column): the column times the weight, summed; ``nonnulls`` (output, column): the
     weights of the records where the column is not NULL, summed; ``extremes`` (output, column,
     ``min`` | ``max``); and the weights summed as ``_w``."""
@@ -85,7 +85,10 @@ def plan_combine(node: P.Aggregate, columns: dict[str, tuple[str, str]]) -> Comb
         if call.func in VALUE_FUNCS:
             if call.func not in ("min", "max") or (src := column(call.arg, (*_INTEGERS, "DATE"))) is None:
                 return None
-            (extremes.append((value_col(i), src, call.func)) if node.append_only else keys.append((value_col(i), src)))
+            if node.append_only:  # one value per group
+                extremes.append((value_col(i), src, call.func))
+            else:  # a multiset of values: each is a key of the partials
+                keys.append((value_col(i), src))
         if call.func == "sum":
             if (src := column(call.arg, _INTEGERS, cast=True)) is None:
                 return None
