@@ -175,7 +175,8 @@ class Builder(Inputs):
         the task, a JVM PythonFunction) costs ~10 ms each time. PySpark's own ``mapInArrow``,
         less the UDF it makes anew on every call (pyspark is pinned: its internals are known)."""
         key = (task.op, tuple(sorted(task.states.items())), task.object_id, task.node_id, task.consumer, task.emit,
-               task.root, json.dumps(task.storage, sort_keys=True), task.out_schema, task.changes, task.combine)
+               task.root, json.dumps(task.storage, sort_keys=True), task.out_schema, task.changes, task.combine,
+               task.fused)
         udf = self.udfs.get(key)
         if udf is None:
             if len(self.udfs) >= 1024:
@@ -221,6 +222,8 @@ class Builder(Inputs):
         task = self._task(node.node_id, op, schema, shared={label: sid for label, (sid, _) in stored.items()})
         if combined is not None:
             task, schema = replace(task, combine=combined[0], out_schema=arrow_schema(combined[1])), combined[1]
+        if self._records() > PRE_AGGREGATE_ROWS and (fused := self.fuse_join(node, both.schema)):
+            return self._map(fused[1], replace(task, fused=fused[0]), schema)  # its delta read from the log by itself
         return self._map(both, task, schema)
 
     def _shared(self, node: P.Join, k: int, types: list[T.DataType], common: list[T.DataType], cols: list[str]
@@ -292,7 +295,10 @@ class Builder(Inputs):
         schema = T.StructType([*out_fields, T.StructField(W, T.LongType())])
         op = HashAggregate(tuple(group), node.calls, name=f"{self.consumer.name}#{node.node_id}", whole=node.whole,
                            append_only=node.append_only)
-        return self._map(agged, self._task(node.node_id, op, schema), schema)
+        task = self._task(node.node_id, op, schema)
+        if self._records() > PRE_AGGREGATE_ROWS and (fused := self.fuse_aggregate(node, agged.schema, having)):
+            return self._map(fused[1], replace(task, fused=fused[0]), schema)  # its delta read from the log by itself
+        return self._map(agged, task, schema)
 
     def _combined_join(self, node: P.Aggregate, schema: T.StructType) -> DataFrame | None:
         """``node``'s delta combined per group in the tasks of the join it reads (as :meth:`combined`)."""

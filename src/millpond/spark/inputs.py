@@ -21,12 +21,13 @@ from sqlglot import exp
 
 from millpond.catalog import TableDef
 from millpond.catalog.types import spark_ddl_type
-from millpond.columns import COUNT, ROW_ID, W
+from millpond.columns import COUNT, ROW_ID, VN, W
 from millpond.engine import plan as P
 from millpond.engine.consumers import table_plan
 from millpond.engine.executor import Consumer, EpochJob, PieceSource, Ranges, ViewInput
 from millpond.log import read_pieces
-from millpond.spark.combine import plan_combine
+from millpond.spark.combine import Combine, plan_combine
+from millpond.spark.fused import MAX_TASKS, Fused, Side, hashed_here
 from millpond.spark.log_source import MAX_PARTITION_ROWS, ScanSlots, write_scan
 from millpond.store.manifest import Levels
 from millpond.store.objects import open_store
@@ -186,6 +187,68 @@ class Inputs:
         read = ScanSlots(self.job.root, tuple(sorted(self.job.storage.items())), key, slots, t.log_schema,
                          arrow_schema(schema), combine)
         return self.spark.range(0, slots, 1, slots).mapInArrow(read, schema)
+
+    def fuse_aggregate(self, node: P.Aggregate, schema: T.StructType, having: list[str] | None
+                       ) -> tuple[Fused, DataFrame] | None:
+        """``node``'s task reading its delta from the log itself (:mod:`millpond.spark.fused`), as
+        ``schema`` (the Catalyst path's input of the task), and the DataFrame of its slots; None
+        where it cannot: its input is not a table's columns combined as :func:`plan_combine` can,
+        or its group is of a type not hashed in Python (:func:`hashed_here`)."""
+        source = node.input.input if isinstance(node.input, P.Project) else None
+        if not self._fusable([source]):
+            return None
+        t = self.tables[source.table]
+        types = {c.name: spark_ddl_type(c.type) for c in t.columns}
+        combine = plan_combine(node, {out: (src, types.get(src, "")) for out, src in source.columns})
+        if combine is None or any(not hashed_here(t.log_schema.field(dict(combine.keys)[g]).type) for g in node.group):
+            return None
+        side = Side(self._load(t, *self.ranges[t.channel], self.columns(source))[1], t.log_schema, ())
+        return self._fused((side,), tuple(node.group), schema, combine, tuple(having or ()))
+
+    def fuse_join(self, node: P.Join, schema: T.StructType) -> tuple[Fused, DataFrame] | None:
+        """As :meth:`fuse_aggregate`, for an equi-join of two tables' columns as they are, on keys
+        of types hashed in Python (``schema``: the join task's input)."""
+        if any(node.lookup) or any(i is not None for i in node.shared) or not self._fusable([node.left, node.right]):
+            return None
+        sides = []
+        for k, (source, keys) in enumerate(((node.left, node.left_keys), (node.right, node.right_keys))):
+            t, srcs = self.tables[source.table], dict(source.columns)
+            cols = self.columns(source)
+            if not all(isinstance(e, exp.Column) and not e.table and e.name in srcs for e in keys):
+                return None
+            typed = tuple((f"_k{i}", srcs[e.name], arrow_schema(T.StructType([schema[f"_k{i}"]])).field(0).type)
+                          for i, e in enumerate(keys))
+            if not all(hashed_here(type_) for *_, type_ in typed):
+                return None
+            start, stop = self.ranges[t.channel]
+            if start < stop:
+                sides.append(Side(self._load(t, start, stop, cols)[1], t.log_schema,
+                                  tuple((out, src) for out, src in source.columns if src in cols), k, typed))
+        hashed = tuple(f"_k{i}" for i in range(len(node.left_keys)))
+        return self._fused(tuple(sides), hashed, schema)
+
+    def _fusable(self, sources: list) -> bool:
+        """Whether a stateful task over ``sources`` may read its delta from the log itself: each
+        a table's whole range (no partial view, no batch mode), read through a scan object or
+        empty, and few tasks."""
+        if (self.consumer.partial is not None or self.job.batch.get(self.consumer.key) or self.single
+                or self.job.parallelism > MAX_TASKS):
+            return False
+        for source in sources:
+            if not isinstance(source, P.Source) or source.table not in self.tables:
+                return False
+            start, stop = self.ranges[self.tables[source.table].channel]
+            if 0 < stop - start <= DRIVER_READ_ROWS:
+                return False
+        return True
+
+    def _fused(self, sides: tuple[Side, ...], hashed: tuple[str, ...], schema: T.StructType,
+               combine: Combine | None = None, having: tuple[str, ...] = ()) -> tuple[Fused, DataFrame]:
+        arrow = arrow_schema(schema)
+        fused = Fused(self.job.root, tuple(sorted(self.job.storage.items())), sides, hashed, self.job.parallelism,
+                      arrow.remove(arrow.get_field_index(VN)), combine, having)
+        n = self.job.parallelism
+        return fused, self.spark.range(0, n, 1, n)
 
     def named(self, source: P.Source) -> tuple | None:
         """How this epoch's range of ``source``'s table is read, if through a DataFrame that every

@@ -42,6 +42,7 @@ from millpond.store.objects import open_store
 
 if TYPE_CHECKING:
     from millpond.spark.combine import Combine
+    from millpond.spark.fused import Fused
 
 __all__ = ["Task", "CONSUMER", "FILE", "ROWS", "JOB_PROPERTY", "Run", "describe_job"]
 
@@ -99,18 +100,22 @@ class Task:
     emit: bool  # False: write state only (a table's materialize: its changelog is its log)
     changes: pa.Schema | None = None  # a final task's: the view's changes as the view types them
     combine: "Combine | None" = None  # emit the aggregate partials of its output (millpond.spark.combine)
+    fused: "Fused | None" = None  # its delta read from the log by the task itself (millpond.spark.fused)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         started = time.perf_counter()
         batches = [b for b in batches if b.num_rows]
+        partition = TaskContext.get().partitionId()
+        if self.fused is not None:  # its input is its slot's number (not the partition: the job unions consumers)
+            delta = self.fused.delta(batches[0].column(0)[0].as_py()) if batches else None
+        elif batches:
+            delta = pl.from_arrow(pa.Table.from_batches(batches))
         times = {"input": time.perf_counter() - started} if PROFILE_ENV in os.environ else None
-        if not batches:
+        if not batches or delta.height == 0:
             return
-        delta = pl.from_arrow(pa.Table.from_batches(batches))
         if VN in delta.columns:
             delta = delta.drop(VN)
         run = current_run()
-        partition = TaskContext.get().partitionId()
         missing = [sid for sid in self.states.values() if sid not in run.levels]
         if missing:
             raise InvariantError(f"{self.op.name}: the job's descriptor lacks state {', '.join(missing)}")
