@@ -87,13 +87,10 @@ class Fused:
                 continue
             records = read_pieces(store, spec["channel"], side.log_schema, [Piece(*p) for p in spec["pieces"]],
                                   spec["start"], spec["stop"])
-            if self.combine is not None:  # hashed: the group's log columns (Combine's first keys)
-                sources = dict(self.combine.keys)
-                mine, kh = self._mine([records.column(sources[g]) for g in self.hashed], slot)
-                records = records.filter(mine).append_column(KH, pa.array(kh[mine]))
-                combine = Combine(((KH, KH), *self.combine.keys), self.combine.sums, self.combine.nonnulls,
-                                  self.combine.extremes)
-                table = combine(records, self.schema)
+            if self.combine is not None:  # combined first: fewer rows to hash (every task combines them all)
+                table = self.combine(records, pa.schema([f for f in self.schema if f.name != KH]))
+                mine, kh = self._mine([table.column(g) for g in self.hashed], slot)
+                table = table.filter(mine).append_column(KH, pa.array(kh[mine]))
             else:
                 cols = {name: records.column(src) for name, src in side.columns}
                 keys = {name: records.column(src).cast(t) for name, src, t in side.keys}
