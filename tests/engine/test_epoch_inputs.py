@@ -233,14 +233,14 @@ def test_stateful_tasks_reading_the_log_themselves_match_duckdb(open_db, monkeyp
 
     monkeypatch.setattr(build, "PRE_AGGREGATE_ROWS", 0)
     fused = []
-    for method in ("fuse_aggregate", "fuse_join"):
+    for method in ("fuse_aggregate", "fuse_join", "fuse_materialize"):
         def spy(self, *args, _method=getattr(inputs.Inputs, method)):
             fused.append(_method(self, *args))
             return fused[-1]
         monkeypatch.setattr(inputs.Inputs, method, spy)
     db = open_db(parallelism=parallelism)
     db.sql("CREATE TABLE t (id INT PRIMARY KEY, g SMALLINT, s VARCHAR, d DATE, b BOOLEAN, v BIGINT); "
-           "CREATE TABLE u (s VARCHAR, w INT)")
+           "CREATE TABLE u (s VARCHAR, w INT); CREATE TABLE a (s VARCHAR, w INT) APPEND ONLY")
     views = {
         "by_g": "SELECT g, COUNT(*) AS n, SUM(v) AS total, MIN(v) AS lo, MAX(v) AS hi FROM t GROUP BY g",
         "by_sdb": "SELECT s, d, b, COUNT(v) AS c, MAX(d) AS last FROM t GROUP BY s, d, b",
@@ -248,6 +248,9 @@ def test_stateful_tasks_reading_the_log_themselves_match_duckdb(open_db, monkeyp
         "lj": "SELECT u.s, COUNT(*) AS n, SUM(t.v) AS total FROM u LEFT JOIN t ON u.s = t.s GROUP BY u.s",
         "fj": "SELECT t.id, u.w FROM t FULL JOIN u ON t.g = u.w",
         "expr": "SELECT g % 2 AS m, COUNT(*) AS n FROM t GROUP BY g % 2",
+        "flt": "SELECT id, s, v FROM t WHERE v % 3 = 0 AND s IS NOT NULL",
+        "prj": "SELECT id + 1 AS id1, upper(s) AS su, v - id AS diff, coalesce(s, 'none') AS sn, d FROM t WHERE b",
+        "aof": "SELECT s, w * 2 AS w2 FROM a WHERE w IS NOT NULL",
     }
     for name, sql in views.items():
         db.sql(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
@@ -262,14 +265,16 @@ def test_stateful_tasks_reading_the_log_themselves_match_duckdb(open_db, monkeyp
             "d": pa.array([None if j % 8 == 0 else j % 4 * 1000 for j in ids], pa.int32()).cast(pa.date32()),
             "b": [None if j % 10 == 0 else j % 3 == 0 for j in ids],
             "v": pa.array([j * (i + 1) - 50 for j in ids], pa.int64())}))
-        db.insert("u", pa.table({"s": [f"s{(i + j) % 7}" for j in range(3)] + [None],
-                                 "w": pa.array([i, j := i + 1, None, 2], pa.int32())}))
+        for name in ("u", "a"):
+            db.insert(name, pa.table({"s": [f"s{(i + j) % 7}" for j in range(3)] + [None],
+                                      "w": pa.array([i, j := i + 1, None, 2], pa.int32())}))
         if i == 2:
             db.sql("DELETE FROM t WHERE v < 0 OR g = 3")
         db.flush()
-        for name in ("t", "u"):
+        for name in ("t", "u", "a"):
             con.register(name, db.sql(f"SELECT * FROM {name}"))
         for name, sql in views.items():
             assert rows(db.sql(f"SELECT * FROM {name}")) == sorted(
                 con.sql(sql).fetchall(), key=lambda r: tuple((v is not None, v) for v in r)), (name, i, j)
-    assert sum(f is not None for f in fused) >= 5 and any(f is None for f in fused)
+    assert sum(f is not None for f in fused) >= 8 and any(f is None for f in fused)
+    assert any(f is not None and f[0].share for f in fused)  # an APPEND ONLY table's rows: no exchange

@@ -401,8 +401,10 @@ class Builder(Inputs):
             df = self._exchange(df, key)
         op = Materialize(tuple(cols), name=self.consumer.name)
         out = FINAL
-        return self._map(df, self._task(node.node_id, op, out, final=True, emit=self.consumer.name not in self.tables),
-                         out)
+        task = self._task(node.node_id, op, out, final=True, emit=self.consumer.name not in self.tables)
+        if self._records() > PRE_AGGREGATE_ROWS and (fused := self.fuse_materialize(node, df.schema, key)):
+            return self._map(fused[1], replace(task, fused=fused[0]), out)  # its rows read from the log by itself
+        return self._map(df, task, out)
 
 
 # a final task's output: one row per changes file it wrote (spark/task.py)

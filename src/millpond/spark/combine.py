@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 from sqlglot import exp
 
 from millpond.columns import W
@@ -48,14 +49,22 @@ class Combine:
         df = pl.from_arrow(records)
         w = pl.col(W).cast(pl.Int64)
         aggs = [w.sum().alias(W)]
-        for out, col in self.sums:
-            product = pl.col(col).cast(pl.Decimal(38, 0)) * w
+        weights = _bound(records.column(W)) * len(records)
+        for out, col in self.sums:  # in 64 bits where no sum can overflow them: 2x faster than DECIMAL
+            exact = pl.Int64 if _bound(records.column(col)) * weights < 2**63 else pl.Decimal(38, 0)
+            product = pl.col(col).cast(exact) * w
             aggs.append(pl.when(product.is_not_null().any()).then(product.sum()).alias(out))  # SUM of NULLs: NULL
         aggs += [pl.when(pl.col(col).is_not_null()).then(w).otherwise(0).sum().alias(out) for out, col in self.nonnulls]
         aggs += [getattr(pl.col(col), func)().alias(out) for out, col, func in self.extremes]
         keys = [pl.col(col).alias(out) for out, col in self.keys]
         out = df.group_by(keys).agg(aggs) if keys else df.select(aggs)
         return out.to_arrow().select(schema.names).cast(schema)
+
+
+def _bound(column: pa.ChunkedArray) -> int:
+    """The largest absolute value of an integer column (0 when all NULL)."""
+    found = pc.min_max(column)
+    return max(abs(found["min"].as_py() or 0), abs(found["max"].as_py() or 0))
 
 
 def plan_combine(node: P.Aggregate, columns: dict[str, tuple[str, str]]) -> Combine | None:

@@ -26,11 +26,13 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from millpond import duck
 from millpond.columns import KH, W
 from millpond.keyhash import xxhash64
 from millpond.engine.operators.join import SIDE
 from millpond.log import Piece, read_pieces
 from millpond.spark.combine import Combine
+from millpond.spark.log_source import _cut, _overlapping
 from millpond.store.objects import open_store
 from millpond.store.sst import VNODES
 
@@ -76,6 +78,8 @@ class Fused:
     schema: pa.Schema
     combine: Combine | None = None
     having: tuple[str, ...] = ()
+    query: str | None = None  # DuckDB SQL over ``records`` (the log's columns): a view's filters and projections
+    share: bool = False  # each task reads its share of the range and keeps every row (inserts only: no exchange)
 
     def delta(self, slot: int) -> pl.DataFrame:
         """The delta of the vnodes of task ``slot`` (of :attr:`tasks`)."""
@@ -85,9 +89,15 @@ class Fused:
             spec = json.loads(store.get(side.scan))
             if spec["start"] >= spec["stop"]:
                 continue
-            records = read_pieces(store, spec["channel"], side.log_schema, [Piece(*p) for p in spec["pieces"]],
-                                  spec["start"], spec["stop"])
-            if self.combine is not None:  # combined first: fewer rows to hash (every task combines them all)
+            start, stop = _cut(spec["start"], spec["stop"], self.tasks, slot) if self.share else \
+                (spec["start"], spec["stop"])
+            records = read_pieces(store, spec["channel"], side.log_schema,
+                                  _overlapping([Piece(*p) for p in spec["pieces"]], start, stop), start, stop)
+            if self.query is not None:
+                table = _conform(_select(self.query, records), pa.schema([f for f in self.schema if f.name != KH]))
+                mine, kh = self._mine([table.column(k) for k in self.hashed], slot)
+                table = table.filter(mine).append_column(KH, pa.array(kh[mine]))
+            elif self.combine is not None:  # combined first: fewer rows to hash (every task combines them all)
                 table = self.combine(records, pa.schema([f for f in self.schema if f.name != KH]))
                 mine, kh = self._mine([table.column(g) for g in self.hashed], slot)
                 table = table.filter(mine).append_column(KH, pa.array(kh[mine]))
@@ -110,7 +120,17 @@ class Fused:
     def _mine(self, columns: list, slot: int) -> tuple[np.ndarray, np.ndarray]:
         """Which rows are of this task's vnodes, and every row's key hash."""
         kh = xxhash64(columns)
-        return (np.ones(len(kh), dtype=bool) if self.tasks == 1 else (kh % VNODES) % self.tasks == slot), kh
+        every = self.tasks == 1 or self.share
+        return (np.ones(len(kh), dtype=bool) if every else (kh % VNODES) % self.tasks == slot), kh
+
+
+def _select(query: str, records: pa.Table) -> pa.Table:
+    con = duck.cursor()
+    try:
+        con.register("records", records)
+        return con.sql(query).to_arrow_table()
+    finally:
+        con.close()
 
 
 def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:

@@ -21,10 +21,11 @@ from sqlglot import exp
 
 from millpond.catalog import TableDef
 from millpond.catalog.types import spark_ddl_type
-from millpond.columns import COUNT, ROW_ID, VN, W
+from millpond.columns import COUNT, KH, ROW_ID, VN, W
 from millpond.engine import plan as P
 from millpond.engine.consumers import table_plan
 from millpond.engine.executor import Consumer, EpochJob, PieceSource, Ranges, ViewInput
+from millpond.engine.expressions import to_duckdb
 from millpond.log import read_pieces
 from millpond.spark.combine import Combine, plan_combine
 from millpond.spark.fused import MAX_TASKS, Fused, Side, hashed_here
@@ -227,6 +228,36 @@ class Inputs:
         hashed = tuple(f"_k{i}" for i in range(len(node.left_keys)))
         return self._fused(tuple(sides), hashed, schema)
 
+    def fuse_materialize(self, node: P.Materialize, schema: T.StructType, key: list[str]
+                         ) -> tuple[Fused, DataFrame] | None:
+        """As :meth:`fuse_aggregate`, for a view's rows made of one table's by filters and
+        projections, evaluated by DuckDB in the task (``schema``: the task's input). Only where
+        both engines give the same values (columns of the types :func:`hashed_here` takes, errors
+        failing the view) and every expression translates; an ``APPEND ONLY`` table's rows are
+        not exchanged at all."""
+        chain, source = [], node.input
+        while isinstance(source, (P.Filter, P.Project)):
+            chain.append(source)
+            source = source.input
+        arrow = arrow_schema(schema)
+        if (self.consumer.on_error != "fail" or not self._fusable([source])
+                or not all(hashed_here(f.type) for f in arrow if f.name not in (W, KH, VN))):
+            return None
+        t, cols = self.tables[source.table], self.columns(source)
+        sql = f"SELECT {', '.join([*(f'{_dq(src)} AS {_dq(out)}' for out, src in source.columns if src in cols), W])} FROM records"
+        try:
+            for n in reversed(chain):
+                if isinstance(n, P.Filter):
+                    sql = f"SELECT * FROM ({sql}) WHERE {to_duckdb(n.predicate)}"
+                elif any(e.find(exp.Star) for e, _ in n.exprs):
+                    return None
+                else:
+                    sql = f"SELECT {', '.join([*(f'{to_duckdb(e)} AS {_dq(name)}' for e, name in n.exprs), W])} FROM ({sql})"
+        except Exception:  # noqa: BLE001 - an expression DuckDB's dialect cannot spell: Spark evaluates it
+            return None
+        side = Side(self._load(t, *self.ranges[t.channel], cols)[1], t.log_schema, ())
+        return self._fused((side,), tuple(key), schema, query=sql, share=t.append_only)
+
     def _fusable(self, sources: list) -> bool:
         """Whether a stateful task over ``sources`` may read its delta from the log itself: each
         a table's whole range (no partial view, no batch mode), read through a scan object or
@@ -243,10 +274,12 @@ class Inputs:
         return True
 
     def _fused(self, sides: tuple[Side, ...], hashed: tuple[str, ...], schema: T.StructType,
-               combine: Combine | None = None, having: tuple[str, ...] = ()) -> tuple[Fused, DataFrame]:
+               combine: Combine | None = None, having: tuple[str, ...] = (), query: str | None = None,
+               share: bool = False) -> tuple[Fused, DataFrame]:
         arrow = arrow_schema(schema)
         fused = Fused(self.job.root, tuple(sorted(self.job.storage.items())), sides, hashed, self.job.parallelism,
-                      arrow.remove(arrow.get_field_index(VN)), combine, having)
+                      arrow.remove(arrow.get_field_index(VN)) if VN in arrow.names else arrow, combine, having,
+                      query, share)
         n = self.job.parallelism
         return fused, self.spark.range(0, n, 1, n)
 
@@ -365,6 +398,10 @@ def _all(t: TableDef) -> tuple[str, ...]:
 
 def _renames(columns: tuple[tuple[str, str], ...]) -> list[str]:
     return [f"{quote(src)} AS {quote(out)}" for out, src in columns]
+
+
+def _dq(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
 
 
 def quote(name: str) -> str:
