@@ -278,3 +278,29 @@ def test_stateful_tasks_reading_the_log_themselves_match_duckdb(open_db, monkeyp
                 con.sql(sql).fetchall(), key=lambda r: tuple((v is not None, v) for v in r)), (name, i, j)
     assert sum(f is not None for f in fused) >= 8 and any(f is None for f in fused)
     assert any(f is not None and f[0].share for f in fused)  # an APPEND ONLY table's rows: no exchange
+
+
+def test_an_overflow_in_a_task_reading_the_log_fails_its_view_alone(open_db, monkeypatch):
+    """A projection evaluated by DuckDB in a task reading the log (:mod:`millpond.spark.fused`)
+    that overflows fails its view as Spark's would, and the other views go on."""
+    from millpond.errors import MillpondError
+
+    monkeypatch.setattr(inputs, "DRIVER_READ_ROWS", 0)
+    monkeypatch.setattr(build, "PRE_AGGREGATE_ROWS", 0)
+    fused = []
+
+    def spy(self, *args, _method=inputs.Inputs.fuse_materialize):
+        fused.append(_method(self, *args))
+        return fused[-1]
+    monkeypatch.setattr(inputs.Inputs, "fuse_materialize", spy)
+    db = open_db()
+    db.sql("CREATE TABLE t (k INT, v INT) APPEND ONLY; "
+           "CREATE MATERIALIZED VIEW big AS SELECT k, v * 1000000 AS m FROM t; "
+           "CREATE MATERIALIZED VIEW ok AS SELECT k FROM t WHERE v > 0")
+    db.sql("INSERT INTO t VALUES (1, 1), (2, 2); FLUSH")
+    assert rows(db.sql("SELECT * FROM big")) == [(1, 1000000), (2, 2000000)]
+    db.sql("INSERT INTO t VALUES (3, 5000), (4, 4); FLUSH")
+    assert rows(db.sql("SELECT * FROM ok")) == [(1,), (2,), (3,), (4,)]
+    with pytest.raises(MillpondError, match="(?i)view 'big' failed.*overflow"):
+        db.sql("SELECT * FROM big")
+    assert any(f is not None for f in fused)

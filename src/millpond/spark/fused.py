@@ -22,12 +22,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+import duckdb
 import numpy as np
 import polars as pl
 import pyarrow as pa
 
 from millpond import duck
 from millpond.columns import KH, W
+from millpond.errors import MillpondError
 from millpond.keyhash import xxhash64
 from millpond.engine.operators.join import SIDE
 from millpond.log import Piece, read_pieces
@@ -129,6 +131,8 @@ def _select(query: str, records: pa.Table) -> pa.Table:
     try:
         con.register("records", records)
         return con.sql(query).to_arrow_table()
+    except duckdb.OutOfRangeException as exc:  # as Spark reports it: the view fails alone (engine.failures)
+        raise MillpondError(f"[ARITHMETIC_OVERFLOW] {str(exc).split(': ', 1)[-1]} SQLSTATE: 22003") from None
     finally:
         con.close()
 

@@ -245,12 +245,13 @@ class Inputs:
             return None
         t, cols = self.tables[source.table], self.columns(source)
         sql = f"SELECT {', '.join([*(f'{_dq(src)} AS {_dq(out)}' for out, src in source.columns if src in cols), W])} FROM records"
+        exprs = [e for n in chain for e in ([n.predicate] if isinstance(n, P.Filter) else [e for e, _ in n.exprs])]
+        if not all(_cannot_raise(e) for e in exprs):  # a data error is Spark's to report (engine.failures)
+            return None
         try:
             for n in reversed(chain):
                 if isinstance(n, P.Filter):
                     sql = f"SELECT * FROM ({sql}) WHERE {to_duckdb(n.predicate)}"
-                elif any(e.find(exp.Star) for e, _ in n.exprs):
-                    return None
                 else:
                     sql = f"SELECT {', '.join([*(f'{to_duckdb(e)} AS {_dq(name)}' for e, name in n.exprs), W])} FROM ({sql})"
         except Exception:  # noqa: BLE001 - an expression DuckDB's dialect cannot spell: Spark evaluates it
@@ -398,6 +399,23 @@ def _all(t: TableDef) -> tuple[str, ...]:
 
 def _renames(columns: tuple[tuple[str, str], ...]) -> list[str]:
     return [f"{quote(src)} AS {quote(out)}" for out, src in columns]
+
+
+# what a fused task's DuckDB evaluates: nodes that raise no data error (an integer overflow of
+# +, -, * excepted: fused.py reports it as Spark does), and division by a literal other than 0, -1
+_SAFE = (exp.Column, exp.Identifier, exp.Literal, exp.Null, exp.Boolean, exp.Paren, exp.EQ, exp.NEQ, exp.GT, exp.GTE,
+         exp.LT, exp.LTE, exp.And, exp.Or, exp.Not, exp.Is, exp.In, exp.Between, exp.Case, exp.If, exp.Coalesce,
+         exp.Upper, exp.Lower, exp.Length, exp.Add, exp.Sub, exp.Mul, exp.Neg)
+
+
+def _cannot_raise(e: exp.Expression) -> bool:
+    for n in e.walk():
+        if isinstance(n, (exp.Mod, exp.Div, exp.IntDiv)):
+            if not (isinstance(n.expression, exp.Literal) and n.expression.is_int and int(n.expression.this) > 0):
+                return False
+        elif not isinstance(n, _SAFE):
+            return False
+    return True
 
 
 def _dq(name: str) -> str:
