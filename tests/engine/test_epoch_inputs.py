@@ -232,6 +232,8 @@ def test_stateful_tasks_reading_the_log_themselves_match_duckdb(open_db, monkeyp
     import duckdb
 
     monkeypatch.setattr(build, "PRE_AGGREGATE_ROWS", 0)
+    monkeypatch.setattr(coordinator, "ROWS_PER_TASK", 1)  # an epoch of the parallelism asked for
+    monkeypatch.setattr(inputs, "FUSED_ROWS_PER_TASK", 10)  # as many fused tasks: each keeps its vnodes
     fused = []
     for method in ("fuse_aggregate", "fuse_join", "fuse_materialize"):
         def spy(self, *args, _method=getattr(inputs.Inputs, method)):
@@ -278,6 +280,7 @@ def test_stateful_tasks_reading_the_log_themselves_match_duckdb(open_db, monkeyp
                 con.sql(sql).fetchall(), key=lambda r: tuple((v is not None, v) for v in r)), (name, i, j)
     assert sum(f is not None for f in fused) >= 8 and any(f is None for f in fused)
     assert any(f is not None and f[0].share for f in fused)  # an APPEND ONLY table's rows: no exchange
+    assert max(f[0].tasks for f in fused if f is not None) == parallelism
 
 
 def test_an_overflow_in_a_task_reading_the_log_fails_its_view_alone(open_db, monkeypatch):

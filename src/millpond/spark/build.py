@@ -82,7 +82,8 @@ class Builder(Inputs):
             if how is None:
                 return None
             reads.append((t.channel, t.channel_id, how))
-        return (c, job.root, job.parallelism, self._records() > PRE_AGGREGATE_ROWS, tuple(sorted(set(reads))))
+        return (c, job.root, job.parallelism, self._records() > PRE_AGGREGATE_ROWS, self.fused_tasks(),
+                tuple(sorted(set(reads))))
 
     def check(self) -> None:
         """The checks a build makes of this epoch's inputs (an index read at the view's offset),

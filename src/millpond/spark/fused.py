@@ -14,7 +14,9 @@ the rows' keys exactly as Spark's ``xxhash64`` does (:mod:`millpond.keyhash`), k
 vnodes ``v`` with ``v mod n`` = its partition (as ``repartitionById`` would have sent them), and
 builds the very delta Catalyst would have handed it (:attr:`Fused.schema`): the operator and its
 state cannot tell the two paths apart. Reading the range ``n`` times costs ~35 ms per 500,000
-records and task, which is why it is done for few tasks only (:data:`MAX_TASKS`).
+records and task, which is why a fused stage has few tasks (one per
+:data:`millpond.spark.inputs.FUSED_ROWS_PER_TASK` records) and a deployment of more than
+:data:`MAX_TASKS` keeps Spark's exchange.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from millpond.store.sst import VNODES
 
 __all__ = ["Fused", "Side", "MAX_TASKS", "hashed_here"]
 
-MAX_TASKS = 4  # past it, every task reading the whole range costs more than Spark's exchange saves
+MAX_TASKS = 4  # a bigger deployment (a cluster) keeps Spark's exchange: each fused task reads the whole range
 
 
 def hashed_here(t: pa.DataType) -> bool:

@@ -37,6 +37,11 @@ from millpond.store.state_table import StateTable
 __all__ = ["Inputs", "DRIVER_READ_ROWS", "read_columns", "read_rows", "quote", "arrow_schema"]
 
 DRIVER_READ_ROWS = 10_000  # a smaller range is read by the driver and handed to Spark as Arrow
+# a stage whose tasks read the log themselves (spark/fused.py) has one task per this many records:
+# each task reads the whole range, and on 2 cores one task did better than two at 1,000,000
+# records (benchmarks/per_row.py: count/sum 0.47 vs 0.58-0.64 s, a retractable MAX 0.78 vs 1.31 s,
+# a filter 0.17-0.23 vs 0.25-0.30 s, a join the same)
+FUSED_ROWS_PER_TASK = 2_000_000
 
 
 class Inputs:
@@ -278,11 +283,15 @@ class Inputs:
                combine: Combine | None = None, having: tuple[str, ...] = (), query: str | None = None,
                share: bool = False) -> tuple[Fused, DataFrame]:
         arrow = arrow_schema(schema)
-        fused = Fused(self.job.root, tuple(sorted(self.job.storage.items())), sides, hashed, self.job.parallelism,
+        fused = Fused(self.job.root, tuple(sorted(self.job.storage.items())), sides, hashed, self.fused_tasks(),
                       arrow.remove(arrow.get_field_index(VN)) if VN in arrow.names else arrow, combine, having,
                       query, share)
-        n = self.job.parallelism
-        return fused, self.spark.range(0, n, 1, n)
+        return fused, self.spark.range(0, fused.tasks, 1, fused.tasks)
+
+    def fused_tasks(self) -> int:
+        """How many tasks a fused stage has (each reads the whole range: see ``FUSED_ROWS_PER_TASK``)."""
+        records = sum(b - a for a, b in self.ranges.values())
+        return max(1, min(self.job.parallelism, -(-records // FUSED_ROWS_PER_TASK)))
 
     def named(self, source: P.Source) -> tuple | None:
         """How this epoch's range of ``source``'s table is read, if through a DataFrame that every
