@@ -241,7 +241,7 @@ def test_stateful_tasks_reading_the_log_themselves_match_duckdb(open_db, monkeyp
             return fused[-1]
         monkeypatch.setattr(inputs.Inputs, method, spy)
     db = open_db(parallelism=parallelism)
-    db.sql("CREATE TABLE t (id INT PRIMARY KEY, g SMALLINT, s VARCHAR, d DATE, b BOOLEAN, v BIGINT); "
+    db.sql("CREATE TABLE t (id INT PRIMARY KEY, g SMALLINT, s VARCHAR, d DATE, b BOOLEAN, v BIGINT, ts TIMESTAMP); "
            "CREATE TABLE u (s VARCHAR, w INT); CREATE TABLE a (s VARCHAR, w INT) APPEND ONLY")
     views = {
         "by_g": "SELECT g, COUNT(*) AS n, SUM(v) AS total, MIN(v) AS lo, MAX(v) AS hi FROM t GROUP BY g",
@@ -251,7 +251,7 @@ def test_stateful_tasks_reading_the_log_themselves_match_duckdb(open_db, monkeyp
         "fj": "SELECT t.id, u.w FROM t FULL JOIN u ON t.g = u.w",
         "expr": "SELECT g % 2 AS m, COUNT(*) AS n FROM t GROUP BY g % 2",
         "flt": "SELECT id, s, v FROM t WHERE v % 3 = 0 AND s IS NOT NULL",
-        "prj": "SELECT id + 1 AS id1, upper(s) AS su, v - id AS diff, coalesce(s, 'none') AS sn, d FROM t WHERE b",
+        "prj": "SELECT id + 1 AS id1, upper(s) AS su, v - id AS diff, coalesce(s, 'none') AS sn, d, ts FROM t WHERE b",
         "aof": "SELECT s, w * 2 AS w2 FROM a WHERE w IS NOT NULL",
     }
     for name, sql in views.items():
@@ -266,7 +266,8 @@ def test_stateful_tasks_reading_the_log_themselves_match_duckdb(open_db, monkeyp
             "s": [None if j % 7 == 0 else f"s{j % 6}" for j in ids],
             "d": pa.array([None if j % 8 == 0 else j % 4 * 1000 for j in ids], pa.int32()).cast(pa.date32()),
             "b": [None if j % 10 == 0 else j % 3 == 0 for j in ids],
-            "v": pa.array([j * (i + 1) - 50 for j in ids], pa.int64())}))
+            "v": pa.array([j * (i + 1) - 50 for j in ids], pa.int64()),
+            "ts": pa.array([None if j % 12 == 0 else j * 3_600_000_123 for j in ids], pa.timestamp("us"))}))
         for name in ("u", "a"):
             db.insert(name, pa.table({"s": [f"s{(i + j) % 7}" for j in range(3)] + [None],
                                       "w": pa.array([i, j := i + 1, None, 2], pa.int32())}))

@@ -47,9 +47,10 @@ MAX_TASKS = 4  # a bigger deployment (a cluster) keeps Spark's exchange: each fu
 
 def hashed_here(t: pa.DataType) -> bool:
     """Whether a key of Arrow type ``t`` is hashed here as Catalyst hashes the same column (types
-    whose log and Spark forms are the same values: integers, strings, booleans, dates)."""
+    whose log and Spark forms are the same values: integers, strings, booleans, dates, timestamps in
+    microseconds; not floats or decimals, whose arithmetic may round differently in DuckDB)."""
     return pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t) \
-        or pa.types.is_boolean(t) or pa.types.is_date32(t)
+        or pa.types.is_boolean(t) or pa.types.is_date32(t) or (pa.types.is_timestamp(t) and t.unit == "us")
 
 
 @dataclass(frozen=True)
