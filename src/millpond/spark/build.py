@@ -223,7 +223,7 @@ class Builder(Inputs):
         task = self._task(node.node_id, op, schema, shared={label: sid for label, (sid, _) in stored.items()})
         if combined is not None:
             task, schema = replace(task, combine=combined[0], out_schema=arrow_schema(combined[1])), combined[1]
-        if self._records() > PRE_AGGREGATE_ROWS and (fused := self.fuse_join(node, both.schema)):
+        if fused := self.fuse_join(node, both.schema):
             return self._map(fused[1], replace(task, fused=fused[0]), schema)  # its delta read from the log by itself
         return self._map(both, task, schema)
 
@@ -297,7 +297,7 @@ class Builder(Inputs):
         op = HashAggregate(tuple(group), node.calls, name=f"{self.consumer.name}#{node.node_id}", whole=node.whole,
                            append_only=node.append_only)
         task = self._task(node.node_id, op, schema)
-        if self._records() > PRE_AGGREGATE_ROWS and (fused := self.fuse_aggregate(node, agged.schema, having)):
+        if fused := self.fuse_aggregate(node, agged.schema, having):
             return self._map(fused[1], replace(task, fused=fused[0]), schema)  # its delta read from the log by itself
         return self._map(agged, task, schema)
 
@@ -403,7 +403,7 @@ class Builder(Inputs):
         op = Materialize(tuple(cols), name=self.consumer.name)
         out = FINAL
         task = self._task(node.node_id, op, out, final=True, emit=self.consumer.name not in self.tables)
-        if self._records() > PRE_AGGREGATE_ROWS and (fused := self.fuse_materialize(node, df.schema, key)):
+        if fused := self.fuse_materialize(node, df.schema, key):
             return self._map(fused[1], replace(task, fused=fused[0]), out)  # its rows read from the log by itself
         return self._map(df, task, out)
 
