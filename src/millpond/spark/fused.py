@@ -98,22 +98,17 @@ class Fused:
                 (spec["start"], spec["stop"])
             records = read_pieces(store, spec["channel"], side.log_schema,
                                   _overlapping([Piece(*p) for p in spec["pieces"]], start, stop), start, stop)
+            unkeyed = pa.schema([f for f in self.schema if f.name != KH])
             if self.query is not None:
-                table = _conform(_select(self.query, records), pa.schema([f for f in self.schema if f.name != KH]))
-                mine, kh = self._mine([table.column(k) for k in self.hashed], slot)
-                table = table.filter(mine).append_column(KH, pa.array(kh[mine]))
+                table = _conform(_select(self.query, records), unkeyed)
             elif self.combine is not None:  # combined first: fewer rows to hash (every task combines them all)
-                table = self.combine(records, pa.schema([f for f in self.schema if f.name != KH]))
-                mine, kh = self._mine([table.column(g) for g in self.hashed], slot)
-                table = table.filter(mine).append_column(KH, pa.array(kh[mine]))
-            else:
-                cols = {name: records.column(src) for name, src in side.columns}
+                table = self.combine(records, unkeyed)
+            else:  # a join side
                 keys = {name: records.column(src).cast(t) for name, src, t in side.keys}
-                mine, kh = self._mine([keys[k] for k in self.hashed], slot)
-                table = pa.table({**keys, **cols, W: records.column(W)}).filter(mine).append_column(KH, pa.array(kh[mine]))
-                if side.side is not None:
-                    table = table.append_column(SIDE, pa.array(np.full(table.num_rows, side.side, np.int8)))
-            parts.append(table)
+                table = pa.table({**keys, **{name: records.column(src) for name, src in side.columns},
+                                  W: records.column(W), SIDE: pa.array(np.full(len(records), side.side, np.int8))})
+            mine, kh = self._mine([table.column(k) for k in self.hashed], slot)
+            parts.append(table.filter(mine).append_column(KH, pa.array(kh[mine])))
         if not parts:
             return pl.from_arrow(self.schema.empty_table())
         table = pa.concat_tables(parts, promote_options="default") if len(parts) > 1 else parts[0]
