@@ -250,7 +250,7 @@ class Inputs:
             return None
         t, cols = self.tables[source.table], self.columns(source)
         sql = f"SELECT {', '.join([*(f'{_dq(src)} AS {_dq(out)}' for out, src in source.columns if src in cols), W])} FROM records"
-        exprs = [e for n in chain for e in ([n.predicate] if isinstance(n, P.Filter) else [e for e, _ in n.exprs])]
+        exprs = [x for n in chain for x in ([n.predicate] if isinstance(n, P.Filter) else [e for e, _ in n.exprs])]
         if not all(_cannot_raise(e) for e in exprs):  # a data error is Spark's to report (engine.failures)
             return None
         try:
@@ -411,7 +411,8 @@ def _renames(columns: tuple[tuple[str, str], ...]) -> list[str]:
 
 
 # what a fused task's DuckDB evaluates: nodes that raise no data error (an integer overflow of
-# +, -, * excepted: fused.py reports it as Spark does), and division by a literal other than 0, -1
+# +, -, * excepted: fused.py reports it as Spark does) and round nothing: no division, but a
+# remainder by a positive literal
 _SAFE = (exp.Column, exp.Identifier, exp.Literal, exp.Null, exp.Boolean, exp.Paren, exp.EQ, exp.NEQ, exp.GT, exp.GTE,
          exp.LT, exp.LTE, exp.And, exp.Or, exp.Not, exp.Is, exp.In, exp.Between, exp.Case, exp.If, exp.Coalesce,
          exp.Upper, exp.Lower, exp.Length, exp.Add, exp.Sub, exp.Mul, exp.Neg)
@@ -419,7 +420,7 @@ _SAFE = (exp.Column, exp.Identifier, exp.Literal, exp.Null, exp.Boolean, exp.Par
 
 def _cannot_raise(e: exp.Expression) -> bool:
     for n in e.walk():
-        if isinstance(n, (exp.Mod, exp.Div, exp.IntDiv)):
+        if isinstance(n, exp.Mod):
             if not (isinstance(n.expression, exp.Literal) and n.expression.is_int and int(n.expression.this) > 0):
                 return False
         elif not isinstance(n, _SAFE):
