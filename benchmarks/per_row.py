@@ -23,8 +23,9 @@ state kept (bytes of SSTs under the root at the end: a retractable ``max`` keeps
 building the DataFrames: py4j), ``job`` (the Spark job, planning and the driver's collect
 included), ``post`` (the rest of ``flush``: netting the changelog, writing changes, the commit);
 and, summed over the stateful tasks (which run two at a time), ``input`` (waiting for the JVM's
-Arrow batches: the shuffle read and the transfer), ``apply`` (the operator in Python) and ``write``
-(encoding and writing state). Every view is checked against DuckDB over all rows inserted.
+Arrow batches: the shuffle read and the transfer; for a task that reads the log itself,
+``spark/fused.py``, reading and building its delta; a task chained after another waits for it),
+``apply`` (the operator in Python) and ``write`` (encoding and writing state). Every view is checked against DuckDB over all rows inserted.
 
     .venv/bin/python benchmarks/per_row.py [--rows 100000,1000000] [--queries agg,max,join,filter]
         [--kinds ordinary,append] [--repeat 3]
