@@ -271,13 +271,14 @@ class Inputs:
         if (self.consumer.partial is not None or self.job.batch.get(self.consumer.key) or self.single
                 or self.job.parallelism > MAX_TASKS):
             return False
+        sizes = []
         for source in sources:
             if not isinstance(source, P.Source) or source.table not in self.tables:
                 return False
             start, stop = self.ranges[self.tables[source.table].channel]
-            if 0 < stop - start <= DRIVER_READ_ROWS:
-                return False
-        return True
+            sizes.append(stop - start)
+        # no record at all (e.g. a view's schema from empty inputs): nothing to read, no scan object
+        return any(n > 0 for n in sizes) and not any(0 < n <= DRIVER_READ_ROWS for n in sizes)
 
     def _fused(self, sides: tuple[Side, ...], hashed: tuple[str, ...], schema: T.StructType,
                combine: Combine | None = None, having: tuple[str, ...] = (), query: str | None = None,
