@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from millpond.engine import coordinator
-from millpond.spark import build, executor, inputs
+from millpond.spark import build, executor, fusing, inputs
 from tests.conftest import rows
 
 VIEWS = """
@@ -225,8 +225,10 @@ def test_stateful_tasks_reading_the_log_themselves_match_duckdb(open_db, monkeyp
     """Aggregates of a table's columns and joins of two tables' columns read their delta from the
     log in their own tasks (:mod:`millpond.spark.fused`), hashing keys of every type it takes as
     Spark would: through NULL keys, upserts and deletes, both join sides changing in one epoch,
-    inner/left/full joins and string, date, boolean and integer keys, every epoch's views equal
-    DuckDB over all rows, and a key that is an expression is left to Spark. Every other epoch
+    inner/left/full joins and string, date, boolean and integer keys, groups and join keys that are
+    expressions (evaluated by DuckDB in the task), every epoch's views equal DuckDB over all rows;
+    an expression that may round (a division) is left to Spark; a view's rows made in the task of
+    the aggregate or join they come from (renamed, or filtered and computed by DuckDB). Every other epoch
     goes through Spark's exchange instead: both paths meet the same state, so their key hashes
     are equal."""
     import duckdb
@@ -236,10 +238,16 @@ def test_stateful_tasks_reading_the_log_themselves_match_duckdb(open_db, monkeyp
     monkeypatch.setattr(inputs, "FUSED_ROWS_PER_TASK", 10)  # as many fused tasks: each keeps its vnodes
     fused = []
     for method in ("fuse_aggregate", "fuse_join", "fuse_materialize"):
-        def spy(self, *args, _method=getattr(inputs.Inputs, method)):
+        def spy(self, *args, _method=getattr(fusing.Fusing, method)):
             fused.append(_method(self, *args))
             return fused[-1]
-        monkeypatch.setattr(inputs.Inputs, method, spy)
+        monkeypatch.setattr(fusing.Fusing, method, spy)
+    fed, spark_path = [], [False]
+
+    def feed(self, *args, _method=fusing.Fusing._feed):  # a view's rows made in its operator's task
+        fed.append(None if spark_path[0] else _method(self, *args))
+        return fed[-1]
+    monkeypatch.setattr(fusing.Fusing, "_feed", feed)
     db = open_db(parallelism=parallelism)
     db.sql("CREATE TABLE t (id INT PRIMARY KEY, g SMALLINT, s VARCHAR, d DATE, b BOOLEAN, v BIGINT, ts TIMESTAMP); "
            "CREATE TABLE u (s VARCHAR, w INT); CREATE TABLE a (s VARCHAR, w INT) APPEND ONLY")
@@ -249,7 +257,10 @@ def test_stateful_tasks_reading_the_log_themselves_match_duckdb(open_db, monkeyp
         "ij": "SELECT t.id, t.v, u.w FROM t JOIN u ON t.s = u.s",
         "lj": "SELECT u.s, COUNT(*) AS n, SUM(t.v) AS total FROM u LEFT JOIN t ON u.s = t.s GROUP BY u.s",
         "fj": "SELECT t.id, u.w FROM t FULL JOIN u ON t.g = u.w",
-        "expr": "SELECT g % 2 AS m, COUNT(*) AS n FROM t GROUP BY g % 2",
+        "expr": "SELECT g % 2 AS m, COUNT(*) AS n, SUM(v) AS total FROM t GROUP BY g % 2",
+        "hv": "SELECT g, COUNT(*) * 2 AS n2 FROM t GROUP BY g HAVING COUNT(*) > 6",
+        "div": "SELECT v / 7 AS q, COUNT(*) AS n FROM t GROUP BY v / 7",
+        "ej": "SELECT t.id, u.w FROM t JOIN u ON t.g % 3 = u.w AND t.s = u.s",
         "flt": "SELECT id, s, v FROM t WHERE v % 3 = 0 AND s IS NOT NULL",
         "prj": "SELECT id + 1 AS id1, upper(s) AS su, v - id AS diff, coalesce(s, 'none') AS sn, d, ts FROM t WHERE b",
         "aof": "SELECT s, w * 2 AS w2 FROM a WHERE w IS NOT NULL",
@@ -258,7 +269,10 @@ def test_stateful_tasks_reading_the_log_themselves_match_duckdb(open_db, monkeyp
         db.sql(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
     con = duckdb.connect()
     for i in range(5):
-        monkeypatch.setattr(inputs, "DRIVER_READ_ROWS", 0 if i % 2 == 0 else 10**9)  # odd epochs: Spark's path
+        # odd epochs: Spark's path (ranges read by the driver, exchanged by Spark)
+        monkeypatch.setattr(inputs, "DRIVER_READ_ROWS", 0 if i % 2 == 0 else 10**9)
+        monkeypatch.setattr(inputs, "MAX_TASKS", 4 if i % 2 == 0 else 0)
+        spark_path[0] = i % 2 == 1
         ids = range(i * 40, i * 40 + 60)  # 20 of them upsert earlier rows
         db.insert("t", pa.table({
             "id": pa.array(ids, pa.int32()),
@@ -278,9 +292,15 @@ def test_stateful_tasks_reading_the_log_themselves_match_duckdb(open_db, monkeyp
             con.register(name, db.sql(f"SELECT * FROM {name}"))
         for name, sql in views.items():
             assert rows(db.sql(f"SELECT * FROM {name}")) == sorted(
-                con.sql(sql).fetchall(), key=lambda r: tuple((v is not None, v) for v in r)), (name, i, j)
+                con.sql(sql.replace(" / ", " // ")).fetchall(), key=lambda r: tuple((v is not None, v) for v in r)), (name, i, j)
     assert sum(f is not None for f in fused) >= 8 and any(f is None for f in fused)
     assert any(f is not None and f[0].share for f in fused)  # an APPEND ONLY table's rows: no exchange
+    queries = [(side.side, side.query) for f in fused if f is not None for side in f[0].sides if side.query]
+    assert any(k is None and "_mp0" in q and "%" in q for k, q in queries)  # a group by an expression, in the task
+    assert any(k == 0 and "_mp0" in q and "%" in q for k, q in queries)  # a join on an expression, in the task
+    assert not any("/" in q for _, q in queries)  # a division: Spark's
+    feeds = [f[1] for f in fed if f is not None]
+    assert any(f.query is None for f in feeds) and any(f.query and "* 2" in f.query for f in feeds)
     assert max(f[0].tasks for f in fused if f is not None) == parallelism
 
 
@@ -293,10 +313,10 @@ def test_an_overflow_in_a_task_reading_the_log_fails_its_view_alone(open_db, mon
     monkeypatch.setattr(build, "PRE_AGGREGATE_ROWS", 0)
     fused = []
 
-    def spy(self, *args, _method=inputs.Inputs.fuse_materialize):
+    def spy(self, *args, _method=fusing.Fusing.fuse_materialize):
         fused.append(_method(self, *args))
         return fused[-1]
-    monkeypatch.setattr(inputs.Inputs, "fuse_materialize", spy)
+    monkeypatch.setattr(fusing.Fusing, "fuse_materialize", spy)
     db = open_db()
     db.sql("CREATE TABLE t (k INT, v INT) APPEND ONLY; "
            "CREATE MATERIALIZED VIEW big AS SELECT k, v * 1000000 AS m FROM t; "

@@ -20,7 +20,7 @@ from sqlglot import exp
 
 from millpond.engine import numerics
 
-__all__ = ["to_spark", "to_duckdb", "generate", "mp", "is_mp", "PREFIX"]
+__all__ = ["to_spark", "to_duckdb", "generate", "mp", "is_mp", "null_on_error", "PREFIX"]
 
 PREFIX = "MP_"
 
@@ -396,3 +396,23 @@ def _text_to_bool(x: str, raise_fn: str) -> str:
     falses = "'f', 'fa', 'fal', 'fals', 'false', 'n', 'no', 'of', 'off', '0'"
     return (f"CASE WHEN {x} IS NULL THEN NULL WHEN {v} IN ({trues}) THEN TRUE WHEN {v} IN ({falses}) THEN FALSE "
             f"ELSE {raise_fn}('invalid input syntax for type boolean') END")
+
+
+_TRY = {exp.Add: "try_add", exp.Sub: "try_subtract", exp.Mul: "try_multiply", exp.Div: "try_divide",
+        exp.Mod: "try_mod"}
+
+
+def null_on_error(e: exp.Expression) -> exp.Expression:
+    """``e`` with each operation that can raise a data error (division by zero, overflow, a bad
+    cast) replaced by its form that yields NULL instead (RisingWave's non-strict mode)."""
+    def fn(n: exp.Expression) -> exp.Expression:  # a replaced node's children are not visited: recurse
+        if type(n) in _TRY:
+            return exp.Anonymous(this=_TRY[type(n)], expressions=[null_on_error(n.this), null_on_error(n.expression)])
+        if isinstance(n, exp.IntDiv):
+            a, b = null_on_error(n.this), null_on_error(n.expression)
+            return exp.If(this=exp.EQ(this=b, expression=exp.Literal.number(0)), true=exp.Null(),
+                          false=exp.IntDiv(this=a, expression=b.copy()))
+        if type(n) is exp.Cast:
+            return exp.TryCast(this=null_on_error(n.this), to=n.args["to"], safe=True)
+        return n
+    return e.copy().transform(fn)

@@ -10,7 +10,6 @@ group (and MIN/MAX/DISTINCT value).
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from functools import reduce
 from typing import Mapping
@@ -26,14 +25,15 @@ from millpond.catalog import TableDef
 from millpond.columns import KH, ROW_ID, VN, W
 from millpond.engine import plan as P
 from millpond.engine.executor import Consumer, EpochJob, PieceSource, Ranges, ViewInput
-from millpond.engine.expressions import to_duckdb, to_spark
+from millpond.engine.expressions import null_on_error, to_duckdb, to_spark
 from millpond.engine.flows import CLUSTER_MAX, CLUSTER_MIN, CLUSTER_NULL, CLUSTER_UNIT
 from millpond.engine.operators import Arrange, HashAggregate, HashJoin, Materialize, Operator, Over, TopN
 from millpond.engine.operators.aggregate import VALUE_FUNCS, nonnull_col, sum_col, value_col
 from millpond.engine.operators.join import SIDE
 from millpond.errors import IndexMismatch, InvariantError
 from millpond.spark.combine import Combine, plan_combine
-from millpond.spark.inputs import DRIVER_READ_ROWS, Inputs, arrow_schema, quote
+from millpond.spark.fusing import Fusing
+from millpond.spark.inputs import DRIVER_READ_ROWS, arrow_schema, quote
 from millpond.spark.task import CONSUMER, FILE, ROWS, Task
 from millpond.store.sst import VNODES
 
@@ -42,13 +42,13 @@ __all__ = ["Builder", "DRIVER_READ_ROWS", "PRE_AGGREGATE_ROWS"]
 PRE_AGGREGATE_ROWS = 50_000  # a bigger delta is aggregated map-side before the exchange (one more stage)
 
 
-class Builder(Inputs):
+class Builder(Fusing):
     """Builds one consumer's DataFrame for one epoch."""
 
     def __init__(self, spark: SparkSession, job: EpochJob, consumer: Consumer, ranges: Ranges,
                  tables: Mapping[str, TableDef], pieces: PieceSource, scans: dict | None = None,
                  loaded: dict | None = None, views: Mapping[str, ViewInput] | None = None, single: bool = False,
-                 udfs: dict | None = None):
+                 udfs: dict | None = None, fused_only: bool = False):
         self.spark, self.job, self.consumer = spark, job, consumer
         self.single = single  # read every range in one task (a flow's small trigger: its partials need no shuffle)
         self.views = views or {}  # the views read as sources: their changes in this epoch
@@ -57,9 +57,18 @@ class Builder(Inputs):
         self.loaded = {} if loaded is None else loaded  # data source DataFrames reused across epochs
         self.state_ids: set[str] = set()  # the states its tasks read (the job's descriptor holds their levels)
         self.udfs = {} if udfs is None else udfs  # stateful tasks' Python UDFs, kept across epochs (see _map)
+        self.fused_only, self.fused_sources, self._projected = fused_only, set(), {}
+        self._made: dict[int, tuple[DataFrame, Task]] = {}  # stateful tasks by node id, and their input (_feed)
 
     def final(self) -> DataFrame:
         return self.build(self.consumer.plan)
+
+    def all_fused(self) -> bool:
+        """After :meth:`final`: whether every table the consumer reads is read by a fused task
+        (:mod:`millpond.spark.fused`): then no range need be read by the driver, and its
+        DataFrame is re-run whatever the ranges' sizes (a later build passes ``fused_only``)."""
+        sources = P.sources(self.consumer.plan)
+        return bool(sources) and all(id(s) in self.fused_sources for s in sources)
 
     def reuse_key(self) -> tuple | None:
         """The key under which this consumer's DataFrame of this epoch may be kept and re-run in a
@@ -105,7 +114,7 @@ class Builder(Inputs):
     # -- stateless ----------------------------------------------------------------------------
     def _sql(self, e: exp.Expression) -> str:
         """A view's expression as Spark SQL; in an ``on_error = 'null'`` view, errors are NULLs."""
-        return spark_sql(null_on_error(e) if self.consumer.on_error == "null" else e)
+        return to_spark(null_on_error(e) if self.consumer.on_error == "null" else e)
 
     def _filter(self, node: P.Filter) -> DataFrame:
         return self.build(node.input).filter(self._sql(node.predicate))
@@ -175,9 +184,7 @@ class Builder(Inputs):
         executor, across epochs): a task holds nothing of one epoch, and making the UDF (pickling
         the task, a JVM PythonFunction) costs ~10 ms each time. PySpark's own ``mapInArrow``,
         less the UDF it makes anew on every call (pyspark is pinned: its internals are known)."""
-        key = (task.op, tuple(sorted(task.states.items())), task.object_id, task.node_id, task.consumer, task.emit,
-               task.root, json.dumps(task.storage, sort_keys=True), task.out_schema, task.changes, task.combine,
-               task.fused)
+        key = task.identity()
         udf = self.udfs.get(key)
         if udf is None:
             if len(self.udfs) >= 1024:
@@ -185,6 +192,8 @@ class Builder(Inputs):
             udf = self.udfs[key] = pandas_udf(task, returnType=schema,  # type: ignore[call-overload]
                                               functionType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF)
         column = udf(*[df[c] for c in df.columns])
+        if task.consumer is None and task.combine is None:  # an operator a view's rows may come from (_feed)
+            self._made[task.node_id] = (df, task)
         return DataFrame(df._jdf.mapInArrow(column._jc, False, None), df.sparkSession)
 
     def _join(self, node: P.Join, combined: tuple[Combine, T.StructType] | None = None) -> DataFrame:
@@ -328,6 +337,7 @@ class Builder(Inputs):
         value columns, the measures over them, and the columns of which one must be non-zero
         for a partial to change anything."""
         df = self.build(node.input)
+        self._projected[id(node)] = df.schema
         group = list(node.group)
         pre, sums, values, extremes = [], [], [], []
         for i, call in enumerate(node.calls):
@@ -405,39 +415,15 @@ class Builder(Inputs):
         task = self._task(node.node_id, op, out, final=True, emit=self.consumer.name not in self.tables)
         if fused := self.fuse_materialize(node, df.schema, key):
             return self._map(fused[1], replace(task, fused=fused[0]), out)  # its rows read from the log by itself
+        if fed := self._feed(node.input, key, df.schema):
+            return self._map(fed[0], replace(task, feed=fed[1]), out)  # its rows made in the operator's task
         return self._map(df, task, out)
+
 
 
 # a final task's output: one row per changes file it wrote (spark/task.py)
 FINAL = T.StructType([T.StructField(CONSUMER, T.StringType()), T.StructField(FILE, T.StringType()),
                       T.StructField(ROWS, T.LongType())])
-
-
-def spark_sql(e: exp.Expression) -> str:
-    """A plan expression as Spark SQL: generated here, where Spark evaluates it. Plan expressions
-    are bound: their internal calls expand to Spark's spelling of PostgreSQL's meaning
-    (:mod:`millpond.engine.expressions`)."""
-    return to_spark(e)
-
-
-_TRY = {exp.Add: "try_add", exp.Sub: "try_subtract", exp.Mul: "try_multiply", exp.Div: "try_divide",
-        exp.Mod: "try_mod"}
-
-
-def null_on_error(e: exp.Expression) -> exp.Expression:
-    """``e`` with each operation that can raise a data error (division by zero, overflow, a bad
-    cast) replaced by its form that yields NULL instead (RisingWave's non-strict mode)."""
-    def fn(n: exp.Expression) -> exp.Expression:  # a replaced node's children are not visited: recurse
-        if type(n) in _TRY:
-            return exp.Anonymous(this=_TRY[type(n)], expressions=[null_on_error(n.this), null_on_error(n.expression)])
-        if isinstance(n, exp.IntDiv):
-            a, b = null_on_error(n.this), null_on_error(n.expression)
-            return exp.If(this=exp.EQ(this=b, expression=exp.Literal.number(0)), true=exp.Null(),
-                          false=exp.IntDiv(this=a, expression=b.copy()))
-        if type(n) is exp.Cast:
-            return exp.TryCast(this=null_on_error(n.this), to=n.args["to"], safe=True)
-        return n
-    return e.copy().transform(fn)
 
 
 def _over_type(call: P.OverCall, arg: T.DataType | None) -> T.DataType:

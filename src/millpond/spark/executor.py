@@ -49,6 +49,9 @@ class SparkExecutor:
         # (Builder.reuse_key): building one costs ~0.06 s of JVM round trips (measured: one-row epochs, 3 views)
         self._built: dict[tuple, tuple[DataFrame, frozenset[str]]] = {}
         self._udfs: dict = {}  # stateful tasks' Python UDFs (Builder._map)
+        # consumers (and parallelism) whose every source a build found read by a fused task: their
+        # small ranges are read by the tasks too, so their DataFrames are re-run (Builder.all_fused)
+        self._fused_only: set = set()
         # driver_bytes: what the driver received from epochs' tasks; reused: DataFrames re-run, not
         # built; build_s: seconds building DataFrames; job_s: seconds in their jobs (planning included)
         self.stats = {"driver_bytes": 0, "reused": 0, "build_s": 0.0, "job_s": 0.0}
@@ -59,7 +62,8 @@ class SparkExecutor:
         scans: dict = {}  # consumers reading the same channel range share its source
         frames, state_ids = [], set()
         for c, ranges in work:
-            builder = Builder(self.spark, job, c, ranges, tables, pieces, scans, self._loaded, views, udfs=self._udfs)
+            builder = Builder(self.spark, job, c, ranges, tables, pieces, scans, self._loaded, views, udfs=self._udfs,
+                              fused_only=(c, job.parallelism) in self._fused_only)
             key = builder.reuse_key()
             if key is not None and key in self._built:
                 builder.check()
@@ -67,6 +71,8 @@ class SparkExecutor:
                 self.stats["reused"] += 1
             else:
                 df, used = builder.final(), frozenset(builder.state_ids)
+                if builder.all_fused() and len(self._fused_only) < MAX_BUILT:
+                    self._fused_only.add((c, job.parallelism))
                 if key is not None:
                     if len(self._built) >= MAX_BUILT:
                         self._built.clear()

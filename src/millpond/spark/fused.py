@@ -40,7 +40,7 @@ from millpond.spark.log_source import _cut, _overlapping
 from millpond.store.objects import open_store
 from millpond.store.sst import VNODES
 
-__all__ = ["Fused", "Side", "MAX_TASKS", "hashed_here"]
+__all__ = ["Fused", "Side", "MAX_TASKS", "hashed_here", "select_records", "conform"]
 
 MAX_TASKS = 4  # a bigger deployment (a cluster) keeps Spark's exchange: each fused task reads the whole range
 
@@ -57,14 +57,17 @@ def hashed_here(t: pa.DataType) -> bool:
 class Side:
     """One table's records in a fused delta: the scan object naming the epoch's range of its
     channel (:func:`millpond.spark.log_source.write_scan`), its columns (name in the delta, log
-    column), and for a join side its number and key columns (name, log column, the Arrow type
-    both sides compare them as)."""
+    column), for a join side its number and key columns (name, log column, the Arrow type
+    both sides compare them as), and the DuckDB SQL over ``records`` (the log's columns) that
+    makes the columns named from the records (a view's filters and projections, expressions an
+    aggregate groups by or a join compares) — None: the records as they are."""
 
     scan: str
     log_schema: pa.Schema
     columns: tuple[tuple[str, str], ...]
     side: int | None = None
     keys: tuple[tuple[str, str, pa.DataType], ...] = ()
+    query: str | None = None
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,6 @@ class Fused:
     schema: pa.Schema
     combine: Combine | None = None
     having: tuple[str, ...] = ()
-    query: str | None = None  # DuckDB SQL over ``records`` (the log's columns): a view's filters and projections
     share: bool = False  # each task reads its share of the range and keeps every row (inserts only: no exchange)
 
     def delta(self, slot: int) -> pl.DataFrame:
@@ -99,10 +101,12 @@ class Fused:
             records = read_pieces(store, spec["channel"], side.log_schema,
                                   _overlapping([Piece(*p) for p in spec["pieces"]], start, stop), start, stop)
             unkeyed = pa.schema([f for f in self.schema if f.name != KH])
-            if self.query is not None:
-                table = _conform(_select(self.query, records), unkeyed)
-            elif self.combine is not None:  # combined first: fewer rows to hash (every task combines them all)
+            if side.query is not None:
+                records = select_records(side.query, records)
+            if self.combine is not None:  # combined first: fewer rows to hash (every task combines them all)
                 table = self.combine(records, unkeyed)
+            elif side.side is None:  # a view's rows
+                table = conform(records, unkeyed)
             else:  # a join side
                 keys = {name: records.column(src).cast(t) for name, src, t in side.keys}
                 table = pa.table({**keys, **{name: records.column(src) for name, src in side.columns},
@@ -112,7 +116,7 @@ class Fused:
         if not parts:
             return pl.from_arrow(self.schema.empty_table())
         table = pa.concat_tables(parts, promote_options="default") if len(parts) > 1 else parts[0]
-        delta = pl.from_arrow(_conform(table, self.schema))
+        delta = pl.from_arrow(conform(table, self.schema))
         if self.having:
             delta = delta.filter(pl.any_horizontal([pl.col(c) != 0 for c in self.having]))
         return delta
@@ -124,7 +128,8 @@ class Fused:
         return (np.ones(len(kh), dtype=bool) if every else (kh % VNODES) % self.tasks == slot), kh
 
 
-def _select(query: str, records: pa.Table) -> pa.Table:
+def select_records(query: str, records: pa.Table) -> pa.Table:
+    """DuckDB's answer to ``query`` over ``records``; an integer overflow is reported as Spark reports it."""
     con = duck.cursor()
     try:
         con.register("records", records)
@@ -135,7 +140,7 @@ def _select(query: str, records: pa.Table) -> pa.Table:
         con.close()
 
 
-def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """``table``'s columns as ``schema`` orders and types them (a column a side lacks: NULLs)."""
     cols = [table.column(f.name).cast(f.type) if f.name in table.column_names else pa.nulls(table.num_rows, f.type)
             for f in schema]

@@ -21,14 +21,13 @@ from sqlglot import exp
 
 from millpond.catalog import TableDef
 from millpond.catalog.types import spark_ddl_type
-from millpond.columns import COUNT, KH, ROW_ID, VN, W
+from millpond.columns import COUNT, ROW_ID, W
 from millpond.engine import plan as P
 from millpond.engine.consumers import table_plan
 from millpond.engine.executor import Consumer, EpochJob, PieceSource, Ranges, ViewInput
-from millpond.engine.expressions import to_duckdb
 from millpond.log import read_pieces
-from millpond.spark.combine import Combine, plan_combine
-from millpond.spark.fused import MAX_TASKS, Fused, Side, hashed_here
+from millpond.spark.combine import plan_combine
+from millpond.spark.fused import MAX_TASKS
 from millpond.spark.log_source import MAX_PARTITION_ROWS, ScanSlots, write_scan
 from millpond.store.manifest import Levels
 from millpond.store.objects import open_store
@@ -57,6 +56,7 @@ class Inputs:
     loaded: dict
     views: Mapping[str, ViewInput]
     single: bool
+    fused_only: bool  # every source is read by a fused task (as a build found): no range is read by the driver
 
     def _source(self, node: P.Source) -> DataFrame:
         if node.table not in self.tables:
@@ -67,6 +67,8 @@ class Inputs:
         sources = [s for s, _ in partial.sources] if partial is not None else []
         cols = self.columns(node) if not any(node is s for s in sources) else _all(t)
         scan = (t.channel, start, stop, cols)
+        if scan not in self.scans and self._by_driver(start, stop):  # (a loaded scan of the range, if any, is re-run)
+            scan = (*scan, "driver")
         if scan not in self.scans:  # one source per channel range and epoch: each costs planning on the driver
             self.scans[scan] = self._scan(t, start, stop, cols)
         renames = _renames(tuple((out, src) for out, src in node.columns if src in cols))
@@ -144,11 +146,16 @@ class Inputs:
     def _scan(self, t: TableDef, start: int, stop: int, cols: tuple[str, ...]) -> DataFrame:
         if start >= stop:  # nothing new on this side: an empty local relation plans in no time
             return self.spark.createDataFrame([], _ddl(t, cols))
-        if stop - start <= DRIVER_READ_ROWS:  # a few records: read here, no data source to plan
+        if self._by_driver(start, stop):  # a few records: read here, no data source to plan
             rows = read_pieces(open_store(self.job.root, self.job.storage), t.channel_id, t.log_schema,
                                self.pieces(t.channel, start, stop), start, stop)
             return self.spark.createDataFrame(rows.select([*cols, W]), _ddl(t, cols))
         return self.loaded[self._load(t, start, stop, cols)]
+
+    def _by_driver(self, start: int, stop: int) -> bool:
+        """Whether the range is read by the driver, its records embedded in the DataFrame (which
+        is then built anew every epoch): a few records, unless fused tasks read them all."""
+        return 0 < stop - start <= DRIVER_READ_ROWS and not (self.fused_only and self.fused_tasks())
 
     def _load(self, t: TableDef, start: int, stop: int, cols: tuple[str, ...]) -> tuple:
         """Name this epoch's range ``[start, stop)`` of ``t``'s channel for the scan, and return the
@@ -170,7 +177,7 @@ class Inputs:
     def _scan_object(self, t: TableDef, start: int, stop: int) -> tuple[str, int]:
         """Write the scan object naming this epoch's range of ``t``'s channel: its key, and the slots
         (tasks) that read the range."""
-        ranges = list(dict.fromkeys((s[1], s[2]) for s in self.scans if s[0] == t.channel))
+        ranges = list(dict.fromkeys((s[1], s[2]) for s in self.scans if s[0] == t.channel and s[-1] != "driver"))
         k = ranges.index((start, stop)) if (start, stop) in ranges else len(ranges)  # a backfilling view reads another
         key = write_scan(open_store(self.job.root, self.job.storage), t.channel_id, k,
                          self.pieces(t.channel, start, stop), start, stop)
@@ -194,103 +201,11 @@ class Inputs:
                          arrow_schema(schema), combine)
         return self.spark.range(0, slots, 1, slots).mapInArrow(read, schema)
 
-    def fuse_aggregate(self, node: P.Aggregate, schema: T.StructType, having: list[str] | None
-                       ) -> tuple[Fused, DataFrame] | None:
-        """``node``'s task reading its delta from the log itself (:mod:`millpond.spark.fused`), as
-        ``schema`` (the Catalyst path's input of the task), and the DataFrame of its slots; None
-        where it cannot: its input is not a table's columns combined as :func:`plan_combine` can,
-        or its group is of a type not hashed in Python (:func:`hashed_here`)."""
-        source = node.input.input if isinstance(node.input, P.Project) else None
-        if not self._fusable([source]):
-            return None
-        t = self.tables[source.table]
-        types = {c.name: spark_ddl_type(c.type) for c in t.columns}
-        combine = plan_combine(node, {out: (src, types.get(src, "")) for out, src in source.columns})
-        if combine is None or any(not hashed_here(t.log_schema.field(dict(combine.keys)[g]).type) for g in node.group):
-            return None
-        side = Side(self._load(t, *self.ranges[t.channel], self.columns(source))[1], t.log_schema, ())
-        return self._fused((side,), tuple(node.group), schema, combine, tuple(having or ()))
-
-    def fuse_join(self, node: P.Join, schema: T.StructType) -> tuple[Fused, DataFrame] | None:
-        """As :meth:`fuse_aggregate`, for an equi-join of two tables' columns as they are, on keys
-        of types hashed in Python (``schema``: the join task's input)."""
-        if any(node.lookup) or any(i is not None for i in node.shared) or not self._fusable([node.left, node.right]):
-            return None
-        sides = []
-        for k, (source, keys) in enumerate(((node.left, node.left_keys), (node.right, node.right_keys))):
-            t, srcs = self.tables[source.table], dict(source.columns)
-            cols = self.columns(source)
-            if not all(isinstance(e, exp.Column) and not e.table and e.name in srcs for e in keys):
-                return None
-            typed = tuple((f"_k{i}", srcs[e.name], arrow_schema(T.StructType([schema[f"_k{i}"]])).field(0).type)
-                          for i, e in enumerate(keys))
-            if not all(hashed_here(type_) for *_, type_ in typed):
-                return None
-            start, stop = self.ranges[t.channel]
-            if start < stop:
-                sides.append(Side(self._load(t, start, stop, cols)[1], t.log_schema,
-                                  tuple((out, src) for out, src in source.columns if src in cols), k, typed))
-        hashed = tuple(f"_k{i}" for i in range(len(node.left_keys)))
-        return self._fused(tuple(sides), hashed, schema)
-
-    def fuse_materialize(self, node: P.Materialize, schema: T.StructType, key: list[str]
-                         ) -> tuple[Fused, DataFrame] | None:
-        """As :meth:`fuse_aggregate`, for a view's rows made of one table's by filters and
-        projections, evaluated by DuckDB in the task (``schema``: the task's input). Only where
-        both engines give the same values (columns of the types :func:`hashed_here` takes, errors
-        failing the view) and every expression translates; an ``APPEND ONLY`` table's rows are
-        not exchanged at all."""
-        chain, source = [], node.input
-        while isinstance(source, (P.Filter, P.Project)):
-            chain.append(source)
-            source = source.input
-        arrow = arrow_schema(schema)
-        if (self.consumer.on_error != "fail" or not self._fusable([source])
-                or not all(hashed_here(f.type) for f in arrow if f.name not in (W, KH, VN))):
-            return None
-        t, cols = self.tables[source.table], self.columns(source)
-        sql = f"SELECT {', '.join([*(f'{_dq(src)} AS {_dq(out)}' for out, src in source.columns if src in cols), W])} FROM records"
-        exprs = [x for n in chain for x in ([n.predicate] if isinstance(n, P.Filter) else [e for e, _ in n.exprs])]
-        if not all(_cannot_raise(e) for e in exprs):  # a data error is Spark's to report (engine.failures)
-            return None
-        try:
-            for n in reversed(chain):
-                if isinstance(n, P.Filter):
-                    sql = f"SELECT * FROM ({sql}) WHERE {to_duckdb(n.predicate)}"
-                else:
-                    sql = f"SELECT {', '.join([*(f'{to_duckdb(e)} AS {_dq(name)}' for e, name in n.exprs), W])} FROM ({sql})"
-        except Exception:  # noqa: BLE001 - an expression DuckDB's dialect cannot spell: Spark evaluates it
-            return None
-        side = Side(self._load(t, *self.ranges[t.channel], cols)[1], t.log_schema, ())
-        return self._fused((side,), tuple(key), schema, query=sql, share=t.append_only)
-
-    def _fusable(self, sources: list) -> bool:
-        """Whether a stateful task over ``sources`` may read its delta from the log itself: each
-        a table's whole range (no partial view, no batch mode), read through a scan object or
-        empty, and few tasks."""
-        if (self.consumer.partial is not None or self.job.batch.get(self.consumer.key) or self.single
-                or self.job.parallelism > MAX_TASKS):
-            return False
-        sizes = []
-        for source in sources:
-            if not isinstance(source, P.Source) or source.table not in self.tables:
-                return False
-            start, stop = self.ranges[self.tables[source.table].channel]
-            sizes.append(stop - start)
-        # no record at all (e.g. a view's schema from empty inputs): nothing to read, no scan object
-        return any(n > 0 for n in sizes) and not any(0 < n <= DRIVER_READ_ROWS for n in sizes)
-
-    def _fused(self, sides: tuple[Side, ...], hashed: tuple[str, ...], schema: T.StructType,
-               combine: Combine | None = None, having: tuple[str, ...] = (), query: str | None = None,
-               share: bool = False) -> tuple[Fused, DataFrame]:
-        arrow = arrow_schema(schema)
-        fused = Fused(self.job.root, tuple(sorted(self.job.storage.items())), sides, hashed, self.fused_tasks(),
-                      arrow.remove(arrow.get_field_index(VN)) if VN in arrow.names else arrow, combine, having,
-                      query, share)
-        return fused, self.spark.range(0, fused.tasks, 1, fused.tasks)
-
     def fused_tasks(self) -> int:
-        """How many tasks a fused stage has (each reads the whole range: see ``FUSED_ROWS_PER_TASK``)."""
+        """How many tasks a fused stage has (each reads the whole range: see ``FUSED_ROWS_PER_TASK``);
+        0 where none is fused (a deployment of more than :data:`MAX_TASKS`)."""
+        if self.job.parallelism > MAX_TASKS:
+            return 0
         records = sum(b - a for a, b in self.ranges.values())
         return max(1, min(self.job.parallelism, -(-records // FUSED_ROWS_PER_TASK)))
 
@@ -303,7 +218,7 @@ class Inputs:
         start, stop = self.ranges[t.channel]
         if start >= stop:
             return ("empty",)
-        if stop - start <= DRIVER_READ_ROWS:
+        if self._by_driver(start, stop):
             return None
         scan = (t.channel, start, stop, self.columns(source))
         if scan not in self.scans:
@@ -409,28 +324,6 @@ def _all(t: TableDef) -> tuple[str, ...]:
 
 def _renames(columns: tuple[tuple[str, str], ...]) -> list[str]:
     return [f"{quote(src)} AS {quote(out)}" for out, src in columns]
-
-
-# what a fused task's DuckDB evaluates: nodes that raise no data error (an integer overflow of
-# +, -, * excepted: fused.py reports it as Spark does) and round nothing: no division, but a
-# remainder by a positive literal
-_SAFE = (exp.Column, exp.Identifier, exp.Literal, exp.Null, exp.Boolean, exp.Paren, exp.EQ, exp.NEQ, exp.GT, exp.GTE,
-         exp.LT, exp.LTE, exp.And, exp.Or, exp.Not, exp.Is, exp.In, exp.Between, exp.Case, exp.If, exp.Coalesce,
-         exp.Upper, exp.Lower, exp.Length, exp.Add, exp.Sub, exp.Mul, exp.Neg)
-
-
-def _cannot_raise(e: exp.Expression) -> bool:
-    for n in e.walk():
-        if isinstance(n, exp.Mod):
-            if not (isinstance(n.expression, exp.Literal) and n.expression.is_int and int(n.expression.this) > 0):
-                return False
-        elif not isinstance(n, _SAFE):
-            return False
-    return True
-
-
-def _dq(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 def quote(name: str) -> str:

@@ -6,7 +6,9 @@ open the state parts at the last committed epoch, apply, write each part's state
 named by (version, epoch, attempt, state, partition)) and emits its output changelog to the next
 stage; a view's final task writes it as the view's changes file of (epoch, attempt, partition)
 instead (:mod:`millpond.engine.changefeed`) and emits one row naming the file: the driver
-receives no rows.
+receives no rows. A view's rows that come straight from an operator (through renames, or
+filters and projections DuckDB evaluates as Spark does) are made in that operator's task
+(:class:`Feed`): one Python task where there were two.
 
 A :class:`Task` holds only what stays the same from epoch to epoch (the operator, its state ids),
 so a consumer's DataFrame is built once and re-run (:mod:`millpond.spark.executor`). What changes
@@ -31,20 +33,21 @@ import pyarrow as pa
 from pyspark import TaskContext
 
 from millpond import paths
-from millpond.columns import VN
+from millpond.columns import KH, VN
 from millpond.engine.changefeed import parquet
 from millpond.engine.executor import EpochJob
 from millpond.engine.operators import Operator
 from millpond.engine.step import run_step
 from millpond.errors import InvariantError
+from millpond.keyhash import xxhash64
+from millpond.spark.fused import Fused, conform, select_records
 from millpond.store.manifest import Levels
 from millpond.store.objects import open_store
 
 if TYPE_CHECKING:
     from millpond.spark.combine import Combine
-    from millpond.spark.fused import Fused
 
-__all__ = ["Task", "CONSUMER", "FILE", "ROWS", "JOB_PROPERTY", "Run", "describe_job"]
+__all__ = ["Task", "Feed", "CONSUMER", "FILE", "ROWS", "JOB_PROPERTY", "Run", "describe_job"]
 
 CONSUMER = "_consumer"  # a final task's output: the consumer key ...
 FILE = "_file"  # ... the changes file it wrote ...
@@ -100,19 +103,44 @@ class Task:
     emit: bool  # False: write state only (a table's materialize: its changelog is its log)
     changes: pa.Schema | None = None  # a final task's: the view's changes as the view types them
     combine: "Combine | None" = None  # emit the aggregate partials of its output (millpond.spark.combine)
-    fused: "Fused | None" = None  # its delta read from the log by the task itself (millpond.spark.fused)
+    fused: Fused | None = None  # its delta read from the log by the task itself (millpond.spark.fused)
+    feed: "Feed | None" = None  # its delta made from the output of the task feeding it, in this task
+
+    def identity(self) -> tuple:
+        """What makes this task's Python UDF (its dict fields spelled out: a task is not hashable)."""
+        feed = self.feed
+        return (self.op, tuple(sorted(self.states.items())), self.object_id, self.node_id, self.consumer, self.emit,
+                self.root, json.dumps(self.storage, sort_keys=True), self.out_schema, self.changes, self.combine,
+                self.fused, feed and (feed.task.identity(), feed.query, feed.columns, feed.key, feed.schema))
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        started = time.perf_counter()
-        batches = [b for b in batches if b.num_rows]
         partition = TaskContext.get().partitionId()
-        if self.fused is not None:  # its input is its slot's number (not the partition: the job unions consumers)
-            delta = self.fused.delta(batches[0].column(0)[0].as_py()) if batches else None
-        elif batches:
-            delta = pl.from_arrow(pa.Table.from_batches(batches))
-        times = {"input": time.perf_counter() - started} if PROFILE_ENV in os.environ else None
-        if not batches or delta.height == 0:
+        out = self.step([b for b in batches if b.num_rows], partition, time.perf_counter())
+        if out is None or out.height == 0 or not self.emit:
             return
+        if self.consumer is None:
+            table = out.to_arrow()
+            yield from (self.combine(table, self.out_schema) if self.combine else table.cast(self.out_schema)).to_batches()
+            return
+        assert self.changes is not None
+        run = current_run()
+        key = paths.changes_part_key(self.consumer, run.epoch, run.attempt, partition)
+        open_store(self.root, self.storage).put(key, parquet(out.to_arrow().select(self.changes.names).cast(self.changes)))
+        yield pa.RecordBatch.from_pydict({CONSUMER: [self.consumer], FILE: [key], ROWS: [out.height]},
+                                         schema=self.out_schema)
+
+    def step(self, batches: list[pa.RecordBatch], partition: int, started: float) -> pl.DataFrame | None:
+        """The operator over this partition's delta (None: there is none): its output changelog."""
+        if self.feed is not None:  # the delta is what the operator feeding this one emits, in this task
+            up = self.feed.task.step(batches, partition, started)
+            delta = None if up is None or up.height == 0 else self.feed(up, self.feed.task.out_schema)
+        elif self.fused is not None:  # its input is its slot's number (not the partition: the job unions consumers)
+            delta = self.fused.delta(batches[0].column(0)[0].as_py()) if batches else None
+        else:
+            delta = pl.from_arrow(pa.Table.from_batches(batches)) if batches else None
+        times = {"input": time.perf_counter() - started} if PROFILE_ENV in os.environ else None
+        if delta is None or delta.height == 0:
+            return None
         if VN in delta.columns:
             delta = delta.drop(VN)
         run = current_run()
@@ -120,23 +148,38 @@ class Task:
         if missing:
             raise InvariantError(f"{self.op.name}: the job's descriptor lacks state {', '.join(missing)}")
         levels = {part: run.levels[sid] for part, sid in self.states.items()}
-        store = open_store(self.root, self.storage)
-        out = run_step(self.op, delta, store, levels, epoch=run.epoch,
+        out = run_step(self.op, delta, open_store(self.root, self.storage), levels, epoch=run.epoch,
                        attempt=run.attempt, base_version=run.base_version, object_id=self.object_id,
                        node_id=self.node_id, partition=partition, times=times)
         if times is not None:
             _profile(self.op.name, delta.height, out.height, times)
-        if out.height == 0 or not self.emit:
-            return
-        if self.consumer is None:
-            table = out.to_arrow()
-            yield from (self.combine(table, self.out_schema) if self.combine else table.cast(self.out_schema)).to_batches()
-            return
-        assert self.changes is not None
-        key = paths.changes_part_key(self.consumer, run.epoch, run.attempt, partition)
-        store.put(key, parquet(out.to_arrow().select(self.changes.names).cast(self.changes)))
-        yield pa.RecordBatch.from_pydict({CONSUMER: [self.consumer], FILE: [key], ROWS: [out.height]},
-                                         schema=self.out_schema)
+        return out
+
+
+@dataclass(frozen=True)
+class Feed:
+    """A task's delta made in the task itself from the output of the stateful task feeding it
+    (``task``, run first over the task's input), where Spark would have done nothing but
+    evaluate filters and projections between them: ``query`` (DuckDB SQL over ``records``, the
+    output as ``task.out_schema`` types it; None: the columns as they are, renamed by
+    ``columns``), then the key hash of ``key`` (:mod:`millpond.keyhash`, Spark's ``xxhash64``),
+    as ``schema`` (Catalyst's type of the input it replaces). One Python task per view where
+    there were two, and no round trip through the JVM between them."""
+
+    task: Task
+    query: str | None
+    columns: tuple[tuple[str, str], ...]  # (output name, the task's output column) when query is None
+    key: tuple[str, ...]
+    schema: pa.Schema
+
+    def __call__(self, out: pl.DataFrame, schema: pa.Schema) -> pl.DataFrame:
+        table = out.to_arrow().cast(schema)
+        if self.query is not None:
+            table = select_records(self.query, table)
+        else:
+            table = pa.table({name: table.column(src) for name, src in self.columns})
+        table = table.append_column(KH, pa.array(xxhash64([table.column(k) for k in self.key])))
+        return pl.from_arrow(conform(table, self.schema))
 
 
 def _profile(name: str, rows_in: int, rows_out: int, times: dict[str, float]) -> None:

@@ -1,0 +1,230 @@
+"""Where a stateful task's delta is made in Python instead of handed over by Spark: the planning
+half of :mod:`millpond.spark.fused` (a task reading its delta from the log itself) and of
+:class:`millpond.spark.task.Feed` (a view's rows made in the task of the operator they come
+from). Both are planned only where both engines compute the same values: columns of the types
+:func:`~millpond.spark.fused.hashed_here` takes, and expressions DuckDB evaluates as Spark does
+(:func:`_cannot_raise`); everything else keeps Catalyst's path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Mapping
+
+from pyspark.sql import DataFrame
+from pyspark.sql import types as T
+from sqlglot import exp
+
+from millpond.catalog.types import spark_ddl_type
+from millpond.columns import KH, VN, W
+from millpond.engine import plan as P
+from millpond.engine.expressions import to_duckdb
+from millpond.spark.combine import Combine, plan_combine
+from millpond.spark.fused import Fused, Side, hashed_here
+from millpond.spark.inputs import Inputs, arrow_schema
+from millpond.spark.task import Feed, Task
+
+__all__ = ["Fusing"]
+
+
+class Fusing(Inputs):
+    """The fusing half of a builder (:class:`~millpond.spark.build.Builder`)."""
+
+    fused_sources: set[int]  # the sources (by id) a fused task of this build reads
+    _projected: dict[int, T.StructType]  # an aggregate's (by id) input as Catalyst types it
+    _made: dict[int, tuple[DataFrame, Task]]  # stateful tasks by node id, and their input (_feed)
+
+    def fuse_aggregate(self, node: P.Aggregate, schema: T.StructType, having: list[str] | None
+                       ) -> tuple[Fused, DataFrame] | None:
+        """``node``'s task reading its delta from the log itself (:mod:`millpond.spark.fused`), as
+        ``schema`` (the Catalyst path's input of the task), and the DataFrame of its slots; None
+        where it cannot: its input is not a table's columns (or expressions of them DuckDB may
+        evaluate, :meth:`_computed`) combined as :func:`plan_combine` can, or its group is of a
+        type not hashed in Python (:func:`hashed_here`)."""
+        project = node.input
+        source = project.input if isinstance(project, P.Project) else None
+        if not self._fusable([source]):
+            return None
+        t = self.tables[source.table]
+        types = {c.name: spark_ddl_type(c.type) for c in t.columns}
+        columns = {out: (src, types.get(src, "")) for out, src in source.columns}
+        computed = [(e, name) for e, name in project.exprs if not _plain(e.this if isinstance(e, exp.Cast) else e, columns)]
+        query = None
+        if computed:  # evaluated by DuckDB over the records first, each a column named _mp<i>
+            named = [(e, f"_mp{i}") for i, (e, _) in enumerate(computed)]
+            if (query := self._computed(source, named)) is None:
+                return None
+            projected = self._projected[id(node)]
+            renamed = {name: exp.column(f"_mp{i}", quoted=True) for i, (_, name) in enumerate(computed)}
+            project = replace(project, exprs=tuple((renamed.get(name, e), name) for e, name in project.exprs))
+            columns.update({f"_mp{i}": (f"_mp{i}", projected[name].dataType.simpleString())
+                            for i, (_, name) in enumerate(computed)})
+        combine = plan_combine(replace(node, input=project), columns)
+        arrow = arrow_schema(schema)
+        if combine is None or not all(hashed_here(arrow.field(g).type) for g in node.group):
+            return None
+        side = Side(self._load(t, *self.ranges[t.channel], self.columns(source))[1], t.log_schema, (), query=query)
+        self.fused_sources.add(id(source))
+        return self._fused((side,), tuple(node.group), schema, combine, tuple(having or ()))
+
+    def fuse_join(self, node: P.Join, schema: T.StructType) -> tuple[Fused, DataFrame] | None:
+        """As :meth:`fuse_aggregate`, for an equi-join of two tables' columns as they are, on keys
+        of types hashed in Python (``schema``: the join task's input): columns, or expressions of
+        them DuckDB may evaluate."""
+        if (not node.left_keys or any(node.lookup) or any(i is not None for i in node.shared)  # no keys: one partition
+                or not self._fusable([node.left, node.right])):
+            return None
+        sides = []
+        for k, (source, keys) in enumerate(((node.left, node.left_keys), (node.right, node.right_keys))):
+            t, srcs = self.tables[source.table], dict(source.columns)
+            cols = self.columns(source)
+            types = [arrow_schema(T.StructType([schema[f"_k{i}"]])).field(0).type for i in range(len(keys))]
+            if not all(hashed_here(type_) for type_ in types):
+                return None
+            computed = {i for i, e in enumerate(keys) if not _plain(e, srcs)}
+            query = self._computed(source, [(keys[i], f"_mp{i}") for i in sorted(computed)]) if computed else None
+            if computed and query is None:
+                return None
+            typed = tuple((f"_k{i}", f"_mp{i}" if i in computed else srcs[e.name], types[i]) for i, e in enumerate(keys))
+            start, stop = self.ranges[t.channel]
+            if start < stop:
+                sides.append(Side(self._load(t, start, stop, cols)[1], t.log_schema,
+                                  tuple((out, src) for out, src in source.columns if src in cols), k, typed, query))
+        hashed = tuple(f"_k{i}" for i in range(len(node.left_keys)))
+        self.fused_sources.update((id(node.left), id(node.right)))
+        return self._fused(tuple(sides), hashed, schema)
+
+    def fuse_materialize(self, node: P.Materialize, schema: T.StructType, key: list[str]
+                         ) -> tuple[Fused, DataFrame] | None:
+        """As :meth:`fuse_aggregate`, for a view's rows made of one table's by filters and
+        projections, evaluated by DuckDB in the task (``schema``: the task's input). Only where
+        both engines give the same values (columns of the types :func:`hashed_here` takes, errors
+        failing the view) and every expression translates; an ``APPEND ONLY`` table's rows are
+        not exchanged at all."""
+        chain, source = [], node.input
+        while isinstance(source, (P.Filter, P.Project)):
+            chain.append(source)
+            source = source.input
+        arrow = arrow_schema(schema)
+        if (self.consumer.on_error != "fail" or not self._fusable([source])
+                or not all(hashed_here(f.type) for f in arrow if f.name not in (W, KH, VN))):
+            return None
+        t, cols = self.tables[source.table], self.columns(source)
+        renamed = f"SELECT {', '.join([*(f'{_dq(src)} AS {_dq(out)}' for out, src in source.columns if src in cols), W])} FROM records"
+        if (sql := _chain_sql(chain, renamed)) is None:  # a data error is Spark's to report (engine.failures)
+            return None
+        side = Side(self._load(t, *self.ranges[t.channel], cols)[1], t.log_schema, (), query=sql)
+        self.fused_sources.add(id(source))
+        return self._fused((side,), tuple(key), schema, share=t.append_only)
+
+    def _computed(self, source: P.Source, exprs: list[tuple[exp.Expression, str]]) -> str | None:
+        """DuckDB SQL over a table's ``records`` adding ``exprs`` (over ``source``'s columns) as the
+        columns named; None where one may raise a data error or round (:func:`_cannot_raise`: Spark
+        reports and rounds those), or DuckDB's dialect cannot spell it."""
+        srcs = dict(source.columns)
+        if self.consumer.on_error != "fail" or not all(
+                _cannot_raise(e) and all(c.name in srcs and not c.table for c in e.find_all(exp.Column)) for e, _ in exprs):
+            return None
+        try:
+            cols = [f"{to_duckdb(e.transform(lambda n: exp.column(srcs[n.name], quoted=True) if isinstance(n, exp.Column) else n))} AS {_dq(name)}"
+                    for e, name in exprs]
+        except Exception:  # noqa: BLE001 - an expression DuckDB's dialect cannot spell: Spark evaluates it
+            return None
+        return f"SELECT *, {', '.join(cols)} FROM records"
+
+    def _fusable(self, sources: list) -> bool:
+        """Whether a stateful task over ``sources`` may read its delta from the log itself: each
+        a table's whole range (no partial view, no batch mode), read through a scan object or
+        empty, and few tasks."""
+        if (self.consumer.partial is not None or self.job.batch.get(self.consumer.key) or self.single
+                or not self.fused_tasks()):
+            return False
+        sizes = []
+        for source in sources:
+            if not isinstance(source, P.Source) or source.table not in self.tables:
+                return False
+            start, stop = self.ranges[self.tables[source.table].channel]
+            sizes.append(stop - start)
+        # no record at all (e.g. a view's schema from empty inputs): nothing to read, no scan object
+        return any(n > 0 for n in sizes)
+
+    def _fused(self, sides: tuple[Side, ...], hashed: tuple[str, ...], schema: T.StructType,
+               combine: Combine | None = None, having: tuple[str, ...] = (), share: bool = False) -> tuple[Fused, DataFrame]:
+        arrow = arrow_schema(schema)
+        fused = Fused(self.job.root, tuple(sorted(self.job.storage.items())), sides, hashed, self.fused_tasks(),
+                      arrow.remove(arrow.get_field_index(VN)) if VN in arrow.names else arrow, combine, having,
+                      share)
+        return fused, self.spark.range(0, fused.tasks, 1, fused.tasks)
+
+    def _feed(self, node: P.Node, key: list[str], schema: T.StructType) -> tuple[DataFrame, Feed] | None:
+        """A view's rows ``node`` made in the task of the operator they come from (``P.keyed_by``),
+        with no Python/JVM round trip between (:class:`~millpond.spark.task.Feed`): the operator's
+        input DataFrame and the feed; None where Spark must evaluate what lies between (an
+        expression that may raise or round, or columns of types DuckDB and Spark may differ on)."""
+        up = P.keyed_by(node)
+        made = self._made.get(up.node_id) if up is not None else None
+        if made is None:
+            return None
+        chain, n = [], node
+        while n is not up:
+            chain.append(n)
+            n = n.input
+        target, upstream = arrow_schema(schema), made[1].out_schema
+        if all(isinstance(n, P.Project) and all(type(e) is exp.Column and not e.table for e, _ in n.exprs)
+               for n in chain):  # renames: the columns as they are
+            def traced(name: str) -> str:
+                for n in chain:
+                    name = name if name == W else next(e.name for e, out in n.exprs if out == name)
+                return name
+            columns = tuple((f.name, traced(f.name)) for f in target if f.name != KH)
+            return made[0], Feed(made[1], None, columns, tuple(key), target)
+        if (self.consumer.on_error != "fail" or (sql := _chain_sql(chain, "SELECT * FROM records")) is None
+                or not all(hashed_here(f.type) for f in (*upstream, *target) if f.name not in (W, KH))):
+            return None
+        return made[0], Feed(made[1], sql, (), tuple(key), target)
+
+
+def _chain_sql(chain: list, sql: str) -> str | None:
+    """DuckDB SQL of the filters and projections ``chain`` (outermost first) over the rows of
+    ``sql``; None where one may raise a data error or round (:func:`_cannot_raise`) or DuckDB's
+    dialect cannot spell it."""
+    exprs = [x for n in chain for x in ([n.predicate] if isinstance(n, P.Filter) else [e for e, _ in n.exprs])]
+    if not all(_cannot_raise(e) for e in exprs):
+        return None
+    try:
+        for n in reversed(chain):
+            if isinstance(n, P.Filter):
+                sql = f"SELECT * FROM ({sql}) WHERE {to_duckdb(n.predicate)}"
+            else:
+                sql = f"SELECT {', '.join([*(f'{to_duckdb(e)} AS {_dq(name)}' for e, name in n.exprs), W])} FROM ({sql})"
+    except Exception:  # noqa: BLE001 - an expression DuckDB's dialect cannot spell: Spark evaluates it
+        return None
+    return sql
+
+
+# what a fused task's DuckDB evaluates: nodes that raise no data error (an integer overflow of
+# +, -, * excepted: fused.py reports it as Spark does) and round nothing: no division, but a
+# remainder by a positive literal; no string function (Java and DuckDB case-map and count some
+# characters differently)
+_SAFE = (exp.Column, exp.Identifier, exp.Literal, exp.Null, exp.Boolean, exp.Paren, exp.EQ, exp.NEQ, exp.GT, exp.GTE,
+         exp.LT, exp.LTE, exp.And, exp.Or, exp.Not, exp.Is, exp.In, exp.Between, exp.Case, exp.If, exp.Coalesce,
+         exp.Add, exp.Sub, exp.Mul, exp.Neg)
+
+
+def _cannot_raise(e: exp.Expression) -> bool:
+    for n in e.walk():
+        if isinstance(n, exp.Mod):
+            if not (isinstance(n.expression, exp.Literal) and n.expression.is_int and int(n.expression.this) > 0):
+                return False
+        elif not isinstance(n, _SAFE):
+            return False
+    return True
+
+
+def _plain(e: exp.Expression, columns: Mapping[str, object]) -> bool:
+    """Whether ``e`` is one of ``columns`` as it is."""
+    return isinstance(e, exp.Column) and not e.table and e.name in columns
+
+
+def _dq(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
