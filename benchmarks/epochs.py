@@ -4,7 +4,9 @@ One table and three views (a group-by, a join with a second table, a filter); ev
 inserts one row (``INSERT ... VALUES``) and commits with ``FLUSH``, and the time of each
 insert+flush is recorded. The report is the median per tenth of the run and the ratio of the
 last tenth to the second (the first includes the JVM's warm-up): 1.0 means the per-epoch cost does not grow with the number of epochs
-already run (manifest size, L0 files, compaction and garbage collection included).
+already run (manifest size, L0 files, compaction and garbage collection included). Last, the
+floor in the same session: Spark's median time for a one-row job with one shuffle (a one-row
+DataFrame grouped with ``count``/``sum`` and collected), and the epoch's median over it.
 
     .venv/bin/python benchmarks/epochs.py [--epochs 300] [--append-only]
 """
@@ -17,6 +19,7 @@ import tempfile
 import time
 
 import millpond
+from pyspark.sql import functions as F
 from millpond.spark.session import local_session
 
 
@@ -46,6 +49,11 @@ def main() -> None:
             files = sum(len(levels.files()) for levels in manifest.states.values())
         finally:
             db.close()
+    floor = []
+    for i in range(40):
+        t0 = time.perf_counter()
+        spark.createDataFrame([(i, i % 7)], "k INT, v INT").groupBy("k").agg(F.count("*"), F.sum("v")).collect()
+        floor.append(time.perf_counter() - t0)
     tenth = max(1, len(times) // 10)
     medians = [statistics.median(times[i:i + tenth]) for i in range(0, tenth * 10, tenth)]
     print(f"{args.epochs} one-row epochs ({'APPEND ONLY' if args.append_only else 'ordinary'} table, 3 views); "
@@ -53,6 +61,9 @@ def main() -> None:
     print("  " + " ".join(f"{m:.2f}" for m in medians))
     print(f"last tenth / second tenth: {medians[-1] / medians[1]:.2f}; overall median {statistics.median(times):.2f} s; "
           f"state files in the last manifest: {files}")
+    base = statistics.median(floor[10:])
+    print(f"Spark's one-row job with one shuffle: median {base:.3f} s; "
+          f"a one-row epoch with 3 views / that job: {statistics.median(times) / base:.2f}")
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ from millpond.spark.inputs import DRIVER_READ_ROWS, arrow_schema, quote
 from millpond.spark.task import CONSUMER, FILE, ROWS, Task
 from millpond.store.sst import VNODES
 
-__all__ = ["Builder", "DRIVER_READ_ROWS", "PRE_AGGREGATE_ROWS"]
+__all__ = ["Builder", "DRIVER_READ_ROWS", "PRE_AGGREGATE_ROWS", "FINAL", "map_in_arrow"]
 
 PRE_AGGREGATE_ROWS = 50_000  # a bigger delta is aggregated map-side before the exchange (one more stage)
 
@@ -59,6 +59,7 @@ class Builder(Fusing):
         self.udfs = {} if udfs is None else udfs  # stateful tasks' Python UDFs, kept across epochs (see _map)
         self.fused_only, self.fused_sources, self._projected = fused_only, set(), {}
         self._made: dict[int, tuple[DataFrame, Task]] = {}  # stateful tasks by node id, and their input (_feed)
+        self._slot_frames, self.one_stage = {}, None
 
     def final(self) -> DataFrame:
         return self.build(self.consumer.plan)
@@ -191,10 +192,11 @@ class Builder(Fusing):
                 self.udfs.clear()
             udf = self.udfs[key] = pandas_udf(task, returnType=schema,  # type: ignore[call-overload]
                                               functionType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF)
-        column = udf(*[df[c] for c in df.columns])
         if task.consumer is None and task.combine is None:  # an operator a view's rows may come from (_feed)
             self._made[task.node_id] = (df, task)
-        return DataFrame(df._jdf.mapInArrow(column._jc, False, None), df.sparkSession)
+        elif task.consumer is not None and id(df) in self._slot_frames:  # the whole epoch: one fused stage
+            self.one_stage = (task, self._slot_frames[id(df)][1])
+        return map_in_arrow(df, udf)
 
     def _join(self, node: P.Join, combined: tuple[Combine, T.StructType] | None = None) -> DataFrame:
         """``combined``: emit the partials of an aggregate over the join (as that schema) instead."""
@@ -419,6 +421,12 @@ class Builder(Fusing):
             return self._map(fed[0], replace(task, feed=fed[1]), out)  # its rows made in the operator's task
         return self._map(df, task, out)
 
+
+
+def map_in_arrow(df: DataFrame, udf) -> DataFrame:  # noqa: ANN001 - a pandas_udf of SQL_MAP_ARROW_ITER_UDF
+    """``df.mapInArrow`` with a UDF made once (see :meth:`Builder._map`)."""
+    column = udf(*[df[c] for c in df.columns])
+    return DataFrame(df._jdf.mapInArrow(column._jc, False, None), df.sparkSession)
 
 
 # a final task's output: one row per changes file it wrote (spark/task.py)

@@ -19,14 +19,16 @@ from typing import Iterator, Mapping, Sequence
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
+from pyspark.sql.pandas.functions import pandas_udf
+from pyspark.util import PythonEvalType
 
 from millpond.catalog import TableDef
 from millpond.columns import W
 from millpond.engine import plan as P
 from millpond.engine.changefeed import Written
 from millpond.engine.executor import Consumer, EpochJob, PieceSource, ViewInput, Work
-from millpond.spark.build import Builder
-from millpond.spark.task import CONSUMER, FILE, JOB_PROPERTY, ROWS, describe_job
+from millpond.spark.build import FINAL, Builder, map_in_arrow
+from millpond.spark.task import CONSUMER, FILE, JOB_PROPERTY, ROWS, Slots, Task, describe_job
 from millpond.store.manifest import Manifest
 
 __all__ = ["SparkExecutor"]
@@ -49,6 +51,8 @@ class SparkExecutor:
         # (Builder.reuse_key): building one costs ~0.06 s of JVM round trips (measured: one-row epochs, 3 views)
         self._built: dict[tuple, tuple[DataFrame, frozenset[str]]] = {}
         self._udfs: dict = {}  # stateful tasks' Python UDFs (Builder._map)
+        self._unions: dict[tuple, tuple[list[DataFrame], DataFrame]] = {}  # epochs' plans re-run (_epoch)
+        self._slots: dict[tuple, DataFrame] = {}  # one-stage consumers' tasks as one UDF (_stages)
         # consumers (and parallelism) whose every source a build found read by a fused task: their
         # small ranges are read by the tasks too, so their DataFrames are re-run (Builder.all_fused)
         self._fused_only: set = set()
@@ -60,29 +64,33 @@ class SparkExecutor:
             views: Mapping[str, ViewInput] | None = None) -> dict[str, Written | None]:
         started = time.perf_counter()
         scans: dict = {}  # consumers reading the same channel range share its source
-        frames, state_ids = [], set()
+        frames, state_ids, stages = [], set(), []
         for c, ranges in work:
             builder = Builder(self.spark, job, c, ranges, tables, pieces, scans, self._loaded, views, udfs=self._udfs,
                               fused_only=(c, job.parallelism) in self._fused_only)
             key = builder.reuse_key()
             if key is not None and key in self._built:
                 builder.check()
-                df, used = self._built[key]
+                df, used, one = self._built[key]
                 self.stats["reused"] += 1
             else:
-                df, used = builder.final(), frozenset(builder.state_ids)
+                df, used, one = builder.final(), frozenset(builder.state_ids), builder.one_stage
                 if builder.all_fused() and len(self._fused_only) < MAX_BUILT:
                     self._fused_only.add((c, job.parallelism))
                 if key is not None:
                     if len(self._built) >= MAX_BUILT:
                         self._built.clear()
-                    self._built[key] = (df, used)
-            frames.append(df)
+                    self._built[key] = (df, used, one)
+            if one is not None:
+                stages.append(one)
+            else:
+                frames.append(df)
             state_ids |= used
+        if stages:
+            frames.append(self._stages(tuple(stages)))
         built = time.perf_counter()
         with _running(self.spark, describe_job(job, state_ids)):
-            # a new Dataset every epoch: re-running one would reuse its shuffle files (an earlier epoch's rows)
-            result = (reduce(DataFrame.unionByName, frames) if len(frames) > 1 else frames[0].alias("epoch")).toArrow()
+            result = self._epoch(frames).toArrow()
         self.stats["build_s"] += built - started
         self.stats["job_s"] += time.perf_counter() - built
         self.stats["driver_bytes"] += result.nbytes
@@ -92,6 +100,35 @@ class SparkExecutor:
             files[consumer].append(name)
             rows[consumer] += n
         return {k: Written(tuple(sorted(v)), rows[k]) if v else None for k, v in files.items()}
+
+    def _stages(self, stages: tuple[tuple[Task, int], ...]) -> DataFrame:
+        """The consumers whose epoch is one fused stage, as one stage of one Python UDF
+        (:class:`~millpond.spark.task.Slots`), built once per set of tasks: each stage a task of
+        its own, side by side (a union zips one-partition stages into one task, run in turn)."""
+        key = tuple((task.identity(), n) for task, n in stages)
+        if key not in self._slots:
+            if len(self._slots) >= MAX_BUILT:
+                self._slots.clear()
+            total = sum(n for _, n in stages)
+            udf = pandas_udf(Slots(stages), returnType=FINAL,  # type: ignore[call-overload]
+                             functionType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF)
+            self._slots[key] = map_in_arrow(self.spark.range(0, total, 1, total), udf)
+        return self._slots[key]
+
+    def _epoch(self, frames: list[DataFrame]) -> DataFrame:
+        """The union of the epoch's consumers' DataFrames. A new Dataset every epoch where the plan
+        exchanges rows (re-running one would reuse its shuffle files or broadcast: an earlier
+        epoch's rows); without an exchange (every task reads its input itself), the one planned
+        before is re-run (measured: a union of three one-row tasks, 0.072 -> 0.046 s)."""
+        key = tuple(map(id, frames))
+        if (found := self._unions.get(key)) is not None:
+            return found[1]
+        df = reduce(DataFrame.unionByName, frames) if len(frames) > 1 else frames[0].alias("epoch")
+        if "Exchange" not in df._jdf.queryExecution().executedPlan().toString():
+            if len(self._unions) >= MAX_BUILT:
+                self._unions.clear()
+            self._unions[key] = (frames, df)  # the frames kept: their ids are the key
+        return df
 
     def partials(self, job: EpochJob, work: Work, tables: Mapping[str, TableDef], pieces: PieceSource) -> pa.Table:
         consumer, ranges = work

@@ -33,6 +33,8 @@ class Fusing(Inputs):
     fused_sources: set[int]  # the sources (by id) a fused task of this build reads
     _projected: dict[int, T.StructType]  # an aggregate's (by id) input as Catalyst types it
     _made: dict[int, tuple[DataFrame, Task]]  # stateful tasks by node id, and their input (_feed)
+    _slot_frames: dict[int, tuple[DataFrame, int]]  # the slots of fused stages (by id): their number
+    one_stage: tuple[Task, int] | None  # the consumer's whole epoch: one fused task over that many slots
 
     def fuse_aggregate(self, node: P.Aggregate, schema: T.StructType, having: list[str] | None
                        ) -> tuple[Fused, DataFrame] | None:
@@ -154,7 +156,9 @@ class Fusing(Inputs):
         fused = Fused(self.job.root, tuple(sorted(self.job.storage.items())), sides, hashed, self.fused_tasks(),
                       arrow.remove(arrow.get_field_index(VN)) if VN in arrow.names else arrow, combine, having,
                       share)
-        return fused, self.spark.range(0, fused.tasks, 1, fused.tasks)
+        slots = self.spark.range(0, fused.tasks, 1, fused.tasks)
+        self._slot_frames[id(slots)] = (slots, fused.tasks)
+        return fused, slots
 
     def _feed(self, node: P.Node, key: list[str], schema: T.StructType) -> tuple[DataFrame, Feed] | None:
         """A view's rows ``node`` made in the task of the operator they come from (``P.keyed_by``),

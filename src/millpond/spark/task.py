@@ -47,7 +47,7 @@ from millpond.store.objects import open_store
 if TYPE_CHECKING:
     from millpond.spark.combine import Combine
 
-__all__ = ["Task", "Feed", "CONSUMER", "FILE", "ROWS", "JOB_PROPERTY", "Run", "describe_job"]
+__all__ = ["Task", "Feed", "Slots", "CONSUMER", "FILE", "ROWS", "JOB_PROPERTY", "Run", "describe_job"]
 
 CONSUMER = "_consumer"  # a final task's output: the consumer key ...
 FILE = "_file"  # ... the changes file it wrote ...
@@ -154,6 +154,26 @@ class Task:
         if times is not None:
             _profile(self.op.name, delta.height, out.height, times)
         return out
+
+
+@dataclass(frozen=True)
+class Slots:
+    """The tasks of several consumers whose whole epoch is one stage of tasks reading their input
+    themselves (:mod:`millpond.spark.fused`), as one Python UDF over ``range(total)``, one slot
+    per Spark partition: ``stages`` holds each consumer's final task and its number of slots.
+    One Python worker per task, and the consumers' tasks run side by side (a union of their
+    one-partition stages would zip them into one task)."""
+
+    stages: tuple[tuple[Task, int], ...]
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for i in batch.column(0).to_pylist():
+                for task, n in self.stages:
+                    if i < n:
+                        yield from task(iter([pa.record_batch([pa.array([i], pa.int64())], names=["id"])]))
+                        break
+                    i -= n
 
 
 @dataclass(frozen=True)
