@@ -64,7 +64,7 @@ class SparkExecutor:
             views: Mapping[str, ViewInput] | None = None) -> dict[str, Written | None]:
         started = time.perf_counter()
         scans: dict = {}  # consumers reading the same channel range share its source
-        frames, state_ids, stages = [], set(), []
+        frames, state_ids, stages, kept = [], set(), [], True
         for c, ranges in work:
             builder = Builder(self.spark, job, c, ranges, tables, pieces, scans, self._loaded, views, udfs=self._udfs,
                               fused_only=(c, job.parallelism) in self._fused_only)
@@ -85,12 +85,13 @@ class SparkExecutor:
                 stages.append(one)
             else:
                 frames.append(df)
+                kept = kept and key is not None  # a DataFrame of this epoch only: so is any union of it
             state_ids |= used
         if stages:
             frames.append(self._stages(tuple(stages)))
         built = time.perf_counter()
         with _running(self.spark, describe_job(job, state_ids)):
-            result = self._epoch(frames).toArrow()
+            result = self._epoch(frames, kept).toArrow()
         self.stats["build_s"] += built - started
         self.stats["job_s"] += time.perf_counter() - built
         self.stats["driver_bytes"] += result.nbytes
@@ -115,16 +116,17 @@ class SparkExecutor:
             self._slots[key] = map_in_arrow(self.spark.range(0, total, 1, total), udf)
         return self._slots[key]
 
-    def _epoch(self, frames: list[DataFrame]) -> DataFrame:
+    def _epoch(self, frames: list[DataFrame], kept: bool) -> DataFrame:
         """The union of the epoch's consumers' DataFrames. A new Dataset every epoch where the plan
         exchanges rows (re-running one would reuse its shuffle files or broadcast: an earlier
         epoch's rows); without an exchange (every task reads its input itself), the one planned
-        before is re-run (measured: a union of three one-row tasks, 0.072 -> 0.046 s)."""
+        before is re-run (measured: a union of three one-row tasks, 0.072 -> 0.046 s). ``kept``:
+        every frame is kept for later epochs (else the union is of this epoch only, not kept)."""
         key = tuple(map(id, frames))
         if (found := self._unions.get(key)) is not None:
             return found[1]
         df = reduce(DataFrame.unionByName, frames) if len(frames) > 1 else frames[0].alias("epoch")
-        if "Exchange" not in df._jdf.queryExecution().executedPlan().toString():
+        if kept and "Exchange" not in df._jdf.queryExecution().executedPlan().toString():
             if len(self._unions) >= MAX_BUILT:
                 self._unions.clear()
             self._unions[key] = (frames, df)  # the frames kept: their ids are the key
