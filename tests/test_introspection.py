@@ -54,16 +54,20 @@ def test_explain_create_plans_without_creating(db):
     assert plan.column_names == ["plan"]
     lines = plan.column("plan").to_pylist()
     text = "\n".join(lines)
-    assert lines[0] == "result plan: 3 stateful operators, 2 exchanges, 5 state tables (vnodes: 256)"
+    # the join, visit pre-aggregated by product below it (sql/planner/eager.py), the aggregate, the rows
+    assert lines[0] == "result plan: 4 stateful operators, 3 exchanges, 6 state tables (vnodes: 256)"
+    assert "partial (eager)" in text
     n = before.next_id  # the object id the view would get
     for part in ("left", "right"):  # the join keeps both sides' rows, by join key
         assert f"  state o{n}.n1.{part}  key [_k0 = " in text
-    assert 'exchange  hash ["info__product" / "visit__product"] -> 256 vnodes (both sides)' in text
+    assert 'exchange  hash ["info__product" / "_e0k0"] -> 256 vnodes (both sides)' in text
     assert f"state o{n}.n2.groups  key [_g0]" in text
-    assert f"state o{n}.n2.values  key [_g0, _m0 = max(_a1)]  multiset" in text  # MAX with retraction
+    assert f"state o{n}.n2.values  key [_g0, _m0 = max(_e0m0)]  multiset" in text  # MAX with retraction
     assert "exchange  hash [_g0] -> 256 vnodes" in text
+    # visit's rows pre-aggregated per product: one MAX per product (append-only), not each visit
+    assert f"state o{n}.n3.groups  key [_e0k0]" in text and "append-only partial (eager)" in text
     # the view's rows are addressed by its group key: a query WHERE category = … looks them up
-    assert f"state o{n}.n3.rows  key [category, max_length, n]  multiset  read by key [category]" in text
+    assert f"state o{n}.n4.rows  key [category, max_length, n]  multiset  read by key [category]" in text
     assert "exchange  none: rows stay in the tasks of Aggregate #2" in text
     assert "Source visit" in text and "Source info" in text
     assert db.catalog == before  # nothing created

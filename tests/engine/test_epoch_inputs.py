@@ -242,6 +242,12 @@ def test_stateful_tasks_reading_the_log_themselves_match_duckdb(open_db, monkeyp
             fused.append(_method(self, *args))
             return fused[-1]
         monkeypatch.setattr(fusing.Fusing, method, spy)
+    chained = []
+
+    def chain(self, *args, _method=fusing.Fusing.fuse_partial_join):  # a partial and its join: one task
+        chained.append(_method(self, *args))
+        return chained[-1]
+    monkeypatch.setattr(fusing.Fusing, "fuse_partial_join", chain)
     fed, spark_path = [], [False]
 
     def feed(self, *args, _method=fusing.Fusing._feed):  # a view's rows made in its operator's task
@@ -265,6 +271,9 @@ def test_stateful_tasks_reading_the_log_themselves_match_duckdb(open_db, monkeyp
         "prj": "SELECT id + 1 AS id1, upper(s) AS su, v - id AS diff, coalesce(s, 'none') AS sn, d, ts FROM t WHERE b",
         "aof": "SELECT s, w * 2 AS w2 FROM a WHERE w IS NOT NULL",
     }
+    if parallelism > 1:  # t (a) pre-aggregated by the join key below the join (sql/planner/eager.py), in the join's task
+        views["star"] = "SELECT u.w, COUNT(*) AS n, SUM(t.v) AS total, MAX(t.v) AS hi FROM t JOIN u ON t.s = u.s GROUP BY u.w"
+        views["star_ao"] = "SELECT t.g, COUNT(*) AS n, MAX(a.w) AS hi FROM a JOIN t ON a.s = t.s GROUP BY t.g"
     for name, sql in views.items():
         db.sql(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
     con = duckdb.connect()
@@ -302,6 +311,8 @@ def test_stateful_tasks_reading_the_log_themselves_match_duckdb(open_db, monkeyp
     feeds = [f[1] for f in fed if f is not None]
     assert any(f.query is None for f in feeds) and any(f.query and "* 2" in f.query for f in feeds)
     assert max(f[0].tasks for f in fused if f is not None) == parallelism
+    if parallelism > 1:
+        assert {c[1].side for c in chained if c is not None} == {0} and any(c is None for c in chained)
 
 
 def test_an_overflow_in_a_task_reading_the_log_fails_its_view_alone(open_db, monkeypatch):

@@ -10,6 +10,7 @@ import pytest
 
 import millpond
 from millpond import CatalogError
+from millpond.sql import ddl
 from millpond.sql.planner import context, query
 from millpond.sql.statements import view_query
 from tests.conftest import rows
@@ -96,9 +97,12 @@ def test_an_unreadable_stored_plan_is_a_clear_error(open_db, root, spark):
         millpond.connect(root, spark=spark, interval=None)
 
 
-def test_a_catalog_written_before_plans_were_stored_still_opens(open_db, root):
+def test_a_catalog_written_before_plans_were_stored_still_opens(open_db, root, monkeypatch):
     db = open_db()
+    plan_view = ddl.plan_view  # as a millpond of then planned it: no eager aggregation (sql/planner/eager.py)
+    monkeypatch.setattr(ddl, "plan_view", lambda *a, **k: plan_view(*a, **{**k, "eager": False}))
     before = _seed(db)
+    monkeypatch.undo()
     db.close()
     path = _catalog_file(root)
     body = json.loads(path.read_text())  # as catalog format 1 wrote it: a re-generated query, no plan

@@ -123,6 +123,9 @@ class Aggregate:
     node_id: int
     whole: bool = False
     append_only: bool = False  # the input never retracts: MIN/MAX keep one value per group
+    # a partial aggregate of one side of a join, by its join key, below the aggregate that merges
+    # its results (eager aggregation: ``millpond.sql.planner.eager``)
+    eager: bool = False
 
 
 @dataclass(frozen=True)
@@ -457,7 +460,7 @@ def describe(node: Node) -> str:
                           for c in node.calls)
         group = "whole input" if node.whole else f"group [{', '.join(node.group)}]"
         return (f"Aggregate #{node.node_id} {group}" + (f" calls [{calls}]" if calls else "")
-                + (" append-only" if node.append_only else ""))
+                + (" append-only" if node.append_only else "") + (" partial (eager)" if node.eager else ""))
     if isinstance(node, TopN):
         order = ", ".join(f"{c}{' DESC' if d else ''}{' NULLS FIRST' if nf else ''}" for c, d, nf in node.order)
         rn = f" row_number {node.row_number}" if node.row_number else ""

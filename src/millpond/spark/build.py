@@ -236,6 +236,8 @@ class Builder(Fusing):
             task, schema = replace(task, combine=combined[0], out_schema=arrow_schema(combined[1])), combined[1]
         if fused := self.fuse_join(node, both.schema):
             return self._map(fused[1], replace(task, fused=fused[0]), schema)  # its delta read from the log by itself
+        if chained := self.fuse_partial_join(node, both.schema):  # and a partial aggregate's output, made here
+            return self._map(chained[2], replace(task, fused=chained[0], feed=chained[1]), schema)
         return self._map(both, task, schema)
 
     def _shared(self, node: P.Join, k: int, types: list[T.DataType], common: list[T.DataType], cols: list[str]
@@ -285,8 +287,9 @@ class Builder(Fusing):
     def _aggregate(self, node: P.Aggregate) -> DataFrame:
         """Built from SQL text, as :meth:`_exchange` (a Column object costs a JVM round trip)."""
         df, group, values, measures, having = self._delta(node)
-        if self._records() > PRE_AGGREGATE_ROWS:  # a big delta: combined map-side before any exchange, in the
-            df = self._group(df, [*group, *values], measures)  # scan's tasks where they can, else by Catalyst
+        if self._records() > PRE_AGGREGATE_ROWS and not _over_partials(node):  # a big delta: combined map-side
+            df = self._group(df, [*group, *values], measures)  # before any exchange, in the scan's tasks where
+            # they can, else by Catalyst
             df = self.combined(node, df.schema) or self._combined_join(node, df.schema) or df
         df = self._exchange(df, group)
         # Catalyst consolidates the delta per (group, min/max/distinct values) before Python sees it.
@@ -446,6 +449,12 @@ def _over_type(call: P.OverCall, arg: T.DataType | None) -> T.DataType:
             return T.DecimalType(38, arg.scale)
         return T.DoubleType() if isinstance(arg, T.FractionalType) else arg
     return arg
+
+
+def _over_partials(node: P.Node) -> bool:
+    """Whether ``node``'s input rows are already one per key of an eager partial aggregate below
+    (``sql/planner/eager.py``): however big the epoch, there are no more of them than keys."""
+    return any(isinstance(n, P.Aggregate) and n.eager or _over_partials(n) for n in P.inputs(node))
 
 
 def _hash(keys: list[str]) -> str:

@@ -76,25 +76,67 @@ class Fusing(Inputs):
         if (not node.left_keys or any(node.lookup) or any(i is not None for i in node.shared)  # no keys: one partition
                 or not self._fusable([node.left, node.right])):
             return None
-        sides = []
-        for k, (source, keys) in enumerate(((node.left, node.left_keys), (node.right, node.right_keys))):
-            t, srcs = self.tables[source.table], dict(source.columns)
-            cols = self.columns(source)
-            types = [arrow_schema(T.StructType([schema[f"_k{i}"]])).field(0).type for i in range(len(keys))]
-            if not all(hashed_here(type_) for type_ in types):
-                return None
-            computed = {i for i, e in enumerate(keys) if not _plain(e, srcs)}
-            query = self._computed(source, [(keys[i], f"_mp{i}") for i in sorted(computed)]) if computed else None
-            if computed and query is None:
-                return None
-            typed = tuple((f"_k{i}", f"_mp{i}" if i in computed else srcs[e.name], types[i]) for i, e in enumerate(keys))
-            start, stop = self.ranges[t.channel]
-            if start < stop:
-                sides.append(Side(self._load(t, start, stop, cols)[1], t.log_schema,
-                                  tuple((out, src) for out, src in source.columns if src in cols), k, typed, query))
-        hashed = tuple(f"_k{i}" for i in range(len(node.left_keys)))
+        sides = [self._join_side(source, keys, k, schema)
+                 for k, (source, keys) in enumerate(((node.left, node.left_keys), (node.right, node.right_keys)))]
+        if any(s is None for s in sides):
+            return None
         self.fused_sources.update((id(node.left), id(node.right)))
-        return self._fused(tuple(sides), hashed, schema)
+        return self._fused(tuple(s for s in sides if s != ()), tuple(f"_k{i}" for i in range(len(node.left_keys))),
+                           schema)
+
+    def fuse_partial_join(self, node: P.Join, schema: T.StructType) -> tuple[Fused, Feed, DataFrame] | None:
+        """An inner join of a table with an eager partial aggregate (``sql/planner/eager.py``) whose
+        task reads the log itself and is grouped by exactly the join key, typed as the join compares
+        it: the partial's task runs in the join's task, its output is that side's delta there (a
+        :class:`~millpond.spark.task.Feed`), the table's side is read from the log as
+        :meth:`fuse_join` reads it — one stage for both operators, whose key hashes, and so tasks,
+        are the same. The fused table side, the feed, and the slots."""
+        k = next((i for i, n in enumerate((node.left, node.right)) if isinstance(n, P.Aggregate) and n.eager), None)
+        if k is None or node.kind != "inner" or any(node.lookup) or any(i is not None for i in node.shared):
+            return None
+        partial, keys = (node.left, node.left_keys) if k == 0 else (node.right, node.right_keys)
+        other, other_keys = (node.right, node.right_keys) if k == 0 else (node.left, node.left_keys)
+        made = self._made.get(partial.node_id)
+        arrow = arrow_schema(schema)
+        if (made is None or made[1].fused is None or not isinstance(other, P.Source) or other.table not in self.tables
+                or [e.name if isinstance(e, exp.Column) else None for e in keys] != list(partial.group)
+                or any(made[1].out_schema.field(g).type != arrow.field(f"_k{i}").type
+                       for i, g in enumerate(partial.group))):
+            return None
+        side = self._join_side(other, other_keys, 1 - k, schema)
+        if side is None:
+            return None
+        self.fused_sources.add(id(other))
+        hashed = tuple(f"_k{i}" for i in range(len(keys)))
+        fused, slots = self._fused((side,) if side != () else (), hashed, schema)
+        if fused.tasks != made[1].fused.tasks:
+            return None
+        up = made[1].out_schema.names
+        columns = tuple((f"_k{i}", g) for i, g in enumerate(partial.group)) + tuple((c, c) for c in up if c != W) \
+            + ((W, W),)
+        return fused, Feed(made[1], None, columns, hashed, arrow.remove(arrow.get_field_index(VN))
+                           if VN in arrow.names else arrow, side=k), slots
+
+    def _join_side(self, source: P.Source, keys: tuple[exp.Expression, ...], k: int, schema: T.StructType
+                   ) -> Side | tuple | None:
+        """Side ``k`` of a fused join: its records read from the log; () when its range is empty;
+        None when it cannot be read so (a key of a type not hashed here, an expression DuckDB may
+        not evaluate as Spark does)."""
+        t, srcs = self.tables[source.table], dict(source.columns)
+        cols = self.columns(source)
+        types = [arrow_schema(T.StructType([schema[f"_k{i}"]])).field(0).type for i in range(len(keys))]
+        if not all(hashed_here(type_) for type_ in types):
+            return None
+        computed = {i for i, e in enumerate(keys) if not _plain(e, srcs)}
+        query = self._computed(source, [(keys[i], f"_mp{i}") for i in sorted(computed)]) if computed else None
+        if computed and query is None:
+            return None
+        typed = tuple((f"_k{i}", f"_mp{i}" if i in computed else srcs[e.name], types[i]) for i, e in enumerate(keys))
+        start, stop = self.ranges[t.channel]
+        if start >= stop:
+            return ()
+        return Side(self._load(t, start, stop, cols)[1], t.log_schema,
+                    tuple((out, src) for out, src in source.columns if src in cols), k, typed, query)
 
     def fuse_materialize(self, node: P.Materialize, schema: T.StructType, key: list[str]
                          ) -> tuple[Fused, DataFrame] | None:

@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Iterator
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 from pyspark import TaskContext
@@ -37,6 +38,7 @@ from millpond.columns import KH, VN
 from millpond.engine.changefeed import parquet
 from millpond.engine.executor import EpochJob
 from millpond.engine.operators import Operator
+from millpond.engine.operators.join import SIDE
 from millpond.engine.step import run_step
 from millpond.errors import InvariantError
 from millpond.keyhash import xxhash64
@@ -111,7 +113,8 @@ class Task:
         feed = self.feed
         return (self.op, tuple(sorted(self.states.items())), self.object_id, self.node_id, self.consumer, self.emit,
                 self.root, json.dumps(self.storage, sort_keys=True), self.out_schema, self.changes, self.combine,
-                self.fused, feed and (feed.task.identity(), feed.query, feed.columns, feed.key, feed.schema))
+                self.fused,
+                feed and (feed.task.identity(), feed.query, feed.columns, feed.key, feed.schema, feed.side))
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         partition = TaskContext.get().partitionId()
@@ -134,6 +137,10 @@ class Task:
         if self.feed is not None:  # the delta is what the operator feeding this one emits, in this task
             up = self.feed.task.step(batches, partition, started)
             delta = None if up is None or up.height == 0 else self.feed(up, self.feed.task.out_schema)
+            if self.fused is not None and batches:  # a join's other side, read from the log
+                other = self.fused.delta(batches[0].column(0)[0].as_py())
+                delta = other if delta is None else pl.concat([delta, other], how="vertical_relaxed") \
+                    if other.height else delta
         elif self.fused is not None:  # its input is its slot's number (not the partition: the job unions consumers)
             delta = self.fused.delta(batches[0].column(0)[0].as_py()) if batches else None
         else:
@@ -191,6 +198,7 @@ class Feed:
     columns: tuple[tuple[str, str], ...]  # (output name, the task's output column) when query is None
     key: tuple[str, ...]
     schema: pa.Schema
+    side: int | None = None  # a join's side these rows are (the join's other side is read from the log)
 
     def __call__(self, out: pl.DataFrame, schema: pa.Schema) -> pl.DataFrame:
         table = out.to_arrow().cast(schema)
@@ -198,6 +206,8 @@ class Feed:
             table = select_records(self.query, table)
         else:
             table = pa.table({name: table.column(src) for name, src in self.columns})
+        if self.side is not None:
+            table = table.append_column(SIDE, pa.array(np.full(len(table), self.side, np.int8)))
         table = table.append_column(KH, pa.array(xxhash64([table.column(k) for k in self.key])))
         return pl.from_arrow(conform(table, self.schema))
 

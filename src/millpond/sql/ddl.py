@@ -102,7 +102,7 @@ def _create_view(rt: Runtime, s: exp.Create) -> None:
     if s.args.get("exists") and name in rt.catalog.views:
         return
     on_error, options = _view_options(name, props, rt.on_error)
-    plan, depends = plan_view(view_definition(s), rt.catalog, views=True)
+    plan, depends = plan_view(view_definition(s), rt.catalog, views=True, eager=True)
     # the indexes its joins read (a partial view reads none: its inputs are restricted to its keys)
     plan, schema, indexes = choose(plan, rt.catalog, rt.coordinator.executor,
                                    skip=frozenset(i.id for i in rt.catalog.indexes.values()) if options.get("partial")

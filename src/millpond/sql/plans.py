@@ -23,6 +23,7 @@ from millpond.errors import CatalogError, MillpondError
 from millpond.sql.flows import flow_plan, parse_flow
 from millpond.sql.indexes import share
 from millpond.sql.planner import plan_view
+from millpond.sql.planner.eager import has_eager
 from millpond.sql.statements import view_query
 
 __all__ = ["bind_plans", "MODES"]
@@ -40,9 +41,9 @@ def bind_plans(catalog: Catalog, *, mode: str = "verify") -> Catalog:
         if v.plan is not None and mode == "stored":
             continue
         found, kind = (flows, "flow") if isinstance(v, FlowDef) else (views, "view")
-        try:
+        try:  # a view pre-aggregates below its joins if its stored plan does (a choice made at CREATE)
             derived = flow_plan(parse_flow(v.sql), catalog)[0] if kind == "flow" else \
-                plan_view(view_query(v.sql), catalog, views=_reads_views(v, catalog))[0]
+                plan_view(view_query(v.sql), catalog, views=_reads_views(v, catalog), eager=_eager(v))[0]
         except MillpondError as exc:
             if v.plan is None:
                 raise CatalogError(f"{kind} {v.name!r} cannot be planned by this millpond ({exc}); open the root "
@@ -68,6 +69,13 @@ def bind_plans(catalog: Catalog, *, mode: str = "verify") -> Catalog:
                 f"(at {diff}); its state was built by the stored plan. Open with connect(..., plans='stored') to "
                 f"keep running the stored plan, or drop and recreate the {kind} to adopt the new one")
     return catalog.with_views(views, flows)
+
+
+def _eager(v) -> bool:  # noqa: ANN001
+    try:
+        return v.plan is not None and has_eager(P.decode(v.plan))
+    except (ValueError, TypeError, KeyError):
+        return False
 
 
 def _reads_views(v, catalog: Catalog) -> bool:  # noqa: ANN001
