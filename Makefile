@@ -31,8 +31,10 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(PY) examples/demo.py
 
+# two test processes, each with its own local[2] session: an epoch is mostly waiting (Spark's job
+# latency, Python workers), so two overlap (README, Development: measured)
 test: $(STAMP)
-	$(PY) -m pytest -q -m "not chaos and not cluster" tests
+	$(PY) -m pytest -q -n 2 --dist worksteal -m "not chaos and not cluster" tests
 
 chaos: $(STAMP)
 	$(PY) -m pytest -q -m "chaos and not cluster" tests

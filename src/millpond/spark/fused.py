@@ -103,7 +103,11 @@ class Fused:
             unkeyed = pa.schema([f for f in self.schema if f.name != KH])
             if side.query is not None:
                 records = select_records(side.query, records)
-            if self.combine is not None:  # combined first: fewer rows to hash (every task combines them all)
+            if self.combine is not None:  # this task's groups kept first, then combined: each task combines its share
+                if not (self.tasks == 1 or self.share):
+                    src = dict(self.combine.keys)
+                    hashed = [records.column(src[h]).cast(unkeyed.field(h).type) for h in self.hashed]
+                    records = records.filter(self._mine(hashed, slot)[0])
                 table = self.combine(records, unkeyed)
             elif side.side is None:  # a view's rows
                 table = conform(records, unkeyed)
