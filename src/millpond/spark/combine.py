@@ -45,18 +45,27 @@ class Combine:
     nonnulls: tuple[tuple[str, str], ...]
     extremes: tuple[tuple[str, str, str], ...]
 
-    def __call__(self, records: pa.Table, schema: pa.Schema) -> pa.Table:
+    def __call__(self, records: pa.Table, schema: pa.Schema, *, grouped: bool = True) -> pa.Table:
+        """The partials of ``records`` as ``schema``; ``grouped=False``: one partial per record (the
+        same columns, not combined), for an operator that combines them itself anyway."""
         df = pl.from_arrow(records)
         w = pl.col(W).cast(pl.Int64)
-        aggs = [w.sum().alias(W)]
         weights = _bound(records.column(W)) * len(records)
+        products = {}
         for out, col in self.sums:  # in 64 bits where no sum can overflow them: 2x faster than DECIMAL
             exact = pl.Int64 if _bound(records.column(col)) * weights < 2**63 else pl.Decimal(38, 0)
-            product = pl.col(col).cast(exact) * w
-            aggs.append(pl.when(product.is_not_null().any()).then(product.sum()).alias(out))  # SUM of NULLs: NULL
-        aggs += [pl.when(pl.col(col).is_not_null()).then(w).otherwise(0).sum().alias(out) for out, col in self.nonnulls]
-        aggs += [getattr(pl.col(col), func)().alias(out) for out, col, func in self.extremes]
+            products[out] = pl.col(col).cast(exact) * w
+        nonnull = {out: pl.when(pl.col(col).is_not_null()).then(w).otherwise(0) for out, col in self.nonnulls}
         keys = [pl.col(col).alias(out) for out, col in self.keys]
+        if not grouped:
+            out = df.select(*keys, w.alias(W), *(e.alias(o) for o, e in products.items()),
+                            *(e.alias(o) for o, e in nonnull.items()),
+                            *(pl.col(col).alias(o) for o, col, _ in self.extremes))
+            return out.to_arrow().select(schema.names).cast(schema)
+        aggs = [w.sum().alias(W)]
+        aggs += [pl.when(e.is_not_null().any()).then(e.sum()).alias(o) for o, e in products.items()]  # SUM of NULLs: NULL
+        aggs += [e.sum().alias(o) for o, e in nonnull.items()]
+        aggs += [getattr(pl.col(col), func)().alias(out) for out, col, func in self.extremes]
         out = df.group_by(keys).agg(aggs) if keys else df.select(aggs)
         return out.to_arrow().select(schema.names).cast(schema)
 

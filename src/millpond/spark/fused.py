@@ -108,7 +108,9 @@ class Fused:
                     src = dict(self.combine.keys)
                     hashed = [records.column(src[h]).cast(unkeyed.field(h).type) for h in self.hashed]
                     records = records.filter(self._mine(hashed, slot)[0])
-                table = self.combine(records, unkeyed)
+                # per (group, MIN/MAX value): about one partial per record, and the operator
+                # consolidates its delta per (group, value) itself — combining here is work done twice
+                table = self.combine(records, unkeyed, grouped=len(self.combine.keys) == len(self.hashed))
             elif side.side is None:  # a view's rows
                 table = conform(records, unkeyed)
             else:  # a join side
