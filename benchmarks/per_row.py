@@ -28,7 +28,7 @@ Arrow batches: the shuffle read and the transfer; for a task that reads the log 
 ``apply`` (the operator in Python) and ``write`` (encoding and writing state). Every view is checked against DuckDB over all rows inserted.
 
     .venv/bin/python benchmarks/per_row.py [--rows 100000,1000000] [--queries agg,max,join,filter]
-        [--kinds ordinary,append] [--repeat 3]
+        [--kinds ordinary,append] [--repeat 3] [--no-eager]
 """
 
 from __future__ import annotations
@@ -141,7 +141,13 @@ def main() -> None:
     ap.add_argument("--queries", default=",".join(QUERIES))
     ap.add_argument("--kinds", default="ordinary,append")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--no-eager", action="store_true",
+                    help="plan the views without eager aggregation (sql/planner/eager.py): the A/B baseline")
     args = ap.parse_args()
+    if args.no_eager:  # as CREATE planned them before (a stored plan's choice; see sql/plans.py)
+        from millpond.sql import ddl
+        plan_view = ddl.plan_view
+        ddl.plan_view = lambda *a, **k: plan_view(*a, **{**k, "eager": False})
     spark = local_session(cores="2")
     dim = dimension()
     print(f"{'D':>9} {'query':<7} {'table':<9} {'millpond s':>10} {'spark s':>8} {'ratio':>6} "
