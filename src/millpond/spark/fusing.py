@@ -98,7 +98,8 @@ class Fusing(Inputs):
         other, other_keys = (node.right, node.right_keys) if k == 0 else (node.left, node.left_keys)
         made = self._made.get(partial.node_id)
         arrow = arrow_schema(schema)
-        if (made is None or made[1].fused is None or not isinstance(other, P.Source) or other.table not in self.tables
+        if (made is None or made[1].fused is None or made[1].fused.tasks != self.fused_tasks()
+                or not isinstance(other, P.Source) or other.table not in self.tables
                 or [e.name if isinstance(e, exp.Column) else None for e in keys] != list(partial.group)
                 or any(made[1].out_schema.field(g).type != arrow.field(f"_k{i}").type
                        for i, g in enumerate(partial.group))):
@@ -109,8 +110,6 @@ class Fusing(Inputs):
         self.fused_sources.add(id(other))
         hashed = tuple(f"_k{i}" for i in range(len(keys)))
         fused, slots = self._fused((side,) if side != () else (), hashed, schema)
-        if fused.tasks != made[1].fused.tasks:
-            return None
         up = made[1].out_schema.names
         columns = tuple((f"_k{i}", g) for i, g in enumerate(partial.group)) + tuple((c, c) for c in up if c != W) \
             + ((W, W),)
