@@ -139,8 +139,8 @@ class Task:
             delta = None if up is None or up.height == 0 else self.feed(up, self.feed.task.out_schema)
             if self.fused is not None and batches:  # a join's other side, read from the log
                 other = self.fused.delta(batches[0].column(0)[0].as_py())
-                delta = other if delta is None else pl.concat([delta, other], how="vertical_relaxed") \
-                    if other.height else delta
+                if delta is None or other.height:
+                    delta = other if delta is None else pl.concat([delta, other], how="vertical_relaxed")
         elif self.fused is not None:  # its input is its slot's number (not the partition: the job unions consumers)
             delta = self.fused.delta(batches[0].column(0)[0].as_py()) if batches else None
         else:
