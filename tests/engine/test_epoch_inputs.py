@@ -282,6 +282,8 @@ def test_stateful_tasks_reading_the_log_themselves_match_duckdb(open_db, monkeyp
         monkeypatch.setattr(inputs, "DRIVER_READ_ROWS", 0 if i % 2 == 0 else 10**9)
         monkeypatch.setattr(inputs, "MAX_TASKS", 4 if i % 2 == 0 else 0)
         spark_path[0] = i % 2 == 1
+        # small epochs run their one-stage consumers' tasks in this process, except epoch 2's: a Spark job
+        monkeypatch.setattr(executor, "DRIVER_RECORDS", dict.fromkeys(("local", "cluster"), 0 if i == 2 else 10**9))
         ids = range(i * 40, i * 40 + 60)  # 20 of them upsert earlier rows
         db.insert("t", pa.table({
             "id": pa.array(ids, pa.int32()),
@@ -313,6 +315,7 @@ def test_stateful_tasks_reading_the_log_themselves_match_duckdb(open_db, monkeyp
     assert max(f[0].tasks for f in fused if f is not None) == parallelism
     if parallelism > 1:
         assert {c[1].side for c in chained if c is not None} == {0} and any(c is None for c in chained)
+    assert db.runtime.coordinator.executor.stats["here"] >= 2  # epochs 0 and 4 (and odd ones' one-stage consumers)
 
 
 def test_an_overflow_in_a_task_reading_the_log_fails_its_view_alone(open_db, monkeypatch):

@@ -11,7 +11,9 @@ The final task of every view writes its changes file and emits one row naming it
 
 from __future__ import annotations
 
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import reduce
 from typing import Iterator, Mapping, Sequence
@@ -38,6 +40,16 @@ __all__ = ["SparkExecutor"]
 # 100,000 records, 0.27 vs 0.38 s at 300,000, 0.64 vs 0.67 s at 1,000,000.
 SINGLE_TASK_ROWS = 500_000
 MAX_BUILT = 256  # consumers' DataFrames kept for re-running (all are dropped past it: a catalog churns)
+# The consumers whose whole epoch is one stage of fused tasks (Slots: tasks reading their input from
+# the log themselves, no row through the JVM) run those tasks in this process, on as many threads as
+# the session has cores, instead of as a Spark job, when they read at most this many records: on a
+# local master (the machine is the same, and a Spark job's Python tasks cost ~0.1 s before any
+# work: a one-row epoch with 3 views 0.23 -> 0.08 s, benchmarks/epochs.py), up to the records a
+# fused stage gives one task anyway (inputs.FUSED_ROWS_PER_TASK); on a cluster, small epochs only.
+# $MILLPOND_DRIVER_RECORDS sets both (0: always a Spark job).
+DRIVER_RECORDS = {"local": 2_000_000, "cluster": 20_000}
+if "MILLPOND_DRIVER_RECORDS" in os.environ:
+    DRIVER_RECORDS = dict.fromkeys(DRIVER_RECORDS, int(os.environ["MILLPOND_DRIVER_RECORDS"]))
 
 
 class SparkExecutor:
@@ -58,13 +70,15 @@ class SparkExecutor:
         self._fused_only: set = set()
         # driver_bytes: what the driver received from epochs' tasks; reused: DataFrames re-run, not
         # built; build_s: seconds building DataFrames; job_s: seconds in their jobs (planning included)
-        self.stats = {"driver_bytes": 0, "reused": 0, "build_s": 0.0, "job_s": 0.0}
+        # here: epochs whose one-stage consumers ran in this process (DRIVER_RECORDS)
+        self.stats = {"driver_bytes": 0, "reused": 0, "build_s": 0.0, "job_s": 0.0, "here": 0}
 
     def run(self, job: EpochJob, work: Sequence[Work], tables: Mapping[str, TableDef], pieces: PieceSource,
             views: Mapping[str, ViewInput] | None = None) -> dict[str, Written | None]:
         started = time.perf_counter()
         scans: dict = {}  # consumers reading the same channel range share its source
         frames, state_ids, stages, kept = [], set(), [], True
+        records = 0  # what the one-stage consumers read (None: one reads state too: a first epoch, a partial view)
         for c, ranges in work:
             builder = Builder(self.spark, job, c, ranges, tables, pieces, scans, self._loaded, views, udfs=self._udfs,
                               fused_only=(c, job.parallelism) in self._fused_only)
@@ -83,24 +97,42 @@ class SparkExecutor:
                     self._built[key] = (df, used, one)
             if one is not None:
                 stages.append(one)
+                if records is not None:
+                    records = None if job.batch.get(c.key) or c.key in job.partial else \
+                        records + sum(b - a for a, b in ranges.values())
             else:
                 frames.append(df)
                 kept = kept and key is not None  # a DataFrame of this epoch only: so is any union of it
             state_ids |= used
-        if stages:
+        sc = self.spark.sparkContext
+        here = bool(stages) and records is not None and \
+            records <= DRIVER_RECORDS["local" if sc.master.startswith("local") else "cluster"]
+        if stages and not here:
             frames.append(self._stages(tuple(stages)))
         built = time.perf_counter()
-        with _running(self.spark, describe_job(job, state_ids)):
-            result = self._epoch(frames, kept).toArrow()
+        descriptor = describe_job(job, state_ids)
+        batches: list[pa.RecordBatch] = []
+        with ThreadPoolExecutor(1, thread_name_prefix="millpond-job") as spark_job:
+            # the rest as a Spark job, at the same time (the local property is the job thread's)
+            future = spark_job.submit(self._job, frames, kept, descriptor) if frames else None
+            if here:
+                batches += Slots(tuple(stages)).here(descriptor, threads=sc.defaultParallelism)
+            if future is not None:
+                batches += future.result()
         self.stats["build_s"] += built - started
         self.stats["job_s"] += time.perf_counter() - built
-        self.stats["driver_bytes"] += result.nbytes
+        self.stats["driver_bytes"] += sum(b.nbytes for b in batches)
+        self.stats["here"] += here
         files: dict[str, list[str]] = {c.key: [] for c, _ in work}
         rows = dict.fromkeys(files, 0)
-        for consumer, name, n in zip(*(result.column(c).to_pylist() for c in (CONSUMER, FILE, ROWS))):
+        for consumer, name, n in (row for b in batches for row in zip(*(b.column(c).to_pylist() for c in (CONSUMER, FILE, ROWS)))):
             files[consumer].append(name)
             rows[consumer] += n
         return {k: Written(tuple(sorted(v)), rows[k]) if v else None for k, v in files.items()}
+
+    def _job(self, frames: list[DataFrame], kept: bool, descriptor: str) -> list[pa.RecordBatch]:
+        with _running(self.spark, descriptor):
+            return self._epoch(frames, kept).toArrow().to_batches()
 
     def _stages(self, stages: tuple[tuple[Task, int], ...]) -> DataFrame:
         """The consumers whose epoch is one fused stage, as one stage of one Python UDF

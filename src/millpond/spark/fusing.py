@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Mapping
 
+import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 from sqlglot import exp
@@ -215,14 +216,19 @@ class Fusing(Inputs):
             chain.append(n)
             n = n.input
         target, upstream = arrow_schema(schema), made[1].out_schema
-        if all(isinstance(n, P.Project) and all(type(e) is exp.Column and not e.table for e, _ in n.exprs)
-               for n in chain):  # renames: the columns as they are
+        if all(isinstance(n, P.Project) and all(_renamed(e) is not None for e, _ in n.exprs)
+               for n in chain):  # renames: the columns as they are (or widened, below)
             def traced(name: str) -> str:
                 for n in chain:
-                    name = name if name == W else next(e.name for e, out in n.exprs if out == name)
+                    name = name if name == W else next(_renamed(e) for e, out in n.exprs if out == name)
                 return name
             columns = tuple((f.name, traced(f.name)) for f in target if f.name != KH)
-            return made[0], Feed(made[1], None, columns, tuple(key), target)
+            # a cast only where it cannot fail or round: to the same type, or an integer to a wider one
+            # (sum(int) is Spark's bigint already; PostgreSQL's types cast it again); Feed casts to target
+            if all(not isinstance(e, exp.Cast) for n in chain for e, _ in n.exprs) or (
+                    len(chain) == 1 and all(_widens(upstream.field(src).type, target.field(out).type)
+                                            for out, src in columns)):
+                return made[0], Feed(made[1], None, columns, tuple(key), target)
         if (self.consumer.on_error != "fail" or (sql := _chain_sql(chain, "SELECT * FROM records")) is None
                 or not all(hashed_here(f.type) for f in (*upstream, *target) if f.name not in (W, KH))):
             return None
@@ -264,6 +270,17 @@ def _cannot_raise(e: exp.Expression) -> bool:
         elif not isinstance(n, _SAFE):
             return False
     return True
+
+
+def _renamed(e: exp.Expression) -> str | None:
+    """The column ``e`` is (or casts), or None."""
+    e = e.this if isinstance(e, exp.Cast) else e
+    return e.name if type(e) is exp.Column and not e.table else None
+
+
+def _widens(a: pa.DataType, b: pa.DataType) -> bool:
+    """Whether every value of type ``a`` is one of ``b`` unchanged."""
+    return a == b or (pa.types.is_signed_integer(a) and pa.types.is_signed_integer(b) and a.bit_width <= b.bit_width)
 
 
 def _plain(e: exp.Expression, columns: Mapping[str, object]) -> bool:

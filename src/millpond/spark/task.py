@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Iterator
 
@@ -75,12 +77,14 @@ def describe_job(job: EpochJob, state_ids: Iterable[str]) -> str:
 
 
 _last: tuple[str, Run] | None = None  # a Python worker runs many tasks of one job: decode once
+_here = threading.local()  # tasks run on the driver (Slots.here): the epoch's descriptor, in its thread
 
 
 def current_run() -> Run:
     """The descriptor of the job this task belongs to."""
     global _last
-    text = TaskContext.get().getLocalProperty(JOB_PROPERTY)
+    context = TaskContext.get()
+    text = getattr(_here, "descriptor", None) if context is None else context.getLocalProperty(JOB_PROPERTY)
     if text is None:
         raise InvariantError(f"a millpond task ran outside an epoch: the local property {JOB_PROPERTY} is not set")
     if _last is None or _last[0] != text:
@@ -117,7 +121,10 @@ class Task:
                 feed and (feed.task.identity(), feed.query, feed.columns, feed.key, feed.schema, feed.side))
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        partition = TaskContext.get().partitionId()
+        return self.run(batches, TaskContext.get().partitionId())
+
+    def run(self, batches: Iterator[pa.RecordBatch], partition: int) -> Iterator[pa.RecordBatch]:
+        """The task of Spark partition ``partition`` over its input ``batches``."""
         out = self.step([b for b in batches if b.num_rows], partition, time.perf_counter())
         if out is None or out.height == 0 or not self.emit:
             return
@@ -159,7 +166,7 @@ class Task:
                        attempt=run.attempt, base_version=run.base_version, object_id=self.object_id,
                        node_id=self.node_id, partition=partition, times=times)
         if times is not None:
-            _profile(self.op.name, delta.height, out.height, times)
+            _profile(self.op.name, partition, delta.height, out.height, times)
         return out
 
 
@@ -175,12 +182,30 @@ class Slots:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            for i in batch.column(0).to_pylist():
+            for partition in batch.column(0).to_pylist():
+                i = partition
                 for task, n in self.stages:
                     if i < n:
-                        yield from task(iter([pa.record_batch([pa.array([i], pa.int64())], names=["id"])]))
+                        yield from task.run(iter([pa.record_batch([pa.array([i], pa.int64())], names=["id"])]), partition)
                         break
                     i -= n
+
+    def here(self, descriptor: str, threads: int = 1) -> list[pa.RecordBatch]:
+        """Every slot's task run in this process, as the Spark job over ``range(total)`` would run
+        them (partition ``i`` for slot ``i``) under the job's ``descriptor``, on up to ``threads``
+        threads: what a small epoch does instead of a Spark job (:mod:`millpond.spark.executor`)."""
+        def run(i: int) -> list[pa.RecordBatch]:
+            _here.descriptor = descriptor
+            try:
+                return list(self(iter([pa.record_batch([pa.array([i], pa.int64())], names=["id"])])))
+            finally:
+                _here.descriptor = None
+
+        total = sum(n for _, n in self.stages)
+        if threads <= 1 or total == 1:
+            return [b for i in range(total) for b in run(i)]
+        with ThreadPoolExecutor(min(threads, total), thread_name_prefix="millpond-task") as pool:
+            return [b for out in pool.map(run, range(total)) for b in out]
 
 
 @dataclass(frozen=True)
@@ -212,11 +237,11 @@ class Feed:
         return pl.from_arrow(conform(table, self.schema))
 
 
-def _profile(name: str, rows_in: int, rows_out: int, times: dict[str, float]) -> None:
+def _profile(name: str, partition: int, rows_in: int, rows_out: int, times: dict[str, float]) -> None:
     """One line per task in ``$MILLPOND_PROFILE`` (a local file; benchmarks/per_row.py reads it):
     seconds waiting for the input (the JVM's transfer, after the shuffle read), applying the
     operator and writing its state."""
-    line = json.dumps({"op": name, "partition": TaskContext.get().partitionId(), "rows_in": rows_in,
+    line = json.dumps({"op": name, "partition": partition, "rows_in": rows_in,
                        "rows_out": rows_out, **{k: round(v, 4) for k, v in times.items()}})
     with open(os.environ[PROFILE_ENV], "a") as f:
         f.write(line + "\n")
