@@ -4,7 +4,9 @@
 epoch protocol in :mod:`millpond.engine.coordinator`): it builds each consumer's DataFrame
 (:mod:`millpond.spark.build`) or re-runs the one built by an earlier epoch of the same shape,
 unions the final materializations, and collects with one action, with the job's descriptor set
-for its tasks (:mod:`millpond.spark.task`).
+for its tasks (:mod:`millpond.spark.task`). Consumers whose whole epoch is one stage of fused
+tasks run those tasks in this process instead when they read few enough records
+(:data:`DRIVER_RECORDS`), beside that job.
 The final task of every view writes its changes file and emits one row naming it
 (:mod:`millpond.spark.task`): the driver receives one row per (partition, view), and no changed row.
 """
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from functools import reduce
 from typing import Iterator, Mapping, Sequence
@@ -72,6 +74,7 @@ class SparkExecutor:
         # built; build_s: seconds building DataFrames; job_s: seconds in their jobs (planning included)
         # here: epochs whose one-stage consumers ran in this process (DRIVER_RECORDS)
         self.stats = {"driver_bytes": 0, "reused": 0, "build_s": 0.0, "job_s": 0.0, "here": 0}
+        self._beside = ThreadPoolExecutor(1, thread_name_prefix="millpond-job")  # a Spark job beside tasks run here
 
     def run(self, job: EpochJob, work: Sequence[Work], tables: Mapping[str, TableDef], pieces: PieceSource,
             views: Mapping[str, ViewInput] | None = None) -> dict[str, Written | None]:
@@ -111,14 +114,18 @@ class SparkExecutor:
             frames.append(self._stages(tuple(stages)))
         built = time.perf_counter()
         descriptor = describe_job(job, state_ids)
-        batches: list[pa.RecordBatch] = []
-        with ThreadPoolExecutor(1, thread_name_prefix="millpond-job") as spark_job:
-            # the rest as a Spark job, at the same time (the local property is the job thread's)
-            future = spark_job.submit(self._job, frames, kept, descriptor) if frames else None
-            if here:
-                batches += Slots(tuple(stages)).here(descriptor, threads=sc.defaultParallelism)
-            if future is not None:
-                batches += future.result()
+        if not here:
+            batches = self._job(frames, kept, descriptor)
+        elif not frames:
+            batches = Slots(tuple(stages)).here(descriptor, threads=sc.defaultParallelism)
+        else:  # the rest as a Spark job at the same time, from one thread kept for it (its JVM thread too)
+            future = self._beside.submit(self._job, frames, kept, descriptor)
+            try:
+                batches = Slots(tuple(stages)).here(descriptor, threads=sc.defaultParallelism)
+            except BaseException:
+                wait([future])  # nothing of this attempt runs on after it failed
+                raise
+            batches += future.result()
         self.stats["build_s"] += built - started
         self.stats["job_s"] += time.perf_counter() - built
         self.stats["driver_bytes"] += sum(b.nbytes for b in batches)
