@@ -248,6 +248,12 @@ def test_stateful_tasks_reading_the_log_themselves_match_duckdb(open_db, monkeyp
         chained.append(_method(self, *args))
         return chained[-1]
     monkeypatch.setattr(fusing.Fusing, "fuse_partial_join", chain)
+    above = []
+
+    def join_aggregate(self, *args, _method=fusing.Fusing.fuse_join_aggregate):  # an aggregate in its join's task
+        above.append(_method(self, *args))
+        return above[-1]
+    monkeypatch.setattr(fusing.Fusing, "fuse_join_aggregate", join_aggregate)
     fed, spark_path = [], [False]
 
     def feed(self, *args, _method=fusing.Fusing._feed):  # a view's rows made in its operator's task
@@ -271,9 +277,10 @@ def test_stateful_tasks_reading_the_log_themselves_match_duckdb(open_db, monkeyp
         "prj": "SELECT id + 1 AS id1, upper(s) AS su, v - id AS diff, coalesce(s, 'none') AS sn, d, ts FROM t WHERE b",
         "aof": "SELECT s, w * 2 AS w2 FROM a WHERE w IS NOT NULL",
     }
-    if parallelism > 1:  # t (a) pre-aggregated by the join key below the join (sql/planner/eager.py), in the join's task
-        views["star"] = "SELECT u.w, COUNT(*) AS n, SUM(t.v) AS total, MAX(t.v) AS hi FROM t JOIN u ON t.s = u.s GROUP BY u.w"
-        views["star_ao"] = "SELECT t.g, COUNT(*) AS n, MAX(a.w) AS hi FROM a JOIN t ON a.s = t.s GROUP BY t.g"
+    # t (a) pre-aggregated by the join key below the join (sql/planner/eager.py), in the join's task; with one
+    # fused task (parallelism 1) the aggregate above the join runs in it too
+    views["star"] = "SELECT u.w, COUNT(*) AS n, SUM(t.v) AS total, MAX(t.v) AS hi FROM t JOIN u ON t.s = u.s GROUP BY u.w"
+    views["star_ao"] = "SELECT t.g, COUNT(*) AS n, MAX(a.w) AS hi FROM a JOIN t ON a.s = t.s GROUP BY t.g"
     for name, sql in views.items():
         db.sql(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
     con = duckdb.connect()
@@ -313,8 +320,9 @@ def test_stateful_tasks_reading_the_log_themselves_match_duckdb(open_db, monkeyp
     feeds = [f[1] for f in fed if f is not None]
     assert any(f.query is None for f in feeds) and any(f.query and "* 2" in f.query for f in feeds)
     assert max(f[0].tasks for f in fused if f is not None) == parallelism
-    if parallelism > 1:
-        assert {c[1].side for c in chained if c is not None} == {0} and any(c is None for c in chained)
+    assert {c[1].side for c in chained if c is not None} == {0} and any(c is None for c in chained)
+    if parallelism == 1:  # star, star_ao and lj: the join's one task
+        assert any(a is not None and a[1].combine is not None for a in above)
     assert db.runtime.coordinator.executor.stats["here"] >= 2  # epochs 0 and 4 (and odd ones' one-stage consumers)
 
 

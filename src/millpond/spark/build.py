@@ -313,6 +313,8 @@ class Builder(Fusing):
         task = self._task(node.node_id, op, schema)
         if fused := self.fuse_aggregate(node, agged.schema, having):
             return self._map(fused[1], replace(task, fused=fused[0]), schema)  # its delta read from the log by itself
+        if fed := self.fuse_join_aggregate(node, agged.schema, having):
+            return self._map(fed[0], replace(task, feed=fed[1]), schema)  # in the one task of the join it reads
         return self._map(agged, task, schema)
 
     def _combined_join(self, node: P.Aggregate, schema: T.StructType) -> DataFrame | None:

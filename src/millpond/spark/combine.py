@@ -9,7 +9,7 @@ partials and sums them per group (:meth:`millpond.spark.build.Builder._aggregate
 its own partials.
 
 Only what means the same in polars as in Spark is combined here: plain columns of integer,
-string, boolean and date types as keys, integer columns (or their casts to ``DECIMAL(38,0)``
+string, boolean and date types as keys, integer and ``DECIMAL(38,0)`` columns (or their casts to ``DECIMAL(38,0)``
 and ``BIGINT``) summed exactly as ``DECIMAL(38,0)``, non-NULL counts, and append-only MIN/MAX of
 integers and dates. Anything else is combined by Catalyst (:func:`plan_combine` returns None).
 """
@@ -26,6 +26,7 @@ from sqlglot import exp
 from millpond.columns import W
 from millpond.engine import plan as P
 from millpond.engine.operators.aggregate import VALUE_FUNCS, nonnull_col, sum_col, value_col
+from millpond.errors import MillpondError
 
 __all__ = ["Combine", "plan_combine"]
 
@@ -53,7 +54,10 @@ class Combine:
         weights = _bound(records.column(W)) * len(records)
         products = {}
         for out, col in self.sums:  # in 64 bits where no sum can overflow them: 2x faster than DECIMAL
-            exact = pl.Int64 if _bound(records.column(col)) * weights < 2**63 else pl.Decimal(38, 0)
+            bound = _bound(records.column(col)) * weights
+            if bound >= 10**38:  # DECIMAL(38,0) might overflow (only a partial of partial sums comes near)
+                raise MillpondError("[NUMERIC_VALUE_OUT_OF_RANGE] a sum exceeds DECIMAL(38,0) SQLSTATE: 22003")
+            exact = pl.Int64 if bound < 2**63 else pl.Decimal(38, 0)
             products[out] = pl.col(col).cast(exact) * w
         nonnull = {out: pl.when(pl.col(col).is_not_null()).then(w).otherwise(0) for out, col in self.nonnulls}
         keys = [pl.col(col).alias(out) for out, col in self.keys]
@@ -107,12 +111,12 @@ def plan_combine(node: P.Aggregate, columns: dict[str, tuple[str, str]]) -> Comb
                 extremes.append((value_col(i), src, call.func))
             else:  # a multiset of values: each is a key of the partials
                 keys.append((value_col(i), src))
-        if call.func == "sum":
-            if (src := column(call.arg, _INTEGERS, cast=True)) is None:
+        if call.func == "sum":  # DECIMAL(38,0): the exact sums of integers an eager partial made
+            if (src := column(call.arg, (*_INTEGERS, "DECIMAL(38,0)"), cast=True)) is None:
                 return None
             sums.append((sum_col(i), src))
         if call.func in ("sum", "count"):
-            if (src := column(call.arg, _KEY_TYPES, cast=True)) is None:
+            if (src := column(call.arg, (*_KEY_TYPES, "DECIMAL(38,0)"), cast=True)) is None:
                 return None
             nonnulls.append((nonnull_col(i), src))
         elif call.func != "count_star" and call.func not in ("min", "max"):

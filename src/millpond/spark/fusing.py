@@ -117,6 +117,24 @@ class Fusing(Inputs):
         return fused, Feed(made[1], None, columns, hashed, arrow.remove(arrow.get_field_index(VN))
                            if VN in arrow.names else arrow, side=k), slots
 
+    def fuse_join_aggregate(self, node: P.Aggregate, schema: T.StructType, having: list[str] | None
+                            ) -> tuple[DataFrame, Feed] | None:
+        """``node`` over a join whose task is a fused stage of one task: the aggregate runs in that
+        task too, its delta the join's output combined per group there (:class:`~millpond.spark.combine.Combine`,
+        as Catalyst's ``schema`` has it) — no exchange, one stage for the join and the aggregate (a
+        single task holds every vnode of both). The join's slots and the feed; None otherwise."""
+        join = node.input.input if isinstance(node.input, P.Project) else None
+        made = self._made.get(join.node_id) if isinstance(join, P.Join) else None
+        if made is None or self._slot_frames.get(id(made[0]), (None, 0))[1] != 1 or node.whole:
+            return None
+        columns = {f.name: (f.name, _SPARK.get(f.type, "")) for f in made[1].out_schema if f.name != W}
+        arrow = arrow_schema(schema)
+        if (combine := plan_combine(node, columns)) is None or not all(
+                hashed_here(arrow.field(g).type) for g in node.group):
+            return None
+        keyed = arrow.remove(arrow.get_field_index(VN)) if VN in arrow.names else arrow
+        return made[0], Feed(made[1], None, (), tuple(node.group), keyed, combine=combine, having=tuple(having or ()))
+
     def _join_side(self, source: P.Source, keys: tuple[exp.Expression, ...], k: int, schema: T.StructType
                    ) -> Side | tuple | None:
         """Side ``k`` of a fused join: its records read from the log; () when its range is empty;
@@ -270,6 +288,10 @@ def _cannot_raise(e: exp.Expression) -> bool:
         elif not isinstance(n, _SAFE):
             return False
     return True
+
+
+_SPARK = {pa.int16(): "smallint", pa.int32(): "int", pa.int64(): "bigint", pa.string(): "string",
+          pa.large_string(): "string", pa.bool_(): "boolean", pa.date32(): "date", pa.decimal128(38, 0): "decimal(38,0)"}  # Spark's names of Arrow types
 
 
 def _renamed(e: exp.Expression) -> str | None:

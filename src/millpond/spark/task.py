@@ -118,7 +118,8 @@ class Task:
         return (self.op, tuple(sorted(self.states.items())), self.object_id, self.node_id, self.consumer, self.emit,
                 self.root, json.dumps(self.storage, sort_keys=True), self.out_schema, self.changes, self.combine,
                 self.fused,
-                feed and (feed.task.identity(), feed.query, feed.columns, feed.key, feed.schema, feed.side))
+                feed and (feed.task.identity(), feed.query, feed.columns, feed.key, feed.schema, feed.side, feed.combine,
+                        feed.having))
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return self.run(batches, TaskContext.get().partitionId())
@@ -224,10 +225,16 @@ class Feed:
     key: tuple[str, ...]
     schema: pa.Schema
     side: int | None = None  # a join's side these rows are (the join's other side is read from the log)
+    combine: "Combine | None" = None  # an aggregate's delta: the output combined per group (and value) ...
+    having: tuple[str, ...] = ()  # ... keeping the partials where one of these is not 0
 
     def __call__(self, out: pl.DataFrame, schema: pa.Schema) -> pl.DataFrame:
         table = out.to_arrow().cast(schema)
-        if self.query is not None:
+        if self.combine is not None:
+            table = self.combine(table, pa.schema([f for f in self.schema if f.name != KH]))
+            if self.having:
+                table = pl.from_arrow(table).filter(pl.any_horizontal([pl.col(c) != 0 for c in self.having])).to_arrow()
+        elif self.query is not None:
             table = select_records(self.query, table)
         else:
             table = pa.table({name: table.column(src) for name, src in self.columns})
