@@ -51,7 +51,7 @@ from millpond.store.objects import open_store
 if TYPE_CHECKING:
     from millpond.spark.combine import Combine
 
-__all__ = ["Task", "Feed", "Slots", "CONSUMER", "FILE", "ROWS", "JOB_PROPERTY", "Run", "describe_job"]
+__all__ = ["Task", "Feed", "Slots", "TaskFailed", "CONSUMER", "FILE", "ROWS", "JOB_PROPERTY", "Run", "describe_job"]
 
 CONSUMER = "_consumer"  # a final task's output: the consumer key ...
 FILE = "_file"  # ... the changes file it wrote ...
@@ -171,6 +171,11 @@ class Task:
         return out
 
 
+class TaskFailed(RuntimeError):
+    """A task run in the driver's process (:meth:`Slots.here`) raised: what a failed Spark job is to
+    the coordinator (not a :class:`~millpond.errors.MillpondError` of the caller's own)."""
+
+
 @dataclass(frozen=True)
 class Slots:
     """The tasks of several consumers whose whole epoch is one stage of tasks reading their input
@@ -199,6 +204,8 @@ class Slots:
             _here.descriptor = descriptor
             try:
                 return list(self(iter([pa.record_batch([pa.array([i], pa.int64())], names=["id"])])))
+            except Exception as exc:  # as a Spark task's failure reaches the driver: the epoch fails, not the caller's call
+                raise TaskFailed(f"task {i} failed: {type(exc).__name__}: {exc}") from exc
             finally:
                 _here.descriptor = None
 
