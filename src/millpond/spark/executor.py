@@ -46,7 +46,7 @@ MAX_BUILT = 256  # consumers' DataFrames kept for re-running (all are dropped pa
 # the log themselves, no row through the JVM) run those tasks in this process, on as many threads as
 # the session has cores, instead of as a Spark job, when they read at most this many records: on a
 # local master (the machine is the same, and a Spark job's Python tasks cost ~0.1 s before any
-# work: a one-row epoch with 3 views 0.23 -> 0.08 s, benchmarks/epochs.py), up to the records a
+# work: a one-row epoch with 3 views 0.20-0.22 -> 0.06-0.07 s, benchmarks/epochs.py), up to the records a
 # fused stage gives one task anyway (inputs.FUSED_ROWS_PER_TASK); on a cluster, small epochs only.
 # $MILLPOND_DRIVER_RECORDS sets both (0: always a Spark job).
 DRIVER_RECORDS = {"local": 2_000_000, "cluster": 20_000}
