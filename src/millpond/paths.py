@@ -20,6 +20,7 @@ Layout::
     sst/<version:020d>-e<epoch:020d>.<attempt>/<state>/p<part>.sst   state of one task in one epoch attempt
     sst/<version:020d>-c.<task>/<state>/<n>.sst    outputs of one compaction
     pin/<id>.json                                  a reader's pin (epoch, version): GC keeps its files
+    sinks/<token>.json                             a sink's last epoch past which nothing is owed (engine/sinks.py)
     changes/epochs/<epoch:020d>.json               a committed epoch: when, the views it changed (engine/changefeed.py)
     changes/<view key>/<epoch:020d>.parquet        one view's (or flow's) changes in that epoch
 """
@@ -66,6 +67,7 @@ __all__ = [
     "parse_sst_version",
     "parse_sst_state",
     "pin_key",
+    "sink_key",
     "CHANGES_EPOCHS_PREFIX",
     "changes_part_key",
     "changes_epoch_prefix",
@@ -222,6 +224,10 @@ def parse_sst_state(key: str) -> str:
 
 def pin_key(pin_id: str) -> str:
     return f"{PIN_PREFIX}{pin_id}.json"
+
+
+def sink_key(token: str) -> str:
+    return f"sinks/{token}.json"
 
 
 def random_id() -> str:

@@ -1,8 +1,8 @@
-"""Table, view, flow, index and SQL function definitions, persisted on the root."""
+"""Table, view, flow, index, sink and SQL function definitions, persisted on the root."""
 
 from millpond.catalog.retention import DEFAULT_RETENTION, Retention
-from millpond.catalog.catalog import (Catalog, CatalogStore, Column, FlowDef, FunctionDef, IndexDef, TableDef, ViewDef,
-                                      dependency, index_dependency)
+from millpond.catalog.catalog import (Catalog, CatalogStore, Column, FlowDef, FunctionDef, IndexDef, SinkDef, TableDef,
+                                      ViewDef, dependency, index_dependency)
 
-__all__ = ["Catalog", "CatalogStore", "Column", "FlowDef", "FunctionDef", "IndexDef", "TableDef", "ViewDef",
+__all__ = ["Catalog", "CatalogStore", "Column", "FlowDef", "FunctionDef", "IndexDef", "SinkDef", "TableDef", "ViewDef",
            "dependency", "index_dependency", "Retention", "DEFAULT_RETENTION"]

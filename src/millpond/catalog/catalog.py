@@ -23,16 +23,17 @@ from millpond.columns import ROW_ID, W
 from millpond.errors import CatalogError, FencedError
 from millpond.store.objects import AlreadyExists, ObjectStore
 
-__all__ = ["Column", "TableDef", "ViewDef", "FlowDef", "FunctionDef", "IndexDef", "dependency", "index_dependency",
-           "Catalog", "CatalogStore", "FORMAT"]
+__all__ = ["Column", "TableDef", "ViewDef", "FlowDef", "FunctionDef", "IndexDef", "SinkDef", "dependency",
+           "index_dependency", "Catalog", "CatalogStore", "FORMAT"]
 
 # 2: views carry their CREATE statement as written and their bound plan (1: a re-generated query);
 # 3: APPEND ONLY tables (written only when there is one, so other roots stay readable by format 2);
 # 4: SQL functions (written only when there is one); 5: flows (likewise); 6: SET retention (likewise);
 # 7: indexes (likewise); 8: partial views (likewise); 9: flows whose state is ordered by their window
 # (likewise: an older millpond would look their groups up by another key); 10: tables and views
-# whose rows are addressed by their key's hash (likewise: an older millpond hashes every column)
-FORMAT = 10
+# whose rows are addressed by their key's hash (likewise: an older millpond hashes every column);
+# 11: sinks (likewise: an older millpond would not write them)
+FORMAT = 11
 
 
 @dataclass(frozen=True)
@@ -143,6 +144,37 @@ class IndexDef:
     sql: str = ""
 
 
+@dataclass(frozen=True)
+class SinkDef:
+    """A sink (``CREATE SINK``): the rows of table or view ``source`` kept in an external table
+    (``connector``: ``deltalake``), from epoch ``start`` on (its rows then as a first write, then
+    every later epoch's changes). ``token`` is unique to this sink: the target records the epochs it
+    took under it (:mod:`millpond.engine.sinks`)."""
+
+    id: int
+    name: str
+    source: str
+    connector: str
+    kind: str  # "upsert" or "append-only"
+    options: tuple[tuple[str, str], ...]  # WITH (...) as written, less connector and type
+    start: int  # the committed epoch when it was created
+    token: str
+    sql: str = ""
+
+    def option(self, name: str) -> str | None:
+        return dict(self.options).get(name)
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "name": self.name, "source": self.source, "connector": self.connector,
+                "kind": self.kind, "options": [list(o) for o in self.options], "start": self.start,
+                "token": self.token, "sql": self.sql}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "SinkDef":
+        return cls(d["id"], d["name"], d["source"], d["connector"], d["kind"], tuple((k, v) for k, v in d["options"]),
+                   d["start"], d["token"], d.get("sql", ""))
+
+
 def index_dependency(name: str) -> str:
     """How a view's ``depends_on`` names an index it reads (so the index cannot be dropped under it)."""
     return f"index {name}"
@@ -163,6 +195,7 @@ class Catalog:
     flows: dict[str, FlowDef] = field(default_factory=dict)
     retention: Retention | None = None  # SET retention (None: DEFAULT_RETENTION)
     indexes: dict[str, IndexDef] = field(default_factory=dict)
+    sinks: dict[str, SinkDef] = field(default_factory=dict)
 
     @property
     def kept(self) -> Retention:
@@ -200,6 +233,8 @@ class Catalog:
             raise CatalogError(f"a flow named {name!r} already exists")
         if name in self.indexes:
             raise CatalogError(f"an index named {name!r} already exists")
+        if name in self.sinks:
+            raise CatalogError(f"a sink named {name!r} already exists")
 
     def with_views(self, views: dict[str, ViewDef], flows: dict[str, FlowDef] | None = None) -> "Catalog":
         """The same catalog with these view (and flow) definitions (e.g. their plans filled in)."""
@@ -257,6 +292,17 @@ class Catalog:
         self._check_unused(index_dependency(name), f"index {name!r}")
         return replace(self, indexes={k: v for k, v in self.indexes.items() if k != name})
 
+    def with_sink(self, sink: SinkDef) -> "Catalog":
+        """The catalog with ``sink`` (its id assigned here); its source must be in it."""
+        self._check_free(sink.name)
+        self.relation(sink.source)
+        return replace(self, next_id=self.next_id + 1, sinks={**self.sinks, sink.name: replace(sink, id=self.next_id)})
+
+    def without_sink(self, name: str) -> "Catalog":
+        if name not in self.sinks:
+            raise CatalogError(f"no sink named {name!r} (known: {', '.join(sorted(self.sinks)) or 'none'})")
+        return replace(self, sinks={k: v for k, v in self.sinks.items() if k != name})
+
     def with_function(self, f: FunctionDef, *, replace_: bool = False) -> "Catalog":
         if f.name in self.functions:
             if not replace_:
@@ -278,12 +324,16 @@ class Catalog:
         if flows:
             raise CatalogError(f"cannot drop or replace {what}: flows {', '.join(flows)} read it; "
                                "drop them first (DROP FLOW)")
+        sinks = sorted(s.name for s in self.sinks.values() if s.source == dep)
+        if sinks:
+            raise CatalogError(f"cannot drop or replace {what}: sinks {', '.join(sinks)} write its rows out; "
+                               "drop them first (DROP SINK)")
 
     def to_json(self) -> bytes:
         return json.dumps(
             {
                 # an append-only table has no state of its own: older versions must not open the root
-                "format": 10 if any(t.key_hashed for t in self.tables.values()) or any(
+                "format": 11 if self.sinks else 10 if any(t.key_hashed for t in self.tables.values()) or any(
                     (v.plan or {}).get("plan", {}).get("key") for v in [*self.views.values(), *self.flows.values()])
                 else 9 if any(f.cluster for f in self.flows.values()) else 8 if any(v.partial for v in self.views.values()) else 7 if self.indexes else 6 if self.retention else 5 if self.flows else 4 if self.functions else 3 if any(
                     t.append_only for t in self.tables.values()) else 2,
@@ -313,6 +363,7 @@ class Catalog:
                 **({"retention": self.retention.to_json()} if self.retention else {}),
                 **({"indexes": [{"id": i.id, "name": i.name, "table": i.table, "columns": list(i.columns), "sql": i.sql}
                                 for i in self.indexes.values()]} if self.indexes else {}),
+                **({"sinks": [k.to_json() for k in self.sinks.values()]} if self.sinks else {}),
             },
             indent=1,
         ).encode()
@@ -343,8 +394,9 @@ class Catalog:
         retention = Retention.from_json(body["retention"]) if "retention" in body else None
         indexes = {i["name"]: IndexDef(i["id"], i["name"], i["table"], tuple(i["columns"]), i.get("sql", ""))
                    for i in body.get("indexes", [])}
+        sinks = {k["name"]: SinkDef.from_json(k) for k in body.get("sinks", [])}
         return cls(version=body["version"], next_id=body["next_id"], tables=tables, views=views, functions=functions,
-                   flows=flows, retention=retention, indexes=indexes)
+                   flows=flows, retention=retention, indexes=indexes, sinks=sinks)
 
 
 class CatalogStore:

@@ -150,6 +150,7 @@ class Coordinator:
     def __init__(self, executor: EpochExecutor, store: ObjectStore, log: Log, *, parallelism: int,
                  compaction: Runner = run_in_process, ids: Callable[[], str] = paths.random_id):
         self.executor, self.store, self.log = executor, store, log
+        self.sink_floor: Callable[[], int | None] = lambda: None  # the oldest epoch a sink has not written past
         self.parallelism = self.default_parallelism = parallelism
         self.ids = ids
         self.state = StateStore(store, runner=compaction, ids=ids)  # recovery: resume from the last committed version
@@ -402,7 +403,10 @@ class Coordinator:
         """Step 6 for the changes: drop the epochs retention no longer keeps. A failure costs
         nothing but a retry at the next epoch (the epoch is committed)."""
         try:
-            pinned = min((p["epoch"] for p in self.state.pins()), default=None)  # StateStore.pin: a reader's epoch
+            pins = [p["epoch"] for p in self.state.pins()]  # StateStore.pin: a reader's epoch
+            if (sinks := self.sink_floor()) is not None:
+                pins.append(sinks)
+            pinned = min(pins, default=None)
             self.changes.collect(catalog.kept, self.manifest.epoch, time.time(), pinned)
         except MillpondError as exc:
             log.warning("changes: retention could not drop old epochs (retried at the next epoch): %s", exc)

@@ -28,6 +28,7 @@ from millpond.engine.consumers import consumers
 from millpond.engine.coordinator import Coordinator, EpochReport, describe_failure
 from millpond.engine.flows import SINK_OWED
 from millpond.engine.reads import Installed, Reads, consolidate_rows
+from millpond.engine.sinks import Sinks
 from millpond.engine.executor import Consumer
 from millpond.engine.partial import filled_rows, missing, read_filled
 from millpond.errors import CatalogError, MillpondError, RetentionError, SqlError
@@ -61,6 +62,8 @@ class Runtime(Reads):
         self._local = threading.local()  # a thread's pinned version while it reads (reading())
         self._kept_starts: dict[tuple[str, int], int] = {}  # (table consumer, oldest kept epoch) -> log seq
         self._compacted: dict[str, tuple[int, int]] = {}  # key-less table's channel -> (compacted to, rows kept)
+        self.sinks = Sinks(self)
+        coordinator.sink_floor = self.sinks.floor  # changes a sink has not written are kept
         self._install(catalog)
 
     # -- the catalog ------------------------------------------------------------------------------
@@ -97,6 +100,8 @@ class Runtime(Reads):
         each flow's changes written into its sink."""
         started = time.perf_counter()
         self.settle_sinks()
+        if self.catalog.sinks:
+            self.sinks.catch_up()  # after a restart: the epochs a sink's target missed
         report = self.coordinator.run_epoch(self.catalog, self.consumers, self._wanted)
         if report is None:
             return None
@@ -106,6 +111,8 @@ class Runtime(Reads):
             if c.sink is not None and report.changes.rows(c.name):
                 faults.point("flow.before_sink")
                 self._to_sink(c, report.changes[c.name], report.epoch)
+        if self.catalog.sinks:
+            self.sinks.catch_up()
         seconds, now = time.perf_counter() - started, datetime.now(timezone.utc)
         for name, rows_in in report.rows_in.items():
             self._history.append({"epoch": report.epoch, "committed_at": now, "seconds": seconds, "name": name,

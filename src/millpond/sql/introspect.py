@@ -34,7 +34,7 @@ from millpond.engine.explain import explain as explain_plan
 from millpond.engine.partial import describe as describe_partial
 from millpond.engine.runtime import Runtime
 from millpond.errors import CatalogError, SqlError
-from millpond.sql import ddl, flows
+from millpond.sql import ddl, flows, sinks
 from millpond.sql.indexes import choose
 from millpond.sql.planner import plan_view
 from millpond.sql.statements import parse
@@ -74,10 +74,12 @@ def show(rt: Runtime, s: exp.Command) -> pa.Table:
         return flows.show(rt)
     if what == "INDEXES":
         return rt.indexes_status()
+    if what == "SINKS":
+        return sinks.show(rt)
     if what.lower() in (*ddl.SETTINGS, *ddl.ALIASES):  # PostgreSQL's SHOW name: one row, one column
         return pa.table({what.lower(): pa.array([ddl.setting(rt, what.lower())], pa.string())})
     raise SqlError(f"SHOW {what or '(nothing)'} is not supported (known: SHOW TABLES, SHOW MATERIALIZED VIEWS, "
-                   f"SHOW FUNCTIONS, SHOW FLOWS, SHOW INDEXES, SHOW <setting>: {', '.join(ddl.SETTINGS)})")
+                   f"SHOW FUNCTIONS, SHOW FLOWS, SHOW INDEXES, SHOW SINKS, SHOW <setting>: {', '.join(ddl.SETTINGS)})")
 
 
 def describe(rt: Runtime, s: exp.Describe) -> pa.Table:

@@ -19,7 +19,7 @@ from sqlglot import exp
 
 from millpond.engine.runtime import Runtime
 from millpond.errors import MillpondError, ReadOnlyError, SqlError, unexpected
-from millpond.sql import ddl, dml, flows, introspect
+from millpond.sql import ddl, dml, flows, introspect, sinks
 from millpond.sql.query import run_query
 from millpond.sql.subscribe import subscribe
 from millpond.sql.statements import keyword, parse
@@ -97,6 +97,8 @@ def verb(s: exp.Expression) -> str:
     word = keyword(s)
     if word in ("CREATE", "DROP") and (flows.is_flow(s, word)):
         return f"{word} FLOW"
+    if word in ("CREATE", "DROP") and sinks.is_sink(s, word):
+        return f"{word} SINK"
     if word:
         return word
     if isinstance(s, (exp.Create, exp.Drop)):
@@ -135,6 +137,7 @@ _EXECUTE = {
 }
 _COMMANDS = {"SHOW": introspect.show, "EXPLAIN": introspect.explain, "SUBSCRIBE": subscribe}
 _FLOWS = {"CREATE": flows.create, "DROP": flows.drop}
+_SINKS = {"CREATE": sinks.create, "DROP": sinks.drop}
 
 
 def execute(rt: Runtime, s: exp.Expression) -> pa.Table | None:
@@ -146,6 +149,8 @@ def execute(rt: Runtime, s: exp.Expression) -> pa.Table | None:
         return _COMMANDS[word](rt, s)
     if word in _FLOWS and flows.is_flow(s, word):
         return _FLOWS[word](rt, s)
+    if word in _SINKS and sinks.is_sink(s, word):
+        return _SINKS[word](rt, s)
     run_it = run_query if isinstance(s, exp.Query) else _EXECUTE.get(type(s))
     if run_it is None:
         raise SqlError(f"unsupported statement: {s.sql('postgres')[:80]!r}")

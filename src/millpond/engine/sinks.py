@@ -1,0 +1,234 @@
+"""Sinks: a table's or view's rows kept in an external table, exactly once (``CREATE SINK``).
+
+A sink follows its *source* (a table or view) epoch by epoch. Its first write is the source's rows
+as of ``start``, the epoch committed when the sink was created; every later write carries the
+changes of the epochs committed since the last one, read from the kept changes
+(:mod:`millpond.engine.changefeed`), right after each epoch's commit: a sink is at most one epoch
+behind its source.
+
+- ``upsert``: the target holds the source's rows, keyed by its key (a table's primary key, a view's
+  group key): per key the last epoch's row is upserted, a key whose last change removed it is
+  deleted (Delta Lake: one ``MERGE`` by key per write, whose cost follows the changed keys).
+- ``append-only``: every change is a row of its own, with ``_op`` (``insert`` / ``delete``) and
+  ``_epoch``: the target is the source's changelog; replaying it gives the rows.
+
+**Exactly once.** Each write is one commit of the target that also records, under the sink's
+``token``, the last epoch it holds (Delta Lake: the transaction identifier ``txn``, app id =
+token, version = epoch). A sink reads that epoch back from the target before its first write in a
+process, and writes only the epochs after it: a crash between millpond's commit and the target's,
+or inside the target's commit (whose files are not visible before its log entry), is followed by a
+write of exactly the missing epochs. An epoch that changed nothing of the source writes nothing:
+the sink's progress past it is kept under the root (``sinks/<token>.json``), written only after the
+target holds every change up to that epoch, so the epoch a sink resumes from is the later of the two.
+
+**Retention.** The changes a sink has not written yet are kept: the coordinator collects no epoch
+after the slowest sink's (:meth:`Sinks.floor`).
+
+**Failures.** A write that fails (the target unreachable, its table changed under the sink) leaves
+the sink behind, says so in the log and in ``SHOW SINKS``, and is retried after the next epoch;
+the source and the other sinks go on. Only a writable process writes sinks.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, Mapping
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from millpond import faults, paths
+from millpond.catalog import SinkDef, TableDef
+from millpond.columns import EPOCH, W
+from millpond.errors import MissingError, SqlError
+
+if TYPE_CHECKING:
+    from millpond.engine.runtime import Runtime
+
+__all__ = ["Sinks", "DeltaTarget", "CONNECTORS", "KINDS", "OP", "sink_key", "check_schema"]
+
+log = logging.getLogger("millpond")
+
+CONNECTORS = ("deltalake",)
+KINDS = ("upsert", "append-only")
+OP = "_op"
+_UPSERT, _DELETE = "u", "d"
+
+
+def sink_key(rt: "Runtime", sink: SinkDef) -> tuple[str, ...]:
+    """The columns an upsert sink keys its target's rows by: the source's primary key (a table) or
+    its row key (a view whose rows come from a GROUP BY); () where there is none."""
+    rel = rt.catalog.relation(sink.source)
+    if isinstance(rel, TableDef):
+        return rel.primary_key
+    return tuple(rt._by_name[rel.name].plan.key)
+
+
+def check_schema(name: str, schema: pa.Schema) -> None:
+    """Refuse a source with a column an append-only sink's own columns would clash with. (Every
+    column type has a Delta Lake type: an INTERVAL is written as millpond keeps it, a struct of
+    ``months``, ``days`` and ``micros``.)"""
+    for f in schema:
+        if f.name in (OP, EPOCH):
+            raise SqlError(f"sink {name!r}: column {f.name!r} is reserved for an append-only sink's changes; "
+                           "rename it in a view and sink that view")
+
+
+class DeltaTarget:
+    """A Delta Lake table (``deltalake``, delta-rs: no JVM) at ``location``."""
+
+    def __init__(self, location: str, storage: Mapping[str, str] | None = None):
+        self.location = location
+        self.storage = dict(storage or {}) or None
+
+    def _table(self):  # noqa: ANN202
+        from deltalake import DeltaTable
+
+        if not DeltaTable.is_deltatable(self.location, storage_options=self.storage):
+            return None
+        return DeltaTable(self.location, storage_options=self.storage)
+
+    def rows(self) -> int | None:
+        """Rows in the target's table (None: no table there)."""
+        table = self._table()
+        return None if table is None else table.to_pyarrow_dataset().count_rows()
+
+    def written(self, token: str) -> int | None:
+        """The last epoch the target holds under ``token`` (None: none)."""
+        table = self._table()
+        return None if table is None else table.transaction_version(token)
+
+    def append(self, rows: pa.Table, token: str, epoch: int) -> None:
+        from deltalake import CommitProperties, Transaction, write_deltalake
+
+        write_deltalake(self.location, rows, mode="append", storage_options=self.storage,
+                        commit_properties=CommitProperties(app_transactions=[Transaction(token, epoch)]))
+
+    def upsert(self, rows: pa.Table, key: tuple[str, ...], token: str, epoch: int) -> None:
+        """``rows`` (the source's columns and ``_op``) merged by ``key``: ``_op = 'u'`` rows
+        inserted or replacing the row of their key, ``'d'`` rows deleting it."""
+        from deltalake import CommitProperties, Transaction, write_deltalake
+
+        props = CommitProperties(app_transactions=[Transaction(token, epoch)])
+        table = self._table()
+        if table is None:  # the first write: the table is made with the source's rows
+            ups = rows.filter(pa.compute.equal(rows[OP], _UPSERT)).drop_columns([OP])
+            write_deltalake(self.location, ups, mode="append", storage_options=self.storage, commit_properties=props)
+            return
+        cols = [c for c in rows.column_names if c != OP]
+        on = " AND ".join(f"t.{_q(k)} IS NOT DISTINCT FROM s.{_q(k)}" for k in key)
+        values = {_q(c): f"s.{_q(c)}" for c in cols}
+        (table.merge(rows, predicate=on, source_alias="s", target_alias="t", commit_properties=props)
+         .when_matched_update(updates=values, predicate=f"s.{OP} = '{_UPSERT}'")
+         .when_matched_delete(predicate=f"s.{OP} = '{_DELETE}'")
+         .when_not_matched_insert(updates=values, predicate=f"s.{OP} = '{_UPSERT}'")
+         .execute())
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def target_of(sink: SinkDef) -> DeltaTarget:
+    storage = {k.removeprefix("storage."): v for k, v in sink.options if k.startswith("storage.")}
+    return DeltaTarget(sink.option("location") or "", storage)
+
+
+class Sinks:
+    """The sinks of one writable runtime: what each has written, and writing what it has not."""
+
+    def __init__(self, rt: "Runtime"):
+        self.rt = rt
+        self._done: dict[str, int] = {}  # token -> the last epoch the target holds (this process knows)
+        self.errors: dict[str, str] = {}  # sink name -> why its last write failed
+
+    def floor(self) -> int | None:
+        """The earliest epoch whose later changes a sink still needs (None: no sink)."""
+        return min((self._done.get(s.token, s.start) for s in self.rt.catalog.sinks.values()), default=None)
+
+    def progress(self, sink: SinkDef) -> int | None:
+        """The last epoch ``sink``'s target holds, as this process knows it (None: not read yet)."""
+        return self._done.get(sink.token)
+
+    def catch_up(self) -> None:
+        """Write every sink up to the last committed epoch; a sink that fails stays behind."""
+        upto = self.rt.coordinator.manifest.epoch
+        for sink in list(self.rt.catalog.sinks.values()):
+            try:
+                self.write(sink, upto)
+                self.errors.pop(sink.name, None)
+            except Exception as exc:  # noqa: BLE001 - one sink's target must not stop the others
+                self.errors[sink.name] = f"{type(exc).__name__}: {exc}"
+                log.warning("sink %s: writing epochs after %s failed and will be retried after the next epoch: %s",
+                            sink.name, self._done.get(sink.token, "its start"), exc)
+
+    def write(self, sink: SinkDef, upto: int) -> None:
+        """Make ``sink``'s target hold its source's changes up to epoch ``upto``."""
+        target = target_of(sink)
+        done = self._done.get(sink.token)
+        if done is None:
+            done = max(target.written(sink.token) or -1, self._kept(sink))
+        if done < sink.start:  # the first write: the source's rows as of the sink's start
+            rows = self.rt.rows_at(sink.source, sink.start)
+            n = rows.num_rows
+            change = rows.append_column(W, pa.array(np.ones(n, np.int64))).append_column(
+                EPOCH, pa.array(np.full(n, sink.start, np.int64)))
+            self._put(sink, target, change, sink.start)
+            done = sink.start
+        if done < upto:
+            changes = list(self.rt.changes(sink.source, done, upto))
+            if changes:
+                self._put(sink, target, pa.concat_tables(changes), upto)
+            else:
+                self._keep(sink, upto)
+            done = upto
+        self._done[sink.token] = done
+
+    def _put(self, sink: SinkDef, target: DeltaTarget, change: pa.Table, epoch: int) -> None:
+        cols = list(self.rt.catalog.relation(sink.source).schema.names)
+        faults.point("sink.before_commit")
+        if sink.kind == "append-only":  # a change of weight w (rows netted per epoch): |w| rows
+            w = change[W].to_numpy()
+            change = change.take(pa.array(np.repeat(np.arange(len(w)), np.abs(w))))
+            op = pa.array(np.where(change[W].to_numpy() > 0, "insert", "delete"), pa.string())
+            target.append(change.select(cols).append_column(OP, op).append_column(EPOCH, change[EPOCH]),
+                          sink.token, epoch)
+        else:
+            target.upsert(_upserts(change, cols, sink_key(self.rt, sink)), sink_key(self.rt, sink), sink.token, epoch)
+        faults.point("sink.after_commit")
+        self._keep(sink, epoch)
+
+    def _kept(self, sink: SinkDef) -> int:
+        """The epoch kept under the root for ``sink`` (-1: none)."""
+        try:
+            return json.loads(self.rt.coordinator.store.get(paths.sink_key(sink.token)))["epoch"]
+        except MissingError:
+            return -1
+
+    def _keep(self, sink: SinkDef, epoch: int) -> None:
+        self.rt.coordinator.store.put(paths.sink_key(sink.token), json.dumps({"epoch": epoch}).encode())
+
+    def forget(self, sink: SinkDef) -> None:
+        """``sink`` was dropped: its progress under the root goes too (its target stays)."""
+        self._done.pop(sink.token, None)
+        self.errors.pop(sink.name, None)
+        try:
+            self.rt.coordinator.store.delete(paths.sink_key(sink.token))
+        except MissingError:
+            pass
+
+
+def _upserts(change: pa.Table, cols: list[str], key: tuple[str, ...]) -> pa.Table:
+    """Per key, its last epoch's row to upsert (``_op = 'u'``), or its deletion (``'d'``, the other
+    columns NULL) where that epoch removed it and added none."""
+    df = pl.from_arrow(change)
+    last = df.group_by(key).agg(pl.col(EPOCH).max().alias("_last"))
+    df = df.join(last, on=key, nulls_equal=True).filter(pl.col(EPOCH) == pl.col("_last"))
+    ups = df.filter(pl.col(W) > 0).select(cols).with_columns(pl.lit(_UPSERT).alias(OP))
+    gone = df.group_by(key).agg((pl.col(W) > 0).any().alias("_kept")).filter(~pl.col("_kept")).select(key)
+    dels = gone.with_columns(*[pl.lit(None).alias(c) for c in cols if c not in key]).select(cols) \
+        .with_columns(pl.lit(_DELETE).alias(OP))
+    out = pl.concat([ups, dels.cast(ups.schema)]) if dels.height else ups
+    return out.to_arrow().cast(pa.schema([*(change.schema.field(c) for c in cols), pa.field(OP, pa.string())]))

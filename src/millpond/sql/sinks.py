@@ -1,0 +1,178 @@
+"""Sinks: ``CREATE SINK``, ``DROP SINK``, ``SHOW SINKS`` (the engine's side: :mod:`millpond.engine.sinks`).
+
+::
+
+    CREATE SINK [IF NOT EXISTS] name FROM table_or_view WITH (
+        connector = 'deltalake', location = '<path or URI>', type = 'upsert' | 'append-only'
+        [, storage.<option> = '<value>' ...])      -- delta-rs storage options (e.g. S3 credentials)
+    DROP SINK [IF EXISTS] name
+    SHOW SINKS
+
+``CREATE SINK`` writes the source's rows to the target (its first write) before the catalog names
+the sink; if that fails, the sink is not created and the error says why. ``DROP SINK`` stops writing; the
+target's table stays.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+
+import pyarrow as pa
+from sqlglot import exp
+from sqlglot.tokens import TokenType
+
+from millpond.catalog import SinkDef
+from millpond.engine.runtime import Runtime
+from millpond.engine.sinks import CONNECTORS, KINDS, check_schema, sink_key, target_of
+from millpond.errors import MillpondError, SqlError
+from millpond.sql.statements import source, tokens
+
+__all__ = ["is_sink", "create", "drop", "show"]
+
+_SYNTAX = ("CREATE SINK [IF NOT EXISTS] name FROM table_or_view WITH (connector = 'deltalake', "
+           "location = '<path>', type = 'upsert' | 'append-only')")
+
+
+def is_sink(s: exp.Expression, verb: str) -> bool:
+    """Whether ``s`` is a ``<verb> SINK`` statement (sqlglot keeps them as commands)."""
+    return isinstance(s, exp.Command) and str(s.this).upper() == verb and \
+        re.match(r"\s*SINKS?\b", _rest(s), flags=re.IGNORECASE) is not None
+
+
+def _parse(text: str) -> tuple[str, str, bool, dict[str, str]]:
+    toks = tokens(text)
+    i = 0
+
+    def word(*expected: str) -> bool:
+        nonlocal i
+        if i + len(expected) <= len(toks) and all(toks[i + k].text.upper() == w for k, w in enumerate(expected)):
+            i += len(expected)
+            return True
+        return False
+
+    def name(what: str) -> str:
+        nonlocal i
+        if i >= len(toks) or (toks[i].token_type not in (TokenType.VAR, TokenType.IDENTIFIER)
+                              and not toks[i].text.isidentifier()):
+            raise SqlError(f"CREATE SINK: expected {what} ({_SYNTAX})", sql=text)
+        t = toks[i]
+        i += 1
+        return t.text if t.token_type == TokenType.IDENTIFIER else t.text.lower()
+
+    word("CREATE", "SINK")
+    if_not_exists = word("IF", "NOT", "EXISTS")
+    sink = name("the sink's name")
+    if not word("FROM"):
+        raise SqlError(f"CREATE SINK {sink}: expected FROM table_or_view ({_SYNTAX})", sql=text)
+    src = name("the table or view it writes out")
+    if not word("WITH") or not word("("):
+        raise SqlError(f"CREATE SINK {sink}: expected WITH (connector = ..., ...) ({_SYNTAX})", sql=text)
+    options: dict[str, str] = {}
+    while True:
+        start = i
+        while i < len(toks) and toks[i].text != "=":
+            i += 1
+        key = "".join(t.text for t in toks[start:i]).lower()
+        if not key or i + 1 >= len(toks) or toks[i + 1].token_type != TokenType.STRING:
+            raise SqlError(f"CREATE SINK {sink}: each option is name = 'value' ({_SYNTAX})", sql=text)
+        if key in options:
+            raise SqlError(f"CREATE SINK {sink}: option {key!r} is given twice", sql=text)
+        options[key] = toks[i + 1].text
+        i += 2
+        if word(")"):
+            break
+        if not word(","):
+            raise SqlError(f"CREATE SINK {sink}: expected ',' or ')' after option {key!r}", sql=text)
+    if i < len(toks) and toks[i].text != ";":
+        raise SqlError(f"CREATE SINK {sink}: unexpected {toks[i].text!r} after its options", sql=text)
+    return sink, src, if_not_exists, options
+
+
+def create(rt: Runtime, s: exp.Command) -> None:
+    text = source(s)
+    name, src, if_not_exists, options = _parse(text)
+    catalog = rt.catalog
+    if name in catalog.sinks and if_not_exists:
+        return
+    connector = options.pop("connector", None)
+    if connector not in CONNECTORS:
+        raise SqlError(f"CREATE SINK {name}: connector must be one of {', '.join(CONNECTORS)}"
+                       f"{f', got {connector!r}' if connector else ''}", sql=text)
+    kind = options.pop("type", None)
+    if kind not in KINDS:
+        raise SqlError(f"CREATE SINK {name}: type must be 'upsert' or 'append-only'"
+                       f"{f', got {kind!r}' if kind else ''}", sql=text)
+    location = options.get("location")
+    if not location:
+        raise SqlError(f"CREATE SINK {name}: location = '<path or URI>' of the Delta table is required", sql=text)
+    unknown = sorted(k for k in options if k != "location" and not k.startswith("storage."))
+    if unknown:
+        raise SqlError(f"CREATE SINK {name}: unknown option {unknown[0]!r} (known: connector, type, location, "
+                       "storage.<delta-rs storage option>)", sql=text)
+    if "://" not in location:
+        options["location"] = os.path.abspath(location)
+    rel = catalog.relation(src)
+    sink = SinkDef(0, name, src, connector, kind, tuple(sorted(options.items())), rt.coordinator.manifest.epoch,
+                   f"millpond-{uuid.uuid4().hex}", text)
+    check_schema(name, rel.schema)
+    if kind == "upsert" and not sink_key(rt, sink):
+        raise SqlError(f"CREATE SINK {name}: an upsert sink keeps rows by the key of {src!r}, and it has none "
+                       "(a table needs a PRIMARY KEY; a view's rows need a GROUP BY); use type = 'append-only' "
+                       "to write its changes instead", sql=text)
+    target = target_of(sink)
+    try:
+        held = target.rows()
+    except Exception as exc:  # noqa: BLE001 - the target's own error, named
+        raise MillpondError(f"CREATE SINK {name}: cannot read the target at {options['location']!r}: {exc}") from None
+    if held is not None:
+        raise SqlError(f"CREATE SINK {name}: {options['location']!r} already holds a Delta table ({held} rows); "
+                       "a sink writes a table of its own (choose a new location)", sql=text)
+    catalog.with_sink(sink)  # the name is free and the source exists: checked before anything is written
+    try:  # the first write, before the catalog names the sink: a sink exists only once its target holds the rows
+        rt.sinks.write(sink, rt.coordinator.manifest.epoch)
+    except Exception as exc:
+        rt.sinks.forget(sink)
+        raise MillpondError(f"CREATE SINK {name}: writing the rows of {src!r} to {options['location']!r} failed, "
+                            f"so the sink was not created: {type(exc).__name__}: {exc}") from None
+    rt.commit_catalog(catalog.with_sink(sink))
+
+
+def drop(rt: Runtime, s: exp.Command) -> None:
+    """``DROP SINK [IF EXISTS] name``: the sink stops; the target's table stays as written."""
+    m = re.fullmatch(r"\s*SINK\s+(IF\s+EXISTS\s+)?(\S+?)\s*;?\s*", _rest(s), flags=re.IGNORECASE)
+    if m is None:
+        raise SqlError("expected DROP SINK [IF EXISTS] name", sql=source(s))
+    name = m.group(2)
+    name = name[1:-1].replace('""', '"') if name.startswith('"') else name.lower()
+    if name not in rt.catalog.sinks and m.group(1):
+        return
+    sink = rt.catalog.sinks.get(name)
+    rt.commit_catalog(rt.catalog.without_sink(name))
+    if sink is not None:
+        rt.sinks.forget(sink)
+
+
+def show(rt: Runtime) -> pa.Table:
+    """``SHOW SINKS``: ``name``, ``source``, ``connector``, ``type``, ``location``, ``epoch`` (the
+    last epoch its target holds, as this process knows it), ``lag`` (committed epochs it has not
+    written), ``error`` (why its last write failed: it is retried after every epoch), ``sql``."""
+    sinks = sorted(rt.catalog.sinks.values(), key=lambda k: k.name)
+    last = rt.coordinator.manifest.epoch
+    done = [rt.sinks.progress(k) for k in sinks]
+    return pa.table({
+        "name": pa.array([k.name for k in sinks], pa.string()),
+        "source": pa.array([k.source for k in sinks], pa.string()),
+        "connector": pa.array([k.connector for k in sinks], pa.string()),
+        "type": pa.array([k.kind for k in sinks], pa.string()),
+        "location": pa.array([k.option("location") for k in sinks], pa.string()),
+        "epoch": pa.array(done, pa.int64()),
+        "lag": pa.array([None if d is None else last - d for d in done], pa.int64()),
+        "error": pa.array([rt.sinks.errors.get(k.name) for k in sinks], pa.string()),
+        "sql": pa.array([k.sql for k in sinks], pa.string()),
+    })
+
+
+def _rest(s: exp.Command) -> str:
+    return re.sub(r"^\s*\w+", "", source(s), count=1)
