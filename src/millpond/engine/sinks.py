@@ -20,9 +20,13 @@ or inside the target's commit (whose files are not visible before its log entry)
 write of exactly the missing epochs. An epoch that changed nothing of the source writes nothing:
 the sink's progress past it is kept under the root (``sinks/<token>.json``), written only after the
 target holds every change up to that epoch, so the epoch a sink resumes from is the later of the two.
+A process opens a sink's target once; a failed write opens it anew.
 
 **Retention.** The changes a sink has not written yet are kept: the coordinator collects no epoch
 after the slowest sink's (:meth:`Sinks.floor`).
+
+**Small files.** Every write adds a file or a few; every :data:`COMPACT_EVERY` writes of a process
+the target's files are compacted (Delta's ``OPTIMIZE``; delta-rs checkpoints its log by itself).
 
 **Failures.** A write that fails (the target unreachable, its table changed under the sink) leaves
 the sink behind, says so in the log and in ``SHOW SINKS``, and is retried after the next epoch;
@@ -47,7 +51,7 @@ from millpond.errors import MissingError, SqlError
 if TYPE_CHECKING:
     from millpond.engine.runtime import Runtime
 
-__all__ = ["Sinks", "DeltaTarget", "CONNECTORS", "KINDS", "OP", "sink_key", "check_schema"]
+__all__ = ["Sinks", "DeltaTarget", "CONNECTORS", "KINDS", "OP", "COMPACT_EVERY", "sink_key", "check_schema", "target_of"]
 
 log = logging.getLogger("millpond")
 
@@ -76,19 +80,27 @@ def check_schema(name: str, schema: pa.Schema) -> None:
                            "rename it in a view and sink that view")
 
 
+COMPACT_EVERY = 100  # a sink's writes between two compactions of its target's small files (this process)
+
+
 class DeltaTarget:
     """A Delta Lake table (``deltalake``, delta-rs: no JVM) at ``location``."""
 
     def __init__(self, location: str, storage: Mapping[str, str] | None = None):
         self.location = location
         self.storage = dict(storage or {}) or None
+        self._opened = None  # the table as of this process's last write (a write updates it)
 
     def _table(self):  # noqa: ANN202
         from deltalake import DeltaTable
 
-        if not DeltaTable.is_deltatable(self.location, storage_options=self.storage):
-            return None
-        return DeltaTable(self.location, storage_options=self.storage)
+        if self._opened is None and DeltaTable.is_deltatable(self.location, storage_options=self.storage):
+            self._opened = DeltaTable(self.location, storage_options=self.storage)
+        return self._opened
+
+    def forget(self) -> None:
+        """Open the table anew at the next call (after a failed write: it may have moved on)."""
+        self._opened = None
 
     def rows(self) -> int | None:
         """Rows in the target's table (None: no table there)."""
@@ -103,7 +115,8 @@ class DeltaTarget:
     def append(self, rows: pa.Table, token: str, epoch: int) -> None:
         from deltalake import CommitProperties, Transaction, write_deltalake
 
-        write_deltalake(self.location, rows, mode="append", storage_options=self.storage,
+        table = self._table()
+        write_deltalake(self.location if table is None else table, rows, mode="append", storage_options=self.storage,
                         commit_properties=CommitProperties(app_transactions=[Transaction(token, epoch)]))
 
     def upsert(self, rows: pa.Table, key: tuple[str, ...], token: str, epoch: int) -> None:
@@ -127,6 +140,18 @@ class DeltaTarget:
          .execute())
 
 
+    def compact(self) -> None:
+        """Small files (one or a few per write) merged into bigger ones: Delta's ``OPTIMIZE``."""
+        table = self._table()
+        if table is not None:
+            table.optimize.compact()
+
+    def files(self) -> int:
+        """Data files of the table's current version."""
+        table = self._table()
+        return 0 if table is None else len(table.file_uris())
+
+
 def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -142,6 +167,9 @@ class Sinks:
     def __init__(self, rt: "Runtime"):
         self.rt = rt
         self._done: dict[str, int] = {}  # token -> the last epoch the target holds (this process knows)
+        self._writes: dict[str, int] = {}  # token -> writes to the target by this process
+        self._targets: dict[str, DeltaTarget] = {}  # token -> its target, opened once
+        self.rows: dict[str, int] = {}  # token -> rows this process wrote to the target
         self.errors: dict[str, str] = {}  # sink name -> why its last write failed
 
     def floor(self) -> int | None:
@@ -166,10 +194,18 @@ class Sinks:
 
     def write(self, sink: SinkDef, upto: int) -> None:
         """Make ``sink``'s target hold its source's changes up to epoch ``upto``."""
-        target = target_of(sink)
+        if (target := self._targets.get(sink.token)) is None:
+            target = self._targets[sink.token] = target_of(sink)
         done = self._done.get(sink.token)
-        if done is None:
-            done = max(target.written(sink.token) or -1, self._kept(sink))
+        try:
+            if done is None:
+                done = max(target.written(sink.token) or -1, self._kept(sink))
+            self._write(sink, target, done, upto)
+        except BaseException:
+            target.forget()
+            raise
+
+    def _write(self, sink: SinkDef, target: DeltaTarget, done: int, upto: int) -> None:
         if done < sink.start:  # the first write: the source's rows as of the sink's start
             rows = self.rt.rows_at(sink.source, sink.start)
             n = rows.num_rows
@@ -193,12 +229,19 @@ class Sinks:
             w = change[W].to_numpy()
             change = change.take(pa.array(np.repeat(np.arange(len(w)), np.abs(w))))
             op = pa.array(np.where(change[W].to_numpy() > 0, "insert", "delete"), pa.string())
-            target.append(change.select(cols).append_column(OP, op).append_column(EPOCH, change[EPOCH]),
-                          sink.token, epoch)
+            change = change.select(cols).append_column(OP, op).append_column(EPOCH, change[EPOCH])
+            target.append(change, sink.token, epoch)
         else:
-            target.upsert(_upserts(change, cols, sink_key(self.rt, sink)), sink_key(self.rt, sink), sink.token, epoch)
+            change = _upserts(change, cols, sink_key(self.rt, sink))
+            target.upsert(change, sink_key(self.rt, sink), sink.token, epoch)
+        self.rows[sink.token] = self.rows.get(sink.token, 0) + change.num_rows
         faults.point("sink.after_commit")
-        self._keep(sink, epoch)
+        self._writes[sink.token] = n = self._writes.get(sink.token, 0) + 1
+        if n % COMPACT_EVERY == 0:
+            try:
+                target.compact()
+            except Exception as exc:  # noqa: BLE001 - upkeep: the data is written, the next round retries
+                log.warning("sink %s: compacting its target's files failed (retried later): %s", sink.name, exc)
 
     def _kept(self, sink: SinkDef) -> int:
         """The epoch kept under the root for ``sink`` (-1: none)."""
@@ -213,6 +256,7 @@ class Sinks:
     def forget(self, sink: SinkDef) -> None:
         """``sink`` was dropped: its progress under the root goes too (its target stays)."""
         self._done.pop(sink.token, None)
+        self._targets.pop(sink.token, None)
         self.errors.pop(sink.name, None)
         try:
             self.rt.coordinator.store.delete(paths.sink_key(sink.token))
