@@ -67,4 +67,4 @@ bench: $(STAMP)
 	$(PY) benchmarks/sdp.py --round 50000
 
 clean:
-	rm -rf $(VENV) demo-data .pytest_cache
+	rm -rf $(VENV) demo-data flows-data delta-sink-data delta-sink-out .pytest_cache
