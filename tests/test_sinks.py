@@ -17,7 +17,7 @@ import pytest
 from deltalake import DeltaTable
 
 from millpond import MillpondError, SqlError
-from millpond.engine import sinks as sinks_module
+from millpond.engine import sink_targets as targets
 from millpond.errors import CatalogError
 from tests.conftest import rows
 
@@ -39,15 +39,35 @@ SINKS = {  # name: (source, type)
 }
 
 
-def _create(db, out: Path, names=SINKS) -> None:  # noqa: ANN001
+def _create(db, out: Path, names=SINKS, connector: str = "deltalake") -> None:  # noqa: ANN001
     for name in names:
         src, kind = SINKS[name]
-        db.sql(f"CREATE SINK {name} FROM {src} WITH (connector = 'deltalake', location = '{out / name}', "
-               f"type = '{kind}')")
+        where = (f"location = '{out / name}'" if connector == "deltalake" else
+                 f"catalog.type = 'sql', catalog.uri = 'sqlite:///{out}/catalog.db', warehouse.path = '{out}/wh', "
+                 f"database.name = 'd', table.name = '{name}'")
+        if connector == "iceberg":
+            out.mkdir(parents=True, exist_ok=True)
+        db.sql(f"CREATE SINK {name} FROM {src} WITH (connector = '{connector}', {where}, type = '{kind}')")
+
+
+def _iceberg(out: Path, name: str):  # noqa: ANN202
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    return SqlCatalog("millpond", uri=f"sqlite:///{out}/catalog.db", warehouse=(out / "wh").as_uri()).load_table(("d", name))
 
 
 def _target(out: Path, name: str) -> pa.Table:
+    """The target's rows, read by the format's own library."""
+    if (out / "catalog.db").exists():
+        return _iceberg(out, name).scan().to_arrow()
     return DeltaTable(str(out / name)).to_pyarrow_table()
+
+
+def _written(out: Path, name: str, token: str) -> int | None:
+    """The epoch the target's last commit recorded for the sink."""
+    if (out / "catalog.db").exists():
+        return int(_iceberg(out, name).properties[f"millpond.sink.{token}"])
+    return DeltaTable(str(out / name)).transaction_version(token)
 
 
 def _replayed(changes: pa.Table) -> list[tuple]:
@@ -77,7 +97,7 @@ def _caught_up(db, out: Path, name: str, where: str) -> None:  # noqa: ANN001
     """The sink holds every epoch: its target records an epoch of the sink's (an epoch that changed
     nothing of its source writes nothing), and the sink knows itself at the last one."""
     sink = db.catalog.sinks[name]
-    assert sink.start <= DeltaTable(str(out / name)).transaction_version(sink.token) <= db.epoch, where
+    assert sink.start <= _written(out, name, sink.token) <= db.epoch, where
     assert db.runtime.sinks.progress(sink) == db.epoch, where
 
 
@@ -108,8 +128,10 @@ def _setup(db):  # noqa: ANN001, ANN202
     return duck
 
 
-def test_sinks_equal_duckdb_after_every_epoch_through_failures_and_a_restart(open_db, root, tmp_path, monkeypatch):
-    out = tmp_path / "delta"
+@pytest.mark.parametrize("connector", ["deltalake", "iceberg"])
+def test_sinks_equal_duckdb_after_every_epoch_through_failures_and_a_restart(open_db, root, tmp_path, monkeypatch,
+                                                                             connector):
+    out = tmp_path / "out"
     rng = random.Random(5)
     db = open_db()
     db.sql("SET retention = 1")  # changes kept for one epoch: a sink that falls behind keeps those it needs
@@ -117,20 +139,21 @@ def test_sinks_equal_duckdb_after_every_epoch_through_failures_and_a_restart(ope
     for _ in range(2):  # the sinks are created over views that hold rows already
         _step(db, duck, rng)
     db.flush()
-    _create(db, out)
+    _create(db, out, connector=connector)
     _check(db, duck, out, "created")
     for step in range(8):
         if step == 3:  # the targets fail for two epochs: the views go on, the sinks wait and catch up once
-            real = sinks_module.DeltaTarget.upsert
+            kind = targets.DeltaTarget if connector == "deltalake" else targets.IcebergTarget
+            real = kind.upsert
 
             def broken(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
                 raise OSError("the target is unreachable")
-            monkeypatch.setattr(sinks_module.DeltaTarget, "upsert", broken)
+            monkeypatch.setattr(kind, "upsert", broken)
         if step == 5:
             status = {r["name"]: r for r in db.sql("SHOW SINKS").to_pylist()}
             assert status["per_g_out"]["error"] == "OSError: the target is unreachable"
             assert status["per_g_out"]["lag"] >= 1 and status["big_log"]["error"] is None
-            monkeypatch.setattr(sinks_module.DeltaTarget, "upsert", real)
+            monkeypatch.setattr(kind, "upsert", real)
         if step == 6:  # a restart: each sink reads the last epoch its target holds, and writes the rest
             db.close()
             _step(db := open_db(), duck, rng)
@@ -158,7 +181,14 @@ def test_sink_errors_name_the_problem(open_db, tmp_path):
         (f"CREATE SINK s FROM big WITH (connector = 'deltalake', location = '{loc}', type = 'upsert')",
          "an upsert sink keeps rows by the key of 'big', and it has none"),
         (f"CREATE SINK s FROM kv WITH (connector = 'kafka', location = '{loc}', type = 'upsert')",
-         "connector must be one of deltalake, got 'kafka'"),
+         "connector must be one of deltalake, iceberg, got 'kafka'"),
+        ("CREATE SINK s FROM kv WITH (connector = 'iceberg', type = 'upsert', catalog.type = 'sql')",
+         "an Iceberg sink needs catalog.uri, warehouse.path, database.name, table.name"),
+        ("CREATE SINK s FROM kv WITH (connector = 'iceberg', type = 'upsert', catalog.type = 'rest', catalog.uri = 'x', "
+         "warehouse.path = 'w', database.name = 'd', table.name = 't')", "catalog.type must be 'sql'"),
+        (f"CREATE SINK s FROM kv WITH (connector = 'iceberg', type = 'upsert', location = '{loc}', catalog.type = 'sql', "
+         "catalog.uri = 'x', warehouse.path = 'w', database.name = 'd', table.name = 't')",
+         "unknown option 'location' for connector 'iceberg'"),
         (f"CREATE SINK s FROM kv WITH (connector = 'deltalake', location = '{loc}')", "type must be 'upsert'"),
         ("CREATE SINK s FROM kv WITH (connector = 'deltalake', type = 'upsert')", "location = '<path or URI>'"),
         (f"CREATE SINK s FROM kv WITH (connector = 'deltalake', location = '{loc}', type = 'upsert', colour = 'b')",
@@ -177,7 +207,7 @@ def test_sink_errors_name_the_problem(open_db, tmp_path):
     db.sql(f"CREATE SINK IF NOT EXISTS s FROM kv WITH (connector = 'deltalake', location = '{loc}', type = 'upsert')")
     with pytest.raises(CatalogError, match="sinks s write its rows out; drop them first"):
         db.sql("DROP TABLE kv")
-    with pytest.raises(SqlError, match=r"already holds a Delta table \(1 rows\)"):
+    with pytest.raises(SqlError, match=r"already holds a table \(1 rows\)"):
         db.sql(f"CREATE SINK s2 FROM kv WITH (connector = 'deltalake', location = '{loc}', type = 'upsert')")
     db.sql("DROP SINK s; DROP SINK IF EXISTS s; DROP TABLE kv")  # the target's table stays
     assert DeltaTable(str(loc)).to_pyarrow_table().to_pylist() == [{"k": 1, "g": "a", "v": 2}]
@@ -194,13 +224,16 @@ def test_sink_errors_name_the_problem(open_db, tmp_path):
 
 WORKER = """
 import sys, millpond, pyarrow as pa
-root, out, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+root, out, n, connector = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 db = millpond.connect(root, parallelism=1, interval=None)
 if "ev" not in db.catalog.tables:
     db.sql("CREATE TABLE ev (g VARCHAR, v INT); CREATE MATERIALIZED VIEW per_g AS "
            "SELECT g, count(*) AS n, sum(v) AS s FROM ev GROUP BY g")
-    db.sql(f"CREATE SINK up FROM per_g WITH (connector = 'deltalake', location = '{out}/up', type = 'upsert')")
-    db.sql(f"CREATE SINK ch FROM per_g WITH (connector = 'deltalake', location = '{out}/ch', type = 'append-only')")
+    for name, kind in (("up", "upsert"), ("ch", "append-only")):
+        where = (f"location = '{out}/{name}'" if connector == "deltalake" else
+                 f"catalog.type = 'sql', catalog.uri = 'sqlite:///{out}/catalog.db', warehouse.path = '{out}/wh', "
+                 f"database.name = 'd', table.name = '{name}'")
+        db.sql(f"CREATE SINK {name} FROM per_g WITH (connector = '{connector}', {where}, type = '{kind}')")
 for i in range(n):
     db.insert("ev", pa.table({"g": ["a", "b", None][: 1 + i % 3], "v": pa.array([i, 2 * i, 1][: 1 + i % 3], pa.int32())}))
     db.flush()
@@ -208,13 +241,15 @@ db.close()
 """
 
 
-@pytest.mark.parametrize("point", ["sink.before_commit:3", "sink.after_commit:4"])
-def test_a_sigkill_around_the_targets_commit_writes_each_epoch_once(open_db, root, tmp_path, point):
-    out = tmp_path / "delta"
+@pytest.mark.parametrize("connector, point", [("deltalake", "sink.before_commit:3"), ("deltalake", "sink.after_commit:4"),
+                                              ("iceberg", "sink.after_commit:4")])
+def test_a_sigkill_around_the_targets_commit_writes_each_epoch_once(open_db, root, tmp_path, connector, point):
+    out = tmp_path / "out"
+    out.mkdir()
     repo = Path(__file__).resolve().parent.parent
     env = {**os.environ, "MILLPOND_CRASH_AT": point,
            "PYTHONPATH": os.pathsep.join([str(repo / "src"), str(repo)])}
-    proc = subprocess.run([sys.executable, "-c", WORKER, root, str(out), "6"], env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, "-c", WORKER, root, str(out), "6", connector], env=env, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == -9, f"the worker was not killed at {point}: {proc.stderr[-2000:]}"
     db = open_db()

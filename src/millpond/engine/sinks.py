@@ -8,13 +8,14 @@ behind its source.
 
 - ``upsert``: the target holds the source's rows, keyed by its key (a table's primary key, a view's
   group key): per key the last epoch's row is upserted, a key whose last change removed it is
-  deleted (Delta Lake: one ``MERGE`` by key per write, whose cost follows the changed keys).
+  deleted (:mod:`millpond.engine.sink_targets`: Delta Lake's ``MERGE`` by key, Iceberg's delete
+  of the changed keys and append of their rows, in one commit).
 - ``append-only``: every change is a row of its own, with ``_op`` (``insert`` / ``delete``) and
   ``_epoch``: the target is the source's changelog; replaying it gives the rows.
 
 **Exactly once.** Each write is one commit of the target that also records, under the sink's
-``token``, the last epoch it holds (Delta Lake: the transaction identifier ``txn``, app id =
-token, version = epoch). A sink reads that epoch back from the target before its first write in a
+``token``, the last epoch it holds (Delta Lake: the transaction identifier ``txn``; Iceberg: a
+table property set in the same commit). A sink reads that epoch back from the target before its first write in a
 process, and writes only the epochs after it: a crash between millpond's commit and the target's,
 or inside the target's commit (whose files are not visible before its log entry), is followed by a
 write of exactly the missing epochs. An epoch that changed nothing of the source writes nothing:
@@ -26,7 +27,7 @@ A process opens a sink's target once; a failed write opens it anew.
 after the slowest sink's (:meth:`Sinks.floor`).
 
 **Small files.** Every write adds a file or a few; every :data:`COMPACT_EVERY` writes of a process
-the target's files are compacted (Delta's ``OPTIMIZE``; delta-rs checkpoints its log by itself).
+the target's files are compacted (Delta's ``OPTIMIZE``; Iceberg's are left to its own maintenance).
 
 **Failures.** A write that fails (the target unreachable, its table changed under the sink) leaves
 the sink behind, says so in the log and in ``SHOW SINKS``, and is retried after the next epoch;
@@ -37,7 +38,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
@@ -46,19 +47,18 @@ import pyarrow as pa
 from millpond import faults, paths
 from millpond.catalog import SinkDef, TableDef
 from millpond.columns import EPOCH, W
+from millpond.engine.sink_targets import COMPACT_EVERY, DELETE, OP, UPSERT, Target, target_of
 from millpond.errors import MissingError, SqlError
 
 if TYPE_CHECKING:
     from millpond.engine.runtime import Runtime
 
-__all__ = ["Sinks", "DeltaTarget", "CONNECTORS", "KINDS", "OP", "COMPACT_EVERY", "sink_key", "check_schema", "target_of"]
+__all__ = ["Sinks", "CONNECTORS", "KINDS", "OP", "sink_key", "check_schema", "target_of"]
 
 log = logging.getLogger("millpond")
 
-CONNECTORS = ("deltalake",)
+CONNECTORS = ("deltalake", "iceberg")
 KINDS = ("upsert", "append-only")
-OP = "_op"
-_UPSERT, _DELETE = "u", "d"
 
 
 def sink_key(rt: "Runtime", sink: SinkDef) -> tuple[str, ...]:
@@ -80,87 +80,6 @@ def check_schema(name: str, schema: pa.Schema) -> None:
                            "rename it in a view and sink that view")
 
 
-COMPACT_EVERY = 100  # a sink's writes between two compactions of its target's small files (this process)
-
-
-class DeltaTarget:
-    """A Delta Lake table (``deltalake``, delta-rs: no JVM) at ``location``."""
-
-    def __init__(self, location: str, storage: Mapping[str, str] | None = None):
-        self.location = location
-        self.storage = dict(storage or {}) or None
-        self._opened = None  # the table as of this process's last write (a write updates it)
-
-    def _table(self):  # noqa: ANN202
-        from deltalake import DeltaTable
-
-        if self._opened is None and DeltaTable.is_deltatable(self.location, storage_options=self.storage):
-            self._opened = DeltaTable(self.location, storage_options=self.storage)
-        return self._opened
-
-    def forget(self) -> None:
-        """Open the table anew at the next call (after a failed write: it may have moved on)."""
-        self._opened = None
-
-    def rows(self) -> int | None:
-        """Rows in the target's table (None: no table there)."""
-        table = self._table()
-        return None if table is None else table.to_pyarrow_dataset().count_rows()
-
-    def written(self, token: str) -> int | None:
-        """The last epoch the target holds under ``token`` (None: none)."""
-        table = self._table()
-        return None if table is None else table.transaction_version(token)
-
-    def append(self, rows: pa.Table, token: str, epoch: int) -> None:
-        from deltalake import CommitProperties, Transaction, write_deltalake
-
-        table = self._table()
-        write_deltalake(self.location if table is None else table, rows, mode="append", storage_options=self.storage,
-                        commit_properties=CommitProperties(app_transactions=[Transaction(token, epoch)]))
-
-    def upsert(self, rows: pa.Table, key: tuple[str, ...], token: str, epoch: int) -> None:
-        """``rows`` (the source's columns and ``_op``) merged by ``key``: ``_op = 'u'`` rows
-        inserted or replacing the row of their key, ``'d'`` rows deleting it."""
-        from deltalake import CommitProperties, Transaction, write_deltalake
-
-        props = CommitProperties(app_transactions=[Transaction(token, epoch)])
-        table = self._table()
-        if table is None:  # the first write: the table is made with the source's rows
-            ups = rows.filter(pa.compute.equal(rows[OP], _UPSERT)).drop_columns([OP])
-            write_deltalake(self.location, ups, mode="append", storage_options=self.storage, commit_properties=props)
-            return
-        cols = [c for c in rows.column_names if c != OP]
-        on = " AND ".join(f"t.{_q(k)} IS NOT DISTINCT FROM s.{_q(k)}" for k in key)
-        values = {_q(c): f"s.{_q(c)}" for c in cols}
-        (table.merge(rows, predicate=on, source_alias="s", target_alias="t", commit_properties=props)
-         .when_matched_update(updates=values, predicate=f"s.{OP} = '{_UPSERT}'")
-         .when_matched_delete(predicate=f"s.{OP} = '{_DELETE}'")
-         .when_not_matched_insert(updates=values, predicate=f"s.{OP} = '{_UPSERT}'")
-         .execute())
-
-
-    def compact(self) -> None:
-        """Small files (one or a few per write) merged into bigger ones: Delta's ``OPTIMIZE``."""
-        table = self._table()
-        if table is not None:
-            table.optimize.compact()
-
-    def files(self) -> int:
-        """Data files of the table's current version."""
-        table = self._table()
-        return 0 if table is None else len(table.file_uris())
-
-
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def target_of(sink: SinkDef) -> DeltaTarget:
-    storage = {k.removeprefix("storage."): v for k, v in sink.options if k.startswith("storage.")}
-    return DeltaTarget(sink.option("location") or "", storage)
-
-
 class Sinks:
     """The sinks of one writable runtime: what each has written, and writing what it has not."""
 
@@ -168,7 +87,7 @@ class Sinks:
         self.rt = rt
         self._done: dict[str, int] = {}  # token -> the last epoch the target holds (this process knows)
         self._writes: dict[str, int] = {}  # token -> writes to the target by this process
-        self._targets: dict[str, DeltaTarget] = {}  # token -> its target, opened once
+        self._targets: dict[str, Target] = {}  # token -> its target, opened once
         self.rows: dict[str, int] = {}  # token -> rows this process wrote to the target
         self.errors: dict[str, str] = {}  # sink name -> why its last write failed
 
@@ -205,7 +124,7 @@ class Sinks:
             target.forget()
             raise
 
-    def _write(self, sink: SinkDef, target: DeltaTarget, done: int, upto: int) -> None:
+    def _write(self, sink: SinkDef, target: Target, done: int, upto: int) -> None:
         if done < sink.start:  # the first write: the source's rows as of the sink's start
             rows = self.rt.rows_at(sink.source, sink.start)
             n = rows.num_rows
@@ -222,7 +141,7 @@ class Sinks:
             done = upto
         self._done[sink.token] = done
 
-    def _put(self, sink: SinkDef, target: DeltaTarget, change: pa.Table, epoch: int) -> None:
+    def _put(self, sink: SinkDef, target: Target, change: pa.Table, epoch: int) -> None:
         cols = list(self.rt.catalog.relation(sink.source).schema.names)
         faults.point("sink.before_commit")
         if sink.kind == "append-only":  # a change of weight w (rows netted per epoch): |w| rows
@@ -270,9 +189,9 @@ def _upserts(change: pa.Table, cols: list[str], key: tuple[str, ...]) -> pa.Tabl
     df = pl.from_arrow(change)
     last = df.group_by(key).agg(pl.col(EPOCH).max().alias("_last"))
     df = df.join(last, on=key, nulls_equal=True).filter(pl.col(EPOCH) == pl.col("_last"))
-    ups = df.filter(pl.col(W) > 0).select(cols).with_columns(pl.lit(_UPSERT).alias(OP))
+    ups = df.filter(pl.col(W) > 0).select(cols).with_columns(pl.lit(UPSERT).alias(OP))
     gone = df.group_by(key).agg((pl.col(W) > 0).any().alias("_kept")).filter(~pl.col("_kept")).select(key)
     dels = gone.with_columns(*[pl.lit(None).alias(c) for c in cols if c not in key]).select(cols) \
-        .with_columns(pl.lit(_DELETE).alias(OP))
+        .with_columns(pl.lit(DELETE).alias(OP))
     out = pl.concat([ups, dels.cast(ups.schema)]) if dels.height else ups
     return out.to_arrow().cast(pa.schema([*(change.schema.field(c) for c in cols), pa.field(OP, pa.string())]))

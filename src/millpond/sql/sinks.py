@@ -5,6 +5,10 @@
     CREATE SINK [IF NOT EXISTS] name FROM table_or_view WITH (
         connector = 'deltalake', location = '<path or URI>', type = 'upsert' | 'append-only'
         [, storage.<option> = '<value>' ...])      -- delta-rs storage options (e.g. S3 credentials)
+    CREATE SINK [IF NOT EXISTS] name FROM table_or_view WITH (
+        connector = 'iceberg', catalog.type = 'sql', catalog.uri = '<SQLAlchemy URL>',
+        warehouse.path = '<path or URI>', database.name = 'd', table.name = 't',
+        type = 'upsert' | 'append-only')
     DROP SINK [IF EXISTS] name
     SHOW SINKS
 
@@ -25,14 +29,15 @@ from sqlglot.tokens import TokenType
 
 from millpond.catalog import SinkDef
 from millpond.engine.runtime import Runtime
-from millpond.engine.sinks import CONNECTORS, KINDS, check_schema, sink_key, target_of
+from millpond.engine.sink_targets import ICEBERG_OPTIONS, target_of
+from millpond.engine.sinks import CONNECTORS, KINDS, check_schema, sink_key
 from millpond.errors import MillpondError, SqlError
 from millpond.sql.statements import source, tokens
 
 __all__ = ["is_sink", "create", "drop", "show"]
 
-_SYNTAX = ("CREATE SINK [IF NOT EXISTS] name FROM table_or_view WITH (connector = 'deltalake', "
-           "location = '<path>', type = 'upsert' | 'append-only')")
+_SYNTAX = ("CREATE SINK [IF NOT EXISTS] name FROM table_or_view WITH (connector = 'deltalake' | 'iceberg', "
+           "type = 'upsert' | 'append-only', ...)")
 
 
 def is_sink(s: exp.Expression, verb: str) -> bool:
@@ -104,15 +109,7 @@ def create(rt: Runtime, s: exp.Command) -> None:
     if kind not in KINDS:
         raise SqlError(f"CREATE SINK {name}: type must be 'upsert' or 'append-only'"
                        f"{f', got {kind!r}' if kind else ''}", sql=text)
-    location = options.get("location")
-    if not location:
-        raise SqlError(f"CREATE SINK {name}: location = '<path or URI>' of the Delta table is required", sql=text)
-    unknown = sorted(k for k in options if k != "location" and not k.startswith("storage."))
-    if unknown:
-        raise SqlError(f"CREATE SINK {name}: unknown option {unknown[0]!r} (known: connector, type, location, "
-                       "storage.<delta-rs storage option>)", sql=text)
-    if "://" not in location:
-        options["location"] = os.path.abspath(location)
+    where = _where(name, connector, options, text)
     rel = catalog.relation(src)
     sink = SinkDef(0, name, src, connector, kind, tuple(sorted(options.items())), rt.coordinator.manifest.epoch,
                    f"millpond-{uuid.uuid4().hex}", text)
@@ -125,18 +122,46 @@ def create(rt: Runtime, s: exp.Command) -> None:
     try:
         held = target.rows()
     except Exception as exc:  # noqa: BLE001 - the target's own error, named
-        raise MillpondError(f"CREATE SINK {name}: cannot read the target at {options['location']!r}: {exc}") from None
+        raise MillpondError(f"CREATE SINK {name}: cannot read the target {where}: {type(exc).__name__}: {exc}") from None
     if held is not None:
-        raise SqlError(f"CREATE SINK {name}: {options['location']!r} already holds a Delta table ({held} rows); "
-                       "a sink writes a table of its own (choose a new location)", sql=text)
+        raise SqlError(f"CREATE SINK {name}: {where} already holds a table ({held} rows); a sink writes a table "
+                       "of its own (choose a new one)", sql=text)
     catalog.with_sink(sink)  # the name is free and the source exists: checked before anything is written
     try:  # the first write, before the catalog names the sink: a sink exists only once its target holds the rows
         rt.sinks.write(sink, rt.coordinator.manifest.epoch)
     except Exception as exc:
         rt.sinks.forget(sink)
-        raise MillpondError(f"CREATE SINK {name}: writing the rows of {src!r} to {options['location']!r} failed, "
+        raise MillpondError(f"CREATE SINK {name}: writing the rows of {src!r} to {where} failed, "
                             f"so the sink was not created: {type(exc).__name__}: {exc}") from None
     rt.commit_catalog(catalog.with_sink(sink))
+
+
+def _where(name: str, connector: str, options: dict[str, str], text: str) -> str:
+    """Check the target's options (a relative path made absolute) and say where the target is."""
+    if connector == "deltalake":
+        allowed = ("location",)
+        if not options.get("location"):
+            raise SqlError(f"CREATE SINK {name}: location = '<path or URI>' of the Delta table is required", sql=text)
+        if "://" not in options["location"]:
+            options["location"] = os.path.abspath(options["location"])
+    else:
+        allowed = (*ICEBERG_OPTIONS, "catalog.name")
+        missing = [o for o in ICEBERG_OPTIONS if not options.get(o)]
+        if missing:
+            raise SqlError(f"CREATE SINK {name}: an Iceberg sink needs {', '.join(missing)} (catalog.type = 'sql', "
+                           "catalog.uri = '<SQLAlchemy URL>', warehouse.path = '<path>', database.name, table.name)",
+                           sql=text)
+        if options["catalog.type"] != "sql":
+            raise SqlError(f"CREATE SINK {name}: catalog.type must be 'sql' (pyiceberg's SQL catalog), got "
+                           f"{options['catalog.type']!r}", sql=text)
+    unknown = sorted(k for k in options if k not in allowed and not (connector == "deltalake" and k.startswith("storage.")))
+    if unknown:
+        known = "location, storage.<delta-rs storage option>" if connector == "deltalake" else ", ".join(allowed)
+        raise SqlError(f"CREATE SINK {name}: unknown option {unknown[0]!r} for connector {connector!r} "
+                       f"(known: connector, type, {known})", sql=text)
+    if connector == "deltalake":
+        return repr(options["location"])
+    return f"Iceberg table {options['database.name']}.{options['table.name']} of catalog {options['catalog.uri']!r}"
 
 
 def drop(rt: Runtime, s: exp.Command) -> None:
@@ -166,7 +191,8 @@ def show(rt: Runtime) -> pa.Table:
         "source": pa.array([k.source for k in sinks], pa.string()),
         "connector": pa.array([k.connector for k in sinks], pa.string()),
         "type": pa.array([k.kind for k in sinks], pa.string()),
-        "location": pa.array([k.option("location") for k in sinks], pa.string()),
+        "location": pa.array([k.option("location") or f"{k.option('database.name')}.{k.option('table.name')}"
+                              for k in sinks], pa.string()),
         "epoch": pa.array(done, pa.int64()),
         "lag": pa.array([None if d is None else last - d for d in done], pa.int64()),
         "error": pa.array([rt.sinks.errors.get(k.name) for k in sinks], pa.string()),
