@@ -245,7 +245,7 @@ db.close()
     ("deltalake", "sink.after_commit:4"),
     pytest.param("deltalake", "sink.before_commit:3", marks=pytest.mark.chaos),
     pytest.param("iceberg", "sink.after_commit:4", marks=pytest.mark.chaos),
-    pytest.param("iceberg", "sink.before_commit:2", marks=pytest.mark.chaos)])
+    pytest.param("iceberg", "sink.before_commit:3", marks=pytest.mark.chaos)])
 def test_a_sigkill_around_the_targets_commit_writes_each_epoch_once(open_db, root, tmp_path, connector, point):
     out = tmp_path / "out"
     out.mkdir()
