@@ -25,8 +25,8 @@ def test_show_tables_and_views(db):
     db.sql(VIEW)
     tables = db.sql("SHOW TABLES")
     assert tables.to_pylist() == [
-        {"name": "info", "columns": 2, "primary_key": "product", "append_only": False},
-        {"name": "visit", "columns": 3, "primary_key": None, "append_only": True}]
+        {"name": "info", "columns": 2, "primary_key": "product", "append_only": False, "source": None, "error": None},
+        {"name": "visit", "columns": 3, "primary_key": None, "append_only": True, "source": None, "error": None}]
     views = db.sql("show materialized views").to_pylist()
     assert [(v["name"], v["columns"], v["depends_on"]) for v in views] == [("result", 3, "info, visit")]
     assert views[0]["sql"] == VIEW  # what the user wrote

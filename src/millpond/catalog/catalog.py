@@ -32,7 +32,7 @@ __all__ = ["Column", "TableDef", "ViewDef", "FlowDef", "FunctionDef", "IndexDef"
 # 7: indexes (likewise); 8: partial views (likewise); 9: flows whose state is ordered by their window
 # (likewise: an older millpond would look their groups up by another key); 10: tables and views
 # whose rows are addressed by their key's hash (likewise: an older millpond hashes every column);
-# 11: sinks (likewise: an older millpond would not write them)
+# 11: sinks and tables read from files (likewise: an older millpond would not write or read them)
 FORMAT = 11
 
 
@@ -52,6 +52,9 @@ class TableDef:
     # its rows are addressed in state by the primary key's hash (read and written by key); False for
     # tables made before catalog format 10, whose rows are addressed by the hash of every column
     key_hashed: bool = False
+    # where its rows also come from: ``(("connector", "files"), ("format", ...), ("path", ...))``
+    # (millpond.engine.files); () for a table written by statements and inserts only
+    source: tuple[tuple[str, str], ...] = ()
 
     @property
     def channel(self) -> str:
@@ -241,9 +244,10 @@ class Catalog:
         return replace(self, views=views, flows=self.flows if flows is None else flows)
 
     def with_table(self, name: str, columns: tuple[Column, ...], primary_key: tuple[str, ...], *,
-                   append_only: bool = False) -> "Catalog":
+                   append_only: bool = False, source: tuple[tuple[str, str], ...] = ()) -> "Catalog":
         self._check_free(name)
-        t = TableDef(self.next_id, name, columns, primary_key, append_only, key_hashed=bool(primary_key))
+        t = TableDef(self.next_id, name, columns, primary_key, append_only, key_hashed=bool(primary_key),
+                     source=source)
         return replace(self, next_id=self.next_id + 1, tables={**self.tables, name: t})
 
     def with_view(self, name: str, sql: str, schema: pa.Schema, depends_on: tuple[str, ...], plan: dict | None,
@@ -333,7 +337,7 @@ class Catalog:
         return json.dumps(
             {
                 # an append-only table has no state of its own: older versions must not open the root
-                "format": 11 if self.sinks else 10 if any(t.key_hashed for t in self.tables.values()) or any(
+                "format": 11 if self.sinks or any(t.source for t in self.tables.values()) else 10 if any(t.key_hashed for t in self.tables.values()) or any(
                     (v.plan or {}).get("plan", {}).get("key") for v in [*self.views.values(), *self.flows.values()])
                 else 9 if any(f.cluster for f in self.flows.values()) else 8 if any(v.partial for v in self.views.values()) else 7 if self.indexes else 6 if self.retention else 5 if self.flows else 4 if self.functions else 3 if any(
                     t.append_only for t in self.tables.values()) else 2,
@@ -342,7 +346,8 @@ class Catalog:
                 "tables": [
                     {"id": t.id, "name": t.name, "columns": [[c.name, c.type] for c in t.columns],
                      "primary_key": list(t.primary_key), **({"append_only": True} if t.append_only else {}),
-                     **({"key_hashed": True} if t.key_hashed else {})}
+                     **({"key_hashed": True} if t.key_hashed else {}),
+                     **({"source": dict(t.source)} if t.source else {})}
                     for t in self.tables.values()
                 ],
                 "views": [
@@ -376,7 +381,8 @@ class Catalog:
                                f"reads formats 1 to {FORMAT}: open the root with the millpond version that wrote it")
         tables = {
             t["name"]: TableDef(t["id"], t["name"], tuple(Column(*c) for c in t["columns"]), tuple(t["primary_key"]),
-                              t.get("append_only", False), key_hashed=t.get("key_hashed", False))
+                              t.get("append_only", False), key_hashed=t.get("key_hashed", False),
+                              source=tuple(sorted(t.get("source", {}).items())))
             for t in body["tables"]
         }
         views = {

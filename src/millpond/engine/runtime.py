@@ -28,6 +28,7 @@ from millpond.engine.consumers import consumers
 from millpond.engine.coordinator import Coordinator, EpochReport, describe_failure
 from millpond.engine.flows import SINK_OWED
 from millpond.engine.reads import Installed, Reads, consolidate_rows
+from millpond.engine.files import Files
 from millpond.engine.sinks import Sinks
 from millpond.engine.executor import Consumer
 from millpond.engine.partial import filled_rows, missing, read_filled
@@ -63,6 +64,7 @@ class Runtime(Reads):
         self._kept_starts: dict[tuple[str, int], int] = {}  # (table consumer, oldest kept epoch) -> log seq
         self._compacted: dict[str, tuple[int, int]] = {}  # key-less table's channel -> (compacted to, rows kept)
         self.sinks = Sinks(self)
+        self.files = Files(self)
         coordinator.sink_floor = self.sinks.floor  # changes a sink has not written are kept
         self._install(catalog)
 
@@ -99,6 +101,8 @@ class Runtime(Reads):
         """One epoch over all consumers (the protocol in :mod:`millpond.engine.coordinator`), then
         each flow's changes written into its sink."""
         started = time.perf_counter()
+        if any(t.source for t in self.catalog.tables.values()):
+            self.files.ingest()  # new files in the folders of files tables
         self.settle_sinks()
         if self.catalog.sinks:
             self.sinks.catch_up()  # after a restart: the epochs a sink's target missed

@@ -16,6 +16,7 @@ from sqlglot import exp
 from millpond.catalog import Column, Retention, index_dependency
 from millpond.catalog.types import normalize_type
 from millpond.columns import RESERVED_PREFIX
+from millpond.engine.files import check_source
 from millpond.engine import plan as P
 from millpond.engine.partial import DEFAULT_MAX_KEYS, NotPartial
 from millpond.engine.partial import trace as partial_trace
@@ -64,7 +65,7 @@ def _create_table(rt: Runtime, s: exp.Create) -> None:
                 pk.append(d.name)
         elif isinstance(d, exp.PrimaryKey):
             pk.extend(e.name for e in d.expressions)
-    append_only = _append_only_property(name, s)
+    append_only, files = _table_options(name, s)
     if append_only and pk:
         raise SqlError(f"table {name!r}: an APPEND ONLY table cannot have a primary key (an insert of an existing "
                        "key would replace a row)")
@@ -75,23 +76,36 @@ def _create_table(rt: Runtime, s: exp.Create) -> None:
     for bad in [p for p in pk if p not in names] + [n for n in names if n.startswith(RESERVED_PREFIX)]:
         raise SqlError(f"table {name!r}: invalid column {bad!r} (unknown primary key column, "
                        f"or a name starting with {RESERVED_PREFIX!r}, which millpond reserves)")
-    rt.commit_catalog(rt.catalog.with_table(name, tuple(cols), tuple(pk), append_only=append_only))
+    rt.commit_catalog(rt.catalog.with_table(name, tuple(cols), tuple(pk), append_only=append_only,
+                                            source=tuple(sorted(files.items()))))
     t = rt.catalog.tables[name]  # its channel, now: a writer outside the database finds it, with its key
     rt.log.create_channel(t.channel, t.log_schema, id=t.channel_id, table_key=t.primary_key)
 
 
-def _append_only_property(table: str, s: exp.Create) -> bool:
-    """``WITH (append_only = true)`` (or ``APPEND ONLY``); any other table property is refused."""
+def _table_options(table: str, s: exp.Create) -> tuple[bool, dict[str, str]]:
+    """``WITH (append_only = true)`` (or ``APPEND ONLY``), and a files source's ``WITH (connector =
+    'files', path = '...', format = '...')`` (:mod:`millpond.engine.files`); any other option is refused."""
     props = s.args.get("properties")
-    found = False
+    append_only, source = False, {}
     for p in props.expressions if props else []:
         value = p.args.get("value")
         if isinstance(p, exp.Property) and p.name.lower() == "append_only" and isinstance(value, exp.Boolean):
-            found = bool(value.this)
+            append_only = bool(value.this)
+        elif isinstance(p, exp.FileFormatProperty):  # format = 'parquet'
+            source["format"] = p.name.lower()
+        elif isinstance(p, exp.Property) and p.name.lower() in ("connector", "path") and \
+                isinstance(value, exp.Literal) and value.is_string:
+            source[p.name.lower()] = value.this
         else:
             raise SqlError(f"table {table!r}: unsupported table option {p.sql('postgres')!r} "
-                           "(known: APPEND ONLY, or WITH (append_only = true|false))")
-    return found
+                           "(known: APPEND ONLY, or WITH (append_only = true|false); WITH (connector = 'files', "
+                           "path = '<folder or glob>', format = 'parquet' | 'csv' | 'json'))")
+    if source:
+        if source.get("connector") != "files":
+            raise SqlError(f"table {table!r}: connector must be 'files' (path and format are its options)"
+                           f"{', got ' + repr(source['connector']) if source.get('connector') else ''}")
+        source = check_source(table, source)
+    return append_only, source
 
 
 def _create_view(rt: Runtime, s: exp.Create) -> None:

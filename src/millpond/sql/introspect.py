@@ -53,6 +53,8 @@ def show(rt: Runtime, s: exp.Command) -> pa.Table:
             "columns": pa.array([len(t.columns) for t in tables], pa.int32()),
             "primary_key": pa.array([", ".join(t.primary_key) or None for t in tables], pa.string()),
             "append_only": pa.array([t.append_only for t in tables], pa.bool_()),
+            "source": pa.array([" ".join(f"{k}={v}" for k, v in t.source) or None for t in tables], pa.string()),
+            "error": pa.array([rt.files.errors.get(t.name) for t in tables], pa.string()),
         })
     if _SHOW.get(what) == "views":
         views = sorted(rt.catalog.views.values(), key=lambda v: v.name)
