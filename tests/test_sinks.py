@@ -229,11 +229,13 @@ db = millpond.connect(root, parallelism=1, interval=None)
 if "ev" not in db.catalog.tables:
     db.sql("CREATE TABLE ev (g VARCHAR, v INT); CREATE MATERIALIZED VIEW per_g AS "
            "SELECT g, count(*) AS n, sum(v) AS s FROM ev GROUP BY g")
-    for name, kind in (("up", "upsert"), ("ch", "append-only")):
-        where = (f"location = '{out}/{name}'" if connector == "deltalake" else
-                 f"catalog.type = 'sql', catalog.uri = 'sqlite:///{out}/catalog.db', warehouse.path = '{out}/wh', "
-                 f"database.name = 'd', table.name = '{name}'")
-        db.sql(f"CREATE SINK {name} FROM per_g WITH (connector = '{connector}', {where}, type = '{kind}')")
+    db.insert("ev", pa.table({"g": ["z"], "v": pa.array([7], pa.int32())}))
+    db.flush()
+for name, kind in (("up", "upsert"), ("ch", "append-only")):  # after a kill inside one: the same statement again
+    where = (f"location = '{out}/{name}'" if connector == "deltalake" else
+             f"catalog.type = 'sql', catalog.uri = 'sqlite:///{out}/catalog.db', warehouse.path = '{out}/wh', "
+             f"database.name = 'd', table.name = '{name}'")
+    db.sql(f"CREATE SINK IF NOT EXISTS {name} FROM per_g WITH (connector = '{connector}', {where}, type = '{kind}')")
 for i in range(n):
     db.insert("ev", pa.table({"g": ["a", "b", None][: 1 + i % 3], "v": pa.array([i, 2 * i, 1][: 1 + i % 3], pa.int32())}))
     db.flush()
@@ -241,8 +243,9 @@ db.close()
 """
 
 
-@pytest.mark.parametrize("connector, point", [  # one in make test, the others in make chaos
+@pytest.mark.parametrize("connector, point", [  # two in make test, the others in make chaos
     ("deltalake", "sink.after_commit:4"),
+    ("deltalake", "sink.after_commit:1"),  # inside CREATE SINK: its first write done, the catalog not
     pytest.param("deltalake", "sink.before_commit:3", marks=pytest.mark.chaos),
     pytest.param("iceberg", "sink.after_commit:4", marks=pytest.mark.chaos),
     pytest.param("iceberg", "sink.before_commit:3", marks=pytest.mark.chaos)])
@@ -255,6 +258,10 @@ def test_a_sigkill_around_the_targets_commit_writes_each_epoch_once(open_db, roo
     proc = subprocess.run([sys.executable, "-c", WORKER, root, str(out), "6", connector], env=env, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == -9, f"the worker was not killed at {point}: {proc.stderr[-2000:]}"
+    env.pop("MILLPOND_CRASH_AT")  # the next worker: the same statements, two more epochs
+    proc = subprocess.run([sys.executable, "-c", WORKER, root, str(out), "2", connector], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, f"the worker after the kill failed: {proc.stderr[-3000:]}"
     db = open_db()
     db.flush()  # recovery: each sink writes what its target misses, once
     duck = duckdb.connect()

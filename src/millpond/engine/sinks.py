@@ -172,6 +172,24 @@ class Sinks:
     def _keep(self, sink: SinkDef, epoch: int) -> None:
         self.rt.coordinator.store.put(paths.sink_key(sink.token), json.dumps({"epoch": epoch}).encode())
 
+    # -- a sink being created (sql/sinks.py): its first write is done before the catalog names it ----
+    def pending(self, name: str) -> dict | None:
+        """The sink named ``name`` whose ``CREATE SINK`` wrote its target but never committed (a crash
+        inside it), as :meth:`note_pending` kept it; None if there is none."""
+        try:
+            return json.loads(self.rt.coordinator.store.get(_pending_key(name)))
+        except MissingError:
+            return None
+
+    def note_pending(self, sink: SinkDef) -> None:
+        self.rt.coordinator.store.put(_pending_key(sink.name), json.dumps(sink.to_json()).encode())
+
+    def clear_pending(self, name: str) -> None:
+        try:
+            self.rt.coordinator.store.delete(_pending_key(name))
+        except MissingError:
+            pass
+
     def forget(self, sink: SinkDef) -> None:
         """``sink`` was dropped: its progress under the root goes too (its target stays)."""
         self._done.pop(sink.token, None)
@@ -181,6 +199,10 @@ class Sinks:
             self.rt.coordinator.store.delete(paths.sink_key(sink.token))
         except MissingError:
             pass
+
+
+def _pending_key(name: str) -> str:
+    return f"sinks/pending/{name.encode().hex()}.json"
 
 
 def _upserts(change: pa.Table, cols: list[str], key: tuple[str, ...]) -> pa.Table:

@@ -13,7 +13,9 @@
     SHOW SINKS
 
 ``CREATE SINK`` writes the source's rows to the target (its first write) before the catalog names
-the sink; if that fails, the sink is not created and the error says why. ``DROP SINK`` stops writing; the
+the sink; if that fails, the sink is not created and the error says why. A crash inside it leaves
+the target begun and the sink noted as pending under the root: the same statement run again
+continues it (any other refuses the target, which is not empty). ``DROP SINK`` stops writing; the
 target's table stays.
 """
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 import os
 import re
 import uuid
+from dataclasses import replace
 
 import pyarrow as pa
 from sqlglot import exp
@@ -113,6 +116,13 @@ def create(rt: Runtime, s: exp.Command) -> None:
     rel = catalog.relation(src)
     sink = SinkDef(0, name, src, connector, kind, tuple(sorted(options.items())), rt.coordinator.manifest.epoch,
                    f"millpond-{uuid.uuid4().hex}", text)
+    # the same statement again after a crash inside it: the target it began is this sink's
+    pending = rt.sinks.pending(name)
+    resumed = pending is not None and name not in catalog.sinks and \
+        (pending["source"], pending["connector"], pending["kind"], [tuple(o) for o in pending["options"]]) == \
+        (src, connector, kind, list(sink.options))
+    if resumed:
+        sink = replace(sink, start=pending["start"], token=pending["token"])
     check_schema(name, rel.schema)
     if kind == "upsert" and not sink_key(rt, sink):
         raise SqlError(f"CREATE SINK {name}: an upsert sink keeps rows by the key of {src!r}, and it has none "
@@ -123,17 +133,20 @@ def create(rt: Runtime, s: exp.Command) -> None:
         held = target.rows()
     except Exception as exc:  # noqa: BLE001 - the target's own error, named
         raise MillpondError(f"CREATE SINK {name}: cannot read the target {where}: {type(exc).__name__}: {exc}") from None
-    if held is not None:
+    if held is not None and not (resumed and target.written(sink.token) is not None):
         raise SqlError(f"CREATE SINK {name}: {where} already holds a table ({held} rows); a sink writes a table "
                        "of its own (choose a new one)", sql=text)
     catalog.with_sink(sink)  # the name is free and the source exists: checked before anything is written
+    rt.sinks.note_pending(sink)
     try:  # the first write, before the catalog names the sink: a sink exists only once its target holds the rows
         rt.sinks.write(sink, rt.coordinator.manifest.epoch)
     except Exception as exc:
         rt.sinks.forget(sink)
+        rt.sinks.clear_pending(name)
         raise MillpondError(f"CREATE SINK {name}: writing the rows of {src!r} to {where} failed, "
                             f"so the sink was not created: {type(exc).__name__}: {exc}") from None
     rt.commit_catalog(catalog.with_sink(sink))
+    rt.sinks.clear_pending(name)
 
 
 def _where(name: str, connector: str, options: dict[str, str], text: str) -> str:
@@ -177,6 +190,7 @@ def drop(rt: Runtime, s: exp.Command) -> None:
     rt.commit_catalog(rt.catalog.without_sink(name))
     if sink is not None:
         rt.sinks.forget(sink)
+    rt.sinks.clear_pending(name)
 
 
 def show(rt: Runtime) -> pa.Table:
