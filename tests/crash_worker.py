@@ -43,7 +43,7 @@ RETENTION = "3 epochs"
 TRUNCATE_EVERY = 2
 
 
-def setup_statements() -> list[tuple[str, str, str]]:
+def setup_statements(root: str = "<root>") -> list[tuple[str, str, str]]:
     """The retention, then the workload's DDL as (kind, name, statement), in the order
     ``workload.setup`` runs it."""
     from millpond.sql.statements import parse
@@ -57,12 +57,14 @@ def setup_statements() -> list[tuple[str, str, str]]:
     out += [("view", name, sql) for name, sql in workload.partial_views().items()]
     out += [("flow", name, f"CREATE FLOW {name} SINK TO {sink} AS {sql}")
             for name, (sink, sql) in workload.FLOWS.items()]
+    out += [("sink", name, sql) for name, sql in workload.sink_statements(root).items()]
     return out
 
 
 def _made(db, kind: str):  # noqa: ANN001, ANN202
     return {"table": db.catalog.tables, "index": db.catalog.indexes, "view": db.catalog.views,
-            "flow": db.catalog.flows, "setting": {"retention"} if db.catalog.retention is not None else ()}[kind]
+            "flow": db.catalog.flows, "sink": db.catalog.sinks,
+            "setting": {"retention"} if db.catalog.retention is not None else ()}[kind]
 
 
 def created(db) -> list[str]:  # noqa: ANN001
@@ -72,7 +74,7 @@ def created(db) -> list[str]:  # noqa: ANN001
 
 def finish_setup(db) -> None:  # noqa: ANN001
     """Create what a crash during setup left out (each statement commits one catalog version)."""
-    for kind, name, statement in setup_statements():
+    for kind, name, statement in setup_statements(db.root):
         if name not in _made(db, kind):
             db.sql(statement)
 

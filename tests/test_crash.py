@@ -54,6 +54,8 @@ NTH = {
     "log.truncate.after_start": 1,  # a keyed table's log start moved, the records below not yet deleted
     "log.after_truncate": 1,        # a keyed table's log truncated, before the next table's pass
     "log.compact.after_put": 1,     # a key-less table's compacted file written, the files it replaces not yet
+    "sink.before_commit": 4,        # an epoch committed, its changes not yet in a sink's Delta table
+    "sink.after_commit": 4,         # a sink's Delta commit done (the first two: inside CREATE SINK)
 }
 CATALOG = "catalog.after_put"  # only passed while the schema is created: drawn while it is incomplete
 BUDGET = 6  # steps a worker runs past the recovered state before it stops uncrashed
@@ -152,8 +154,9 @@ class Chain:
             assert made == self.schema[:len(made)], f"{where}: the catalog holds {made}, not a prefix of the schema"
             if ready:
                 assert made == self.schema, f"{where}: the worker reported the schema ready, yet it holds {made}"
-            else:  # nothing but catalog writes happens before the schema is complete
-                assert killed and point == CATALOG, f"{where}: the worker stopped before the schema was ready"
+            else:  # nothing but catalog writes (and CREATE SINK's first writes) happens before the schema is complete
+                assert killed and (point == CATALOG or point.startswith("sink.")), \
+                    f"{where}: the worker stopped before the schema was ready"
             if killed and point == CATALOG:
                 assert len(made) == self.created + nth, \
                     f"{where}: killed after the {nth}-th catalog write, yet {len(made) - self.created} objects were added"
@@ -255,6 +258,15 @@ def test_sigkill_chain_recovers_exactly_once(open_db, root):
 @pytest.mark.chaos
 def test_sigkill_chain_at_every_other_kind_of_point(open_db, root):
     run_chain(open_db, root, seed=11, kills=len(QUICK[4:]), schedule=QUICK[4:])
+
+
+@pytest.mark.chaos
+def test_sigkill_chain_around_the_sinks_commits(open_db, root):
+    """Kills inside CREATE SINK (its first writes) and around later Delta commits: after each, the
+    sinks' Delta tables equal their views over the oracle once a FLUSH ran (workload.SINKS)."""
+    schedule = [("sink.after_commit", 1), ("sink.before_commit", 2), ("sink.before_commit", 3),
+                ("sink.after_commit", 4)]
+    run_chain(open_db, root, seed=12, kills=len(schedule), schedule=schedule)
 
 
 CHAOS_SEEDS = [3, 5, 8, 13, 21, 34, 55, 89]  # 8 chains x 26 kills = 208 crash points

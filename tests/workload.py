@@ -76,6 +76,13 @@ FLOWS = {
         COUNT(*) AS n, SUM(length) AS total, MAX(length) AS longest FROM visit GROUP BY product, slot"""),
 }
 
+# sink -> (its source, its type): Delta Lake tables beside the root (``<root>.sinks/<name>``), checked
+# against the source's query over the oracle's tables (an append-only sink replayed) after a FLUSH
+SINKS = {
+    "per_user_out": ("per_user", "upsert"),
+    "thirds_log": ("thirds", "append-only"),
+}
+
 PRODUCTS = [f"p{i}" for i in range(8)]
 USERS = [f"u{i}" for i in range(5)] + [None]
 CATEGORIES = ["c0", "c1", "c2", None]
@@ -126,6 +133,29 @@ def setup(db) -> None:  # noqa: ANN001
         db.sql(sql)
     for name, (sink, sql) in FLOWS.items():
         db.sql(f"CREATE FLOW {name} SINK TO {sink} AS {sql}")
+    for sql in sink_statements(db.root).values():
+        db.sql(sql)
+
+
+def sink_statements(root: str) -> dict[str, str]:
+    """The CREATE statement of each sink, its Delta table under ``<root>.sinks/``."""
+    return {name: f"CREATE SINK {name} FROM {src} WITH (connector = 'deltalake', "
+                  f"location = '{root.rstrip('/')}.sinks/{name}', type = '{kind}')" for name, (src, kind) in SINKS.items()}
+
+
+def sink_rows(db, name: str) -> list[tuple]:  # noqa: ANN001
+    """A sink's Delta table as its source's rows (an append-only sink's changes replayed)."""
+    from deltalake import DeltaTable
+
+    table = DeltaTable(db.catalog.sinks[name].option("location")).to_pyarrow_table()
+    if SINKS[name][1] == "upsert":
+        return norm(table)
+    cols = [c for c in table.column_names if c not in ("_op", "_epoch")]
+    con = duckdb.connect()
+    con.register("c", table)
+    sel = ", ".join(f'"{c}"' for c in cols)
+    return norm(con.sql(f"SELECT {sel} FROM (SELECT {sel}, sum(CASE WHEN _op = 'insert' THEN 1 ELSE -1 END) AS w "
+                        f"FROM c GROUP BY ALL), range(w::BIGINT)").to_arrow_table())
 
 
 def partial_views() -> dict[str, str]:
@@ -282,4 +312,6 @@ def mismatches(db, ref: Reference, *, sinks: bool = True,  # noqa: ANN001
     bad += [v for v, (sql, _, _) in PARTIAL.items() if sinks and norm(db.sql(f"SELECT * FROM {v} WHERE {where}")) != ref.query(f"SELECT * FROM ({sql}) q WHERE {where}")]
     if sinks:
         bad += [s for s, sql in FLOWS.values() if norm(db.sql(f"SELECT * FROM {s}")) != ref.query(sql)]
+        bad += [f"sink {k}" for k, (src, _) in SINKS.items() if k in db.catalog.sinks and
+                sink_rows(db, k) != ref.query(VIEWS[src])]
     return bad
