@@ -23,7 +23,6 @@ changes into the sink after the commit, exactly once (:mod:`millpond.engine.coor
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -39,7 +38,7 @@ from millpond.errors import CatalogError, MillpondError, SqlError
 from millpond.sql.planner import plan_view
 from millpond.sql.query import bind_select
 from millpond.sql.semantics import intervals
-from millpond.sql.statements import parse, source, tokens
+from millpond.sql.statements import Words, dropped, is_command, parse, source
 
 log = logging.getLogger("millpond")
 
@@ -62,8 +61,7 @@ class FlowSpec:
 
 def is_flow(s: exp.Expression, verb: str) -> bool:
     """Whether ``s`` is a ``<verb> FLOW`` statement (sqlglot keeps them as commands)."""
-    return isinstance(s, exp.Command) and str(s.this).upper() == verb and \
-        re.match(r"\s*FLOWS?\b", _rest(s), flags=re.IGNORECASE) is not None
+    return is_command(s, verb, "FLOW")
 
 
 _SYNTAX = ("CREATE FLOW [IF NOT EXISTS] name SINK TO table [EXPIRE AFTER interval] [TRIGGER AFTER n ROWS] "
@@ -72,53 +70,37 @@ _SYNTAX = ("CREATE FLOW [IF NOT EXISTS] name SINK TO table [EXPIRE AFTER interva
 
 def parse_flow(text: str) -> FlowSpec:
     """The parts of a ``CREATE FLOW`` statement, or a SqlError saying what is missing."""
-    toks = tokens(text)
-    i = 0
-
-    def word(*expected: str) -> bool:
-        nonlocal i
-        if i + len(expected) <= len(toks) and all(toks[i + k].text.upper() == w for k, w in enumerate(expected)):
-            i += len(expected)
-            return True
-        return False
-
-    def name(what: str) -> str:
-        nonlocal i
-        if i >= len(toks) or toks[i].token_type not in (TokenType.VAR, TokenType.IDENTIFIER) and not \
-                toks[i].text.isidentifier():
-            raise SqlError(f"CREATE FLOW: expected {what} ({_SYNTAX})", sql=text)
-        t = toks[i]
-        i += 1
-        return t.text if t.token_type == TokenType.IDENTIFIER else t.text.lower()
-
-    if not word("CREATE", "FLOW"):
+    w = Words(text, "CREATE FLOW", _SYNTAX)
+    toks = w.toks
+    if not w.word("CREATE", "FLOW"):
         raise SqlError(f"not a CREATE FLOW statement ({_SYNTAX})", sql=text)
-    if_not_exists = word("IF", "NOT", "EXISTS")
-    flow = name("the flow's name")
-    if not word("SINK", "TO"):
+    if_not_exists = w.word("IF", "NOT", "EXISTS")
+    flow = w.name("the flow's name")
+    if not w.word("SINK", "TO"):
         raise SqlError(f"CREATE FLOW {flow}: expected SINK TO table ({_SYNTAX})", sql=text)
-    sink = name("the sink table's name")
+    sink = w.name("the sink table's name")
     comment = expire = rows = None
-    if word("EXPIRE", "AFTER"):
-        start = i
-        while i < len(toks) and toks[i].text.upper() not in ("TRIGGER", "COMMENT", "AS"):
-            i += 1
-        if i == start:
+    if w.word("EXPIRE", "AFTER"):
+        start = w.i
+        while w.i < len(toks) and toks[w.i].text.upper() not in ("TRIGGER", "COMMENT", "AS"):
+            w.i += 1
+        if w.i == start:
             raise SqlError(f"CREATE FLOW {flow}: EXPIRE AFTER takes an interval, e.g. INTERVAL '2 hours'", sql=text)
-        expire = _micros(flow, text[toks[start].start:toks[i - 1].end + 1], text)
-    if word("TRIGGER", "AFTER"):
+        expire = _micros(flow, text[toks[start].start:toks[w.i - 1].end + 1], text)
+    if w.word("TRIGGER", "AFTER"):
+        i = w.i
         if i + 1 >= len(toks) or toks[i].token_type != TokenType.NUMBER or not toks[i].text.isdigit() or \
                 int(toks[i].text) < 1 or toks[i + 1].text.upper() not in ("ROWS", "ROW"):
             raise SqlError(f"CREATE FLOW {flow}: TRIGGER AFTER takes a positive whole number of rows, e.g. "
                            "TRIGGER AFTER 10000 ROWS", sql=text)
-        rows, i = int(toks[i].text), i + 2
-    if word("COMMENT"):
-        if i >= len(toks) or toks[i].token_type != TokenType.STRING:
+        rows, w.i = int(toks[i].text), i + 2
+    if w.word("COMMENT"):
+        if w.i >= len(toks) or toks[w.i].token_type != TokenType.STRING:
             raise SqlError(f"CREATE FLOW {flow}: COMMENT takes a string constant", sql=text)
-        comment, i = toks[i].text, i + 1
-    if not word("AS") or i >= len(toks):
+        comment, w.i = toks[w.i].text, w.i + 1
+    if not w.word("AS") or w.i >= len(toks):
         raise SqlError(f"CREATE FLOW {flow}: expected AS SELECT ... ({_SYNTAX})", sql=text)
-    body = text[toks[i].start:]
+    body = text[toks[w.i].start:]
     statements = parse(body)
     if len(statements) != 1 or not isinstance(statements[0], exp.Select):
         raise SqlError(f"CREATE FLOW {flow}: its AS clause must be one SELECT ... GROUP BY ...", sql=text)
@@ -245,12 +227,8 @@ def _check_sink(spec: FlowSpec, table: TableDef, columns: tuple[Column, ...], ke
 
 def drop(rt: Runtime, s: exp.Command) -> None:
     """``DROP FLOW [IF EXISTS] name``: the flow stops and its state goes; its sink table stays."""
-    m = re.fullmatch(r"\s*FLOW\s+(IF\s+EXISTS\s+)?(\S+?)\s*;?\s*", _rest(s), flags=re.IGNORECASE)
-    if m is None:
-        raise SqlError("expected DROP FLOW [IF EXISTS] name", sql=source(s))
-    name = m.group(2)
-    name = name[1:-1].replace('""', '"') if name.startswith('"') else name.lower()
-    if name not in rt.catalog.flows and m.group(1):
+    name, if_exists = dropped(s, "FLOW")
+    if name not in rt.catalog.flows and if_exists:
         return
     rt.settle_sinks()  # the sink's log holds every change its flow committed
     rt.commit_catalog(rt.catalog.without_flow(name))
@@ -285,7 +263,3 @@ def show(rt: Runtime) -> pa.Table:
         "sql": pa.array([f.sql for f in flows], pa.string()),
     })
 
-
-def _rest(s: exp.Command) -> str:
-    """The text after a command's first word (``FLOW ...`` of ``CREATE FLOW ...``)."""
-    return re.sub(r"^\s*\w+", "", source(s), count=1)

@@ -22,7 +22,6 @@ target's table stays.
 from __future__ import annotations
 
 import os
-import re
 import uuid
 from dataclasses import replace
 
@@ -35,7 +34,7 @@ from millpond.engine.runtime import Runtime
 from millpond.engine.sink_targets import ICEBERG_OPTIONS, target_of
 from millpond.engine.sinks import CONNECTORS, KINDS, check_schema, sink_key
 from millpond.errors import MillpondError, SqlError
-from millpond.sql.statements import source, tokens
+from millpond.sql.statements import Words, dropped, is_command, source
 
 __all__ = ["is_sink", "create", "drop", "show"]
 
@@ -45,56 +44,38 @@ _SYNTAX = ("CREATE SINK [IF NOT EXISTS] name FROM table_or_view WITH (connector 
 
 def is_sink(s: exp.Expression, verb: str) -> bool:
     """Whether ``s`` is a ``<verb> SINK`` statement (sqlglot keeps them as commands)."""
-    return isinstance(s, exp.Command) and str(s.this).upper() == verb and \
-        re.match(r"\s*SINKS?\b", _rest(s), flags=re.IGNORECASE) is not None
+    return is_command(s, verb, "SINK")
 
 
 def _parse(text: str) -> tuple[str, str, bool, dict[str, str]]:
-    toks = tokens(text)
-    i = 0
-
-    def word(*expected: str) -> bool:
-        nonlocal i
-        if i + len(expected) <= len(toks) and all(toks[i + k].text.upper() == w for k, w in enumerate(expected)):
-            i += len(expected)
-            return True
-        return False
-
-    def name(what: str) -> str:
-        nonlocal i
-        if i >= len(toks) or (toks[i].token_type not in (TokenType.VAR, TokenType.IDENTIFIER)
-                              and not toks[i].text.isidentifier()):
-            raise SqlError(f"CREATE SINK: expected {what} ({_SYNTAX})", sql=text)
-        t = toks[i]
-        i += 1
-        return t.text if t.token_type == TokenType.IDENTIFIER else t.text.lower()
-
-    word("CREATE", "SINK")
-    if_not_exists = word("IF", "NOT", "EXISTS")
-    sink = name("the sink's name")
-    if not word("FROM"):
+    w = Words(text, "CREATE SINK", _SYNTAX)
+    toks = w.toks
+    w.word("CREATE", "SINK")
+    if_not_exists = w.word("IF", "NOT", "EXISTS")
+    sink = w.name("the sink's name")
+    if not w.word("FROM"):
         raise SqlError(f"CREATE SINK {sink}: expected FROM table_or_view ({_SYNTAX})", sql=text)
-    src = name("the table or view it writes out")
-    if not word("WITH") or not word("("):
+    src = w.name("the table or view it writes out")
+    if not w.word("WITH") or not w.word("("):
         raise SqlError(f"CREATE SINK {sink}: expected WITH (connector = ..., ...) ({_SYNTAX})", sql=text)
     options: dict[str, str] = {}
     while True:
-        start = i
-        while i < len(toks) and toks[i].text != "=":
-            i += 1
-        key = "".join(t.text for t in toks[start:i]).lower()
-        if not key or i + 1 >= len(toks) or toks[i + 1].token_type != TokenType.STRING:
+        start = w.i
+        while w.i < len(toks) and toks[w.i].text != "=":
+            w.i += 1
+        key = "".join(t.text for t in toks[start:w.i]).lower()
+        if not key or w.i + 1 >= len(toks) or toks[w.i + 1].token_type != TokenType.STRING:
             raise SqlError(f"CREATE SINK {sink}: each option is name = 'value' ({_SYNTAX})", sql=text)
         if key in options:
             raise SqlError(f"CREATE SINK {sink}: option {key!r} is given twice", sql=text)
-        options[key] = toks[i + 1].text
-        i += 2
-        if word(")"):
+        options[key] = toks[w.i + 1].text
+        w.i += 2
+        if w.word(")"):
             break
-        if not word(","):
+        if not w.word(","):
             raise SqlError(f"CREATE SINK {sink}: expected ',' or ')' after option {key!r}", sql=text)
-    if i < len(toks) and toks[i].text != ";":
-        raise SqlError(f"CREATE SINK {sink}: unexpected {toks[i].text!r} after its options", sql=text)
+    if w.i < len(toks) and toks[w.i].text != ";":
+        raise SqlError(f"CREATE SINK {sink}: unexpected {toks[w.i].text!r} after its options", sql=text)
     return sink, src, if_not_exists, options
 
 
@@ -179,12 +160,8 @@ def _where(name: str, connector: str, options: dict[str, str], text: str) -> str
 
 def drop(rt: Runtime, s: exp.Command) -> None:
     """``DROP SINK [IF EXISTS] name``: the sink stops; the target's table stays as written."""
-    m = re.fullmatch(r"\s*SINK\s+(IF\s+EXISTS\s+)?(\S+?)\s*;?\s*", _rest(s), flags=re.IGNORECASE)
-    if m is None:
-        raise SqlError("expected DROP SINK [IF EXISTS] name", sql=source(s))
-    name = m.group(2)
-    name = name[1:-1].replace('""', '"') if name.startswith('"') else name.lower()
-    if name not in rt.catalog.sinks and m.group(1):
+    name, if_exists = dropped(s, "SINK")
+    if name not in rt.catalog.sinks and if_exists:
         return
     sink = rt.catalog.sinks.get(name)
     rt.commit_catalog(rt.catalog.without_sink(name))
@@ -213,6 +190,3 @@ def show(rt: Runtime) -> pa.Table:
         "sql": pa.array([k.sql for k in sinks], pa.string()),
     })
 
-
-def _rest(s: exp.Command) -> str:
-    return re.sub(r"^\s*\w+", "", source(s), count=1)

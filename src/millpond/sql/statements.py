@@ -6,6 +6,8 @@ stores that, never a re-generation of the parsed tree, which may not mean the sa
 
 from __future__ import annotations
 
+import re
+
 import sqlglot
 from sqlglot import exp
 from sqlglot.dialects.postgres import Postgres
@@ -15,7 +17,7 @@ from sqlglot.tokens import TokenType
 
 from millpond.errors import SqlError
 
-__all__ = ["parse", "tokens", "keyword", "view_query", "view_definition", "source", "VIEW_ALIAS"]
+__all__ = ["parse", "tokens", "Words", "command_rest", "is_command", "dropped", "keyword", "view_query", "view_definition", "source", "VIEW_ALIAS"]
 
 
 class MillpondPostgres(Postgres):
@@ -73,6 +75,52 @@ def tokens(text: str) -> list:
         return sqlglot.Dialect.get_or_raise(_DIALECT).tokenize(text)
     except TokenError as exc:
         raise SqlError(f"syntax error: {exc}", sql=text) from None
+
+
+class Words:
+    """A statement sqlglot keeps as a command (``CREATE FLOW``, ``CREATE SINK``) read token by token:
+    ``toks[i]`` is the next one; ``syntax`` is quoted in errors."""
+
+    def __init__(self, text: str, statement: str, syntax: str):
+        self.text, self.statement, self.syntax = text, statement, syntax
+        self.toks, self.i = tokens(text), 0
+
+    def word(self, *expected: str) -> bool:
+        """Whether the next tokens are ``expected`` (case-insensitive); if so, past them."""
+        toks, i = self.toks, self.i
+        if i + len(expected) <= len(toks) and all(toks[i + k].text.upper() == w for k, w in enumerate(expected)):
+            self.i += len(expected)
+            return True
+        return False
+
+    def name(self, what: str) -> str:
+        """The next token as a name (a quoted one as written, else lowercased)."""
+        toks, i = self.toks, self.i
+        if i >= len(toks) or toks[i].token_type not in (TokenType.VAR, TokenType.IDENTIFIER) and not \
+                toks[i].text.isidentifier():
+            raise SqlError(f"{self.statement}: expected {what} ({self.syntax})", sql=self.text)
+        self.i += 1
+        return toks[i].text if toks[i].token_type == TokenType.IDENTIFIER else toks[i].text.lower()
+
+
+def command_rest(s: exp.Command) -> str:
+    """The text after a command's first word (``FLOW ...`` of ``CREATE FLOW ...``)."""
+    return re.sub(r"^\s*\w+", "", source(s), count=1)
+
+
+def is_command(s: exp.Expression, verb: str, noun: str) -> bool:
+    """Whether ``s`` is ``<verb> <noun>`` (or its plural), a statement sqlglot keeps as a command."""
+    return isinstance(s, exp.Command) and str(s.this).upper() == verb and \
+        re.match(rf"\s*{noun}S?\b", command_rest(s), flags=re.IGNORECASE) is not None
+
+
+def dropped(s: exp.Command, noun: str) -> tuple[str, bool]:
+    """The name in ``DROP <noun> [IF EXISTS] name`` (a quoted one as written) and whether IF EXISTS."""
+    m = re.fullmatch(rf"\s*{noun}\s+(IF\s+EXISTS\s+)?(\S+?)\s*;?\s*", command_rest(s), flags=re.IGNORECASE)
+    if m is None:
+        raise SqlError(f"expected DROP {noun} [IF EXISTS] name", sql=source(s))
+    name = m.group(2)
+    return (name[1:-1].replace('""', '"') if name.startswith('"') else name.lower()), m.group(1) is not None
 
 
 def _rewrite(text: str) -> str:
