@@ -21,6 +21,8 @@ Layout::
     sst/<version:020d>-c.<task>/<state>/<n>.sst    outputs of one compaction
     pin/<id>.json                                  a reader's pin (epoch, version): GC keeps its files
     sinks/<token>.json                             a sink's last epoch past which nothing is owed (engine/sinks.py)
+    sinks/pending/<name, hex>.json                 a sink whose CREATE SINK wrote its target, not yet the catalog
+    files/t<table id>/<n:010d>.json                the n-th file a files table took (engine/files.py)
     changes/epochs/<epoch:020d>.json               a committed epoch: when, the views it changed (engine/changefeed.py)
     changes/<view key>/<epoch:020d>.parquet        one view's (or flow's) changes in that epoch
 """
@@ -68,6 +70,9 @@ __all__ = [
     "parse_sst_state",
     "pin_key",
     "sink_key",
+    "sink_pending_key",
+    "files_prefix",
+    "files_key",
     "CHANGES_EPOCHS_PREFIX",
     "changes_part_key",
     "changes_epoch_prefix",
@@ -228,6 +233,18 @@ def pin_key(pin_id: str) -> str:
 
 def sink_key(token: str) -> str:
     return f"sinks/{token}.json"
+
+
+def sink_pending_key(name: str) -> str:
+    return f"sinks/pending/{name.encode().hex()}.json"
+
+
+def files_prefix(table_id: int) -> str:
+    return f"files/t{table_id}/"
+
+
+def files_key(table_id: int, n: int) -> str:
+    return f"{files_prefix(table_id)}{n:010d}.json"
 
 
 def random_id() -> str:

@@ -33,9 +33,9 @@ import pyarrow.csv as pcsv
 import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
-from millpond import faults
+from millpond import faults, paths
 from millpond.catalog import TableDef
-from millpond.errors import MillpondError, SqlError
+from millpond.errors import SqlError
 
 if TYPE_CHECKING:
     from millpond.engine.runtime import Runtime
@@ -71,12 +71,15 @@ class Files:
         self.errors: dict[str, str] = {}  # table name -> the last file it refused, and why
 
     def ingest(self) -> None:
-        """Take every new file of every files table (a table's failure to list its folder is logged)."""
+        """Take every new file of every files table. A table whose folder cannot be listed, or whose
+        append fails, is said in the log and retried before the next epoch (its records read anew:
+        a file recorded but not appended is appended then); the epoch and the other tables go on."""
         for t in list(self.rt.catalog.tables.values()):
             if t.source:
                 try:
                     self._ingest(t)
-                except MillpondError as exc:
+                except Exception as exc:  # noqa: BLE001 - one table's folder must not stop the epoch
+                    self._taken.pop(t.id, None)
                     log.warning("table %s: reading its files failed (retried before the next epoch): %s", t.name, exc)
 
     def _ingest(self, t: TableDef) -> None:
@@ -90,7 +93,7 @@ class Files:
                 rows = _read(t, source["format"], path)
             except Exception as exc:  # noqa: BLE001 - any reader's error: the file is named, the next come in
                 record["error"] = f"{type(exc).__name__}: {exc}".strip()
-            self.rt.coordinator.store.put(_key(t, n), json.dumps(record).encode())
+            self.rt.coordinator.store.put(paths.files_key(t.id, n), json.dumps(record).encode())
             taken[path] = n
             if "error" in record:
                 self.errors[t.name] = f"file {path!r}: {record['error']}"
@@ -110,7 +113,7 @@ class Files:
         if (taken := self._taken.get(t.id)) is not None:
             return taken
         store = self.rt.coordinator.store
-        records = [(int(Path(k).stem), json.loads(store.get(k))) for k in store.list(f"files/t{t.id}/")]
+        records = [(int(Path(k).stem), json.loads(store.get(k))) for k in store.list(paths.files_prefix(t.id))]
         applied = self.rt.channel(t).producer_seq(_producer(t))
         for n, record in sorted(records):
             if n > applied and "error" not in record:
@@ -127,10 +130,6 @@ class Files:
     def forget(self, t: TableDef) -> None:
         self._taken.pop(t.id, None)
         self.errors.pop(t.name, None)
-
-
-def _key(t: TableDef, n: int) -> str:
-    return f"files/t{t.id}/{n:010d}.json"
 
 
 def _producer(t: TableDef) -> str:

@@ -117,8 +117,9 @@ class Sinks:
             target = self._targets[sink.token] = target_of(sink)
         done = self._done.get(sink.token)
         try:
-            if done is None:
-                done = max(target.written(sink.token) or -1, self._kept(sink))
+            if done is None:  # (epoch 0 is an epoch: not "or -1")
+                held = target.written(sink.token)
+                done = max(-1 if held is None else held, self._kept(sink))
             self._write(sink, target, done, upto)
         except BaseException:
             target.forget()
@@ -177,16 +178,16 @@ class Sinks:
         """The sink named ``name`` whose ``CREATE SINK`` wrote its target but never committed (a crash
         inside it), as :meth:`note_pending` kept it; None if there is none."""
         try:
-            return json.loads(self.rt.coordinator.store.get(_pending_key(name)))
+            return json.loads(self.rt.coordinator.store.get(paths.sink_pending_key(name)))
         except MissingError:
             return None
 
     def note_pending(self, sink: SinkDef) -> None:
-        self.rt.coordinator.store.put(_pending_key(sink.name), json.dumps(sink.to_json()).encode())
+        self.rt.coordinator.store.put(paths.sink_pending_key(sink.name), json.dumps(sink.to_json()).encode())
 
     def clear_pending(self, name: str) -> None:
         try:
-            self.rt.coordinator.store.delete(_pending_key(name))
+            self.rt.coordinator.store.delete(paths.sink_pending_key(name))
         except MissingError:
             pass
 
@@ -199,10 +200,6 @@ class Sinks:
             self.rt.coordinator.store.delete(paths.sink_key(sink.token))
         except MissingError:
             pass
-
-
-def _pending_key(name: str) -> str:
-    return f"sinks/pending/{name.encode().hex()}.json"
 
 
 def _upserts(change: pa.Table, cols: list[str], key: tuple[str, ...]) -> pa.Table:
