@@ -152,8 +152,9 @@ class Sinks:
             change = change.select(cols).append_column(OP, op).append_column(EPOCH, change[EPOCH])
             target.append(change, sink.token, epoch)
         else:
-            change = _upserts(change, cols, sink_key(self.rt, sink))
-            target.upsert(change, sink_key(self.rt, sink), sink.token, epoch)
+            key = sink_key(self.rt, sink)
+            change = _upserts(change, cols, key)
+            target.upsert(change, key, sink.token, epoch)
         self.rows[sink.token] = self.rows.get(sink.token, 0) + change.num_rows
         faults.point("sink.after_commit")
         self._writes[sink.token] = n = self._writes.get(sink.token, 0) + 1
