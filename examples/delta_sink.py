@@ -1,6 +1,7 @@
 """A Spark DataFrame in, a Delta Lake table out: a view kept in Delta, exactly once, as it changes.
 
-Orders arrive as a Spark DataFrame into a keyed table; a view totals them per customer; two sinks
+Orders arrive as a Spark DataFrame into a keyed table; a view totals them per customer and marks
+the big spenders with a Python function (``vip``, run in Spark's Python workers); two sinks
 keep the view in Delta Lake tables that any tool reads: ``per_customer`` (upsert: the view's rows
 by its key, ``customer``) and ``per_customer_log`` (append-only: every change, with ``_op`` and
 ``_epoch``). An update and a delete then reach both. Run it with ``python examples/delta_sink.py``.
@@ -32,14 +33,20 @@ def read(location: Path, *sort: str) -> pa.Table:
     return DeltaTable(str(location)).to_pyarrow_table().sort_by([(c, "ascending") for c in sort])
 
 
+def vip(total: Decimal) -> bool:
+    """A Python function in SQL: its source is stored with the view that calls it."""
+    return total >= 20
+
+
 def run(root: str, out: str, spark=None) -> dict[str, pa.Table]:  # noqa: ANN001
     seen: dict[str, pa.Table] = {}
     db = millpond.connect(root, spark=spark, interval=None)
     try:
+        db.create_function(vip, params=["DECIMAL(20, 2)"])
         db.sql("""
             CREATE TABLE orders (id BIGINT PRIMARY KEY, customer VARCHAR, amount DECIMAL(10, 2), at TIMESTAMP);
             CREATE MATERIALIZED VIEW per_customer AS
-              SELECT customer, count(*) AS orders, sum(amount) AS total, max(at) AS last_order
+              SELECT customer, count(*) AS orders, sum(amount) AS total, max(at) AS last_order, vip(sum(amount)) AS vip
               FROM orders GROUP BY customer;
         """)
         day = datetime(2026, 11, 27)

@@ -1,5 +1,5 @@
-"""``examples/delta_sink.py`` runs and shows what its comments say: a Spark DataFrame in, the view
-kept in Delta Lake tables out, through an update, a delete and an insert."""
+"""``examples/delta_sink.py`` runs and shows what its comments say: a Spark DataFrame in, a view
+calling a Python function kept in Delta Lake tables out, through an update, a delete and an insert."""
 
 from __future__ import annotations
 
@@ -18,12 +18,13 @@ def test_delta_sink_example(spark, tmp_path):
     seen = example.run(str(tmp_path / "root"), str(tmp_path / "out"), spark=spark)
     day = datetime(2026, 11, 27)
     assert seen["first"].to_pylist() == [
-        {"customer": "ada", "orders": 2, "total": Decimal("19.75"), "last_order": day.replace(hour=11)},
-        {"customer": "bob", "orders": 1, "total": Decimal("30.00"), "last_order": day.replace(hour=10)},
-        {"customer": "cy", "orders": 1, "total": Decimal("5.00"), "last_order": day.replace(hour=12)}]
+        {"customer": "ada", "orders": 2, "total": Decimal("19.75"), "last_order": day.replace(hour=11),
+         "vip": False},
+        {"customer": "bob", "orders": 1, "total": Decimal("30.00"), "last_order": day.replace(hour=10), "vip": True},
+        {"customer": "cy", "orders": 1, "total": Decimal("5.00"), "last_order": day.replace(hour=12), "vip": False}]
     assert seen["after"].to_pylist() == seen["view"].to_pylist() == [
-        {"customer": "ada", "orders": 2, "total": Decimal("22.25"), "last_order": day.replace(hour=11)},
-        {"customer": "cy", "orders": 2, "total": Decimal("6.00"), "last_order": day.replace(hour=18)}]
+        {"customer": "ada", "orders": 2, "total": Decimal("22.25"), "last_order": day.replace(hour=11), "vip": True},
+        {"customer": "cy", "orders": 2, "total": Decimal("6.00"), "last_order": day.replace(hour=18), "vip": False}]
     log = [(r["_epoch"], r["customer"], r["_op"], r["total"]) for r in seen["log"].to_pylist()]
     assert log == [(1, "ada", "insert", Decimal("19.75")), (1, "bob", "insert", Decimal("30.00")),
                    (1, "cy", "insert", Decimal("5.00")), (2, "ada", "delete", Decimal("19.75")),

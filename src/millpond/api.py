@@ -34,7 +34,7 @@ from millpond.engine.background import EpochLoop
 from millpond.engine.coordinator import Coordinator, EpochReport
 from millpond.engine.readonly import ReadOnlyRuntime
 from millpond.engine.runtime import Runtime
-from millpond.errors import FencedError, MillpondError, ReadOnlyError, unexpected
+from millpond.errors import FencedError, MillpondError, ReadOnlyError, SqlError, unexpected
 from millpond.log import Log
 from millpond.spark.session import LOG_LEVELS, Lease, log_level_from
 from millpond.sql import session
@@ -185,6 +185,23 @@ class Database:
             with self._progress(progress):
                 return session.run(self.runtime, text)
 
+    def create_function(self, fn: Callable, *, params: list[str] | None = None, returns: str | None = None,
+                        name: str | None = None, strict: bool = True, replace: bool = False) -> str:
+        """Make Python function ``fn`` a SQL function (``CREATE FUNCTION ... LANGUAGE python``), usable
+        in views, flows and queries; returns the statement run. Its SQL types are ``params`` and
+        ``returns``, or read from its annotations (``int`` BIGINT, ``float`` DOUBLE, ``str``
+        VARCHAR, ``bool``, ``date``, ``datetime`` TIMESTAMP, ``Decimal``). Its source is stored and
+        runs alone (import what it uses inside it); a view keeps the source it was created with.
+        ``strict``: NULL in, NULL out (False: it is called with None)."""
+        from millpond import pyfunctions
+
+        try:
+            text = pyfunctions.statement(fn, params, returns, name, strict, replace)
+        except ValueError as exc:
+            raise SqlError(f"create_function: {exc}") from None
+        self.sql(text)
+        return text
+
     def insert(self, table: str, data: Any) -> None:
         """Append rows (pyarrow Table/RecordBatch, pandas or Spark DataFrame, dict of columns)."""
         with self._guard():
@@ -239,17 +256,20 @@ class Database:
                 waited += poll
 
     def serve(self, *, host: str = "127.0.0.1", port: int = 5433, password: str | None = None,
-              readers: int = 0):  # noqa: ANN201
+              readers: int = 0, python_functions: bool = False):  # noqa: ANN201
         """Serve this database over the PostgreSQL wire protocol (``psql -h host -p port``) from
         background threads; returns the server (``.port``, ``.close()``). Localhost unless
         ``host`` says otherwise; with ``password``, clients must give it (any user name).
         ``readers``: processes that open the root read-only and answer queries in parallel with
-        this one (:mod:`millpond.readers`; 0: every statement runs in this process)."""
+        this one (:mod:`millpond.readers`; 0: every statement runs in this process).
+        ``python_functions``: clients may ``CREATE FUNCTION ... LANGUAGE python`` (their code runs in
+        this process and its Spark workers; off by default)."""
         from millpond.pgwire import serve
 
         if host not in ("127.0.0.1", "localhost", "::1") and password is None:
             raise MillpondError(f"serving on {host!r} needs a password (password=...): only localhost may go without")
-        return serve(self, host=host, port=port, password=password, readers=readers)
+        return serve(self, host=host, port=port, password=password, readers=readers,
+                     python_functions=python_functions)
 
     def table(self, name: str):  # noqa: ANN201
         """A Spark DataFrame over the committed snapshot of a table or view."""

@@ -56,6 +56,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     srv.add_argument("--password", default=os.environ.get("MILLPOND_PASSWORD"),
                      help="clients must give it (default: $MILLPOND_PASSWORD; none: localhost only)")
     srv.add_argument("--read-only", action="store_true", help="follow the root without writing (another process writes)")
+    srv.add_argument("--python-functions", action="store_true",
+                     help="let clients CREATE FUNCTION ... LANGUAGE python (their code runs in this process)")
     srv.add_argument("--interval", default="1s", help="background epochs this often (default 1s; 'none': off)")
     srv.add_argument("--readers", type=int, default=min(4, os.cpu_count() or 1),
                      help="processes that answer queries in parallel with the writer's (default: the CPUs, at "
@@ -118,7 +120,8 @@ def _serve(args: argparse.Namespace) -> int:
     interval = None if args.interval == "none" else args.interval
     with millpond.connect(_root(args.root), read_only=args.read_only, interval=interval,
                           log_level=args.log_level) as db:
-        with db.serve(host=args.host, port=args.port, password=args.password, readers=args.readers) as server:
+        with db.serve(host=args.host, port=args.port, password=args.password, readers=args.readers,
+                      python_functions=args.python_functions) as server:
             print(f"millpond: serving {args.root} on {args.host}:{server.port} (psql -h {args.host} -p {server.port})",
                   file=sys.stderr, flush=True)
             threading.Event().wait()  # until interrupted

@@ -12,11 +12,12 @@ from __future__ import annotations
 import threading
 
 import duckdb
+import pyarrow as pa
 from duckdb.sqltypes import VARCHAR
 
-from millpond import pgnumeric
+from millpond import pgnumeric, pyfunctions
 
-__all__ = ["cursor"]
+__all__ = ["cursor", "python_function"]
 
 _database: duckdb.DuckDBPyConnection | None = None
 _lock = threading.Lock()
@@ -33,3 +34,11 @@ def cursor() -> duckdb.DuckDBPyConnection:
                                       duckdb.struct_type({pgnumeric.FIELD: VARCHAR, pgnumeric.DIVISOR: VARCHAR}),
                                       type="arrow", null_handling="special")
         return _database.cursor()
+
+
+def python_function(spec: pyfunctions.Spec, mode: str, out: pa.DataType) -> str:
+    """The name of Python function ``spec`` (returning Arrow type ``out``) in the process's DuckDB
+    (registered on first use)."""
+    cursor().close()  # the database exists
+    with _lock:
+        return pyfunctions.register_duckdb(_database, spec, mode, out)

@@ -64,10 +64,13 @@ _CATALOG_WORDS = re.compile(r"pg_|information_schema|version|current_|session_us
 
 
 def serve(db: "Database", *, host: str = "127.0.0.1", port: int = 5433, password: str | None = None,
-          readers: int = 0) -> "Server":
+          readers: int = 0, python_functions: bool = False) -> "Server":
     """Start serving ``db`` in background threads; ``port=0`` picks a free port (``server.port``);
-    ``readers``: processes that answer queries in parallel (:mod:`millpond.readers`)."""
+    ``readers``: processes that answer queries in parallel (:mod:`millpond.readers`);
+    ``python_functions``: clients may create ``LANGUAGE python`` functions (code run by this process
+    and its Spark workers, as PostgreSQL's untrusted ``plpython3u``: off by default)."""
     server = Server(db, host, port, password, readers)
+    server.python_functions = python_functions
     server.start()
     return server
 
@@ -78,6 +81,7 @@ class Server(socketserver.ThreadingTCPServer):
 
     def __init__(self, db: "Database", host: str, port: int, password: str | None, readers: int = 0):
         self.db, self.password = db, password
+        self.python_functions = False
         self.cancels: dict[tuple[int, bytes], threading.Event] = {}  # a connection's key -> cancel its statement
         super().__init__((host, port), _Handler)
         self._thread: threading.Thread | None = None
@@ -274,7 +278,12 @@ class _Handler(socketserver.BaseRequestHandler):
             if table is not None:
                 return _Result(table, "SELECT")
         db = self.server.db
-        parsed = statements(sql)[0]
+        script = statements(sql)
+        parsed = script[0]
+        if not self.server.python_functions and any(_python_function(s) for s in script):
+            raise _Refused("CREATE FUNCTION ... LANGUAGE python runs its code in the server's process: refused "
+                           "over the wire unless the server runs with --python-functions (serve(python_functions="
+                           "True)); or create it with db.sql in Python")
         if catalog_query(parsed):
             return _Result(catalog_rows(db, sql), "SELECT")
         with warnings.catch_warnings():
@@ -406,11 +415,22 @@ class _Canceled(Exception):
     sqlstate = "57014"
 
 
+class _Refused(Exception):
+    sqlstate = "42501"  # insufficient_privilege
+
+
+def _python_function(s: exp.Expression) -> bool:
+    if not (isinstance(s, exp.Create) and (s.args.get("kind") or "").upper() == "FUNCTION"):
+        return False
+    props = s.args.get("properties").expressions if s.args.get("properties") else []
+    return any(isinstance(p, exp.LanguageProperty) and p.name.lower() != "sql" for p in props)
+
+
 _COPY_SUBSCRIBE = re.compile(r"COPY\s*\(\s*(SUBSCRIBE\b.*)\)\s*TO\s+STDOUT(?:\s+WITH\s*\(.*\))?", re.I | re.S)
 
 
 def _sqlstate(exc: BaseException) -> str:
-    if isinstance(exc, _Canceled):
+    if isinstance(exc, (_Canceled, _Refused)):
         return exc.sqlstate
     text = str(exc)
     if m := re.search(r"SQLSTATE:? (\w{5})", text):

@@ -32,8 +32,9 @@ __all__ = ["Column", "TableDef", "ViewDef", "FlowDef", "FunctionDef", "IndexDef"
 # 7: indexes (likewise); 8: partial views (likewise); 9: flows whose state is ordered by their window
 # (likewise: an older millpond would look their groups up by another key); 10: tables and views
 # whose rows are addressed by their key's hash (likewise: an older millpond hashes every column);
-# 11: sinks and tables read from files (likewise: an older millpond would not write or read them)
-FORMAT = 11
+# 11: sinks and tables read from files (likewise: an older millpond would not write or read them);
+# 12: Python functions (likewise: an older millpond would read their source as SQL)
+FORMAT = 12
 
 
 @dataclass(frozen=True)
@@ -120,15 +121,19 @@ class FunctionDef:
     sql: str  # the CREATE FUNCTION statement as written
     params: tuple[tuple[str, str], ...]  # (name or "", SQL type), in order
     returns: str  # SQL type
-    body: str  # the body's expression, in the PostgreSQL dialect
+    body: str  # the body's expression, in the PostgreSQL dialect; a Python function's source
+    language: str = "sql"  # or "python" (millpond.pyfunctions; format 12)
+    strict: bool = True  # a Python function: NULL in, NULL out (False: CALLED ON NULL INPUT)
 
     def to_json(self) -> dict:
+        extra = {"language": self.language, "strict": self.strict} if self.language != "sql" else {}
         return {"name": self.name, "sql": self.sql, "params": [list(p) for p in self.params],
-                "returns": self.returns, "body": self.body}
+                "returns": self.returns, "body": self.body, **extra}
 
     @classmethod
     def from_json(cls, d: dict) -> "FunctionDef":
-        return cls(d["name"], d["sql"], tuple((n, t) for n, t in d["params"]), d["returns"], d["body"])
+        return cls(d["name"], d["sql"], tuple((n, t) for n, t in d["params"]), d["returns"], d["body"],
+                   d.get("language", "sql"), d.get("strict", True))
 
     @property
     def signature(self) -> str:
@@ -337,7 +342,7 @@ class Catalog:
         return json.dumps(
             {
                 # an append-only table has no state of its own: older versions must not open the root
-                "format": 11 if self.sinks or any(t.source for t in self.tables.values()) else 10 if any(t.key_hashed for t in self.tables.values()) or any(
+                "format": 12 if any(f.language != "sql" for f in self.functions.values()) else 11 if self.sinks or any(t.source for t in self.tables.values()) else 10 if any(t.key_hashed for t in self.tables.values()) or any(
                     (v.plan or {}).get("plan", {}).get("key") for v in [*self.views.values(), *self.flows.values()])
                 else 9 if any(f.cluster for f in self.flows.values()) else 8 if any(v.partial for v in self.views.values()) else 7 if self.indexes else 6 if self.retention else 5 if self.flows else 4 if self.functions else 3 if any(
                     t.append_only for t in self.tables.values()) else 2,

@@ -19,8 +19,9 @@ from typing import Callable
 from sqlglot import exp
 
 from millpond.engine import numerics
+from millpond.pyfunctions import Spec, udf_name
 
-__all__ = ["to_spark", "to_duckdb", "generate", "mp", "is_mp", "null_on_error", "PREFIX"]
+__all__ = ["to_spark", "to_duckdb", "generate", "mp", "is_mp", "null_on_error", "python_calls", "PREFIX"]
 
 PREFIX = "MP_"
 
@@ -333,6 +334,8 @@ _NUMERIC = {"NUMERIC_OF": numerics.numeric_of, "NUMERIC_TEXT": numerics.text_of,
             "NUMERIC_VALUE": numerics.value_of, "NUMERIC_NEG": numerics.negate, "NUMERIC_ABS": numerics.absolute}
 
 _SPARK: dict[str, Render] = {
+    # registered on the session by the builder (millpond.spark.build), which sees every call first
+    "PY": lambda a, e: f"{udf_name(Spec.decode(e[0].name), e[1].name)}({', '.join(a[2:])})",
     "ROUND_EVEN": lambda a, e: f"BROUND({a[0]})",
     "ERROR": lambda a, e: f"RAISE_ERROR({a[0]})",
     "TEXT_TO_BOOL": lambda a, e: _text_to_bool(a[0], "RAISE_ERROR"),
@@ -361,7 +364,16 @@ _SPARK: dict[str, Render] = {
     "NUMERIC_DIV": _numeric(numerics.defer, "spark"),
 }
 
+def _duckdb_python(a: list[str], e: list[exp.Expression]) -> str:
+    from millpond import duck
+    from millpond.catalog.types import arrow_type
+
+    spec = Spec.decode(e[0].name)
+    return f"{duck.python_function(spec, e[1].name, arrow_type(spec.returns))}({', '.join(a[2:])})"
+
+
 _DUCKDB: dict[str, Render] = {
+    "PY": _duckdb_python,  # registered on the process's DuckDB as its SQL is written
     "ROUND_EVEN": lambda a, e: f"ROUND_EVEN({a[0]}, 0)",
     "ERROR": lambda a, e: f"error({a[0]})",
     "TEXT_TO_BOOL": lambda a, e: _text_to_bool(a[0], "error"),
@@ -414,5 +426,14 @@ def null_on_error(e: exp.Expression) -> exp.Expression:
                           false=exp.IntDiv(this=a, expression=b.copy()))
         if type(n) is exp.Cast:
             return exp.TryCast(this=null_on_error(n.this), to=n.args["to"], safe=True)
+        if is_mp(n, "PY"):  # a Python function whose call raises gives NULL
+            spec, _, *args = n.expressions
+            return mp("PY", spec.copy(), exp.Literal.string("null"), *map(null_on_error, args))
         return n
     return e.copy().transform(fn)
+
+
+def python_calls(e: exp.Expression) -> list[tuple[Spec, str]]:
+    """The Python functions ``e`` calls (:mod:`millpond.pyfunctions`), with their error mode."""
+    return [(Spec.decode(n.expressions[0].name), n.expressions[1].name) for n in e.walk() if is_mp(n, "PY")]
+

@@ -19,11 +19,12 @@ _CONTEXT = re.compile(r"== SQL \(line \d+, position \d+\) ==\n(.*)")
 
 
 def data_error(exc: BaseException) -> dict | None:
-    """A Spark error of SQLSTATE class 22 (data exception) as {error_class, sqlstate, message,
-    expression}; None for any other error."""
+    """A Spark error of SQLSTATE class 22 (data exception) or 38 (a Python function raised:
+    :mod:`millpond.pyfunctions`) as {error_class, sqlstate, message, expression}; None for any
+    other error."""
     text = str(exc)
     m = _ERROR.search(text)
-    if m is None or not m.group(3).startswith("22"):
+    if m is None or not m.group(3).startswith(("22", "38")):
         return None
     message = m.group(2).split(". ")[0].rstrip(".")  # Spark's advice (try_divide, ansi) does not apply here
     context = _CONTEXT.search(text[m.end():])

@@ -45,6 +45,7 @@ from millpond.columns import KH, W
 from millpond.engine import plan as P
 from millpond.engine.expressions import to_duckdb
 from millpond.engine.operators import HashAggregate, Materialize
+from millpond.pyfunctions import PYTHON_ERROR
 from millpond.engine.step import run_step
 from millpond.store.manifest import Manifest
 from millpond.store.objects import ObjectStore
@@ -215,6 +216,8 @@ def _above(name: str, m: Merge, rows: pl.DataFrame) -> pl.DataFrame:
             result = con.sql(sql).to_arrow_table()
         except (duckdb.InvalidInputException, duckdb.ConversionException, duckdb.OutOfRangeException) as exc:
             # a data error, named as Spark names one (the coordinator isolates the flow, as a view)
+            if (m := PYTHON_ERROR.search(str(exc))) is not None:  # a Python function raised
+                raise FlowDataError(f"flow {name!r}: {m.group(0)}") from None
             text = str(exc).split(":", 1)[-1].strip()
             cls, state = _DATA_ERRORS.get(text, ("NUMERIC_VALUE_OUT_OF_RANGE", "22003")
                                           if isinstance(exc, duckdb.OutOfRangeException) else ("CAST_INVALID_INPUT",

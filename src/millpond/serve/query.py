@@ -26,6 +26,7 @@ from millpond.engine.expressions import to_duckdb
 from millpond.engine.numerics import is_quotient
 from millpond.errors import SqlError
 from millpond.log.conform import from_interval
+from millpond.pyfunctions import raised
 from millpond.serve.display import to_decimal
 
 if TYPE_CHECKING:
@@ -67,7 +68,7 @@ def answer(rt: Runtime, query: exp.Expression, *, hidden: bool = False, pending:
                     con.register(name, rt.snapshot(name, hidden=hidden, pending=pending))
                 result = con.sql(sql).to_arrow_table()
         except duckdb.Error as exc:
-            raise SqlError(f"query failed: {exc}") from None
+            raise SqlError(f"query failed: {raised(exc) or exc}") from None
         return _shown(result, intervals=not hidden)
     finally:
         con.close()

@@ -25,13 +25,14 @@ from millpond.catalog import TableDef
 from millpond.columns import KH, ROW_ID, VN, W
 from millpond.engine import plan as P
 from millpond.engine.executor import Consumer, EpochJob, PieceSource, Ranges, ViewInput
-from millpond.engine.expressions import null_on_error, to_duckdb, to_spark
+from millpond.engine.expressions import null_on_error, python_calls, to_duckdb, to_spark
 from millpond.engine.flows import CLUSTER_MAX, CLUSTER_MIN, CLUSTER_NULL, CLUSTER_UNIT
 from millpond.engine.operators import Arrange, HashAggregate, HashJoin, Materialize, Operator, Over, TopN
 from millpond.engine.operators.aggregate import VALUE_FUNCS, nonnull_col, sum_col, value_col
 from millpond.engine.operators.join import SIDE
 from millpond.errors import IndexMismatch, InvariantError
 from millpond.spark.combine import Combine, plan_combine
+from millpond.spark.functions import register_calls
 from millpond.spark.fusing import Fusing
 from millpond.spark.inputs import DRIVER_READ_ROWS, arrow_schema, quote
 from millpond.spark.task import CONSUMER, FILE, ROWS, Task
@@ -115,7 +116,9 @@ class Builder(Fusing):
     # -- stateless ----------------------------------------------------------------------------
     def _sql(self, e: exp.Expression) -> str:
         """A view's expression as Spark SQL; in an ``on_error = 'null'`` view, errors are NULLs."""
-        return to_spark(null_on_error(e) if self.consumer.on_error == "null" else e)
+        e = null_on_error(e) if self.consumer.on_error == "null" else e
+        register_calls(self.spark, e)  # the Python functions it calls
+        return to_spark(e)
 
     def _filter(self, node: P.Filter) -> DataFrame:
         return self.build(node.input).filter(self._sql(node.predicate))
@@ -229,6 +232,8 @@ class Builder(Fusing):
         op = HashJoin(tuple(kcols), tuple(lcols), tuple(rcols), name=f"{self.consumer.name}#{node.node_id}",
                       kind=node.kind,
                       residual=to_duckdb(node.residual) if node.residual is not None else None,
+                      functions=tuple((s.encode(), m) for s, m in python_calls(node.residual))
+                      if node.residual is not None else (),
                       left_shared=stored["left"][1] if "left" in stored else None,
                       right_shared=stored["right"][1] if "right" in stored else None)
         task = self._task(node.node_id, op, schema, shared={label: sid for label, (sid, _) in stored.items()})

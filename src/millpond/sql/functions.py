@@ -18,6 +18,7 @@ under a view whose stored plan inlined it.
 
 from __future__ import annotations
 
+import textwrap
 from typing import Mapping
 
 import sqlglot
@@ -25,7 +26,8 @@ from sqlglot import exp
 
 from millpond.catalog import FunctionDef
 from millpond.engine.expressions import mp
-from millpond.errors import SqlError
+from millpond.errors import MillpondError, SqlError
+from millpond.pyfunctions import PARAM_TYPES, Spec, check_source
 
 __all__ = ["define", "check", "inline"]
 
@@ -40,10 +42,12 @@ def define(s: exp.Create) -> FunctionDef:
     name = udf.this.name if isinstance(udf, exp.UserDefinedFunction) else udf.name
     props = {type(p).__name__: p for p in (s.args.get("properties").expressions if s.args.get("properties") else [])}
     language = props.get("LanguageProperty")
-    if language is not None and language.name.lower() != "sql":
-        raise SqlError(f"function {name!r}: LANGUAGE {language.name} is not supported (only LANGUAGE SQL: "
-                       "a body that is one SQL expression)")
-    returns = props.get("ReturnsProperty")
+    lang = language.name.lower() if language is not None else "sql"
+    if lang not in ("sql", "python"):
+        raise SqlError(f"function {name!r}: LANGUAGE {language.name} is not supported (LANGUAGE SQL: a body that "
+                       "is one SQL expression; LANGUAGE python: a Python function)")
+    returns = next((p for p in (s.args.get("properties").expressions if s.args.get("properties") else [])
+                    if isinstance(p, exp.ReturnsProperty) and p.this is not None), None)
     if returns is None or returns.args.get("is_table") or not isinstance(returns.this, exp.DataType):
         raise SqlError(f"function {name!r} needs RETURNS <type> (a scalar type; set-returning functions are "
                        "not supported)")
@@ -61,6 +65,11 @@ def define(s: exp.Create) -> FunctionDef:
             params.append(("", p.sql("postgres")))
         else:
             raise SqlError(f"function {name!r}: cannot read parameter {i + 1} ({p.sql('postgres')})")
+    if lang == "python":
+        return _python(name, s, params, returns.this.sql("postgres"), props)
+    if "CalledOnNullInputProperty" in props or "StrictProperty" in props:
+        raise SqlError(f"function {name!r}: a SQL function's body decides what NULL arguments give; "
+                       "STRICT / CALLED ON NULL INPUT apply to LANGUAGE python")
     body = _body(name, s.expression)
     names = {n for n, _ in params if n}
     for col in body.find_all(exp.Column):
@@ -77,6 +86,8 @@ def check(f: FunctionDef, functions: Mapping[str, FunctionDef]) -> None:
     """``f``'s body binds (known functions, operand types that fit), as a call with NULL arguments."""
     from millpond.sql.query import bind_select
 
+    if f.language == "python":
+        return  # its types were checked at define, and its body compiled
     args = ", ".join(f"CAST(NULL AS {t})" for _, t in f.params)
     query, _ = inline(sqlglot.parse_one(f"SELECT {f.name}({args}) AS r", dialect="postgres"),
                       {**functions, f.name: f})
@@ -84,6 +95,34 @@ def check(f: FunctionDef, functions: Mapping[str, FunctionDef]) -> None:
         bind_select(query, {})
     except SqlError as exc:
         raise SqlError(f"function {f.name!r}: {exc.args[0]}") from None
+
+
+def _python(name: str, s: exp.Create, params: list[tuple[str, str]], returns: str, props: dict) -> FunctionDef:
+    """A ``LANGUAGE python`` function: its source compiles, defines ``name`` for its parameters, and
+    its types are ones a Python value stands for (:data:`millpond.pyfunctions.PARAM_TYPES`)."""
+    from millpond.catalog.types import normalize_type
+    from millpond.sql.statements import source
+
+    for what, t in [*((f"parameter {n or i + 1}", t) for i, (n, t) in enumerate(params)), ("RETURNS", returns)]:
+        try:
+            base = normalize_type(t).split("(")[0]
+        except MillpondError:
+            base = t
+        if base not in PARAM_TYPES:
+            raise SqlError(f"function {name!r}: {what} is {t}; a Python function takes and returns "
+                           f"{', '.join(PARAM_TYPES)}")
+    if not params:
+        raise SqlError(f"function {name!r}: a Python function needs a parameter (a constant is a SQL function)")
+    body = s.expression
+    if not isinstance(body, (exp.Literal, exp.Heredoc)) or (isinstance(body, exp.Literal) and not body.is_string):
+        raise SqlError(f"function {name!r}: LANGUAGE python needs its source as AS $$ def {name}(...): ... $$")
+    text = textwrap.dedent((body.name if isinstance(body, exp.Literal) else body.this).strip("\n"))
+    try:
+        check_source(name, text, len(params))
+    except ValueError as exc:
+        raise SqlError(f"function {name!r}: {exc}") from None
+    strict = "CalledOnNullInputProperty" not in props
+    return FunctionDef(name, source(s), tuple(params), returns, text, "python", strict)
 
 
 def _body(name: str, body: exp.Expression | None) -> exp.Expression:
@@ -130,6 +169,9 @@ def _expand(f: FunctionDef, call: exp.Anonymous) -> exp.Expression:
                        f"({f.signature}), got {len(args)}")
     # each argument converted as PostgreSQL passes it: by an implicit cast only (bound in semantics)
     typed = [mp("ARG", a.copy(), exp.Literal.string(t), exp.Literal.string(f.name)) for a, (_, t) in zip(args, f.params)]
+    if f.language == "python":  # the call carries the function whole: a stored plan keeps its body
+        spec = Spec(f.name, f.body, f.returns, tuple(t for _, t in f.params), f.strict)
+        return mp("PY", exp.Literal.string(spec.encode()), exp.Literal.string("fail"), *typed)
     by_name = {n: a for (n, _), a in zip(f.params, typed) if n}
     body = sqlglot.parse_one(f.body, dialect="postgres")
 

@@ -70,6 +70,7 @@ def show(rt: Runtime, s: exp.Command) -> pa.Table:
             "name": pa.array([f.name for f in functions], pa.string()),
             "arguments": pa.array([", ".join(f"{n} {t}".strip() for n, t in f.params) for f in functions], pa.string()),
             "returns": pa.array([f.returns for f in functions], pa.string()),
+            "language": pa.array([f.language for f in functions], pa.string()),
             "sql": pa.array([f.sql for f in functions], pa.string()),
         })
     if what == "FLOWS":

@@ -36,9 +36,11 @@ from typing import Mapping
 import polars as pl
 
 from millpond import duck
+from millpond.catalog.types import arrow_type
 from millpond.columns import COUNT, KH, W
 from millpond.engine.changelog import consolidate, settle, state_rows
 from millpond.engine.operators.base import Part, lookup
+from millpond.pyfunctions import Spec
 from millpond.store.state_table import StateTable
 
 __all__ = ["HashJoin", "Arrange", "SIDE"]
@@ -57,6 +59,7 @@ class HashJoin:
     name: str  # for error messages
     kind: str = "inner"  # inner | left | right | full
     residual: str | None = None  # DuckDB SQL over the columns of both sides (outer joins only)
+    functions: tuple[tuple[str, str], ...] = ()  # the Python functions it calls: (encoded Spec, error mode)
     # per side: None (its own state), or the index's column each of the side's columns is (a shared side)
     left_shared: tuple[str, ...] | None = None
     right_shared: tuple[str, ...] | None = None
@@ -203,6 +206,9 @@ def _join_rows(spec: HashJoin, left: pl.DataFrame, right: pl.DataFrame, types: p
     sql = (f"SELECT {', '.join([*(f'l.{_dq(c)}' for c in lcols), *(f'r.{_dq(c)}' for c in rcols)])}, "
            f"coalesce(l.{W}, 1) * coalesce(r.{W}, 1) AS {W} "
            f"FROM l {spec.kind.upper()} JOIN r ON {cond}")
+    for function, mode in spec.functions:  # registered in this process's DuckDB (a Spark worker's)
+        decoded = Spec.decode(function)
+        duck.python_function(decoded, mode, arrow_type(decoded.returns))
     con = duck.cursor()
     try:
         con.register("l", left.select(*spec.key_columns, *lcols, W).to_arrow())

@@ -18,6 +18,7 @@ from millpond.sql.semantics.datetime import HANDLERS as DATETIME, date_part, to_
 from millpond.sql.semantics.interval_keys import GROUP_KEY, GROUP_VALUE, group_marker
 from millpond.sql.semantics.intervals import JUSTIFY, justify
 from millpond.engine.expressions import is_mp, mp
+from millpond.pyfunctions import Spec
 from millpond.sql.semantics.regex import regexp_extract, regexp_like, regexp_replace
 from millpond.sql.semantics.types import SqlType
 
@@ -378,6 +379,10 @@ def _anonymous(b: Binder, node: exp.Anonymous) -> Typed:
         return node, T.TIMESTAMP
     if is_mp(node, "ARG"):  # an argument of a SQL function (millpond.sql.functions)
         return _function_argument(b, node)
+    if is_mp(node, "PY"):  # a Python function's call (millpond.pyfunctions), its arguments MP_ARG
+        spec, mode, *args = node.expressions
+        bound = [b.value(a)[0] for a in args]
+        return mp("PY", spec, mode, *bound), T.from_catalog(Spec.decode(spec.name).returns)
     if is_mp(node, GROUP_KEY) or is_mp(node, GROUP_VALUE):  # an interval GROUP BY (interval_keys.group_by_span)
         return group_marker(b, node)
     rule = _BY_NAME.get(name)

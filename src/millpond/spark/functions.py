@@ -1,0 +1,43 @@
+"""Python functions in SQL (:mod:`millpond.pyfunctions`) as Spark sees them: each one an Arrow UDF
+registered on the session under its name in Spark SQL, before a view's expression that calls it
+is handed to Catalyst. The UDF pickles the function's :class:`~millpond.pyfunctions.Spec` (its
+source), so a worker needs nothing but millpond to run it."""
+
+from __future__ import annotations
+
+import weakref
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+from pyspark.sql.functions import arrow_udf
+from pyspark.sql.pandas.types import to_arrow_type
+from pyspark.sql.types import _parse_datatype_string
+from sqlglot import exp
+
+from millpond.catalog.types import spark_ddl_type
+from millpond.engine.expressions import python_calls
+from millpond.pyfunctions import Spec, evaluate, udf_name
+
+__all__ = ["register_calls"]
+
+_registered: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # a session: the names registered
+
+
+def register_calls(spark: SparkSession, e: exp.Expression) -> None:
+    """Every Python function ``e`` calls, registered on ``spark`` (once per session)."""
+    for spec, mode in python_calls(e):
+        _register(spark, spec, mode)
+
+
+def _register(spark: SparkSession, spec: Spec, mode: str) -> None:
+    name = udf_name(spec, mode)
+    if name in _registered.setdefault(spark, set()):
+        return
+    returns = _parse_datatype_string(spark_ddl_type(spec.returns))
+    out = to_arrow_type(returns)
+
+    def run(*columns: pa.Array) -> pa.Array:
+        return evaluate(spec, mode, list(columns), out)
+
+    spark.udf.register(name, arrow_udf(run, returns))
+    _registered[spark].add(name)
