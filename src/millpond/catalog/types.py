@@ -29,6 +29,7 @@ _SIMPLE: dict[exp.DataType.Type, tuple[str, pa.DataType, str]] = {
     _T.TEXT: ("VARCHAR", pa.string(), "STRING"),
     _T.CHAR: ("VARCHAR", pa.string(), "STRING"),
     _T.DATE: ("DATE", pa.date32(), "DATE"),
+    _T.VARBINARY: ("BYTEA", pa.binary(), "BINARY"),
     _T.TIMESTAMP: ("TIMESTAMP", pa.timestamp("us"), "TIMESTAMP_NTZ"),
     _T.TIMESTAMPTZ: ("TIMESTAMPTZ", pa.timestamp("us", tz="UTC"), "TIMESTAMP"),
     _T.INTERVAL: ("INTERVAL", INTERVAL, "STRUCT<months: INT, days: INT, micros: BIGINT>"),
@@ -52,10 +53,34 @@ def normalize_type(sql_type: str | exp.DataType) -> str:
     if dt.this == _T.INTERVAL and dt.expressions:
         raise SchemaError(f"column type {dt.sql('postgres')} is not supported: an INTERVAL keeps microseconds; "
                           "use INTERVAL")
+    if dt.this == _T.ARRAY:
+        return f"{normalize_type(_one(dt))}[]"
+    if dt.this == _T.STRUCT:
+        return f"STRUCT<{', '.join(f'{_field(c)[0]} {normalize_type(_field(c)[1])}' for c in dt.expressions)}>"
+    if dt.this == _T.MAP:
+        key, value = dt.expressions
+        if key.this in _NESTED:
+            raise SchemaError(f"column type {dt.sql('postgres')} is not supported: a map's key is a scalar type")
+        return f"MAP({normalize_type(key)}, {normalize_type(value)})"
     if dt.this not in _SIMPLE:
         raise SchemaError(f"column type {dt.sql('postgres')} is not supported; use one of BOOLEAN, SMALLINT, INT, "
-                          "BIGINT, REAL, DOUBLE, VARCHAR, DATE, TIMESTAMP, TIMESTAMPTZ, INTERVAL, DECIMAL(p,s)")
+                          "BIGINT, REAL, DOUBLE, VARCHAR, BYTEA, DATE, TIMESTAMP, TIMESTAMPTZ, INTERVAL, DECIMAL(p,s), "
+                          "an array of one (INT[]), STRUCT<a INT, …> or MAP(VARCHAR, INT)")
     return _SIMPLE[dt.this][0]
+
+
+_NESTED = (_T.ARRAY, _T.STRUCT, _T.MAP)
+
+
+def _one(dt: exp.DataType) -> exp.DataType:
+    return dt.expressions[0]
+
+
+def _field(c: exp.Expression) -> tuple[str, exp.DataType]:
+    """A STRUCT field's name and type."""
+    if isinstance(c, exp.ColumnDef):
+        return c.name, c.args["kind"]
+    raise SchemaError(f"a STRUCT field needs a name and a type: {c.sql('postgres')}")
 
 
 def _decimal_args(dt: exp.DataType) -> tuple[int, int]:
@@ -67,19 +92,30 @@ def _decimal_args(dt: exp.DataType) -> tuple[int, int]:
     return precision, scale
 
 
-def arrow_type(sql_type: str) -> pa.DataType:
+def arrow_type(sql_type: str | exp.DataType) -> pa.DataType:
     dt = _parse(sql_type)
     if dt.this == _T.DECIMAL:
         return pa.decimal128(*_decimal_args(dt))
+    if dt.this == _T.ARRAY:
+        return pa.list_(arrow_type(_one(dt)))
+    if dt.this == _T.STRUCT:
+        return pa.struct([pa.field(n, arrow_type(t)) for n, t in map(_field, dt.expressions)])
+    if dt.this == _T.MAP:
+        return pa.map_(arrow_type(dt.expressions[0]), arrow_type(dt.expressions[1]))
     return _SIMPLE[dt.this][1]
 
 
-def spark_ddl_type(sql_type: str) -> str:
+def spark_ddl_type(sql_type: str | exp.DataType) -> str:
     dt = _parse(sql_type)
     if dt.this == _T.DECIMAL:
         return "DECIMAL({},{})".format(*_decimal_args(dt))
+    if dt.this == _T.ARRAY:
+        return f"ARRAY<{spark_ddl_type(_one(dt))}>"
+    if dt.this == _T.STRUCT:
+        return f"STRUCT<{', '.join(f'`{n}`: {spark_ddl_type(t)}' for n, t in map(_field, dt.expressions))}>"
+    if dt.this == _T.MAP:
+        return f"MAP<{spark_ddl_type(dt.expressions[0])}, {spark_ddl_type(dt.expressions[1])}>"
     return _SIMPLE[dt.this][2]
-
 
 
 def sql_type(t: pa.DataType) -> str:
@@ -92,9 +128,19 @@ def sql_type(t: pa.DataType) -> str:
         return "INTERVAL"
     if pa.types.is_struct(t) and [t.field(i).name for i in range(t.num_fields)] == ["pg_numeric", "pg_divisor"]:
         return "NUMERIC"  # a quotient: PostgreSQL's display scale per value (millpond.engine.numerics)
+    if pa.types.is_map(t):
+        return f"MAP({sql_type(t.key_type)}, {sql_type(t.item_type)})"
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return f"{sql_type(t.value_type)}[]"
+    if pa.types.is_struct(t):
+        return f"STRUCT<{', '.join(f'{_name(t.field(i).name)} {sql_type(t.field(i).type)}' for i in range(t.num_fields))}>"
     return _SQL_TYPES.get(t, str(t).upper())
+
+
+def _name(name: str) -> str:
+    return name if name.isidentifier() and name.lower() == name else '"' + name.replace('"', '""') + '"'
 
 
 _SQL_TYPES = {pa.bool_(): "BOOLEAN", pa.int8(): "SMALLINT", pa.int16(): "SMALLINT", pa.int32(): "INT",
               pa.int64(): "BIGINT", pa.float32(): "REAL", pa.float64(): "DOUBLE", pa.string(): "VARCHAR",
-              pa.large_string(): "VARCHAR", pa.date32(): "DATE"}
+              pa.large_string(): "VARCHAR", pa.date32(): "DATE", pa.binary(): "BYTEA", pa.large_binary(): "BYTEA"}

@@ -27,9 +27,30 @@ _OIDS = [(pa.types.is_boolean, 16), (is_quotient, 1700),
          (lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t), 17)]
 
 
+# an array's OID by its element's: bool, bytea, int2, int4, int8, float4, float8, numeric, text, date,
+# time, timestamp, timestamptz, interval (a nested array has its element's array OID, as in PostgreSQL)
+_ARRAY_OIDS = {16: 1000, 17: 1001, 21: 1005, 23: 1007, 20: 1016, 700: 1021, 701: 1022, 1700: 1231, 25: 1009,
+               1082: 1182, 1083: 1183, 1114: 1115, 1184: 1185, 1186: 1187}
+_RECORD = 2249
+
+
 def oid(t: pa.DataType) -> int:
-    """The OID of the PostgreSQL type of Arrow type ``t``."""
+    """The OID of the PostgreSQL type of Arrow type ``t`` (a STRUCT is a ``record``; a MAP, which
+    PostgreSQL has not, is text)."""
+    if pa.types.is_map(t):
+        return 25
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        inner = t.value_type
+        while pa.types.is_list(inner) or pa.types.is_large_list(inner):
+            inner = inner.value_type
+        return _ARRAY_OIDS.get(oid(inner), 1009)
+    if pa.types.is_struct(t) and not is_quotient(t) and not _is_interval(t):
+        return _RECORD
     return next((o for test, o in _OIDS if test(t)), 25)
+
+
+def _is_interval(t: pa.DataType) -> bool:
+    return pa.types.is_struct(t) and [t.field(i).name for i in range(t.num_fields)] == ["months", "days", "micros"]
 
 
 def fields(table: pa.Table) -> list[FieldDescription]:
@@ -54,7 +75,43 @@ def _texts(field: pa.Field, column: pa.ChunkedArray) -> list[bytes | None]:
         return [None if v is None else v.encode() for v in quotient_texts(column).to_pylist()]
     if pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t):
         return [None if v is None else v.encode() for v in pc.cast(column, pa.string()).to_pylist()]
+    if _nested(t):
+        return [None if v is None else _nested_text(t, v).encode() for v in column.to_pylist()]
     return [None if v is None else _text(v).encode() for v in column.to_pylist()]
+
+
+def _nested(t: pa.DataType) -> bool:
+    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t) or (
+        pa.types.is_struct(t) and not is_quotient(t) and not _is_interval(t))
+
+
+def _nested_text(t: pa.DataType, v: object) -> str:
+    """PostgreSQL's text of an array (``{1,2,NULL}``, ``{{1,2},{3,4}}``, ``{"a b","q\\"x"}``) or a
+    composite (``(1,"a b",)``); a MAP as RisingWave writes one (``{a:1,b:NULL}``)."""
+    if pa.types.is_map(t):
+        return "{" + ",".join(f"{_element(t.key_type, k, '{}:,')}:{_element(t.item_type, x, '{}:,')}" for k, x in v) + "}"
+    if pa.types.is_struct(t):
+        parts = [_element(t.field(i).type, v[t.field(i).name], '(),', null="") for i in range(t.num_fields)]
+        return "(" + ",".join(parts) + ")"
+    return "{" + ",".join(_element(t.value_type, x, "{},") for x in v) + "}"
+
+
+def _element(t: pa.DataType, v: object, special: str, null: str = "NULL") -> str:
+    """One element inside an array's (composite's) text: quoted when empty or holding a special
+    character, whitespace, a quote or a backslash (and ``NULL`` quoted in an array)."""
+    if v is None:
+        return null
+    if _nested(t) and not pa.types.is_struct(t) and not pa.types.is_map(t) and "{" in special:
+        return _nested_text(t, v)  # an array inside an array: as it is
+    if pa.types.is_boolean(t):
+        text = "t" if v else "f"
+    elif _nested(t):
+        text = _nested_text(t, v)
+    else:
+        text = _text(v)
+    if text == "" or text.upper() == "NULL" or any(c in text for c in special + '"\\ \t\n'):
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return text
 
 
 def _text(v: object) -> str:

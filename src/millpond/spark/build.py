@@ -34,7 +34,7 @@ from millpond.errors import IndexMismatch, InvariantError
 from millpond.spark.combine import Combine, plan_combine
 from millpond.spark.functions import register_calls
 from millpond.spark.fusing import Fusing
-from millpond.spark.inputs import DRIVER_READ_ROWS, arrow_schema, quote
+from millpond.spark.inputs import DRIVER_READ_ROWS, arrow_schema, key_hash, quote
 from millpond.spark.task import CONSUMER, FILE, ROWS, Task
 from millpond.store.sst import VNODES
 
@@ -156,9 +156,9 @@ class Builder(Fusing):
 
     # -- stateful -----------------------------------------------------------------------------
     def _exchange(self, df: DataFrame, keys: list[str]) -> DataFrame:
-        """Rows hashed on ``keys`` (column names) to their vnode, and exchanged on it. Built from SQL
-        text: every Column object is a round trip to the JVM, and an epoch builds many exchanges."""
-        kh = _hash(keys)
+        """Rows hashed on ``keys`` (column names) to their vnode, and exchanged on it (SQL text: every
+        Column object is a round trip to the JVM, and an epoch builds many exchanges)."""
+        kh = key_hash(keys, df.schema)
         df = df.selectExpr("*", f"{kh} AS {KH}", f"CAST(pmod({kh}, {VNODES}) AS INT) AS {VN}")
         if self.job.parallelism == 1:  # one task holds every vnode: no shuffle, its stage is its input's
             return df.coalesce(1)
@@ -340,7 +340,7 @@ class Builder(Fusing):
         if self.single:
             df = df.coalesce(1)
         m = self.consumer.merge
-        kh = _hash(group) if m is None or m.cluster_group is None else \
+        kh = key_hash(group) if m is None or m.cluster_group is None else \
             _cluster_hash(group, m.cluster_group, df.schema[m.cluster_group].dataType)
         return self._group(df, [*group, *values], measures, having=having).selectExpr(f"{kh} AS {KH}", "*")
 
@@ -419,7 +419,7 @@ class Builder(Fusing):
         cols = [c for c in df.columns if c != W]
         key = list(node.key) or cols  # what addresses the rows in state (plan.Materialize)
         if P.keyed_by(node.input) is not None:  # no exchange: the rows stay in the stateful task that made them
-            df = df.selectExpr("*", f"{_hash(key)} AS {KH}")
+            df = df.selectExpr("*", f"{key_hash(key, df.schema)} AS {KH}")
         else:
             df = self._exchange(df, key)
         op = Materialize(tuple(cols), name=self.consumer.name)
@@ -464,11 +464,6 @@ def _over_partials(node: P.Node) -> bool:
     return any(isinstance(n, P.Aggregate) and n.eager or _over_partials(n) for n in P.inputs(node))
 
 
-def _hash(keys: list[str]) -> str:
-    """The SQL of the 64-bit key hash of ``keys`` (its vnode is the hash modulo ``VNODES``)."""
-    return f"xxhash64({', '.join(quote(k) for k in keys)})" if keys else "CAST(0 AS BIGINT)"
-
-
 def _cluster_hash(keys: list[str], column: str, dtype: T.DataType) -> str:
     """The SQL of a flow's key whose high 32 bits are the window ``column``'s minute and low 32 bits
     ``keys``' hash (:func:`millpond.engine.flows.cluster_floor` has the layout). The minute of a
@@ -478,7 +473,7 @@ def _cluster_hash(keys: list[str], column: str, dtype: T.DataType) -> str:
               T.TimestampNTZType: f"unix_date(CAST({c} AS DATE)) * 1440 + hour({c}) * 60 + minute({c})",
               T.TimestampType: f"floor(unix_micros({c}) / {CLUSTER_UNIT}D)"}[type(dtype)]
     bounded = f"coalesce(least(greatest(CAST({minute} AS BIGINT), {CLUSTER_MIN}), {CLUSTER_MAX}), {CLUSTER_NULL})"
-    return f"(shiftleft({bounded}, 32) | ({_hash(keys)} & 4294967295))"
+    return f"(shiftleft({bounded}, 32) | ({key_hash(keys)} & 4294967295))"
 
 
 def _types(df: DataFrame, exprs: list[str]) -> list[T.DataType]:

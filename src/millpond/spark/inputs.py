@@ -33,7 +33,7 @@ from millpond.store.manifest import Levels
 from millpond.store.objects import open_store
 from millpond.store.state_table import StateTable
 
-__all__ = ["Inputs", "DRIVER_READ_ROWS", "read_columns", "read_rows", "quote", "arrow_schema"]
+__all__ = ["Inputs", "DRIVER_READ_ROWS", "read_columns", "read_rows", "quote", "arrow_schema", "key_hash"]
 
 DRIVER_READ_ROWS = 10_000  # a smaller range is read by the driver and handed to Spark as Arrow
 # a stage whose tasks read the log themselves (spark/fused.py) has one task per this many records:
@@ -332,3 +332,11 @@ def quote(name: str) -> str:
 
 def arrow_schema(schema: T.StructType) -> pa.Schema:
     return to_arrow_schema(schema, prefers_large_types=True, timezone="UTC")  # a TIMESTAMP is a UTC instant
+
+
+def key_hash(keys: list[str], schema: T.StructType | None = None) -> str:
+    """The SQL of the 64-bit key hash of ``keys`` (its vnode is the hash modulo ``VNODES``); a MAP
+    column (of ``schema``) by its entries in key order: equal maps, one hash."""
+    maps = {f.name for f in schema or () if isinstance(f.dataType, T.MapType)}
+    cols = [f"array_sort(map_entries({quote(k)}))" if k in maps else quote(k) for k in keys]
+    return f"xxhash64({', '.join(cols)})" if keys else "CAST(0 AS BIGINT)"

@@ -73,6 +73,9 @@ def _create_table(rt: Runtime, s: exp.Create) -> None:
     for p in [c.name for c in cols if c.type == "INTERVAL" and c.name in pk]:  # keys are compared field by field
         raise SqlError(f"table {name!r}: an INTERVAL primary key ({p!r}) is not supported (PostgreSQL's key "
                        "equality makes '24 hours' and '1 day' one key)")
+    for c in [c for c in cols if c.name in pk and (c.type.endswith(("[]", ">", ")")) and not c.type.startswith("DECIMAL"))]:
+        raise SqlError(f"table {name!r}: a primary key of type {c.type} ({c.name!r}) is not supported (a key is "
+                       "a scalar column)")
     for bad in [p for p in pk if p not in names] + [n for n in names if n.startswith(RESERVED_PREFIX)]:
         raise SqlError(f"table {name!r}: invalid column {bad!r} (unknown primary key column, "
                        f"or a name starting with {RESERVED_PREFIX!r}, which millpond reserves)")
