@@ -116,8 +116,22 @@ def pg_text(value: object, arrow_type: pa.DataType | None = None) -> str | None:
 
 def arrow_rows(table: pa.Table) -> list[Row]:
     """The rows of ``table`` as PostgreSQL's text, by column position (names may repeat)."""
-    columns = [[pg_text(v, col.type) for v in col.to_pylist()] for col in table.columns]
+    columns = [_nested(table, i) if pa.types.is_nested(col.type) and not _struct_of_scalars_kept(col.type) else
+               [pg_text(v, col.type) for v in col.to_pylist()] for i, col in enumerate(table.columns)]
     return [list(r) for r in zip(*columns)] if columns else []
+
+
+def _struct_of_scalars_kept(t: pa.DataType) -> bool:
+    """An interval or a quotient: a struct millpond uses for a scalar PostgreSQL type."""
+    return pa.types.is_struct(t) and t.num_fields and t.field(0).name in ("months", "pg_numeric")
+
+
+def _nested(table: pa.Table, i: int) -> list[str | None]:
+    """An array's, record's or map's text as millpond's wire sends it (the PostgreSQL side of a
+    record checks it)."""
+    from millpond.serve.pgtext import rows
+
+    return [None if r[i] is None else r[i].decode() for r in rows(table)]
 
 
 # -- PostgreSQL's COPY text format -----------------------------------------------------------------

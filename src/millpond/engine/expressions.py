@@ -333,7 +333,35 @@ def _numeric(rule: Callable[[list[str], str], str], dialect: str) -> Render:
 _NUMERIC = {"NUMERIC_OF": numerics.numeric_of, "NUMERIC_TEXT": numerics.text_of, "NUMERIC_FINAL": numerics.final,
             "NUMERIC_VALUE": numerics.value_of, "NUMERIC_NEG": numerics.negate, "NUMERIC_ABS": numerics.absolute}
 
+def _inner(a: str, depth: int, first: str) -> str:
+    """The array ``depth - 1`` levels down from ``a`` by its first elements (``first``: the engine's
+    1-based element function)."""
+    for _ in range(depth - 1):
+        a = f"{first}({a}, 1)"
+    return a
+
+
+def _flat(a: str, depth: int) -> str:
+    for _ in range(depth - 1):
+        a = f"flatten({a})"
+    return a
+
+
+def _guarded(a: list[str], test: str) -> str:
+    """``test`` over two arrays, NULL when either is (PostgreSQL's strict operators)."""
+    return f"CASE WHEN {a[0]} IS NOT NULL AND {a[1]} IS NOT NULL THEN {test} END"
+
+
 _SPARK: dict[str, Render] = {
+    # arrays, records and maps (millpond.sql.semantics.nested): 1-based, NULL out of range
+    "SUBSCRIPT": lambda a, e: f"CASE WHEN {a[1]} >= 1 THEN try_element_at({a[0]}, CAST({a[1]} AS INT)) END",
+    "MAP_GET": lambda a, e: f"try_element_at({a[0]}, {a[1]})",
+    "ATTR": lambda a, e: f"{a[0]}.`{_str(e[1]).replace('`', '``')}`",
+    "CARDINALITY": lambda a, e: f"CASE WHEN {a[0]} IS NOT NULL THEN size({_flat(a[0], _int(e[1]))}) END",
+    "ARRAY_LENGTH": lambda a, e: (f"CASE WHEN size({a[0]}) > 0 AND size({_inner(a[0], _int(e[1]), 'try_element_at')}) > 0 "
+                                  f"THEN size({_inner(a[0], _int(e[1]), 'try_element_at')}) END"),
+    "CONTAINS": lambda a, e: _guarded(a, f"forall({a[1]}, mp_x -> coalesce(array_contains({a[0]}, mp_x), false))"),
+    "OVERLAPS": lambda a, e: _guarded(a, f"exists({a[0]}, mp_x -> coalesce(array_contains({a[1]}, mp_x), false))"),
     # registered on the session by the builder (millpond.spark.build), which sees every call first
     "PY": lambda a, e: f"{udf_name(Spec.decode(e[0].name), e[1].name)}({', '.join(a[2:])})",
     "ROUND_EVEN": lambda a, e: f"BROUND({a[0]})",
@@ -373,6 +401,16 @@ def _duckdb_python(a: list[str], e: list[exp.Expression]) -> str:
 
 
 _DUCKDB: dict[str, Render] = {
+    "SUBSCRIPT": lambda a, e: f"CASE WHEN {a[1]} >= 1 THEN list_extract({a[0]}, {a[1]}) END",
+    "MAP_GET": lambda a, e: f"{a[0]}[{a[1]}]",
+    "ATTR": lambda a, e: f"struct_extract({a[0]}, {a[1]})",
+    "CARDINALITY": lambda a, e: f"len({_flat(a[0], _int(e[1]))})",
+    "ARRAY_LENGTH": lambda a, e: (f"CASE WHEN len({a[0]}) > 0 AND len({_inner(a[0], _int(e[1]), 'list_extract')}) > 0 "
+                                  f"THEN len({_inner(a[0], _int(e[1]), 'list_extract')}) END"),
+    "CONTAINS": lambda a, e: _guarded(
+        a, f"len(list_filter({a[1]}, lambda mp_x: NOT coalesce(list_contains({a[0]}, mp_x), false))) = 0"),
+    "OVERLAPS": lambda a, e: _guarded(
+        a, f"len(list_filter({a[0]}, lambda mp_x: coalesce(list_contains({a[1]}, mp_x), false))) > 0"),
     "PY": _duckdb_python,  # registered on the process's DuckDB as its SQL is written
     "ROUND_EVEN": lambda a, e: f"ROUND_EVEN({a[0]}, 0)",
     "ERROR": lambda a, e: f"error({a[0]})",

@@ -234,6 +234,8 @@ class Fusing(Inputs):
             chain.append(n)
             n = n.input
         target, upstream = arrow_schema(schema), made[1].out_schema
+        if not all(hashed_here(target.field(k).type) for k in key):  # keyhash hashes it as Spark would
+            return None
         if all(isinstance(n, P.Project) and all(_renamed(e) is not None for e, _ in n.exprs)
                for n in chain):  # renames: the columns as they are (or widened, below)
             def traced(name: str) -> str:

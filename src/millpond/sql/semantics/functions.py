@@ -19,6 +19,7 @@ from millpond.sql.semantics.interval_keys import GROUP_KEY, GROUP_VALUE, group_m
 from millpond.sql.semantics.intervals import JUSTIFY, justify
 from millpond.engine.expressions import is_mp, mp
 from millpond.pyfunctions import Spec
+from millpond.sql.semantics.nested import BY_NAME as NESTED_BY_NAME, HANDLERS as NESTED, subscript
 from millpond.sql.semantics.regex import regexp_extract, regexp_like, regexp_replace
 from millpond.sql.semantics.types import SqlType
 
@@ -370,7 +371,7 @@ def _bracket(b: Binder, node: exp.Bracket) -> Typed:
             raise _refuse("regexp_match takes a string, a pattern and optional flags", inner)
         return regexp_extract(b, _text(b, args[0], inner), args[1], args[2] if len(args) == 3 else None, inner,
                               group=index), T.TEXT
-    raise _refuse("arrays and subscripts are not supported (regexp_match(s, p)[n] is)", node)
+    return subscript(b, node)
 
 
 def _anonymous(b: Binder, node: exp.Anonymous) -> Typed:
@@ -402,7 +403,7 @@ def _date_part(b: Binder, node: exp.Expression) -> Typed:
 
 _BY_NAME: dict[str, Callable[[Binder, exp.Expression], Typed]] = {
     "octet_length": _octet_length, "regexp_match": _regexp_match_alone, "date_part": _date_part,
-    "to_char": to_char, **{name: justify for name in JUSTIFY},
+    "to_char": to_char, **{name: justify for name in JUSTIFY}, **NESTED_BY_NAME,
 }
 _JUSTIFY_CLASSES = {getattr(exp, c): justify for c in ("JustifyHours", "JustifyDays", "JustifyInterval")
                     if hasattr(exp, c)}
@@ -419,7 +420,7 @@ _BY_CLASS: dict[type, Callable] = {
     exp.Sign: _sign, exp.Sqrt: _double_fn("SQRT"), exp.Cbrt: _double_fn("CBRT"), exp.Exp: _double_fn("EXP"),
     exp.Ln: _double_fn("LN"), exp.Rand: _random, exp.Pi: _pi,
     exp.Bracket: _bracket, exp.Anonymous: _anonymous,
-    **AGGREGATE_RULES, **DATETIME, **_JUSTIFY_CLASSES,
+    **AGGREGATE_RULES, **DATETIME, **_JUSTIFY_CLASSES, **NESTED,
 }
 
 # the allow-list, by PostgreSQL name (the README's SQL reference lists it; a test checks it does)
@@ -432,6 +433,7 @@ FUNCTIONS = (
     "random", "extract", "date_part", "date_trunc", "to_char", "now", "current_timestamp", "current_date",
     "justify_hours", "justify_days", "justify_interval",
     "coalesce", "nullif", "greatest", "least",
+    "cardinality", "array_length", "map_keys", "map_values",
 )
 AGGREGATES = ("count", "sum", "avg", "min", "max", "percentile_cont", "percentile_disc")
 def _function_argument(b: Binder, node: exp.Anonymous) -> Typed:

@@ -30,7 +30,7 @@ from millpond.engine.numerics import DIVISOR as QUOTIENT_DIVISOR, FIELD as QUOTI
 
 __all__ = ["SqlType", "NUMERIC_DEFAULT", "QUOTIENT", "QUOTIENT_VALUE", "QUOTIENT_FIELD", "numeric", "INTEGER",
            "BIGINT", "SMALLINT", "REAL", "DOUBLE", "TEXT", "BOOLEAN", "DATE", "TIMESTAMP", "TIMESTAMPTZ", "INTERVAL",
-           "UNKNOWN", "NULL", "from_datatype", "from_arrow", "from_catalog", "datatype", "decimal_of", "decimal_result",
+           "UNKNOWN", "NULL", "BYTEA", "array_of", "from_datatype", "from_arrow", "from_catalog", "datatype", "decimal_of", "decimal_result",
            "common_type", "is_quotient_struct", "MAX_PRECISION", "INTERVAL_FIELDS"]
 
 MAX_PRECISION = 38
@@ -50,6 +50,12 @@ class SqlType:
     scale: int | None = None
     exact: bool = True
     dynamic: bool = False
+    # an array's (element,); a record's ((field, type), ...); a map's (key, value)
+    args: tuple = ()
+
+    @property
+    def nested(self) -> bool:
+        return self.kind in ("array", "record", "map")
 
     @property
     def integer(self) -> bool:
@@ -77,6 +83,10 @@ class SqlType:
         return self.kind in ("unknown", "null")
 
     def __str__(self) -> str:
+        if self.kind == "array":
+            return f"{self.args[0]}[]"
+        if self.kind == "map":
+            return f"map({self.args[0]}, {self.args[1]})"
         if self.dynamic:
             return "numeric"
         if self.decimal:
@@ -88,7 +98,12 @@ def numeric(precision: int, scale: int, *, exact: bool = True) -> SqlType:
     return SqlType("numeric", min(precision, MAX_PRECISION), scale, exact)
 
 
+def array_of(element: SqlType) -> SqlType:
+    return SqlType("array", args=(element,))
+
+
 SMALLINT, INTEGER, BIGINT = SqlType("smallint"), SqlType("integer"), SqlType("bigint")
+BYTEA = SqlType("bytea")
 REAL, DOUBLE = SqlType("real"), SqlType("double precision")
 TEXT, BOOLEAN, DATE = SqlType("text"), SqlType("boolean"), SqlType("date")
 TIMESTAMP, TIMESTAMPTZ = SqlType("timestamp"), SqlType("timestamp with time zone")
@@ -121,6 +136,18 @@ _TO_SQLGLOT = {
 
 def from_datatype(dt: exp.DataType) -> SqlType | None:
     """The type a CAST names (None: a type millpond does not have)."""
+    if dt.this == _T.ARRAY:
+        element = from_datatype(dt.expressions[0]) if dt.expressions else None
+        return None if element is None else array_of(element)
+    if dt.this == _T.STRUCT:
+        fields = tuple((c.name, from_datatype(c.args["kind"])) for c in dt.expressions if isinstance(c, exp.ColumnDef))
+        return None if len(fields) != len(dt.expressions) or any(t is None for _, t in fields) else \
+            SqlType("record", args=fields)
+    if dt.this == _T.MAP:
+        key, value = (from_datatype(e) for e in dt.expressions)
+        return None if key is None or value is None else SqlType("map", args=(key, value))
+    if dt.this in (_T.VARBINARY, _T.BINARY):
+        return BYTEA
     if dt.this == _T.INTERVAL and dt.expressions:
         return None  # INTERVAL(p): a precision millpond does not keep
     if dt.this == _T.DECIMAL:
@@ -163,6 +190,14 @@ def from_arrow(t: pa.DataType) -> SqlType:
         return INTERVAL
     if is_quotient_struct(t):
         return QUOTIENT
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return array_of(from_arrow(t.value_type))
+    if pa.types.is_map(t):
+        return SqlType("map", args=(from_arrow(t.key_type), from_arrow(t.item_type)))
+    if pa.types.is_struct(t):
+        return SqlType("record", args=tuple((t.field(i).name, from_arrow(t.field(i).type)) for i in range(t.num_fields)))
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return BYTEA
     return TEXT
 
 
@@ -185,6 +220,15 @@ def datatype(t: SqlType) -> exp.DataType:
             exp.DataTypeParam(this=exp.Literal.number(t.precision)), exp.DataTypeParam(this=exp.Literal.number(t.scale))])
     if t.kind == "interval":
         return _INTERVAL_TYPE.copy()
+    if t.kind == "array":
+        return exp.DataType(this=_T.ARRAY, expressions=[datatype(t.args[0])], nested=True)
+    if t.kind == "map":
+        return exp.DataType(this=_T.MAP, expressions=[datatype(t.args[0]), datatype(t.args[1])], nested=True)
+    if t.kind == "record":
+        return exp.DataType(this=_T.STRUCT, nested=True, expressions=[
+            exp.ColumnDef(this=exp.to_identifier(n), kind=datatype(ft)) for n, ft in t.args])
+    if t.kind == "bytea":
+        return exp.DataType(this=_T.VARBINARY)
     return exp.DataType(this=_TO_SQLGLOT[t.kind])
 
 

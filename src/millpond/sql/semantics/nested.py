@@ -1,0 +1,148 @@
+"""Arrays, records (STRUCT) and maps, with PostgreSQL's meaning (RisingWave's for maps, which
+PostgreSQL has not): ``ARRAY[1, 2]``, subscripts ``a[i]`` (1-based, NULL out of range, as in
+PostgreSQL, where Spark and DuckDB count a negative index from the end), ``m['k']``, field access
+``(s).f``, ``cardinality``, ``array_length(a, 1)`` (NULL for an empty array), ``a @> b`` and ``a &&
+b`` (a NULL element never matches), ``map_keys``/``map_values``. Each becomes an internal call
+(``MP_SUBSCRIPT``, ``MP_ATTR``, ...) that :mod:`millpond.engine.expressions` spells for each engine.
+
+    >>> from millpond.sql.semantics import bind, to_spark, to_duckdb
+    >>> import pyarrow as pa, sqlglot
+    >>> q = bind(sqlglot.parse_one("SELECT a[2] AS x FROM t", dialect="postgres"), {"t": pa.schema([("a", pa.list_(pa.int32()))])})
+    >>> to_duckdb(q.selects[0])
+    '(CASE WHEN 2 >= 1 THEN list_extract(a, 2) END) AS x'
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sqlglot import exp
+
+from millpond.engine.expressions import mp
+from millpond.sql.semantics import types as T
+from millpond.sql.semantics.types import SqlType
+
+if TYPE_CHECKING:
+    from millpond.sql.semantics.rewrite import Binder
+
+__all__ = ["HANDLERS", "subscript"]
+
+Typed = tuple[exp.Expression, SqlType]
+
+
+def _refuse(message: str, node: exp.Expression):  # noqa: ANN202
+    from millpond.sql.semantics.rewrite import refuse
+
+    return refuse(message, node)
+
+
+def subscript(b: "Binder", node: exp.Bracket) -> Typed:
+    """``a[i]`` of an array, ``m[k]`` of a map."""
+    if len(node.expressions) != 1 or isinstance(node.expressions[0], exp.Slice):
+        raise _refuse("array slices (a[1:2]) are not supported; subscript one element", node)
+    container, t = b.value(node.this)
+    index = node.expressions[0]
+    if t.kind == "map":
+        key, kt = b.value(index)
+        return mp("MAP_GET", container, b.cast_to((key, kt), t.args[0], index) if kt != t.args[0] else key), t.args[1]
+    if t.kind != "array":
+        raise _refuse(f"cannot subscript type {t} because it is not an array", node)
+    # sqlglot keeps a literal index 0-based (PostgreSQL's minus one) and any other index as written
+    if isinstance(index, exp.Literal) and index.is_int:
+        position: exp.Expression = exp.Literal.number(int(index.name) + 1)
+    elif isinstance(index, exp.Neg) and isinstance(index.this, exp.Literal) and index.this.is_int:
+        position = exp.Literal.number(1 - int(index.this.name))
+    else:
+        value, it = b.value(index)
+        if not (it.integer or it.untyped):
+            raise _refuse(f"array subscript must have type integer, not {it}", index)
+        position = value
+    return mp("SUBSCRIPT", container, position), t.args[0]
+
+
+def _field(b: "Binder", node: exp.Dot) -> Typed:
+    record, t = b.value(node.this)
+    name = node.expression.name
+    if t.kind != "record":
+        raise _refuse(f"column notation .{name} applied to type {t}, which is not a composite type", node)
+    fields = dict(t.args)
+    if name not in fields:
+        raise _refuse(f"column {name!r} not found in data type {_record(t)}", node)
+    return mp("ATTR", record, exp.Literal.string(name)), fields[name]
+
+
+def _record(t: SqlType) -> str:
+    return f"STRUCT<{', '.join(f'{n} {ft}' for n, ft in t.args)}>"
+
+
+def _array(b: "Binder", node: exp.Array) -> Typed:
+    typed = b.values(list(node.expressions))
+    element = T.common_type([t for _, t in typed]) if typed else None
+    if element is None:
+        raise _refuse("ARRAY[] needs elements of one type (an empty ARRAY[] needs a cast: ARRAY[]::INT[])"
+                      if not typed else f"ARRAY elements have no common type ({', '.join(str(t) for _, t in typed)})", node)
+    if element.untyped:
+        element = T.TEXT
+    values = [v if t == element else b.cast_to((v, t), element, e) for (v, t), e in zip(typed, node.expressions)]
+    return exp.Array(expressions=values), T.array_of(element)
+
+
+def _depth(t: SqlType) -> int:
+    d = 0
+    while t.kind == "array":
+        t, d = t.args[0], d + 1
+    return d
+
+
+def _cardinality(b: "Binder", node: exp.Expression) -> Typed:
+    args = list(node.expressions) if isinstance(node, exp.Anonymous) else [node.this]
+    if len(args) != 1:
+        raise _refuse("cardinality takes one array", node)
+    value, t = b.value(args[0])
+    if t.kind != "array":
+        raise _refuse(f"function cardinality({t}) does not exist", node)
+    return mp("CARDINALITY", value, exp.Literal.number(_depth(t))), T.INTEGER
+
+
+def _array_length(b: "Binder", node: exp.ArraySize) -> Typed:
+    value, t = b.value(node.this)
+    dim = node.expression
+    if t.kind != "array":
+        raise _refuse(f"function array_length({t}, integer) does not exist", node)
+    if not (isinstance(dim, exp.Literal) and dim.is_int and int(dim.name) >= 1):
+        raise _refuse("array_length(a, n) needs a constant dimension n (1, 2, …)", node)
+    return mp("ARRAY_LENGTH", value, exp.Literal.number(int(dim.name))), T.INTEGER
+
+
+def _two_arrays(b: "Binder", node: exp.Expression, name: str) -> Typed:
+    (a, ta), (c, tc) = b.value(node.this), b.value(node.expression)
+    if ta.kind != "array" or tc.kind != "array":
+        raise _refuse(f"operator does not exist: {ta} {node.key} {tc}", node)
+    if ta != tc:
+        common = T.common_type([ta.args[0], tc.args[0]])
+        if common is None:
+            raise _refuse(f"operator does not exist: {ta} {'@>' if name == 'CONTAINS' else '&&'} {tc}", node)
+        a = b.cast_to((a, ta), T.array_of(common), node.this) if ta.args[0] != common else a
+        c = b.cast_to((c, tc), T.array_of(common), node.expression) if tc.args[0] != common else c
+    return mp(name, a, c), T.BOOLEAN
+
+
+def _map_part(fn: str, index: int):  # noqa: ANN202
+    def rule(b: "Binder", node: exp.Expression) -> Typed:
+        args = list(node.expressions) if isinstance(node, exp.Anonymous) else [node.this]
+        if len(args) != 1:
+            raise _refuse(f"{fn} takes one map", node)
+        value, t = b.value(args[0])
+        if t.kind != "map":
+            raise _refuse(f"function {fn}({t}) does not exist", node)
+        return exp.Anonymous(this=fn.upper(), expressions=[value]), T.array_of(t.args[index])
+    return rule
+
+
+HANDLERS = {
+    exp.Dot: _field, exp.Array: _array, exp.ArraySize: _array_length,
+    exp.ArrayContainsAll: lambda b, n: _two_arrays(b, n, "CONTAINS"),
+    exp.ArrayOverlaps: lambda b, n: _two_arrays(b, n, "OVERLAPS"),
+    exp.MapKeys: _map_part("map_keys", 0),
+}
+BY_NAME = {"cardinality": _cardinality, "map_values": _map_part("map_values", 1)}
