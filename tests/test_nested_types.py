@@ -38,6 +38,11 @@ VIEWS = {
                  "SELECT k, nums FROM t WHERE len(list_filter(nums, lambda x: x = 1)) > 0 "
                  "OR len(list_filter(tags, lambda x: x IN ('red', 'blue'))) > 0"),
     "passed": ("SELECT * FROM t WHERE k % 2 = 0", "SELECT * FROM t WHERE k % 2 = 0"),
+    "lists": ("SELECT (s).b AS b, array_agg(k) AS ks, array_agg(nums[1] ORDER BY nums[1] DESC) AS firsts, "
+              "array_agg(tags[1]) AS tags1 FROM t GROUP BY (s).b",
+              "SELECT s.b AS b, array_agg(k ORDER BY k) AS ks, array_agg(nums[1] ORDER BY nums[1] DESC NULLS FIRST) "
+              "AS firsts, array_agg(tags[1] ORDER BY tags[1] NULLS LAST) AS tags1 FROM t GROUP BY s.b"),
+    "everything": ("SELECT array_agg(k ORDER BY k DESC) AS ks FROM t", "SELECT array_agg(k ORDER BY k DESC) AS ks FROM t"),
 }
 
 
@@ -116,6 +121,9 @@ def test_nested_columns_in_from_spark_and_out_as_written(open_db, spark):
     ("SELECT tags[1:2] FROM t", "array slices"),
     ("SELECT array_length(tags, k) FROM t", "a constant dimension"),
     ("SELECT nums @> tags FROM t", "operator does not exist"),
+    ("SELECT array_agg(k ORDER BY (s).a) FROM t", "ordered by x itself"),
+    ("SELECT array_agg(DISTINCT k) FROM t", "DISTINCT"),
+    ("SELECT array_agg(tags) FROM t", "array_agg of text\\[\\] is not supported"),
 ])
 def test_what_cannot_work_is_refused_with_the_reason(open_db, statement, error):
     db = open_db()

@@ -100,7 +100,7 @@ class Join:
 
 
 AggFunc = Literal["count_star", "count", "sum", "min", "max", "count_distinct", "sum_distinct", "percentile_cont",
-                  "percentile_disc"]
+                  "percentile_disc", "array_agg"]
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ class AggCall:
     arg: str | None  # an input column name (None for count_star)
     name: str  # output column name
     fraction: float | None = None  # percentile_cont/percentile_disc: the fraction, in [0, 1]
-    desc: bool = False  # percentile_cont/percentile_disc: WITHIN GROUP (ORDER BY arg DESC)
+    desc: bool = False  # percentile_cont/percentile_disc: WITHIN GROUP (ORDER BY arg DESC); array_agg's order
 
 
 @dataclass(frozen=True)

@@ -305,6 +305,8 @@ class Builder(Fusing):
                 t = T.LongType()
             elif call.func == "percentile_cont":
                 t = T.DoubleType()
+            elif call.func == "array_agg":
+                t = T.ArrayType(agged.schema[value_col(i)].dataType)
             elif call.func == "sum_distinct":
                 t = agged.schema[value_col(i)].dataType
                 t = T.LongType() if isinstance(t, T.IntegralType) else T.DoubleType() \

@@ -1,5 +1,6 @@
 """Hash aggregation with retraction: COUNT(*), COUNT(x), SUM(x), MIN(x), MAX(x),
-COUNT(DISTINCT x), SUM(DISTINCT x), and the percentiles PERCENTILE_CONT / PERCENTILE_DISC.
+COUNT(DISTINCT x), SUM(DISTINCT x), the percentiles PERCENTILE_CONT / PERCENTILE_DISC, and
+ARRAY_AGG(x) (the group's multiset of values in order, rebuilt for every changed group).
 
 The delta arrives pre-aggregated by the executor (``spark/build.py``): one row per
 (group, min/max arguments) with ``_w`` = sum of weights, ``_s<i>`` = sum of ``x * _w`` for
@@ -46,7 +47,7 @@ from millpond.store.state_table import StateTable
 __all__ = ["HashAggregate", "sum_col", "nonnull_col", "value_col", "VALUE_FUNCS"]
 
 CNT = "_cnt"
-VALUE_FUNCS = ("min", "max", "count_distinct", "sum_distinct", "percentile_cont", "percentile_disc")
+VALUE_FUNCS = ("min", "max", "count_distinct", "sum_distinct", "percentile_cont", "percentile_disc", "array_agg")
 
 
 def sum_col(i: int) -> str:
@@ -219,6 +220,10 @@ def _extreme(spec: HashAggregate, i: int) -> pl.Expr:
     col, func = pl.col(value_col(i)), spec.calls[i].func
     if func.startswith("percentile"):
         e = _percentile(col, spec.calls[i])
+    elif func == "array_agg":  # every value, as often as the multiset holds it, in its ORDER BY order
+        desc = spec.calls[i].desc  # PostgreSQL's NULLS LAST ascending, NULLS FIRST descending
+        e = col.repeat_by(pl.col(W)).list.explode(keep_nulls=True, empty_as_null=False).sort(
+            descending=desc, nulls_last=not desc).implode()
     elif func == "count_distinct":
         e = col.drop_nulls().n_unique()
     elif func == "sum_distinct":
@@ -254,6 +259,8 @@ def _output_types(spec: HashAggregate, delta: pl.DataFrame) -> list[pl.DataType]
             types.append(pl.Int64)
         elif c.func == "percentile_cont":
             types.append(pl.Float64)
+        elif c.func == "array_agg":
+            types.append(pl.List(delta.schema[value_col(i)]))
         elif c.func == "sum":
             types.append(delta.schema[sum_col(i)])
         elif c.func == "sum_distinct":

@@ -63,6 +63,11 @@ def plan_aggregate(ctx: Context, q: exp.Select, node: P.Node, selects: list[exp.
             return call("sum_distinct" if distinct else "sum", arg)
         if isinstance(agg, (exp.Max, exp.Min)):
             return call(type(agg).__name__.lower(), arg)  # DISTINCT changes nothing for MIN/MAX
+        if isinstance(agg, exp.ArrayAgg):  # bound: array_agg(x ORDER BY x [DESC]) (semantics.aggregates)
+            if cond is not None:
+                raise err(f"{agg.sql('postgres')}: FILTER on array_agg is not supported (use a WHERE)", agg)
+            ordered = agg.this.expressions[0]
+            return call("array_agg", ordered.this, desc=bool(ordered.args.get("desc")))
         if isinstance(agg, exp.Avg):
             s = call("sum_distinct" if distinct else "sum", arg)
             c = call("count_distinct" if distinct else "count", arg)

@@ -139,6 +139,29 @@ def _min_max(b: Binder, node: exp.Expression) -> Typed:
     return type(node)(this=arg), t
 
 
+def _array_agg(b: Binder, node: exp.ArrayAgg) -> Typed:
+    """``array_agg(x [ORDER BY x [ASC|DESC]])``: the group's values with NULLs, in the order of ``x``
+    (PostgreSQL's order without ORDER BY is unspecified: millpond's is ascending), as
+    ``array_agg(x ORDER BY x)``, which both engines order alike."""
+    arg, desc = node.this, False
+    if isinstance(arg, exp.Distinct):
+        raise _refuse("array_agg(DISTINCT x) is not supported", node)
+    if isinstance(arg, exp.Order):
+        items = arg.expressions
+        if len(items) != 1 or items[0].this != arg.this:
+            raise _refuse("array_agg(x ORDER BY y) is supported only ordered by x itself", node)
+        arg, desc = arg.this, bool(items[0].args.get("desc"))
+        if items[0].args.get("nulls_first") is not None and bool(items[0].args.get("nulls_first")) != desc:
+            raise _refuse("array_agg(x ORDER BY x ... NULLS FIRST/LAST) keeps PostgreSQL's default NULLS order only", node)
+    value, t = b.value(arg)
+    if t.untyped:
+        value, t = b.cast_to((value, t), T.TEXT, arg), T.TEXT
+    if t.kind == "interval" or t.nested or t.dynamic:  # (PostgreSQL's array_agg of arrays makes a 2-D array)
+        raise _refuse(f"array_agg of {t} is not supported (of scalar types it is)", node)
+    ordered = exp.Ordered(this=value.copy(), desc=desc, nulls_first=desc)
+    return exp.ArrayAgg(this=exp.Order(this=value, expressions=[ordered])), T.array_of(t)
+
+
 def _within_group(b: Binder, node: exp.WithinGroup) -> Typed:
     """``percentile_cont(f)`` / ``percentile_disc(f) WITHIN GROUP (ORDER BY x [DESC])``, f a constant
     in [0, 1] (PostgreSQL also takes an array of fractions: not supported). percentile_cont
@@ -262,6 +285,7 @@ def _lag_lead(b: Binder, node: exp.Expression) -> Typed:
 
 
 HANDLERS = {
+    exp.ArrayAgg: _array_agg,
     exp.Count: _count, exp.Sum: _sum, exp.Avg: _avg, exp.Min: _min_max, exp.Max: _min_max, exp.Filter: _filter,
     exp.Window: _window, exp.RowNumber: _rank, exp.Rank: _rank, exp.DenseRank: _rank, exp.Lag: _lag_lead,
     exp.Lead: _lag_lead, exp.WithinGroup: _within_group, exp.PercentileCont: _bare_percentile,

@@ -435,7 +435,7 @@ FUNCTIONS = (
     "coalesce", "nullif", "greatest", "least",
     "cardinality", "array_length", "map_keys", "map_values",
 )
-AGGREGATES = ("count", "sum", "avg", "min", "max", "percentile_cont", "percentile_disc")
+AGGREGATES = ("count", "sum", "avg", "min", "max", "percentile_cont", "percentile_disc", "array_agg")
 def _function_argument(b: Binder, node: exp.Anonymous) -> Typed:
     arg, declared, fname = node.expressions
     target = T.from_catalog(declared.name)
