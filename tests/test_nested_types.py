@@ -42,6 +42,9 @@ VIEWS = {
               "array_agg(tags[1]) AS tags1 FROM t GROUP BY (s).b",
               "SELECT s.b AS b, array_agg(k ORDER BY k) AS ks, array_agg(nums[1] ORDER BY nums[1] DESC NULLS FIRST) "
               "AS firsts, array_agg(tags[1] ORDER BY tags[1] NULLS LAST) AS tags1 FROM t GROUP BY s.b"),
+    "unnested": ("SELECT k, x FROM t, unnest(t.nums) AS u(x)", "SELECT k, unnest(nums) AS x FROM t"),
+    "tag_counts": ("SELECT tag, count(*) AS c FROM (SELECT unnest(tags) AS tag FROM t) AS s GROUP BY tag",
+                   "SELECT tag, count(*) AS c FROM (SELECT unnest(tags) AS tag FROM t) AS s GROUP BY tag"),
     "everything": ("SELECT array_agg(k ORDER BY k DESC) AS ks FROM t", "SELECT array_agg(k ORDER BY k DESC) AS ks FROM t"),
 }
 
@@ -123,6 +126,9 @@ def test_nested_columns_in_from_spark_and_out_as_written(open_db, spark):
     ("SELECT nums @> tags FROM t", "operator does not exist"),
     ("SELECT array_agg(k ORDER BY (s).a) FROM t", "ordered by x itself"),
     ("SELECT array_agg(DISTINCT k) FROM t", "DISTINCT"),
+    ("SELECT unnest(tags), unnest(nums) FROM t", "one per SELECT"),
+    ("SELECT count(*), unnest(nums) FROM t", "one per SELECT"),
+    ("SELECT k FROM t, unnest(t.tags) AS a(x), unnest(t.nums) AS b(y)", "the one item after the first"),
     ("SELECT array_agg(tags) FROM t", "array_agg of text\\[\\] is not supported"),
 ])
 def test_what_cannot_work_is_refused_with_the_reason(open_db, statement, error):

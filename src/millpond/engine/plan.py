@@ -243,6 +243,8 @@ def row_key(node: Node) -> tuple[str, ...]:
     every key column as it is); () if there is none."""
     renames: list[dict[str, str]] = []
     while isinstance(node, (Project, Filter)):
+        if isinstance(node, Project) and any(e.find(exp.Explode) for e, _ in node.exprs):
+            return ()  # unnest: several rows of one key
         if isinstance(node, Project):
             renames.append({e.name: out for e, out in reversed(node.exprs) if type(e) is exp.Column and not e.table})
         node = node.input

@@ -29,6 +29,8 @@ def desugar(query: exp.Expression, defined: Mapping[str, FunctionDef]) -> tuple[
     and the names of the functions it called."""
     query, used = functions.inline(query, defined)
     query = query.transform(_exact_distinct, copy=False)
+    for select in list(query.find_all(exp.Select)):
+        _lateral_unnest(select)
     return grouping.expand(inline_named_windows(_table_column_aliases(query))), used
 
 
@@ -40,6 +42,41 @@ def _exact_distinct(node: exp.Expression) -> exp.Expression:
             raise SqlError("approx_count_distinct takes one argument (millpond counts exactly)")
         return exp.Count(this=exp.Distinct(expressions=[node.this]))
     return node
+
+
+def _lateral_unnest(select: exp.Select) -> None:
+    """``FROM t [AS a], unnest(a.arr) [AS u(x)]`` (or ``CROSS JOIN [LATERAL] unnest(...)``) as
+    ``FROM (SELECT a.*, unnest(a.arr) AS x FROM t AS a) AS a``: one row per element of each row's
+    array (none for an empty or NULL array), the element named ``x`` (``u.x`` becomes ``a.x``), as
+    PostgreSQL's set-returning ``unnest`` in the select list, which both engines evaluate."""
+    joins = select.args.get("joins") or []
+    found = [j for j in joins if isinstance(_unnest_of(j.this), exp.Unnest)]
+    if not found:
+        return
+    join = found[0]
+    first = select.args["from_"].this
+    if join is not joins[0] or len(found) > 1 or not isinstance(first, (exp.Table, exp.Subquery)) or \
+            (join.args.get("kind") or "").upper() not in ("", "CROSS") or join.args.get("on") is not None or \
+            join.args.get("side"):
+        raise SqlError("unnest in FROM is supported as the one item after the first: FROM t, unnest(t.a) AS u(x)")
+    unnest = _unnest_of(join.this)
+    if len(unnest.expressions) != 1 or unnest.args.get("offset"):
+        raise SqlError("unnest in FROM takes one array (no WITH ORDINALITY, no several arrays)")
+    alias = join.this.args.get("alias") if isinstance(join.this, exp.Lateral) else unnest.args.get("alias")
+    u = alias.name if alias is not None else "unnest"
+    x = alias.columns[0].name if alias is not None and alias.columns else u
+    a = first.alias_or_name
+    inner = exp.select(exp.Star() if not isinstance(first, exp.Table) else exp.Column(this=exp.Star(), table=exp.to_identifier(a)),
+                       exp.alias_(exp.Explode(this=unnest.expressions[0].copy()), x)).from_(first.copy())
+    select.set("from_", exp.From(this=exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier(a)))))
+    select.set("joins", joins[1:] or None)
+    for col in select.find_all(exp.Column):
+        if col.table == u and u != a:
+            col.set("table", exp.to_identifier(a))
+
+
+def _unnest_of(item: exp.Expression) -> exp.Expression | None:
+    return item.this if isinstance(item, exp.Lateral) else item
 
 
 def _table_column_aliases(query: exp.Expression) -> exp.Expression:

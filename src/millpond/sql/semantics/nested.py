@@ -139,7 +139,24 @@ def _map_part(fn: str, index: int):  # noqa: ANN202
     return rule
 
 
+def _unnest(b: "Binder", node: exp.Explode) -> Typed:
+    """``unnest(a)`` as a select item (and ``FROM t, unnest(t.a)``, which desugar makes one): a row
+    per element, none for an empty or NULL array."""
+    parent = node.parent.parent if isinstance(node.parent, exp.Alias) else node.parent
+    select = node.parent_select
+    if not isinstance(parent, exp.Select) or select is None or select.args.get("group") or \
+            any(s.find(exp.AggFunc, exp.Window) for s in select.expressions) or \
+            sum(1 for s in select.expressions if s.find(exp.Explode)) > 1:
+        raise _refuse("unnest(array) is supported as a whole select item (one per SELECT, without GROUP BY, "
+                      "aggregates or window functions in that SELECT) or in FROM: FROM t, unnest(t.a) AS u(x)", node)
+    value, t = b.value(node.this)
+    if t.kind != "array":
+        raise _refuse(f"function unnest({t}) does not exist", node)
+    return exp.Explode(this=value), t.args[0]
+
+
 HANDLERS = {
+    exp.Explode: _unnest,
     exp.Dot: _field, exp.Array: _array, exp.ArraySize: _array_length,
     exp.ArrayContainsAll: lambda b, n: _two_arrays(b, n, "CONTAINS"),
     exp.ArrayOverlaps: lambda b, n: _two_arrays(b, n, "OVERLAPS"),
