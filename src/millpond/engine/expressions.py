@@ -360,6 +360,7 @@ _SPARK: dict[str, Render] = {
     "CARDINALITY": lambda a, e: f"CASE WHEN {a[0]} IS NOT NULL THEN size({_flat(a[0], _int(e[1]))}) END",
     "ARRAY_LENGTH": lambda a, e: (f"CASE WHEN size({a[0]}) > 0 AND size({_inner(a[0], _int(e[1]), 'try_element_at')}) > 0 "
                                   f"THEN size({_inner(a[0], _int(e[1]), 'try_element_at')}) END"),
+    "ARRAY_CAT": lambda a, e: f"CASE WHEN {a[0]} IS NULL AND {a[1]} IS NULL THEN NULL ELSE concat(coalesce({a[0]}, {a[2]}), coalesce({a[1]}, {a[2]})) END",
     "CONTAINS": lambda a, e: _guarded(a, f"forall({a[1]}, mp_x -> coalesce(array_contains({a[0]}, mp_x), false))"),
     "OVERLAPS": lambda a, e: _guarded(a, f"exists({a[0]}, mp_x -> coalesce(array_contains({a[1]}, mp_x), false))"),
     # registered on the session by the builder (millpond.spark.build), which sees every call first
@@ -407,6 +408,7 @@ _DUCKDB: dict[str, Render] = {
     "CARDINALITY": lambda a, e: f"len({_flat(a[0], _int(e[1]))})",
     "ARRAY_LENGTH": lambda a, e: (f"CASE WHEN len({a[0]}) > 0 AND len({_inner(a[0], _int(e[1]), 'list_extract')}) > 0 "
                                   f"THEN len({_inner(a[0], _int(e[1]), 'list_extract')}) END"),
+    "ARRAY_CAT": lambda a, e: f"CASE WHEN {a[0]} IS NULL AND {a[1]} IS NULL THEN NULL ELSE list_concat(coalesce({a[0]}, {a[2]}), coalesce({a[1]}, {a[2]})) END",
     "CONTAINS": lambda a, e: _guarded(
         a, f"len(list_filter({a[1]}, lambda mp_x: NOT coalesce(list_contains({a[0]}, mp_x), false))) = 0"),
     "OVERLAPS": lambda a, e: _guarded(

@@ -41,8 +41,9 @@ def insert(rt: Runtime, s: exp.Insert) -> None:
                                f"in {row.sql('postgres')}")
             for cell, name in zip(list(row.expressions), names):
                 # a string constant is read by the column type's input rules, as PostgreSQL reads it
-                # ('1 day 02:00', '2001-01-01 18:00:00+02'): Arrow has no reader for these two
-                if isinstance(cell, exp.Literal) and cell.is_string and types.get(name) in ("INTERVAL", "TIMESTAMPTZ"):
+                # ('1 day 02:00', '2001-01-01 18:00:00+02', '{1,2}'): Arrow has no reader for these
+                if isinstance(cell, exp.Literal) and cell.is_string and (
+                        types.get(name) in ("INTERVAL", "TIMESTAMPTZ") or types.get(name, "").endswith("[]")):
                     cell.replace(exp.Cast(this=cell.copy(), to=exp.DataType.build(types[name], dialect="postgres")))
         alias = exp.TableAlias(this=exp.to_identifier("_v"), columns=[exp.to_identifier(n) for n in names])
         query = exp.select(*[exp.column(n, "_v") for n in names]).from_(

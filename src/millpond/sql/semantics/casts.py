@@ -52,6 +52,10 @@ def literal_as(node: exp.Expression, target: SqlType, at: exp.Expression) -> exp
     text = node.this if isinstance(node, exp.Literal) else None
     if text is None:
         return cast(node, T.TEXT, target, at)
+    if target.kind == "array":  # '{1,2,NULL}': PostgreSQL's array input
+        from millpond.sql.semantics.nested import array_constant
+
+        return array_constant(text, target, at)
     from millpond.sql.semantics.constants import parse_constant
 
     return parse_constant(text, target, at)
@@ -99,6 +103,8 @@ def _cast(b: Binder, node: exp.Cast) -> Typed:
     if target is None:
         raise refuse(f"type {to.sql('postgres')} is not supported (supported: SMALLINT, INTEGER, BIGINT, NUMERIC, "
                      "REAL, DOUBLE PRECISION, TEXT, VARCHAR, BOOLEAN, DATE, TIMESTAMP, TIMESTAMPTZ, INTERVAL)", to)
+    if target.kind == "array" and isinstance(node.this, exp.Array) and not node.this.expressions:
+        return exp.Cast(this=exp.Array(), to=T.datatype(target)), target  # ARRAY[]::INT[]
     inner, t = b.value(node.this, keep=True)
     if target == T.NUMERIC_DEFAULT:  # a numeric without a declared scale keeps the value's own
         own = _own_scale(inner, t)
@@ -138,8 +144,12 @@ def _own_scale(node: exp.Expression, t: SqlType) -> SqlType | None:
 
 def cast(node: exp.Expression, source: SqlType, target: SqlType, at: exp.Expression) -> exp.Expression:
     """``node`` (of type ``source``) as ``target`` with PostgreSQL's conversion."""
-    if source == target or (source.kind == target.kind and not target.decimal):
+    if source == target or (source.kind == target.kind and not target.decimal and not target.nested):
         return node
+    if source.nested or target.nested:
+        from millpond.sql.semantics.nested import cast_nested
+
+        return cast_nested(node, source, target, at)
     if target.dynamic or source.dynamic:
         from millpond.sql.semantics import numerics
 

@@ -19,7 +19,7 @@ from millpond.sql.semantics.interval_keys import GROUP_KEY, GROUP_VALUE, group_m
 from millpond.sql.semantics.intervals import JUSTIFY, justify
 from millpond.engine.expressions import is_mp, mp
 from millpond.pyfunctions import Spec
-from millpond.sql.semantics.nested import BY_NAME as NESTED_BY_NAME, HANDLERS as NESTED, subscript
+from millpond.sql.semantics.nested import BY_NAME as NESTED_BY_NAME, HANDLERS as NESTED, array_cat, subscript
 from millpond.sql.semantics.regex import regexp_extract, regexp_like, regexp_replace
 from millpond.sql.semantics.types import SqlType
 
@@ -151,6 +151,8 @@ def _concat_ws(b: Binder, node: exp.Expression) -> Typed:
 
 def _dpipe(b: Binder, node: exp.DPipe) -> Typed:
     left, right = b.value(node.this), b.value(node.expression)
+    if left[1].kind == "array" or right[1].kind == "array":
+        return array_cat(b, node, left, right)
     if left[1].kind != "text" and right[1].kind != "text" and not (left[1].untyped or right[1].untyped):
         raise _refuse(f"operator does not exist: {left[1]} || {right[1]}", node)
     l = _cast(left, T.TEXT, b, node) if left[1].kind != "text" else left[0]

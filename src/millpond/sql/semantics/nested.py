@@ -155,6 +155,104 @@ def _unnest(b: "Binder", node: exp.Explode) -> Typed:
     return exp.Explode(this=value), t.args[0]
 
 
+def cast_nested(node: exp.Expression, source: SqlType, target: SqlType, at: exp.Expression) -> exp.Expression:
+    """An array as an array of another element type, element by element (where the elements' cast
+    is one both engines make alike: between numbers, or to text from text)."""
+    s, t = source, target
+    while s.kind == "array" and t.kind == "array":
+        s, t = s.args[0], t.args[0]
+    if source.kind == "array" and target.kind == "array" and (s == t or (s.number and t.number) or s.kind == "null"):
+        return exp.Cast(this=node, to=T.datatype(target))
+    raise _refuse(f"cannot cast type {source} to {target}", at)
+
+
+def array_constant(text: str, target: SqlType, at: exp.Expression) -> exp.Expression:
+    """PostgreSQL's array input ``{1,2,NULL}``, ``{{1,2},{3,4}}``, ``{"a b","q\\"x"}`` as an
+    ``ARRAY[...]`` of constants of ``target``'s element type."""
+    from millpond.sql.semantics.casts import literal_as
+
+    items, rest = _array_items(text.strip(), at)
+    if rest.strip():
+        raise _refuse(f"malformed array literal: {text!r}", at)
+    return _array_of(items, target, at, literal_as)
+
+
+def _array_of(items: list, target: SqlType, at: exp.Expression, literal_as) -> exp.Expression:  # noqa: ANN001
+    element = target.args[0]
+    values = []
+    for item in items:
+        if isinstance(item, list):
+            if element.kind != "array":
+                raise _refuse(f"malformed array literal: a nested array for {target}", at)
+            values.append(_array_of(item, element, at, literal_as))
+        elif item is None:
+            values.append(exp.Cast(this=exp.Null(), to=T.datatype(element)))
+        else:
+            values.append(literal_as(exp.Literal.string(item), element, at))
+    if not values:
+        return exp.Cast(this=exp.Array(), to=T.datatype(target))
+    return exp.Array(expressions=values)
+
+
+def _array_items(text: str, at: exp.Expression) -> tuple[list, str]:
+    """The items of the array text at the start of ``text`` (a str, None for NULL, or a list for a
+    nested array) and what follows it."""
+    if not text.startswith("{"):
+        raise _refuse(f"malformed array literal: {text!r} (an array constant is written '{{1,2,3}}')", at)
+    items: list = []
+    i, n = 1, len(text)
+    while i < n:
+        c = text[i]
+        if c == "}" and not items:
+            return items, text[i + 1:]
+        if c == "{":
+            sub, rest = _array_items(text[i:], at)
+            items.append(sub)
+            i = n - len(rest)
+        elif c == '"':
+            j, out = i + 1, []
+            while j < n and text[j] != '"':
+                if text[j] == "\\" and j + 1 < n:
+                    j += 1
+                out.append(text[j])
+                j += 1
+            items.append("".join(out))
+            i = j + 1
+        else:
+            j = i
+            while j < n and text[j] not in ",}":
+                j += 1
+            word = text[i:j].strip()
+            items.append(None if word.upper() == "NULL" else word)
+            i = j
+        while i < n and text[i] == " ":
+            i += 1
+        if i < n and text[i] == ",":
+            i += 1
+            continue
+        if i < n and text[i] == "}":
+            return items, text[i + 1:]
+        break
+    raise _refuse(f"malformed array literal: {text!r}", at)
+
+
+def array_cat(b: "Binder", node: exp.DPipe, left: Typed, right: Typed) -> Typed:
+    """``a || b`` of two arrays (or an array and an element): PostgreSQL's ``array_cat``, where a
+    NULL array counts as empty (NULL only when both are)."""
+    (a, ta), (c, tc) = left, right
+    if ta.kind != "array":
+        a, ta = exp.Array(expressions=[b.cast_to((a, ta), tc.args[0], node.this)]), tc
+    if tc.kind != "array":
+        c, tc = exp.Array(expressions=[b.cast_to((c, tc), ta.args[0], node.expression)]), ta
+    if ta != tc:
+        common = T.common_type([ta.args[0], tc.args[0]])
+        if common is None or common.nested:
+            raise _refuse(f"operator does not exist: {ta} || {tc}", node)
+        a, c = (b.cast_to((v, t), T.array_of(common), node) for v, t in ((a, ta), (c, tc)))
+        ta = T.array_of(common)
+    return mp("ARRAY_CAT", a, c, exp.Cast(this=exp.Array(), to=T.datatype(ta))), ta
+
+
 HANDLERS = {
     exp.Explode: _unnest,
     exp.Dot: _field, exp.Array: _array, exp.ArraySize: _array_length,

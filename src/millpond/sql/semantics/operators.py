@@ -165,7 +165,12 @@ def comparable(b: Binder, left: Typed, right: Typed, at: exp.Expression) -> tupl
         return cast(l, lt, T.TIMESTAMP, at), cast(r, rt, T.TIMESTAMP, at)
     if lt.temporal and rt.temporal:  # PostgreSQL compares a timestamp with a timestamptz as timestamptz
         return cast(l, lt, T.TIMESTAMPTZ, at), cast(r, rt, T.TIMESTAMPTZ, at)
-    if lt.kind == rt.kind:
+    if lt.kind == "array" and rt.kind == "array":  # element by element, in their common element type
+        common = T.common_type([lt, rt])
+        if common is None:
+            raise refuse(f"operator does not exist: {lt} {_op_name(at)} {rt}", at)
+        return cast(l, lt, common, at), cast(r, rt, common, at)
+    if lt.kind == rt.kind and not lt.nested:
         return l, r
     raise refuse(f"operator does not exist: {lt} {_op_name(at)} {rt}", at)
 

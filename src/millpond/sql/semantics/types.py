@@ -312,6 +312,9 @@ def common_type(types: list[SqlType]) -> SqlType | None:
         return TIMESTAMP
     if all(t.temporal for t in typed):  # PostgreSQL's preferred type of the category
         return TIMESTAMPTZ
-    if all(t.kind == first.kind for t in typed):
+    if all(t.kind == "array" for t in typed):
+        element = common_type([t.args[0] for t in typed])
+        return None if element is None else array_of(element)
+    if all(t.kind == first.kind for t in typed) and not first.nested:
         return first
     return None
