@@ -1,7 +1,8 @@
 """A Spark DataFrame in, a Delta Lake table out: a view kept in Delta, exactly once, as it changes.
 
 Orders arrive as a Spark DataFrame into a keyed table; a view totals them per customer and marks
-the big spenders with a Python function (``vip``, run in Spark's Python workers); two sinks
+the big spenders with a Python function (``vip``, run in Spark's Python workers), and lists each
+customer's orders (``array_agg``) and counts their items (an array column); two sinks
 keep the view in Delta Lake tables that any tool reads: ``per_customer`` (upsert: the view's rows
 by its key, ``customer``) and ``per_customer_log`` (append-only: every change, with ``_op`` and
 ``_epoch``). An update and a delete then reach both. Run it with ``python examples/delta_sink.py``.
@@ -44,16 +45,19 @@ def run(root: str, out: str, spark=None) -> dict[str, pa.Table]:  # noqa: ANN001
     try:
         db.create_function(vip, params=["DECIMAL(20, 2)"])
         db.sql("""
-            CREATE TABLE orders (id BIGINT PRIMARY KEY, customer VARCHAR, amount DECIMAL(10, 2), at TIMESTAMP);
+            CREATE TABLE orders (id BIGINT PRIMARY KEY, customer VARCHAR, amount DECIMAL(10, 2), at TIMESTAMP,
+                                 items VARCHAR[]);
             CREATE MATERIALIZED VIEW per_customer AS
-              SELECT customer, count(*) AS orders, sum(amount) AS total, max(at) AS last_order, vip(sum(amount)) AS vip
+              SELECT customer, count(*) AS orders, sum(amount) AS total, max(at) AS last_order, vip(sum(amount)) AS vip,
+                     array_agg(id) AS order_ids, sum(cardinality(items)) AS items
               FROM orders GROUP BY customer;
         """)
         day = datetime(2026, 11, 27)
         df = db.spark.createDataFrame(  # the orders, as a PySpark user has them
-            [(1, "ada", Decimal("12.50"), day.replace(hour=9)), (2, "ada", Decimal("7.25"), day.replace(hour=11)),
-             (3, "bob", Decimal("30.00"), day.replace(hour=10)), (4, "cy", Decimal("5.00"), day.replace(hour=12))],
-            "id BIGINT, customer STRING, amount DECIMAL(10,2), at TIMESTAMP_NTZ")
+            [(1, "ada", Decimal("12.50"), day.replace(hour=9), ["tea", "cake"]),
+             (2, "ada", Decimal("7.25"), day.replace(hour=11), ["tea"]),
+             (3, "bob", Decimal("30.00"), day.replace(hour=10), ["wine"]), (4, "cy", Decimal("5.00"), day.replace(hour=12), [])],
+            "id BIGINT, customer STRING, amount DECIMAL(10,2), at TIMESTAMP_NTZ, items ARRAY<STRING>")
         db.insert("orders", df)
         db.flush()
         db.sql(f"""
@@ -66,7 +70,7 @@ def run(root: str, out: str, spark=None) -> dict[str, pa.Table]:  # noqa: ANN001
         show("per_customer in Delta, as created (the view's rows then)", seen["first"])
 
         db.sql("UPDATE orders SET amount = amount + 2.50 WHERE id = 2; DELETE FROM orders WHERE id = 3;"
-               "INSERT INTO orders VALUES (5, 'cy', 1.00, '2026-11-27 18:00')")
+               "INSERT INTO orders VALUES (5, 'cy', 1.00, '2026-11-27 18:00', '{bread}')")
         db.flush()  # the epoch commits, then each sink writes its changes: one Delta commit each
         seen["after"] = read(Path(out, "per_customer"), "customer")
         show("per_customer in Delta after an update, a delete and an insert (bob's row is gone)", seen["after"])

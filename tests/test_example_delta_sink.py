@@ -19,12 +19,16 @@ def test_delta_sink_example(spark, tmp_path):
     day = datetime(2026, 11, 27)
     assert seen["first"].to_pylist() == [
         {"customer": "ada", "orders": 2, "total": Decimal("19.75"), "last_order": day.replace(hour=11),
-         "vip": False},
-        {"customer": "bob", "orders": 1, "total": Decimal("30.00"), "last_order": day.replace(hour=10), "vip": True},
-        {"customer": "cy", "orders": 1, "total": Decimal("5.00"), "last_order": day.replace(hour=12), "vip": False}]
+         "vip": False, "order_ids": [1, 2], "items": 3},
+        {"customer": "bob", "orders": 1, "total": Decimal("30.00"), "last_order": day.replace(hour=10), "vip": True,
+         "order_ids": [3], "items": 1},
+        {"customer": "cy", "orders": 1, "total": Decimal("5.00"), "last_order": day.replace(hour=12), "vip": False,
+         "order_ids": [4], "items": 0}]
     assert seen["after"].to_pylist() == seen["view"].to_pylist() == [
-        {"customer": "ada", "orders": 2, "total": Decimal("22.25"), "last_order": day.replace(hour=11), "vip": True},
-        {"customer": "cy", "orders": 2, "total": Decimal("6.00"), "last_order": day.replace(hour=18), "vip": False}]
+        {"customer": "ada", "orders": 2, "total": Decimal("22.25"), "last_order": day.replace(hour=11), "vip": True,
+         "order_ids": [1, 2], "items": 3},
+        {"customer": "cy", "orders": 2, "total": Decimal("6.00"), "last_order": day.replace(hour=18), "vip": False,
+         "order_ids": [4, 5], "items": 1}]
     log = [(r["_epoch"], r["customer"], r["_op"], r["total"]) for r in seen["log"].to_pylist()]
     assert log == [(1, "ada", "insert", Decimal("19.75")), (1, "bob", "insert", Decimal("30.00")),
                    (1, "cy", "insert", Decimal("5.00")), (2, "ada", "delete", Decimal("19.75")),
