@@ -176,3 +176,11 @@ def test_array_operations_give_postgresql_s_answers(open_db):
     if reason:
         pytest.skip(f"{reason}: millpond's view and query agree; PostgreSQL's answers were not checked")
     assert mine == _postgres_texts(supported)
+
+
+def test_unnamed_outputs_are_named_as_postgresql_names_them(open_db):
+    db = open_db()
+    db.sql(TABLE)
+    names = db.sql("SELECT (s).a, tags[1], ARRAY[1], cardinality(nums), array_length(nums, 1), map_keys(m), "
+                   "unnest(tags) FROM t").column_names
+    assert names == ["a", "tags", "array", "cardinality", "array_length", "map_keys", "unnest"]

@@ -87,6 +87,7 @@ _PG_NAMES = {
     exp.CurrentTimestamp: "now", exp.CurrentDate: "current_date", exp.Pow: "power", exp.Rand: "random",
     exp.RowNumber: "row_number", exp.DenseRank: "dense_rank", exp.StartsWith: "starts_with",
     exp.PercentileCont: "percentile_cont", exp.PercentileDisc: "percentile_disc",
+    exp.ArraySize: "array_length", exp.Explode: "unnest", exp.ArrayAgg: "array_agg", exp.MapKeys: "map_keys",
 }
 
 
@@ -99,6 +100,12 @@ def _pg_name(e: exp.Expression) -> str:
         return inner if inner != "?column?" else e.args["to"].sql("postgres").lower().split("(")[0]
     if isinstance(e, exp.Paren):
         return _pg_name(e.this)
+    if isinstance(e, exp.Dot):  # (s).f
+        return e.expression.name
+    if isinstance(e, exp.Bracket):  # a[1], m['k']
+        return _pg_name(e.this)
+    if isinstance(e, exp.Array):
+        return "array"
     if isinstance(e, exp.Subquery) and isinstance(e.this, exp.Select) and e.this.expressions:
         first = e.this.expressions[0]  # a scalar subquery is named after its one column
         return first.alias_or_name if isinstance(first, (exp.Alias, exp.Column)) else _pg_name(first)
