@@ -352,17 +352,31 @@ def _guarded(a: list[str], test: str) -> str:
     return f"CASE WHEN {a[0]} IS NOT NULL AND {a[1]} IS NOT NULL THEN {test} END"
 
 
+def _array_rules(at: str, size: str, concat: str, has: str, every: Callable[[str, str], str],
+                 some: Callable[[str, str], str]) -> dict[str, Render]:
+    """The array operations in an engine whose 1-based element, length, concatenation and
+    membership functions are these, and whose ``every``/``some`` test ``mp_x`` over an array's elements."""
+    def length(a: list[str], e: list[exp.Expression]) -> str:
+        inner = _inner(a[0], _int(e[1]), at)
+        return f"CASE WHEN {size}({a[0]}) > 0 AND {size}({inner}) > 0 THEN {size}({inner}) END"
+
+    return {
+        "SUBSCRIPT": lambda a, e: f"CASE WHEN {a[1]} >= 1 THEN {at}({a[0]}, CAST({a[1]} AS INT)) END",
+        "CARDINALITY": lambda a, e: f"CASE WHEN {a[0]} IS NOT NULL THEN {size}({_flat(a[0], _int(e[1]))}) END",
+        "ARRAY_LENGTH": length,
+        "ARRAY_CAT": lambda a, e: (f"CASE WHEN {a[0]} IS NULL AND {a[1]} IS NULL THEN NULL "
+                                   f"ELSE {concat}(coalesce({a[0]}, {a[2]}), coalesce({a[1]}, {a[2]})) END"),
+        "CONTAINS": lambda a, e: _guarded(a, every(a[1], f"coalesce({has}({a[0]}, mp_x), false)")),
+        "OVERLAPS": lambda a, e: _guarded(a, some(a[0], f"coalesce({has}({a[1]}, mp_x), false)")),
+    }
+
+
 _SPARK: dict[str, Render] = {
     # arrays, records and maps (millpond.sql.semantics.nested): 1-based, NULL out of range
-    "SUBSCRIPT": lambda a, e: f"CASE WHEN {a[1]} >= 1 THEN try_element_at({a[0]}, CAST({a[1]} AS INT)) END",
+    **_array_rules("try_element_at", "size", "concat", "array_contains", lambda xs, t: f"forall({xs}, mp_x -> {t})",
+                   lambda xs, t: f"exists({xs}, mp_x -> {t})"),
     "MAP_GET": lambda a, e: f"try_element_at({a[0]}, {a[1]})",
     "ATTR": lambda a, e: f"{a[0]}.`{_str(e[1]).replace('`', '``')}`",
-    "CARDINALITY": lambda a, e: f"CASE WHEN {a[0]} IS NOT NULL THEN size({_flat(a[0], _int(e[1]))}) END",
-    "ARRAY_LENGTH": lambda a, e: (f"CASE WHEN size({a[0]}) > 0 AND size({_inner(a[0], _int(e[1]), 'try_element_at')}) > 0 "
-                                  f"THEN size({_inner(a[0], _int(e[1]), 'try_element_at')}) END"),
-    "ARRAY_CAT": lambda a, e: f"CASE WHEN {a[0]} IS NULL AND {a[1]} IS NULL THEN NULL ELSE concat(coalesce({a[0]}, {a[2]}), coalesce({a[1]}, {a[2]})) END",
-    "CONTAINS": lambda a, e: _guarded(a, f"forall({a[1]}, mp_x -> coalesce(array_contains({a[0]}, mp_x), false))"),
-    "OVERLAPS": lambda a, e: _guarded(a, f"exists({a[0]}, mp_x -> coalesce(array_contains({a[1]}, mp_x), false))"),
     # registered on the session by the builder (millpond.spark.build), which sees every call first
     "PY": lambda a, e: f"{udf_name(Spec.decode(e[0].name), e[1].name)}({', '.join(a[2:])})",
     "ROUND_EVEN": lambda a, e: f"BROUND({a[0]})",
@@ -402,17 +416,11 @@ def _duckdb_python(a: list[str], e: list[exp.Expression]) -> str:
 
 
 _DUCKDB: dict[str, Render] = {
-    "SUBSCRIPT": lambda a, e: f"CASE WHEN {a[1]} >= 1 THEN list_extract({a[0]}, {a[1]}) END",
+    **_array_rules("list_extract", "len", "list_concat", "list_contains",
+                   lambda xs, t: f"len(list_filter({xs}, lambda mp_x: NOT ({t}))) = 0",
+                   lambda xs, t: f"len(list_filter({xs}, lambda mp_x: {t})) > 0"),
     "MAP_GET": lambda a, e: f"{a[0]}[{a[1]}]",
     "ATTR": lambda a, e: f"struct_extract({a[0]}, {a[1]})",
-    "CARDINALITY": lambda a, e: f"len({_flat(a[0], _int(e[1]))})",
-    "ARRAY_LENGTH": lambda a, e: (f"CASE WHEN len({a[0]}) > 0 AND len({_inner(a[0], _int(e[1]), 'list_extract')}) > 0 "
-                                  f"THEN len({_inner(a[0], _int(e[1]), 'list_extract')}) END"),
-    "ARRAY_CAT": lambda a, e: f"CASE WHEN {a[0]} IS NULL AND {a[1]} IS NULL THEN NULL ELSE list_concat(coalesce({a[0]}, {a[2]}), coalesce({a[1]}, {a[2]})) END",
-    "CONTAINS": lambda a, e: _guarded(
-        a, f"len(list_filter({a[1]}, lambda mp_x: NOT coalesce(list_contains({a[0]}, mp_x), false))) = 0"),
-    "OVERLAPS": lambda a, e: _guarded(
-        a, f"len(list_filter({a[0]}, lambda mp_x: coalesce(list_contains({a[1]}, mp_x), false))) > 0"),
     "PY": _duckdb_python,  # registered on the process's DuckDB as its SQL is written
     "ROUND_EVEN": lambda a, e: f"ROUND_EVEN({a[0]}, 0)",
     "ERROR": lambda a, e: f"error({a[0]})",

@@ -5,11 +5,12 @@ PostgreSQL, where Spark and DuckDB count a negative index from the end), ``m['k'
 b`` (a NULL element never matches), ``map_keys``/``map_values``. Each becomes an internal call
 (``MP_SUBSCRIPT``, ``MP_ATTR``, ...) that :mod:`millpond.engine.expressions` spells for each engine.
 
-    >>> from millpond.sql.semantics import bind, to_spark, to_duckdb
-    >>> import pyarrow as pa, sqlglot
-    >>> q = bind(sqlglot.parse_one("SELECT a[2] AS x FROM t", dialect="postgres"), {"t": pa.schema([("a", pa.list_(pa.int32()))])})
+    >>> import sqlglot
+    >>> from millpond.sql.semantics import bind, to_duckdb
+    >>> q = bind(sqlglot.parse_one("SELECT t.a[2] AS x FROM t AS t", dialect="postgres"), {"t": {"a": T.array_of(T.INTEGER)}},
+    ...          view=False)
     >>> to_duckdb(q.selects[0])
-    '(CASE WHEN 2 >= 1 THEN list_extract(a, 2) END) AS x'
+    '(CASE WHEN 2 >= 1 THEN list_extract(t.a, CAST(2 AS INT)) END) AS x'
 """
 
 from __future__ import annotations
