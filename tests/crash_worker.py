@@ -52,8 +52,11 @@ def setup_statements(root: str = "<root>") -> list[tuple[str, str, str]]:
     for text in (s.strip() for s in workload.TABLES.split(";")):
         if text:
             out.append(("table", parse(text)[0].this.this.name, text))
+    out.append(("table", "arrivals", workload.files_statement(root)))
     out += [("index", name, sql) for name, sql in workload.INDEXES.items()]
     out += [("view", name, f"CREATE MATERIALIZED VIEW {name} AS {sql}") for name, sql in workload.VIEWS.items()]
+    out.append(("view", workload.ARRIVALS_VIEW[0], f"CREATE MATERIALIZED VIEW {workload.ARRIVALS_VIEW[0]} AS "
+                                                   f"{workload.ARRIVALS_VIEW[1]}"))
     out += [("view", name, sql) for name, sql in workload.partial_views().items()]
     out += [("flow", name, f"CREATE FLOW {name} SINK TO {sink} AS {sql}")
             for name, (sink, sql) in workload.FLOWS.items()]
@@ -99,7 +102,7 @@ def submit_args() -> str:
 
 def reference(seed: int, count: int) -> workload.Reference:
     ref = workload.Reference()
-    for step in workload.steps(seed, count):
+    for step in workload.steps(seed, count, files=True):
         ref.apply(step)
     return ref
 
@@ -143,7 +146,7 @@ def main(root: str, seed: int, lo: int, hi: int, stop: int, known: dict[int, int
         print(f"MISMATCH after recovery, differing from the oracle: {found}", flush=True)
         return 3
     say(f"RESUME {resume} @{db.epoch}")
-    plan = workload.steps(seed, stop)
+    plan = workload.steps(seed, stop, files=True)
     for i in range(resume, stop):
         workload.apply(db, plan[i])
         db.flush()

@@ -56,6 +56,7 @@ NTH = {
     "log.compact.after_put": 1,     # a key-less table's compacted file written, the files it replaces not yet
     "sink.before_commit": 4,        # an epoch committed, its changes not yet in a sink's Delta table
     "sink.after_commit": 4,         # a sink's Delta commit done (the first two: inside CREATE SINK)
+    "files.after_record": 1,        # a file of the arrivals folder recorded as taken, its rows not yet appended
 }
 CATALOG = "catalog.after_put"  # only passed while the schema is created: drawn while it is incomplete
 BUDGET = 6  # steps a worker runs past the recovered state before it stops uncrashed
@@ -232,11 +233,12 @@ def run_chain(open_db, root: str, seed: int, kills: int, schedule=None, env=None
     return chain
 
 
-QUICK = [  # the first four in make test, the rest in make chaos
+QUICK = [  # the first five in make test, the rest in make chaos
     ("log.after_put", 1),         # during ingest: the batch is durable but unacknowledged
     ("task.before_state", 2),     # inside a stateful task, before it writes state
     ("epoch.after_job", 1),       # SSTs (and views' changes files) written, manifest not committed
     ("changes.before_entry", 1),  # an epoch's changes half kept, not committed: replayed, read once
+    ("files.after_record", 1),    # a file taken (recorded), its rows not appended: appended once
     (CATALOG, 2),                 # schema half created: the next worker finishes it
     ("flow.before_merge", 1),     # a flow's partials computed on Spark, its merge on the driver not yet
     ("log.before_put", 2),        # during ingest: the batch never made it
@@ -250,14 +252,15 @@ QUICK = [  # the first four in make test, the rest in make chaos
 
 
 def test_sigkill_chain_recovers_exactly_once(open_db, root):
-    """Quick: a kill during ingest, inside a task, before the commit and while an epoch's changes are
-    half kept, and recovery after each (every other kind of point: ``make chaos``)."""
-    run_chain(open_db, root, seed=11, kills=len(QUICK[:4]), schedule=QUICK[:4])
+    """Quick: a kill during ingest, inside a task, before the commit, while an epoch's changes are
+    half kept and between a file's record and its append, and recovery after each (every other
+    kind of point: ``make chaos``)."""
+    run_chain(open_db, root, seed=11, kills=len(QUICK[:5]), schedule=QUICK[:5])
 
 
 @pytest.mark.chaos
 def test_sigkill_chain_at_every_other_kind_of_point(open_db, root):
-    run_chain(open_db, root, seed=11, kills=len(QUICK[4:]), schedule=QUICK[4:])
+    run_chain(open_db, root, seed=11, kills=len(QUICK[5:]), schedule=QUICK[5:])
 
 
 @pytest.mark.chaos

@@ -6,6 +6,7 @@ base tables; DuckDB then recomputes every view's SQL as the oracle.
 
 from __future__ import annotations
 
+import os
 import random
 from dataclasses import dataclass
 from decimal import Decimal
@@ -15,6 +16,7 @@ import duckdb
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from millpond.engine.expressions import to_duckdb
 from millpond.engine.numerics import is_quotient
@@ -83,6 +85,21 @@ SINKS = {
     "thirds_log": ("thirds", "append-only"),
 }
 
+# a table read from a folder of parquet files beside the root (``<root>.files``, engine/files.py):
+# the crash chains' "file" steps drop files into it (written aside, then renamed in: a producer's
+# atomic write); it and a view over it are checked against the oracle's copy of every file's rows
+ARRIVALS = "CREATE TABLE arrivals (product VARCHAR, n INT)"
+ARRIVALS_VIEW = ("arrived", "SELECT product, COUNT(*) AS rows_in, SUM(n) AS total FROM arrivals GROUP BY product")
+
+
+def files_statement(root: str) -> str:
+    return f"{ARRIVALS} WITH (connector = 'files', path = '{files_folder(root)}', format = 'parquet')"
+
+
+def files_folder(root: str) -> str:
+    return f"{root.rstrip('/')}.files"
+
+
 PRODUCTS = [f"p{i}" for i in range(8)]
 USERS = [f"u{i}" for i in range(5)] + [None]
 CATEGORIES = ["c0", "c1", "c2", None]
@@ -91,13 +108,24 @@ VISIT_SCHEMA = pa.schema([("product", pa.string()), ("user", pa.string()), ("len
 
 @dataclass(frozen=True)
 class Step:
-    kind: str  # "insert" (bulk visits), "upsert" (INSERT on info) or "sql" (UPDATE/DELETE)
+    kind: str  # "insert" (bulk visits), "upsert" (INSERT on info), "sql" (UPDATE/DELETE) or "file" (arrivals)
     payload: object
 
 
-def steps(seed: int, count: int) -> list[Step]:
-    rng = random.Random(seed)
-    return [_step(rng) for _ in range(count)]
+def steps(seed: int, count: int, *, files: bool = False) -> list[Step]:
+    """``count`` steps drawn from ``seed``; with ``files``, about one in six drops a parquet file into
+    the arrivals folder instead (drawn apart: the other steps are the same with or without)."""
+    rng, frng = random.Random(seed), random.Random(seed * 7919 + 1)
+    out = []
+    for _ in range(count):
+        if files and frng.random() < 1 / 6:
+            n = frng.randrange(1, 6)
+            out.append(Step("file", (frng.getrandbits(64), pa.table({
+                "product": [frng.choice(PRODUCTS) for _ in range(n)],
+                "n": pa.array([frng.randrange(100) for _ in range(n)], pa.int32())}))))
+        else:
+            out.append(_step(rng))
+    return out
 
 
 def _step(rng: random.Random) -> Step:
@@ -174,6 +202,13 @@ def read_partial(db, i: int) -> None:  # noqa: ANN001
 def apply(db, step: Step) -> None:  # noqa: ANN001
     if step.kind == "insert":
         db.insert("visit", step.payload)
+    elif step.kind == "file":  # written aside, renamed in: the folder never holds half a file
+        token, rows = step.payload
+        folder, aside = files_folder(db.root), f"{files_folder(db.root)}.tmp"
+        os.makedirs(folder, exist_ok=True)
+        os.makedirs(aside, exist_ok=True)
+        pq.write_table(rows, f"{aside}/{token:016x}.parquet")
+        os.replace(f"{aside}/{token:016x}.parquet", f"{folder}/{token:016x}.parquet")
     else:
         db.sql(step.payload)
 
@@ -185,13 +220,15 @@ class Reference:
         self.con = duckdb.connect()
         pg_numeric.register(self.con)
         self.con.execute(TABLES)
+        self.con.execute(ARRIVALS)
         for name in READ_BY_VIEWS:  # the oracle's view, for the views that read it
             self.con.execute(f"CREATE VIEW {name} AS {self.bound(VIEWS[name])}")
 
     def apply(self, step: Step) -> None:
-        if step.kind == "insert":
-            self.con.register("incoming", step.payload)
-            self.con.execute("INSERT INTO visit SELECT * FROM incoming")
+        if step.kind in ("insert", "file"):
+            rows = step.payload if step.kind == "insert" else step.payload[1]
+            self.con.register("incoming", rows)
+            self.con.execute(f"INSERT INTO {'visit' if step.kind == 'insert' else 'arrivals'} SELECT * FROM incoming")
             self.con.unregister("incoming")
         elif step.kind == "upsert":
             self.con.execute(step.payload.replace("INSERT INTO", "INSERT OR REPLACE INTO"))
@@ -304,6 +341,9 @@ def mismatches(db, ref: Reference, *, sinks: bool = True,  # noqa: ANN001
     checked from ``base``: an epoch and the oracle then (default: epoch 0, nothing; None: not checked,
     no epoch whose steps are known is kept)."""
     bad = [t for t in ("info", "visit") if norm(db.sql(f"SELECT * FROM {t}")) != ref.query(f"SELECT * FROM {t}")]
+    if "arrivals" in db.catalog.tables:  # the crash chains' files table
+        bad += [t for t, sql in (("arrivals", "SELECT * FROM arrivals"), ARRIVALS_VIEW)
+                if norm(db.sql(f"SELECT * FROM {t}")) != ref.query(sql)]
     bad += [v for v, sql in VIEWS.items() if norm(db.sql(f"SELECT * FROM {v}")) != ref.query(sql)]
     if base is not None:
         base = (0, Reference()) if base[0] == 0 else base
