@@ -184,3 +184,18 @@ def test_unnamed_outputs_are_named_as_postgresql_names_them(open_db):
     names = db.sql("SELECT (s).a, tags[1], ARRAY[1], cardinality(nums), array_length(nums, 1), map_keys(m), "
                    "unnest(tags) FROM t").column_names
     assert names == ["a", "tags", "array", "cardinality", "array_length", "map_keys", "unnest"]
+
+
+def test_the_spark_data_source_reads_and_writes_nested_columns(open_db, root, spark):
+    db = open_db()
+    db.sql(TABLE)
+    df = spark.createDataFrame([(2, ["z", None], [7], (2, "w"), {"y": 2}, bytearray(b"\x02"))],
+                               "k INT, tags ARRAY<STRING>, nums ARRAY<INT>, s STRUCT<a: INT, b: STRING>, "
+                               "m MAP<STRING, INT>, raw BINARY")
+    df.write.format("millpond").option("root", root).option("channel", "t").mode("append").save()
+    db.flush()
+    want = {"k": 2, "tags": ["z", None], "nums": [7], "s": {"a": 2, "b": "w"}, "m": [("y", 2)], "raw": b"\x02"}
+    assert db.sql("SELECT * FROM t").to_pylist() == [want]
+    (row,) = spark.read.format("millpond").option("root", root).option("channel", "t").load().collect()
+    assert (row.k, row.tags, row.nums, row.s.asDict(), row.m, bytes(row.raw)) == (
+        2, ["z", None], [7], {"a": 2, "b": "w"}, {"y": 2}, b"\x02")
