@@ -66,6 +66,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/sdp.py
 	$(PY) benchmarks/sdp.py --round 50000
 	$(PY) benchmarks/sinks.py
+	$(PY) benchmarks/delta_merge.py
 
 clean:
 	rm -rf $(VENV) demo-data flows-data delta-sink-data delta-sink-out .pytest_cache
