@@ -328,7 +328,8 @@ def test_a_subscriber_in_another_process_follows_background_epochs(spark, root):
     try:
         _setup(db)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
-        proc = subprocess.Popen([sys.executable, "-c", SUBSCRIBER, root, "6"], stdout=subprocess.PIPE,
+        # its idle timeout outlasts an epoch of a loaded machine (6 s did not, once, beside make chaos)
+        proc = subprocess.Popen([sys.executable, "-c", SUBSCRIBER, root, "15"], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=env)
         rng, oracle = random.Random(3), Oracle()
         for _ in range(8):
