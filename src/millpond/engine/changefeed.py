@@ -154,11 +154,13 @@ class ChangeFeed:
                 if retention.seconds is not None and entry.at >= now - retention.seconds:
                     self._oldest_at = entry.at
                     break
+                # the entry first: a kill between the two leaves files no entry names (garbage), never
+                # an entry whose files are gone (a reader would find a kept epoch unreadable)
+                self.store.delete(paths.changes_epoch_key(e))
                 for key in entry.views:
                     self.store.delete(paths.changes_key(key, e))
                     for name in self.store.list(paths.changes_epoch_prefix(key, e)):  # every attempt's
                         self.store.delete(name)
-                self.store.delete(paths.changes_epoch_key(e))
                 dropped += 1
             e += 1
             self._oldest, self._oldest_at = e, None
