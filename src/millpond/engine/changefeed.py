@@ -157,6 +157,7 @@ class ChangeFeed:
                 # the entry first: a kill between the two leaves files no entry names (garbage), never
                 # an entry whose files are gone (a reader would find a kept epoch unreadable)
                 self.store.delete(paths.changes_epoch_key(e))
+                faults.point("changes.between_collect")
                 for key in entry.views:
                     self.store.delete(paths.changes_key(key, e))
                     for name in self.store.list(paths.changes_epoch_prefix(key, e)):  # every attempt's
