@@ -45,7 +45,8 @@ __all__ = ["Spec", "PythonFunctionError", "check_source", "evaluate", "raised", 
 PARAM_TYPES = ("BOOLEAN", "SMALLINT", "INT", "BIGINT", "REAL", "DOUBLE", "VARCHAR", "DATE", "TIMESTAMP",
                "TIMESTAMPTZ", "DECIMAL")
 SQLSTATE = "38000"
-PYTHON_ERROR = re.compile(r"\[PYTHON_FUNCTION_ERROR\] (.*?) SQLSTATE: (\w{5})")  # its text in another error's
+# its text in another error's; a JSONB operation's error (millpond.jsonb) is read back the same way
+PYTHON_ERROR = re.compile(r"\[(?:PYTHON_FUNCTION_ERROR|INVALID_JSON_TEXT|JSONB_[A-Z_]+)\] (.*?) SQLSTATE: (\w{5})")
 
 
 class PythonFunctionError(ValueError):

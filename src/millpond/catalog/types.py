@@ -3,7 +3,8 @@
 A ``TIMESTAMPTZ`` is a UTC instant: Arrow ``timestamp[us, tz=UTC]``, Spark's ``TIMESTAMP``. An
 ``INTERVAL`` is PostgreSQL's three fields, kept apart: Arrow ``struct<months: int32, days: int32,
 micros: int64>`` (:data:`INTERVAL`), Spark's ``STRUCT<months: INT, days: INT, micros: BIGINT>``
-(:mod:`millpond.sql.semantics.intervals` gives it its meaning).
+(:mod:`millpond.sql.semantics.intervals` gives it its meaning). A ``JSONB`` is its PostgreSQL text
+in a one-field struct (:data:`millpond.jsonb.STRUCT`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from millpond.errors import SchemaError
+from millpond.jsonb import STRUCT as JSONB, is_jsonb
 
 __all__ = ["arrow_type", "normalize_type", "spark_ddl_type", "sql_type", "INTERVAL"]
 
@@ -33,6 +35,7 @@ _SIMPLE: dict[exp.DataType.Type, tuple[str, pa.DataType, str]] = {
     _T.TIMESTAMP: ("TIMESTAMP", pa.timestamp("us"), "TIMESTAMP_NTZ"),
     _T.TIMESTAMPTZ: ("TIMESTAMPTZ", pa.timestamp("us", tz="UTC"), "TIMESTAMP"),
     _T.INTERVAL: ("INTERVAL", INTERVAL, "STRUCT<months: INT, days: INT, micros: BIGINT>"),
+    _T.JSONB: ("JSONB", JSONB, "STRUCT<pg_jsonb: STRING>"),
 }
 
 
@@ -62,9 +65,11 @@ def normalize_type(sql_type: str | exp.DataType) -> str:
         if key.this in _NESTED:
             raise SchemaError(f"column type {dt.sql('postgres')} is not supported: a map's key is a scalar type")
         return f"MAP({normalize_type(key)}, {normalize_type(value)})"
+    if dt.this == _T.JSON:
+        raise SchemaError("column type JSON is not supported: use JSONB (the same documents, compared by value)")
     if dt.this not in _SIMPLE:
         raise SchemaError(f"column type {dt.sql('postgres')} is not supported; use one of BOOLEAN, SMALLINT, INT, "
-                          "BIGINT, REAL, DOUBLE, VARCHAR, BYTEA, DATE, TIMESTAMP, TIMESTAMPTZ, INTERVAL, DECIMAL(p,s), "
+                          "BIGINT, REAL, DOUBLE, VARCHAR, BYTEA, JSONB, DATE, TIMESTAMP, TIMESTAMPTZ, INTERVAL, DECIMAL(p,s), "
                           "an array of one (INT[]), STRUCT<a INT, …> or MAP(VARCHAR, INT)")
     return _SIMPLE[dt.this][0]
 
@@ -126,6 +131,8 @@ def sql_type(t: pa.DataType) -> str:
         return "TIMESTAMPTZ" if t.tz else "TIMESTAMP"
     if t == INTERVAL:
         return "INTERVAL"
+    if is_jsonb(t):
+        return "JSONB"
     if pa.types.is_struct(t) and [t.field(i).name for i in range(t.num_fields)] == ["pg_numeric", "pg_divisor"]:
         return "NUMERIC"  # a quotient: PostgreSQL's display scale per value (millpond.engine.numerics)
     if pa.types.is_map(t):

@@ -19,9 +19,10 @@ from typing import Callable
 from sqlglot import exp
 
 from millpond.engine import numerics
+from millpond.jsonb import FIELD as JSONB_FIELD, udf_name as jsonb_udf
 from millpond.pyfunctions import Spec, udf_name
 
-__all__ = ["to_spark", "to_duckdb", "generate", "mp", "is_mp", "null_on_error", "python_calls", "PREFIX"]
+__all__ = ["to_spark", "to_duckdb", "generate", "mp", "is_mp", "null_on_error", "python_calls", "jsonb_calls", "PREFIX"]
 
 PREFIX = "MP_"
 
@@ -319,6 +320,8 @@ def _spark_trunc(a: list[str], e: list[exp.Expression]) -> str:
 
 
 _SHARED: dict[str, Render] = {
+    # millpond.jsonb's Arrow functions, registered under these names in both engines
+    "JSONB": lambda a, e: f"{jsonb_udf(_str(e[0]))}({', '.join(a[1:])})",
     "POWER": lambda a, e: f"POWER({a[0]}, {a[1]})",
     "TS_DIFF": lambda a, e: f"{a[0]} - {a[1]}",
 }
@@ -379,6 +382,7 @@ _SPARK: dict[str, Render] = {
     "ATTR": lambda a, e: f"{a[0]}.`{_str(e[1]).replace('`', '``')}`",
     # registered on the session by the builder (millpond.spark.build), which sees every call first
     "PY": lambda a, e: f"{udf_name(Spec.decode(e[0].name), e[1].name)}({', '.join(a[2:])})",
+    "JSONB_CONST": lambda a, e: f"named_struct('{JSONB_FIELD}', {a[0]})",
     "ROUND_EVEN": lambda a, e: f"BROUND({a[0]})",
     "ERROR": lambda a, e: f"RAISE_ERROR({a[0]})",
     "TEXT_TO_BOOL": lambda a, e: _text_to_bool(a[0], "RAISE_ERROR"),
@@ -422,6 +426,7 @@ _DUCKDB: dict[str, Render] = {
     "MAP_GET": lambda a, e: f"{a[0]}[{a[1]}]",
     "ATTR": lambda a, e: f"struct_extract({a[0]}, {a[1]})",
     "PY": _duckdb_python,  # registered on the process's DuckDB as its SQL is written
+    "JSONB_CONST": lambda a, e: f"struct_pack({JSONB_FIELD} := {a[0]})",
     "ROUND_EVEN": lambda a, e: f"ROUND_EVEN({a[0]}, 0)",
     "ERROR": lambda a, e: f"error({a[0]})",
     "TEXT_TO_BOOL": lambda a, e: _text_to_bool(a[0], "error"),
@@ -474,11 +479,19 @@ def null_on_error(e: exp.Expression) -> exp.Expression:
                           false=exp.IntDiv(this=a, expression=b.copy()))
         if type(n) is exp.Cast:
             return exp.TryCast(this=null_on_error(n.this), to=n.args["to"], safe=True)
+        if is_mp(n, "JSONB") and _str(n.expressions[-1]) == "fail":  # its data error gives NULL
+            *args, _ = n.expressions
+            return exp.Anonymous(this=n.this, expressions=[*map(null_on_error, args), exp.Literal.string("null")])
         if is_mp(n, "PY"):  # a Python function whose call raises gives NULL
             spec, _, *args = n.expressions
             return mp("PY", spec.copy(), exp.Literal.string("null"), *map(null_on_error, args))
         return n
     return e.copy().transform(fn)
+
+
+def jsonb_calls(e: exp.Expression) -> set[str]:
+    """The JSONB operations ``e`` calls."""
+    return {_str(n.expressions[0]) for n in e.walk() if is_mp(n, "JSONB")}
 
 
 def python_calls(e: exp.Expression) -> list[tuple[Spec, str]]:

@@ -43,8 +43,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from millpond import faults, paths
+from millpond import faults, jsonb, paths
 from millpond.catalog import SinkDef, TableDef
 from millpond.columns import EPOCH, W
 from millpond.engine.sink_targets import COMPACT_EVERY, DELETE, OP, UPSERT, Target, target_of
@@ -73,7 +74,7 @@ def sink_key(rt: "Runtime", sink: SinkDef) -> tuple[str, ...]:
 def check_schema(name: str, schema: pa.Schema) -> None:
     """Refuse a source with a column an append-only sink's own columns would clash with. (Every
     column type has a Delta Lake type: an INTERVAL is written as millpond keeps it, a struct of
-    ``months``, ``days`` and ``micros``.)"""
+    ``months``, ``days`` and ``micros``; a JSONB as its text.)"""
     for f in schema:
         if f.name in (OP, EPOCH):
             raise SqlError(f"sink {name!r}: column {f.name!r} is reserved for an append-only sink's changes; "
@@ -144,6 +145,7 @@ class Sinks:
 
     def _put(self, sink: SinkDef, target: Target, change: pa.Table, epoch: int) -> None:
         cols = list(self.rt.catalog.relation(sink.source).schema.names)
+        change = _outward(change)
         faults.point("sink.before_commit")
         if sink.kind == "append-only":  # a change of weight w (rows netted per epoch): |w| rows
             w = change[W].to_numpy()
@@ -201,6 +203,14 @@ class Sinks:
             self.rt.coordinator.store.delete(paths.sink_key(sink.token))
         except MissingError:
             pass
+
+
+def _outward(change: pa.Table) -> pa.Table:
+    """``change`` as a target keeps it: a JSONB column as its text (a string column)."""
+    for i, f in enumerate(change.schema):
+        if jsonb.is_jsonb(f.type):
+            change = change.set_column(i, pa.field(f.name, pa.string(), f.nullable), pc.struct_field(change.column(i), [0]))
+    return change
 
 
 def _upserts(change: pa.Table, cols: list[str], key: tuple[str, ...]) -> pa.Table:

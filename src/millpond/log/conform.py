@@ -4,7 +4,8 @@ channel's append, and a table's insert before it). Errors name the target, colum
 An INTERVAL column (the struct ``months, days, micros``: :data:`millpond.catalog.types.INTERVAL`)
 also takes Arrow ``month_day_nano_interval`` (what a query returns; nanoseconds rounded to
 microseconds) and durations (Python ``timedelta``: whole days and the time under a day, as
-PostgreSQL reads one).
+PostgreSQL reads one). A JSONB column takes JSON text (strings, or Arrow's ``arrow.json``
+extension type), kept as PostgreSQL prints it (:mod:`millpond.jsonb`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from millpond import jsonb
 from millpond.errors import SchemaError
 
 __all__ = ["conform", "to_interval", "from_interval"]
@@ -66,6 +68,8 @@ def conform(where: str, schema: pa.Schema, data: Any, *, key: Sequence[str] = ()
                 row = pc.index(partial, True).as_py()
                 raise SchemaError(f"{where}: column {f.name!r} row {row} is an interval with a NULL field "
                                   "(a NULL interval is NULL as a whole)")
+        if jsonb.is_jsonb(f.type) and not col.type.equals(f.type):
+            col = _jsonb(where, f.name, col)
         if not col.type.equals(f.type):
             try:
                 col = pc.cast(col, f.type, safe=True)
@@ -81,6 +85,21 @@ def conform(where: str, schema: pa.Schema, data: Any, *, key: Sequence[str] = ()
             raise SchemaError(f"{where}: column {f.name!r} is not nullable, but row {row} is null")
         columns.append(col)
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _jsonb(where: str, name: str, col: pa.ChunkedArray) -> pa.ChunkedArray:
+    """JSON text as JSONB (its PostgreSQL text: :func:`millpond.jsonb.canonical`)."""
+    t = col.type.storage_type if isinstance(col.type, pa.BaseExtensionType) else col.type
+    if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t)):
+        raise SchemaError(f"{where}: column {name!r} expects JSONB, got {col.type} (give JSON text: strings)")
+    out = []
+    for row, text in enumerate(jsonb.texts(col.cast(t) if t != col.type else col)):
+        try:
+            out.append(None if text is None else jsonb.canonical(text))
+        except jsonb.JsonbError as exc:
+            reason = str(exc).split("] ", 1)[1].rsplit(" SQLSTATE", 1)[0]
+            raise SchemaError(f"{where}: column {name!r} row {row}: {reason}") from None
+    return pa.chunked_array([jsonb.wrap(out)])
 
 
 def _first_bad_row(col: pa.ChunkedArray, target: pa.DataType) -> int | None:

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pygwire.messages import FieldDescription
 
+from millpond import jsonb
 from millpond.engine.numerics import is_quotient
 from millpond.serve.display import quotient_texts, texts
 
@@ -30,7 +31,7 @@ _OIDS = [(pa.types.is_boolean, 16), (is_quotient, 1700),
 # an array's OID by its element's: bool, bytea, int2, int4, int8, float4, float8, numeric, text, date,
 # time, timestamp, timestamptz, interval (a nested array has its element's array OID, as in PostgreSQL)
 _ARRAY_OIDS = {16: 1000, 17: 1001, 21: 1005, 23: 1007, 20: 1016, 700: 1021, 701: 1022, 1700: 1231, 25: 1009,
-               1082: 1182, 1083: 1183, 1114: 1115, 1184: 1185, 1186: 1187}
+               1082: 1182, 1083: 1183, 1114: 1115, 1184: 1185, 1186: 1187, 3802: 3807}
 _RECORD = 2249
 
 
@@ -39,6 +40,8 @@ def oid(t: pa.DataType) -> int:
     PostgreSQL has not, is text)."""
     if pa.types.is_map(t):
         return 25
+    if _is_jsonb(t):
+        return 3802
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         inner = t.value_type
         while pa.types.is_list(inner) or pa.types.is_large_list(inner):
@@ -47,6 +50,11 @@ def oid(t: pa.DataType) -> int:
     if pa.types.is_struct(t) and not is_quotient(t) and not _is_interval(t):
         return _RECORD
     return next((o for test, o in _OIDS if test(t)), 25)
+
+
+def _is_jsonb(t: pa.DataType) -> bool:
+    """A JSONB value: as stored (:data:`millpond.jsonb.STRUCT`) or as a query gives it (``arrow.json``)."""
+    return jsonb.is_jsonb(t) or (isinstance(t, pa.BaseExtensionType) and t.extension_name == "arrow.json")
 
 
 def _is_interval(t: pa.DataType) -> bool:
@@ -67,6 +75,9 @@ def _texts(field: pa.Field, column: pa.ChunkedArray) -> list[bytes | None]:
     """A column as PostgreSQL's text output of its values (a quotient's at each value's own display
     scale: :mod:`millpond.serve.display`)."""
     t = column.type
+    if _is_jsonb(t):
+        return [None if v is None else v.encode() for v in jsonb.texts(
+            column if jsonb.is_jsonb(t) else column.cast(t.storage_type))]
     if pa.types.is_boolean(t):
         return [None if v is None else (b"t" if v else b"f") for v in column.to_pylist()]
     if pa.types.is_decimal(t):
@@ -82,7 +93,7 @@ def _texts(field: pa.Field, column: pa.ChunkedArray) -> list[bytes | None]:
 
 def _nested(t: pa.DataType) -> bool:
     return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t) or (
-        pa.types.is_struct(t) and not is_quotient(t) and not _is_interval(t))
+        pa.types.is_struct(t) and not is_quotient(t) and not _is_interval(t) and not jsonb.is_jsonb(t))
 
 
 def _nested_text(t: pa.DataType, v: object) -> str:
@@ -105,6 +116,8 @@ def _element(t: pa.DataType, v: object, special: str, null: str = "NULL") -> str
         return _nested_text(t, v)  # an array inside an array: as it is
     if pa.types.is_boolean(t):
         text = "t" if v else "f"
+    elif jsonb.is_jsonb(t):
+        text = v[jsonb.FIELD]
     elif _nested(t):
         text = _nested_text(t, v)
     else:

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
-from millpond import duck
+from millpond import duck, jsonb
 from millpond.catalog.types import INTERVAL
 from millpond.engine.expressions import to_duckdb
 from millpond.engine.numerics import is_quotient
@@ -207,13 +207,16 @@ def _epoch(rt: Runtime, when: exp.Expression, con: duckdb.DuckDBPyConnection) ->
 
 def _shown(table: pa.Table, *, intervals: bool = True) -> pa.Table:
     """``table`` with its quotients as decimals with their display scales
-    (:mod:`millpond.serve.display`: no table column holds the stored form) and its INTERVAL
-    columns as ``month_day_nano_interval`` (unless ``intervals`` is False: a ``hidden`` read keeps
+    (:mod:`millpond.serve.display`: no table column holds the stored form), its INTERVAL
+    columns as ``month_day_nano_interval`` and its JSONB columns as ``arrow.json`` text (unless ``intervals`` is False: a ``hidden`` read keeps
     them stored, UPDATE and DELETE append the rows they read)."""
     for i, f in enumerate(table.schema):
         if intervals and f.type.equals(INTERVAL):
             table = table.set_column(i, pa.field(f.name, pa.month_day_nano_interval(), f.nullable),
                                      from_interval(table.column(i)))
+        elif intervals and jsonb.is_jsonb(f.type):  # its text, as Arrow's JSON type
+            table = table.set_column(i, pa.field(f.name, pa.json_(), f.nullable), pa.ExtensionArray.from_storage(
+                pa.json_(), pa.array(jsonb.texts(table.column(i)), pa.string())))
         elif is_quotient(f.type):
             table = table.set_column(i, *to_decimal(f.name, table.column(i)))
     return table

@@ -15,7 +15,8 @@ from pyspark.sql.types import _parse_datatype_string
 from sqlglot import exp
 
 from millpond.catalog.types import spark_ddl_type
-from millpond.engine.expressions import python_calls
+from millpond import jsonb
+from millpond.engine.expressions import jsonb_calls, python_calls
 from millpond.pyfunctions import Spec, evaluate, udf_name
 
 __all__ = ["register_calls"]
@@ -24,9 +25,24 @@ _registered: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # a sessio
 
 
 def register_calls(spark: SparkSession, e: exp.Expression) -> None:
-    """Every Python function ``e`` calls, registered on ``spark`` (once per session)."""
+    """Every Python function and JSONB operation ``e`` calls, registered on ``spark`` (once per session)."""
     for spec, mode in python_calls(e):
         _register(spark, spec, mode)
+    for operation in jsonb_calls(e):
+        _register_jsonb(spark, operation)
+
+
+_SPARK_KINDS = {"jsonb": "STRUCT<pg_jsonb: STRING>", "text": "STRING", "int": "INT", "bool": "BOOLEAN",
+                "text[]": "ARRAY<STRING>", "jsonb[]": "ARRAY<STRUCT<pg_jsonb: STRING>>"}
+
+
+def _register_jsonb(spark: SparkSession, operation: str) -> None:
+    name = jsonb.udf_name(operation)
+    if name in _registered.setdefault(spark, set()):
+        return
+    fn, _, result = jsonb.OPERATIONS[operation]
+    spark.udf.register(name, arrow_udf(lambda *columns: fn(*columns), _parse_datatype_string(_SPARK_KINDS[result])))
+    _registered[spark].add(name)
 
 
 def _register(spark: SparkSession, spec: Spec, mode: str) -> None:

@@ -19,6 +19,7 @@ from sqlglot import exp
 from millpond.catalog import FunctionDef
 from millpond.errors import SqlError
 from millpond.sql import functions, grouping
+from millpond.sql.semantics.jsonb import ELEMENTS
 from millpond.sql.statements import VIEW_ALIAS
 
 __all__ = ["desugar", "inline_named_windows", "check_column_aliases"]
@@ -28,7 +29,8 @@ def desugar(query: exp.Expression, defined: Mapping[str, FunctionDef]) -> tuple[
     """``query`` (modified in place) without SQL function calls, named windows or grouping sets,
     and the names of the functions it called."""
     query, used = functions.inline(query, defined)
-    query = query.transform(_exact_distinct, copy=False)
+    query = query.transform(_exact_distinct, copy=False).transform(_json_arrow, copy=False)
+    query = _set_returning(query)
     for select in list(query.find_all(exp.Select)):
         _lateral_unnest(select)
     return grouping.expand(inline_named_windows(_table_column_aliases(query))), used
@@ -42,6 +44,47 @@ def _exact_distinct(node: exp.Expression) -> exp.Expression:
             raise SqlError("approx_count_distinct takes one argument (millpond counts exactly)")
         return exp.Count(this=exp.Distinct(expressions=[node.this]))
     return node
+
+
+def _json_arrow(node: exp.Expression) -> exp.Expression:
+    """``f(j -> 'k')``, which sqlglot reads as a lambda ``j -> 'k'`` inside a call, as the jsonb
+    operator it is in PostgreSQL (which has no lambdas): ``j -> 'a' ->> 'b'`` is read as
+    ``j -> ('a' ->> 'b')``, so the leftmost key takes the column."""
+    if not isinstance(node, exp.Lambda) or len(node.expressions) != 1 or not isinstance(node.expressions[0], exp.Identifier):
+        return node
+    column = exp.Column(this=node.expressions[0].copy())
+    body = node.this.copy()
+    inner, parent = body, None
+    while isinstance(inner, (exp.JSONExtract, exp.JSONExtractScalar)):
+        inner, parent = inner.this, inner
+    first = exp.JSONExtract(this=column, expression=inner.copy())
+    if parent is None:
+        return first
+    parent.set("this", first)
+    return body
+
+
+def _set_returning(query: exp.Expression) -> exp.Expression:
+    """``jsonb_array_elements[_text](j)`` as the ``unnest`` of its elements: in ``FROM`` (its one
+    column named ``value``, as PostgreSQL names it) and in the select list. The call is marked
+    ``set_returning``: the binder takes it only there (:mod:`millpond.sql.semantics.jsonb`)."""
+    def marked(call: exp.Anonymous) -> exp.Anonymous:
+        call.meta["set_returning"] = True
+        return call
+
+    def is_srf(node: exp.Expression) -> bool:
+        return isinstance(node, exp.Anonymous) and str(node.this).lower() in ELEMENTS and \
+            not node.meta.get("set_returning")
+
+    for item in list(query.find_all(exp.Table, exp.Lateral)):
+        if is_srf(item.this):
+            alias = item.args.get("alias")
+            alias = alias.copy() if alias is not None else exp.TableAlias(this=exp.to_identifier(str(item.this.this).lower()))
+            if not alias.columns:
+                alias.set("columns", [exp.to_identifier("value")])
+            unnest = exp.Unnest(expressions=[marked(item.this.copy())], alias=None if isinstance(item, exp.Lateral) else alias)
+            item.replace(exp.Lateral(this=unnest, alias=alias) if isinstance(item, exp.Lateral) else unnest)
+    return query.transform(lambda n: exp.Explode(this=marked(n.copy())) if is_srf(n) else n, copy=False)
 
 
 def _lateral_unnest(select: exp.Select) -> None:

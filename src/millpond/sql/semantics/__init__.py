@@ -106,6 +106,8 @@ def _pg_name(e: exp.Expression) -> str:
         return _pg_name(e.this)
     if isinstance(e, exp.Array):
         return "array"
+    if isinstance(e, exp.Explode) and isinstance(e.this, exp.Anonymous):  # jsonb_array_elements(j)
+        return str(e.this.this).lower()
     if isinstance(e, exp.Subquery) and isinstance(e.this, exp.Select) and e.this.expressions:
         first = e.this.expressions[0]  # a scalar subquery is named after its one column
         return first.alias_or_name if isinstance(first, (exp.Alias, exp.Column)) else _pg_name(first)

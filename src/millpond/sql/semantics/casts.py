@@ -56,6 +56,10 @@ def literal_as(node: exp.Expression, target: SqlType, at: exp.Expression) -> exp
         from millpond.sql.semantics.nested import array_constant
 
         return array_constant(text, target, at)
+    if target.kind == "jsonb":
+        from millpond.sql.semantics.jsonb import constant
+
+        return constant(text, at)
     from millpond.sql.semantics.constants import parse_constant
 
     return parse_constant(text, target, at)
@@ -100,9 +104,12 @@ def _cast(b: Binder, node: exp.Cast) -> Typed:
         target = T.TEXT
     else:
         target = T.from_datatype(to)
+    if to.this == exp.DataType.Type.JSON:
+        raise refuse("type json is not supported: use jsonb (the same documents, compared by value)", to)
     if target is None:
         raise refuse(f"type {to.sql('postgres')} is not supported (supported: SMALLINT, INTEGER, BIGINT, NUMERIC, "
-                     "REAL, DOUBLE PRECISION, TEXT, VARCHAR, BOOLEAN, DATE, TIMESTAMP, TIMESTAMPTZ, INTERVAL)", to)
+                     "REAL, DOUBLE PRECISION, TEXT, VARCHAR, BOOLEAN, DATE, TIMESTAMP, TIMESTAMPTZ, INTERVAL, BYTEA, JSONB, "
+                     "arrays, STRUCT<…>, MAP(…))", to)
     if target.kind == "array" and isinstance(node.this, exp.Array) and not node.this.expressions:
         return exp.Cast(this=exp.Array(), to=T.datatype(target)), target  # ARRAY[]::INT[]
     inner, t = b.value(node.this, keep=True)
@@ -146,6 +153,10 @@ def cast(node: exp.Expression, source: SqlType, target: SqlType, at: exp.Express
     """``node`` (of type ``source``) as ``target`` with PostgreSQL's conversion."""
     if source == target or (source.kind == target.kind and not target.decimal and not target.nested):
         return node
+    if source.kind == "jsonb" or target.kind == "jsonb":
+        from millpond.sql.semantics.jsonb import cast_jsonb
+
+        return cast_jsonb(node, source, target, at)
     if source.nested or target.nested:
         from millpond.sql.semantics.nested import cast_nested
 

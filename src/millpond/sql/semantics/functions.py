@@ -19,6 +19,7 @@ from millpond.sql.semantics.interval_keys import GROUP_KEY, GROUP_VALUE, group_m
 from millpond.sql.semantics.intervals import JUSTIFY, justify
 from millpond.engine.expressions import is_mp, mp
 from millpond.pyfunctions import Spec
+from millpond.sql.semantics.jsonb import BY_NAME as JSONB_BY_NAME, HANDLERS as JSONB
 from millpond.sql.semantics.nested import BY_NAME as NESTED_BY_NAME, HANDLERS as NESTED, array_cat, subscript
 from millpond.sql.semantics.regex import regexp_extract, regexp_like, regexp_replace
 from millpond.sql.semantics.types import SqlType
@@ -406,6 +407,7 @@ def _date_part(b: Binder, node: exp.Expression) -> Typed:
 _BY_NAME: dict[str, Callable[[Binder, exp.Expression], Typed]] = {
     "octet_length": _octet_length, "regexp_match": _regexp_match_alone, "date_part": _date_part,
     "to_char": to_char, **{name: justify for name in JUSTIFY}, **NESTED_BY_NAME,
+    **JSONB_BY_NAME,
 }
 _JUSTIFY_CLASSES = {getattr(exp, c): justify for c in ("JustifyHours", "JustifyDays", "JustifyInterval")
                     if hasattr(exp, c)}
@@ -422,7 +424,7 @@ _BY_CLASS: dict[type, Callable] = {
     exp.Sign: _sign, exp.Sqrt: _double_fn("SQRT"), exp.Cbrt: _double_fn("CBRT"), exp.Exp: _double_fn("EXP"),
     exp.Ln: _double_fn("LN"), exp.Rand: _random, exp.Pi: _pi,
     exp.Bracket: _bracket, exp.Anonymous: _anonymous,
-    **AGGREGATE_RULES, **DATETIME, **_JUSTIFY_CLASSES, **NESTED,
+    **AGGREGATE_RULES, **DATETIME, **_JUSTIFY_CLASSES, **NESTED, **JSONB,
 }
 
 # the allow-list, by PostgreSQL name (the README's SQL reference lists it; a test checks it does)
@@ -436,6 +438,7 @@ FUNCTIONS = (
     "justify_hours", "justify_days", "justify_interval",
     "coalesce", "nullif", "greatest", "least",
     "cardinality", "array_length", "map_keys", "map_values",
+    "jsonb_array_elements", "jsonb_array_elements_text", "jsonb_typeof", "jsonb_array_length",
 )
 AGGREGATES = ("count", "sum", "avg", "min", "max", "percentile_cont", "percentile_disc", "array_agg")
 def _function_argument(b: Binder, node: exp.Anonymous) -> Typed:

@@ -148,7 +148,8 @@ def _unnest(b: "Binder", node: exp.Explode) -> Typed:
     if not isinstance(parent, exp.Select) or select is None or select.args.get("group") or \
             any(s.find(exp.AggFunc, exp.Window) for s in select.expressions) or \
             sum(1 for s in select.expressions if s.find(exp.Explode)) > 1:
-        raise _refuse("unnest(array) is supported as a whole select item (one per SELECT, without GROUP BY, "
+        what = f"{node.this.this}(jsonb)" if isinstance(node.this, exp.Anonymous) else "unnest(array)"
+        raise _refuse(f"{what} is supported as a whole select item (one per SELECT, without GROUP BY, "
                       "aggregates or window functions in that SELECT) or in FROM: FROM t, unnest(t.a) AS u(x)", node)
     value, t = b.value(node.this)
     if t.kind != "array":

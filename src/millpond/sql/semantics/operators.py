@@ -193,7 +193,11 @@ def _op_name(node: exp.Expression) -> str:
 
 
 def _compare(b: Binder, node: exp.Binary) -> Typed:
-    l, r = comparable(b, b.value(node.this, keep=True), b.value(node.expression, keep=True), node)
+    left, right = b.value(node.this, keep=True), b.value(node.expression, keep=True)
+    if "jsonb" in (left[1].kind, right[1].kind) and not isinstance(node, (exp.EQ, exp.NEQ)):
+        raise refuse(f"operator does not exist: {left[1]} {_op_name(node)} {right[1]} (millpond compares jsonb "
+                     "values for equality only: compare a field's text, j ->> 'k')", node)
+    l, r = comparable(b, left, right, node)
     return type(node)(this=l, expression=r), T.BOOLEAN
 
 

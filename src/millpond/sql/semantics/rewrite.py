@@ -111,7 +111,11 @@ class Binder:
     def _ordered(self, o: exp.Expression, *, limited: bool = False) -> None:
         if isinstance(o, exp.Ordered):
             by = o.this
-            if self._replace(by).kind == "interval":  # ordered by span, as PostgreSQL orders intervals
+            kind = self._replace(by).kind
+            if kind == "jsonb":
+                raise refuse("ORDER BY a jsonb value is not supported (PostgreSQL orders jsonb by rules of its own): "
+                             "order by a field's text, j ->> 'k'", by)
+            if kind == "interval":  # ordered by span, as PostgreSQL orders intervals
                 if limited:
                     raise refuse("ORDER BY an INTERVAL with LIMIT in a materialized view is not supported; order "
                                  "by EXTRACT(EPOCH FROM ...)", by)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from sqlglot import exp
 
+from millpond import jsonb
 from millpond.engine.numerics import DIVISOR as QUOTIENT_DIVISOR, FIELD as QUOTIENT_FIELD, is_quotient
 
 __all__ = ["SqlType", "NUMERIC_DEFAULT", "QUOTIENT", "QUOTIENT_VALUE", "QUOTIENT_FIELD", "numeric", "INTEGER",
@@ -104,6 +105,7 @@ def array_of(element: SqlType) -> SqlType:
 
 SMALLINT, INTEGER, BIGINT = SqlType("smallint"), SqlType("integer"), SqlType("bigint")
 BYTEA = SqlType("bytea")
+JSONB = SqlType("jsonb")  # its PostgreSQL text in a one-field struct (millpond.jsonb)
 REAL, DOUBLE = SqlType("real"), SqlType("double precision")
 TEXT, BOOLEAN, DATE = SqlType("text"), SqlType("boolean"), SqlType("date")
 TIMESTAMP, TIMESTAMPTZ = SqlType("timestamp"), SqlType("timestamp with time zone")
@@ -120,11 +122,13 @@ _FROM_SQLGLOT = {
     _T.FLOAT: REAL, _T.DOUBLE: DOUBLE, _T.BOOLEAN: BOOLEAN, _T.DATE: DATE,
     _T.TEXT: TEXT, _T.VARCHAR: TEXT, _T.NVARCHAR: TEXT, _T.TIMESTAMP: TIMESTAMP, _T.TIMESTAMPNTZ: TIMESTAMP,
     _T.DATETIME: TIMESTAMP, _T.TIMESTAMPTZ: TIMESTAMPTZ, _T.TIMESTAMPLTZ: TIMESTAMPTZ, _T.INTERVAL: INTERVAL,
+    _T.JSONB: JSONB,
 }
 # an INTERVAL in the engines: (months, days, microseconds), as PostgreSQL keeps it
 INTERVAL_FIELDS = (("months", "INT"), ("days", "INT"), ("micros", "BIGINT"))
 _INTERVAL_TYPE = exp.DataType.build(f"STRUCT<{', '.join(f'{n} {t}' for n, t in INTERVAL_FIELDS)}>", dialect="spark")
 # a quotient in the engines: its PostgreSQL text (millpond.engine.numerics)
+_JSONB_TYPE = exp.DataType.build(f"STRUCT<{jsonb.FIELD} STRING>", dialect="spark")
 _QUOTIENT_TYPE = exp.DataType.build(f"STRUCT<{QUOTIENT_FIELD} STRING, {QUOTIENT_DIVISOR} STRING>", dialect="spark")
 _TO_SQLGLOT = {
     "smallint": _T.SMALLINT, "integer": _T.INT, "bigint": _T.BIGINT, "real": _T.FLOAT,
@@ -190,6 +194,8 @@ def from_arrow(t: pa.DataType) -> SqlType:
         return INTERVAL
     if is_quotient_struct(t):
         return QUOTIENT
+    if jsonb.is_jsonb(t):
+        return JSONB
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         return array_of(from_arrow(t.value_type))
     if pa.types.is_map(t):
@@ -220,6 +226,8 @@ def datatype(t: SqlType) -> exp.DataType:
             exp.DataTypeParam(this=exp.Literal.number(t.precision)), exp.DataTypeParam(this=exp.Literal.number(t.scale))])
     if t.kind == "interval":
         return _INTERVAL_TYPE.copy()
+    if t.kind == "jsonb":
+        return _JSONB_TYPE.copy()
     if t.kind == "array":
         return exp.DataType(this=_T.ARRAY, expressions=[datatype(t.args[0])], nested=True)
     if t.kind == "map":
