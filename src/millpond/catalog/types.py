@@ -31,6 +31,7 @@ _SIMPLE: dict[exp.DataType.Type, tuple[str, pa.DataType, str]] = {
     _T.TEXT: ("VARCHAR", pa.string(), "STRING"),
     _T.CHAR: ("VARCHAR", pa.string(), "STRING"),
     _T.DATE: ("DATE", pa.date32(), "DATE"),
+    _T.TIME: ("TIME", pa.time64("us"), "TIME(6)"),
     _T.VARBINARY: ("BYTEA", pa.binary(), "BINARY"),
     _T.TIMESTAMP: ("TIMESTAMP", pa.timestamp("us"), "TIMESTAMP_NTZ"),
     _T.TIMESTAMPTZ: ("TIMESTAMPTZ", pa.timestamp("us", tz="UTC"), "TIMESTAMP"),
@@ -69,7 +70,7 @@ def normalize_type(sql_type: str | exp.DataType) -> str:
         raise SchemaError("column type JSON is not supported: use JSONB (the same documents, compared by value)")
     if dt.this not in _SIMPLE:
         raise SchemaError(f"column type {dt.sql('postgres')} is not supported; use one of BOOLEAN, SMALLINT, INT, "
-                          "BIGINT, REAL, DOUBLE, VARCHAR, BYTEA, JSONB, DATE, TIMESTAMP, TIMESTAMPTZ, INTERVAL, DECIMAL(p,s), "
+                          "BIGINT, REAL, DOUBLE, VARCHAR, BYTEA, JSONB, DATE, TIME, TIMESTAMP, TIMESTAMPTZ, INTERVAL, DECIMAL(p,s), "
                           "an array of one (INT[]), STRUCT<a INT, …> or MAP(VARCHAR, INT)")
     return _SIMPLE[dt.this][0]
 
@@ -129,6 +130,8 @@ def sql_type(t: pa.DataType) -> str:
         return f"DECIMAL({t.precision},{t.scale})"
     if pa.types.is_timestamp(t):
         return "TIMESTAMPTZ" if t.tz else "TIMESTAMP"
+    if pa.types.is_time(t):  # Spark gives time64[ns]; millpond keeps microseconds
+        return "TIME"
     if t == INTERVAL:
         return "INTERVAL"
     if is_jsonb(t):

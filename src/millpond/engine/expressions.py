@@ -22,7 +22,7 @@ from millpond.engine import numerics
 from millpond.jsonb import FIELD as JSONB_FIELD, udf_name as jsonb_udf
 from millpond.pyfunctions import Spec, udf_name
 
-__all__ = ["to_spark", "to_duckdb", "generate", "mp", "is_mp", "null_on_error", "python_calls", "jsonb_calls", "PREFIX"]
+__all__ = ["to_spark", "to_duckdb", "generate", "mp", "is_mp", "null_on_error", "python_calls", "PREFIX"]
 
 PREFIX = "MP_"
 
@@ -67,12 +67,16 @@ def generate(e: exp.Expression, dialect: str) -> str:
 def _expands(node: exp.Expression, dialect: str) -> bool:
     if is_mp(node):
         return not is_mp(node, "WINDOW")
+    if dialect == "spark":  # sqlglot writes TIME as Spark's TIMESTAMP
+        return isinstance(node, exp.Cast) and node.args["to"].this == exp.DataType.Type.TIME
     # DuckDB answers NULL or infinity where PostgreSQL (and Spark) raise "division by zero", and
     # divides decimals as doubles
-    return dialect == "duckdb" and isinstance(node, (exp.IntDiv, exp.Div, exp.Mod))
+    return isinstance(node, (exp.IntDiv, exp.Div, exp.Mod))
 
 
 def _expand(node: exp.Expression, dialect: str) -> str:
+    if dialect == "spark" and isinstance(node, exp.Cast):
+        return f"{'TRY_CAST' if isinstance(node, exp.TryCast) else 'CAST'}({node.this.sql('spark')} AS TIME(6))"
     if not is_mp(node):
         return _duckdb_arithmetic(node)
     name = node.this.upper()[len(PREFIX):]
@@ -487,11 +491,6 @@ def null_on_error(e: exp.Expression) -> exp.Expression:
             return mp("PY", spec.copy(), exp.Literal.string("null"), *map(null_on_error, args))
         return n
     return e.copy().transform(fn)
-
-
-def jsonb_calls(e: exp.Expression) -> set[str]:
-    """The JSONB operations ``e`` calls."""
-    return {_str(n.expressions[0]) for n in e.walk() if is_mp(n, "JSONB")}
 
 
 def python_calls(e: exp.Expression) -> list[tuple[Spec, str]]:

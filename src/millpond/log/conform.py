@@ -70,6 +70,11 @@ def conform(where: str, schema: pa.Schema, data: Any, *, key: Sequence[str] = ()
                                   "(a NULL interval is NULL as a whole)")
         if jsonb.is_jsonb(f.type) and not col.type.equals(f.type):
             col = _jsonb(where, f.name, col)
+        if pa.types.is_time(f.type) and (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+            try:  # 'HH:MM[:SS[.ffffff]]' as the time of day of a timestamp
+                col = pc.cast(pc.cast(pc.binary_join_element_wise("1970-01-01T", col, ""), pa.timestamp("us")), f.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                pass  # the cast below names the row
         if not col.type.equals(f.type):
             try:
                 col = pc.cast(col, f.type, safe=True)

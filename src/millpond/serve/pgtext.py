@@ -134,10 +134,12 @@ def _text(v: object) -> str:
         if v in (float("inf"), float("-inf")):
             return "Infinity" if v > 0 else "-Infinity"
         return repr(v)
-    if isinstance(v, datetime):
-        text = v.isoformat(sep=" ")
-        return text.replace("+00:00", "+00") if v.tzinfo is not None else text
-    if isinstance(v, (date, dtime, Decimal)):
+    if isinstance(v, datetime):  # PostgreSQL prints a fraction of a second without trailing zeros
+        text = v.replace(tzinfo=None, microsecond=0).isoformat(sep=" ") + _fraction(v.microsecond)
+        return text + "+00" if v.tzinfo is not None else text
+    if isinstance(v, dtime):
+        return v.replace(microsecond=0).isoformat() + _fraction(v.microsecond)
+    if isinstance(v, (date, Decimal)):
         return str(v)
     if isinstance(v, timedelta):
         return _interval(0, v.days, v.seconds * 1_000_000 + v.microseconds)
@@ -146,6 +148,10 @@ def _text(v: object) -> str:
     if hasattr(v, "months") and hasattr(v, "nanoseconds"):  # pyarrow's MonthDayNano
         return _interval(v.months, v.days, v.nanoseconds // 1000)
     return str(v)
+
+
+def _fraction(micros: int) -> str:
+    return f".{micros:06d}".rstrip("0") if micros else ""
 
 
 def _interval(months: int, days: int, micros: int) -> str:

@@ -16,7 +16,7 @@ from sqlglot import exp
 
 from millpond.catalog.types import spark_ddl_type
 from millpond import jsonb
-from millpond.engine.expressions import jsonb_calls, python_calls
+from millpond.engine.expressions import is_mp, python_calls
 from millpond.pyfunctions import Spec, evaluate, udf_name
 
 __all__ = ["register_calls"]
@@ -28,7 +28,7 @@ def register_calls(spark: SparkSession, e: exp.Expression) -> None:
     """Every Python function and JSONB operation ``e`` calls, registered on ``spark`` (once per session)."""
     for spec, mode in python_calls(e):
         _register(spark, spec, mode)
-    for operation in jsonb_calls(e):
+    for operation in {n.expressions[0].name for n in e.walk() if is_mp(n, "JSONB")}:
         _register_jsonb(spark, operation)
 
 

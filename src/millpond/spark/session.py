@@ -176,6 +176,7 @@ def local_session(*, cores: str = "*", shuffle_partitions: int | None = None, lo
         "spark.sql.adaptive.enabled": "false",
         "spark.driver.memory": os.environ.get("MILLPOND_DRIVER_MEMORY", "4g"),
         "spark.sql.session.timeZone": "UTC",
+        "spark.sql.timeType.enabled": "true",  # TIME columns (off by default in Spark 4.3)
     }
     with SparkContext._lock:
         fresh_jvm = SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ

@@ -81,6 +81,13 @@ def parse_constant(text: str, target: SqlType, at: exp.Expression) -> exp.Expres
                         to=T.datatype(T.DATE))
     if kind == "timestamp":
         return exp.Cast(this=exp.Literal.string(_timestamp(s, text, at)), to=T.datatype(T.TIMESTAMP))
+    if kind == "time without time zone":
+        m = re.fullmatch(r"(\d{1,2}):(\d{2})(?::(\d{2})(?:\.(\d{1,6}))?)?", s)
+        if not m or int(m.group(1)) > 23 or int(m.group(2)) > 59 or int(m.group(3) or 0) > 59:
+            raise _error(f"invalid input syntax for type time: {text!r} (use HH:MM[:SS[.ffffff]])", at)
+        h, mi, sec, frac = m.groups()
+        value = f"{int(h):02d}:{int(mi):02d}:{int(sec or 0):02d}" + (f".{frac.ljust(6, '0')}" if frac else "")
+        return exp.Cast(this=exp.Literal.string(value), to=T.datatype(T.TIME))
     if kind == "timestamp with time zone":
         return exp.Cast(this=exp.Literal.string(_timestamptz(s, text, at)), to=T.datatype(T.TIMESTAMPTZ))
     if kind == "interval":

@@ -109,6 +109,7 @@ JSONB = SqlType("jsonb")  # its PostgreSQL text in a one-field struct (millpond.
 REAL, DOUBLE = SqlType("real"), SqlType("double precision")
 TEXT, BOOLEAN, DATE = SqlType("text"), SqlType("boolean"), SqlType("date")
 TIMESTAMP, TIMESTAMPTZ = SqlType("timestamp"), SqlType("timestamp with time zone")
+TIME = SqlType("time without time zone")
 INTERVAL = SqlType("interval")
 UNKNOWN, NULL = SqlType("unknown"), SqlType("null")
 NUMERIC_DEFAULT = numeric(38, 10, exact=False)
@@ -122,7 +123,7 @@ _FROM_SQLGLOT = {
     _T.FLOAT: REAL, _T.DOUBLE: DOUBLE, _T.BOOLEAN: BOOLEAN, _T.DATE: DATE,
     _T.TEXT: TEXT, _T.VARCHAR: TEXT, _T.NVARCHAR: TEXT, _T.TIMESTAMP: TIMESTAMP, _T.TIMESTAMPNTZ: TIMESTAMP,
     _T.DATETIME: TIMESTAMP, _T.TIMESTAMPTZ: TIMESTAMPTZ, _T.TIMESTAMPLTZ: TIMESTAMPTZ, _T.INTERVAL: INTERVAL,
-    _T.JSONB: JSONB,
+    _T.JSONB: JSONB, _T.TIME: TIME,
 }
 # an INTERVAL in the engines: (months, days, microseconds), as PostgreSQL keeps it
 INTERVAL_FIELDS = (("months", "INT"), ("days", "INT"), ("micros", "BIGINT"))
@@ -134,7 +135,7 @@ _TO_SQLGLOT = {
     "smallint": _T.SMALLINT, "integer": _T.INT, "bigint": _T.BIGINT, "real": _T.FLOAT,
     "double precision": _T.DOUBLE, "boolean": _T.BOOLEAN, "date": _T.DATE, "text": _T.TEXT,
     "timestamp": _T.TIMESTAMPNTZ, "timestamp with time zone": _T.TIMESTAMPTZ, "unknown": _T.TEXT,
-    "null": _T.TEXT,
+    "null": _T.TEXT, "time without time zone": _T.TIME,
 }
 
 
@@ -190,6 +191,8 @@ def from_arrow(t: pa.DataType) -> SqlType:
         return DATE
     if pa.types.is_timestamp(t):
         return TIMESTAMPTZ if t.tz else TIMESTAMP
+    if pa.types.is_time(t):
+        return TIME
     if pa.types.is_duration(t) or pa.types.is_interval(t) or _is_interval_struct(t):
         return INTERVAL
     if is_quotient_struct(t):
