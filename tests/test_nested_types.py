@@ -121,7 +121,8 @@ def test_nested_columns_in_from_spark_and_out_as_written(open_db, spark):
     ("CREATE TABLE bad (m MAP(INT[], INT))", "a map's key is a scalar type"),
     ("SELECT k[1] FROM t", "cannot subscript type integer because it is not an array"),
     ("SELECT (s).zz FROM t", "column 'zz' not found in data type STRUCT<a integer, b text>"),
-    ("SELECT tags[1:2] FROM t", "array slices"),
+    ("SELECT tags[1:2][1] FROM t", "a slice together with another subscript"),
+    ("SELECT ARRAY[ARRAY[1, 2]][1:1] FROM t", "slices of a nested array"),
     ("SELECT array_length(tags, k) FROM t", "a constant dimension"),
     ("SELECT nums @> tags FROM t", "operator does not exist"),
     ("SELECT array_agg(k ORDER BY (s).a) FROM t", "ordered by x itself"),
@@ -148,6 +149,8 @@ EXPRESSIONS = [
     "'{1,2,NULL}'::INT[]", "'{{1,2},{3,4}}'::INT[][]", r"""'{"a b","q\"x",NULL, c }'::TEXT[]""", "ARRAY[]::INT[]",
     "ARRAY[1, 2] || ARRAY[3]", "ARRAY[1] || 2", "0 || ARRAY[1]", "NULL::INT[] || ARRAY[1]", "ARRAY[1, 2]::BIGINT[]",
     "ARRAY[1.5, 2] = ARRAY[1.5, 2.0]",
+    "(ARRAY[10, 20, 30, NULL])[1:2]", "(ARRAY[10, 20, 30, NULL])[2:]", "(ARRAY[10, 20, 30])[:2]",
+    "(ARRAY[10, 20, 30])[0:9]", "(ARRAY[10, 20, 30])[3:2]", "(ARRAY[10, 20, 30])[NULL:2]", "(ARRAY['x', 'y'])[-5:1]",
 ]
 
 

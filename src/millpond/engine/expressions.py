@@ -18,7 +18,7 @@ from typing import Callable
 
 from sqlglot import exp
 
-from millpond.engine import numerics
+from millpond.engine import array_rules as arrays, numerics
 from millpond.jsonb import FIELD as JSONB_FIELD, udf_name as jsonb_udf
 from millpond.pyfunctions import Spec, udf_name
 
@@ -340,48 +340,9 @@ def _numeric(rule: Callable[[list[str], str], str], dialect: str) -> Render:
 _NUMERIC = {"NUMERIC_OF": numerics.numeric_of, "NUMERIC_TEXT": numerics.text_of, "NUMERIC_FINAL": numerics.final,
             "NUMERIC_VALUE": numerics.value_of, "NUMERIC_NEG": numerics.negate, "NUMERIC_ABS": numerics.absolute}
 
-def _inner(a: str, depth: int, first: str) -> str:
-    """The array ``depth - 1`` levels down from ``a`` by its first elements (``first``: the engine's
-    1-based element function)."""
-    for _ in range(depth - 1):
-        a = f"{first}({a}, 1)"
-    return a
-
-
-def _flat(a: str, depth: int) -> str:
-    for _ in range(depth - 1):
-        a = f"flatten({a})"
-    return a
-
-
-def _guarded(a: list[str], test: str) -> str:
-    """``test`` over two arrays, NULL when either is (PostgreSQL's strict operators)."""
-    return f"CASE WHEN {a[0]} IS NOT NULL AND {a[1]} IS NOT NULL THEN {test} END"
-
-
-def _array_rules(at: str, size: str, concat: str, has: str, every: Callable[[str, str], str],
-                 some: Callable[[str, str], str]) -> dict[str, Render]:
-    """The array operations in an engine whose 1-based element, length, concatenation and
-    membership functions are these, and whose ``every``/``some`` test ``mp_x`` over an array's elements."""
-    def length(a: list[str], e: list[exp.Expression]) -> str:
-        inner = _inner(a[0], _int(e[1]), at)
-        return f"CASE WHEN {size}({a[0]}) > 0 AND {size}({inner}) > 0 THEN {size}({inner}) END"
-
-    return {
-        "SUBSCRIPT": lambda a, e: f"CASE WHEN {a[1]} >= 1 THEN {at}({a[0]}, CAST({a[1]} AS INT)) END",
-        "CARDINALITY": lambda a, e: f"CASE WHEN {a[0]} IS NOT NULL THEN {size}({_flat(a[0], _int(e[1]))}) END",
-        "ARRAY_LENGTH": length,
-        "ARRAY_CAT": lambda a, e: (f"CASE WHEN {a[0]} IS NULL AND {a[1]} IS NULL THEN NULL "
-                                   f"ELSE {concat}(coalesce({a[0]}, {a[2]}), coalesce({a[1]}, {a[2]})) END"),
-        "CONTAINS": lambda a, e: _guarded(a, every(a[1], f"coalesce({has}({a[0]}, mp_x), false)")),
-        "OVERLAPS": lambda a, e: _guarded(a, some(a[0], f"coalesce({has}({a[1]}, mp_x), false)")),
-    }
-
-
 _SPARK: dict[str, Render] = {
     # arrays, records and maps (millpond.sql.semantics.nested): 1-based, NULL out of range
-    **_array_rules("try_element_at", "size", "concat", "array_contains", lambda xs, t: f"forall({xs}, mp_x -> {t})",
-                   lambda xs, t: f"exists({xs}, mp_x -> {t})"),
+    **arrays.SPARK,
     "MAP_GET": lambda a, e: f"try_element_at({a[0]}, {a[1]})",
     "ATTR": lambda a, e: f"{a[0]}.`{_str(e[1]).replace('`', '``')}`",
     # registered on the session by the builder (millpond.spark.build), which sees every call first
@@ -424,9 +385,7 @@ def _duckdb_python(a: list[str], e: list[exp.Expression]) -> str:
 
 
 _DUCKDB: dict[str, Render] = {
-    **_array_rules("list_extract", "len", "list_concat", "list_contains",
-                   lambda xs, t: f"len(list_filter({xs}, lambda mp_x: NOT ({t}))) = 0",
-                   lambda xs, t: f"len(list_filter({xs}, lambda mp_x: {t})) > 0"),
+    **arrays.DUCKDB,
     "MAP_GET": lambda a, e: f"{a[0]}[{a[1]}]",
     "ATTR": lambda a, e: f"struct_extract({a[0]}, {a[1]})",
     "PY": _duckdb_python,  # registered on the process's DuckDB as its SQL is written

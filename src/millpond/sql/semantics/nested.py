@@ -39,10 +39,16 @@ def _refuse(message: str, node: exp.Expression):  # noqa: ANN202
 
 def subscript(b: "Binder", node: exp.Bracket) -> Typed:
     """``a[i]`` of an array, ``m[k]`` of a map."""
-    if len(node.expressions) != 1 or isinstance(node.expressions[0], exp.Slice):
-        raise _refuse("array slices (a[1:2]) are not supported; subscript one element", node)
+    if len(node.expressions) != 1:
+        raise _refuse("subscript one element (a[i]) or one slice (a[i:j])", node)
+    if isinstance(node.this, exp.Bracket) and (isinstance(node.expressions[0], exp.Slice) or
+                                               isinstance(node.this.expressions[0], exp.Slice)):
+        raise _refuse("a slice together with another subscript (a[1:2][1], a[1][1:2]) is not supported: PostgreSQL "
+                      "reads every subscript of it as a slice", node)
     container, t = b.value(node.this)
     index = node.expressions[0]
+    if isinstance(index, exp.Slice):
+        return _slice(b, node, container, t, index)
     if t.kind == "map":
         key, kt = b.value(index)
         return mp("MAP_GET", container, b.cast_to((key, kt), t.args[0], index) if kt != t.args[0] else key), t.args[1]
@@ -59,6 +65,25 @@ def subscript(b: "Binder", node: exp.Bracket) -> Typed:
             raise _refuse(f"array subscript must have type integer, not {it}", index)
         position = value
     return mp("SUBSCRIPT", container, position), t.args[0]
+
+
+def _slice(b: "Binder", node: exp.Expression, container: exp.Expression, t: SqlType, index: exp.Slice) -> Typed:
+    """``a[i:j]``: the elements from position i to j (1-based, inclusive, clamped to the array; an
+    omitted bound is the array's end; a NULL bound gives NULL)."""
+    if t.kind != "array":
+        raise _refuse(f"cannot subscript type {t} because it is not an array", node)
+    if t.args[0].kind == "array":
+        raise _refuse("slices of a nested array are not supported (PostgreSQL slices every dimension)", node)
+    bounds = []
+    for bound, default in ((index.this, -(2**31)), (index.expression, 2**31 - 1)):
+        if bound is None:
+            bounds.append(exp.Literal.number(default))
+            continue
+        value, bt = b.value(bound)
+        if not (bt.integer or bt.untyped):
+            raise _refuse(f"array subscript must have type integer, not {bt}", bound)
+        bounds.append(value)
+    return mp("SLICE", container, *bounds), t
 
 
 def _field(b: "Binder", node: exp.Dot) -> Typed:
