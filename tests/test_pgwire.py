@@ -10,6 +10,8 @@ import threading
 import time
 
 import psycopg
+import pyarrow as pa
+import pyarrow.compute  # noqa: F401 - pa.compute
 import pytest
 
 import millpond
@@ -270,3 +272,37 @@ def test_copy_subscribe_streams_changes_until_the_client_cancels(served):
         assert conn.execute("SELECT n FROM m").fetchone() == (3,)  # usable after the cancel
     finally:
         conn.close()
+
+
+def test_binary_results_equal_text_results_for_every_type(open_db):
+    """psycopg's binary cursor (result format 1) reads every column type as its text cursor does."""
+    db = open_db()
+    db.sql("""CREATE TABLE every (k INT PRIMARY KEY, s SMALLINT, b BIGINT, r REAL, f DOUBLE, n DECIMAL(12,3),
+              t VARCHAR, y BYTEA, d DATE, tm TIME, ts TIMESTAMP, tz TIMESTAMPTZ, i INTERVAL, j JSONB, a INT[],
+              aa VARCHAR[][], rec STRUCT<x INT, y VARCHAR>, m MAP(VARCHAR, INT), flag BOOLEAN)""")
+    db.sql("""INSERT INTO every VALUES (1, -2, 9000000000, 1.5, -2.25, -12345.678, 'é x', '\\x00ff', '2026-01-02',
+              '08:30:00.5', '2026-01-01 10:00:00.25', '2026-01-01 10:00:00+02', '1 mon 2 days 03:00:00.5',
+              '{"a": [1, 2.50]}', ARRAY[1, NULL, 3], ARRAY[ARRAY['p', 'q'], ARRAY['r', NULL]], NULL, NULL, true),
+              (2, NULL, NULL, NULL, NULL, 0.5, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, ARRAY[]::INT[], NULL,
+              NULL, NULL, false)""")
+    db.flush()
+    row = db.read("every").filter(pa.compute.field("k") == 2).to_pylist()[0]
+    row.update(k=3, rec={"x": 7, "y": "a b"}, m=[("k", 1), ("z", None)])
+    db.insert("every", pa.Table.from_pylist([row], schema=db.read("every").schema))
+    db.sql("CREATE MATERIALIZED VIEW per AS SELECT flag, count(*) AS c, sum(n) AS total, avg(k) AS mean FROM every "
+           "GROUP BY flag")
+    db.flush()
+    with db.serve(port=0) as server, _connect(server, autocommit=True) as conn:
+        for sql in ("SELECT k, s, b, r, f, n, t, y, d, tm, ts, tz, i, j, a, aa, m, flag FROM every ORDER BY k",
+                    "SELECT * FROM per ORDER BY flag",
+                    "SELECT 1.0 / 3 AS q, ARRAY[1.5, 2] AS ds, ARRAY[ARRAY[1, 2]] AS nested, ARRAY[]::INT[][] AS none"):
+            text = conn.execute(sql).fetchall()
+            cur = conn.cursor(binary=True)
+            binary = cur.execute(sql).fetchall()
+            assert all(c.type_code for c in cur.description)
+            assert binary == text, sql
+        assert text[0][0] is not None
+        # a record's text has no field types (psycopg gives strings); its binary form has them
+        assert conn.execute("SELECT rec, m FROM every WHERE k = 3").fetchall() == [(("7", "a b"), "{k:1,z:NULL}")]
+        assert conn.cursor(binary=True).execute("SELECT rec, m FROM every WHERE k = 3").fetchall() == [
+            ((7, "a b"), "{k:1,z:NULL}")]

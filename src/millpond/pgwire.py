@@ -26,7 +26,7 @@ import socketserver
 import struct
 import threading
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -112,6 +112,14 @@ class Server(socketserver.ThreadingTCPServer):
 class _Portal:
     sql: str
     result: "_Result | None" = None  # run by Describe, sent by Execute
+    formats: list[int] = field(default_factory=list)  # the result columns' format codes, as Bind gave them
+
+    def formats_of(self, result: "_Result | None") -> list[int] | None:
+        """Each result column's format code (0 text, 1 binary): none given is all text, one is every column's."""
+        n = 0 if result is None or result.table is None else result.table.num_columns
+        if not self.formats or not any(self.formats):
+            return None
+        return list(self.formats) * n if len(self.formats) == 1 else list(self.formats)
 
 
 @dataclass
@@ -235,13 +243,11 @@ class _Handler(socketserver.BaseRequestHandler):
             self._send(ParseComplete())
         elif isinstance(msg, Bind):
             sql, types = self.statements[msg.statement]
-            if any(f == 1 for f in msg.result_formats):
-                raise SqlError("binary results are not supported: ask for text results")
             formats = msg.param_formats if len(msg.param_formats) > 1 else \
                 list(msg.param_formats) * len(msg.param_values) or [0] * len(msg.param_values)
             values = [_text_param(v, types[i] if i < len(types) else 0) if f == 1 and v is not None else v
                       for i, (v, f) in enumerate(zip(msg.param_values, formats))]
-            self.portals[msg.portal] = _Portal(_bind(sql, types, values))
+            self.portals[msg.portal] = _Portal(_bind(sql, types, values), formats=list(msg.result_formats))
             self._send(BindComplete())
         elif isinstance(msg, Describe):
             if msg.kind == "S":
@@ -253,13 +259,14 @@ class _Handler(socketserver.BaseRequestHandler):
             else:
                 portal = self.portals[msg.name]
                 portal.result = result = self._run(portal.sql)
-            self._send(RowDescription(fields=fields(result.table)) if result is not None and result.table is not None
-                       else NoData())
+            formats = None if msg.kind == "S" else portal.formats_of(result)
+            self._send(RowDescription(fields=fields(result.table, formats)) if result is not None and
+                       result.table is not None else NoData())
         elif isinstance(msg, Execute):
             portal = self.portals[msg.portal]
             result = portal.result or self._run(portal.sql)
             portal.result = None
-            self._send(*self._result(result, describe=False))
+            self._send(*self._result(result, describe=False, formats=portal.formats_of(result)))
         elif isinstance(msg, Close):
             (self.statements if msg.kind == "S" else self.portals).pop(msg.name, None)
             self._send(CloseComplete())
@@ -317,14 +324,14 @@ class _Handler(socketserver.BaseRequestHandler):
         raise _Canceled("canceling statement due to user request")
 
     @staticmethod
-    def _result(result: _Result, *, describe: bool = True) -> list[object]:
+    def _result(result: _Result, *, describe: bool = True, formats: list[int] | None = None) -> list[object]:
         """The messages that answer ``result`` (built whole before any is sent: a value that
         cannot be rendered is an error, not half a result)."""
         if result.table is None:
             return [CommandComplete(tag=result.tag)]
         table = result.table
         msgs: list[object] = [RowDescription(fields=fields(table))] if describe else []
-        msgs += [DataRow(columns=row) for row in rows(table)]
+        msgs += [DataRow(columns=row) for row in rows(table, formats)]
         msgs.append(CommandComplete(tag=f"SELECT {table.num_rows}"))
         return msgs
 

@@ -15,7 +15,7 @@ from millpond import jsonb
 from millpond.engine.numerics import is_quotient
 from millpond.serve.display import quotient_texts, texts
 
-__all__ = ["oid", "fields", "rows", "copy_lines"]
+__all__ = ["oid", "fields", "rows", "copy_lines", "column_texts", "nested_text"]
 
 
 # (test of an Arrow type, the PostgreSQL type's OID), first match wins; anything else is text (25)
@@ -61,14 +61,27 @@ def _is_interval(t: pa.DataType) -> bool:
     return pa.types.is_struct(t) and [t.field(i).name for i in range(t.num_fields)] == ["months", "days", "micros"]
 
 
-def fields(table: pa.Table) -> list[FieldDescription]:
-    return [FieldDescription(name=f.name, type_oid=oid(f.type), type_size=-1, type_modifier=-1, format_code=0)
-            for f in table.schema]
+def fields(table: pa.Table, formats: list[int] | None = None) -> list[FieldDescription]:
+    """The columns' descriptions; ``formats``: each column's format code (0 text, 1 binary)."""
+    return [FieldDescription(name=f.name, type_oid=oid(f.type), type_size=-1, type_modifier=-1,
+                             format_code=formats[i] if formats else 0) for i, f in enumerate(table.schema)]
 
 
-def rows(table: pa.Table) -> Iterable[list[bytes | None]]:
-    columns = [_texts(table.schema.field(i), table.column(i)) for i in range(table.num_columns)]
+def rows(table: pa.Table, formats: list[int] | None = None) -> Iterable[list[bytes | None]]:
+    """Each row's values as PostgreSQL sends them: text, or binary where ``formats`` says 1."""
+    from millpond.serve import pgbinary
+
+    columns = [(pgbinary.column if formats and formats[i] else _texts)(table.schema.field(i), table.column(i))
+               for i in range(table.num_columns)]
     return (list(row) for row in zip(*columns)) if columns else ([] for _ in range(table.num_rows))
+
+
+def column_texts(field: pa.Field, column: pa.ChunkedArray) -> list[bytes | None]:
+    return _texts(field, column)
+
+
+def nested_text(t: pa.DataType, v: object) -> str:
+    return _nested_text(t, v)
 
 
 def _texts(field: pa.Field, column: pa.ChunkedArray) -> list[bytes | None]:
