@@ -19,6 +19,7 @@ import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
 
+import millpond
 from millpond import SqlError
 from tests.conftest import rows
 
@@ -106,7 +107,7 @@ def test_files_table_options_are_checked(open_db, tmp_path):
         (f"connector = 'files', path = '{tmp_path}', format = 'avro'", "got 'avro'"),
         ("connector = 'files', format = 'csv'", "needs path ="),
         (f"connector = 'kafka', path = '{tmp_path}', format = 'csv'", "connector must be 'files'"),
-        ("connector = 'files', path = 's3://bucket/x', format = 'csv'", "reads a local folder"),
+        ("connector = 'files', path = 's3:///x', format = 'csv'", "names no bucket"),
         (f"path = '{tmp_path}', format = 'csv'", "connector must be 'files'"),
     ]:
         with pytest.raises(SqlError, match=message):
@@ -143,3 +144,50 @@ def test_a_sigkill_between_a_files_record_and_its_append_takes_it_once(open_db, 
     assert rows(db.sql("SELECT * FROM ev")) == _sorted([(r["g"], r["v"]) for r in all_rows])
     assert rows(db.sql("SELECT * FROM per_g")) == [("a", 4, 6), ("b", 4, 60)]
     assert len(list((Path(root) / "files").rglob("*.json"))) == 4
+
+
+def test_a_folder_on_object_storage_is_a_source(spark, s3_url, s3_options, tmp_path):
+    """Files under ``s3://…`` (read with the root's storage options), by folder and by glob; a new
+    file is taken once, a restart takes none again, a bad one is refused by name."""
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=s3_options["endpoint"], region_name="us-east-1", aws_access_key_id="k",
+                      aws_secret_access_key="s")
+    folder = f"in-{tmp_path.name}"
+
+    def put(name: str, table: pa.Table | bytes) -> None:
+        if isinstance(table, pa.Table):
+            sink = pa.BufferOutputStream()
+            pq.write_table(table, sink)
+            table = sink.getvalue().to_pybytes()
+        s3.put_object(Bucket="pond", Key=f"{folder}/{name}", Body=table)
+
+    root = f"{s3_url}/{tmp_path.name}"
+    db = millpond.connect(root, spark=spark, parallelism=2, interval=None, storage_options=s3_options)
+    try:
+        db.sql(f"CREATE TABLE ev (g VARCHAR, v INT) WITH (connector = 'files', path = 's3://pond/{folder}/', "
+               "format = 'parquet');"
+               f"CREATE TABLE only_a (g VARCHAR, v INT) WITH (connector = 'files', path = 's3://pond/{folder}/a*.parquet', "
+               "format = 'parquet');"
+               "CREATE MATERIALIZED VIEW per_g AS SELECT g, count(*) AS n, sum(v) AS s FROM ev GROUP BY g")
+        put("a1.parquet", pa.table({"g": ["x", "y"], "v": pa.array([1, 2], pa.int32())}))
+        put("_SUCCESS", b"")
+        db.flush()
+        put("b1.parquet", pa.table({"g": ["x"], "v": pa.array([10], pa.int32())}))
+        put("bad.parquet", b"not parquet")
+        db.flush()
+        assert _sorted([tuple(r.values()) for r in db.sql("SELECT * FROM per_g").to_pylist()]) == [
+            ("x", 2, 11), ("y", 1, 2)]
+        assert db.sql("SELECT count(*) AS n FROM only_a").to_pylist() == [{"n": 2}]
+        status = {r["name"]: r for r in db.sql("SHOW TABLES").to_pylist()}
+        assert "bad.parquet" in str(status["ev"])
+    finally:
+        db.close()
+    again = millpond.connect(root, spark=spark, parallelism=2, interval=None, storage_options=s3_options)
+    try:
+        put("c1.parquet", pa.table({"g": ["y"], "v": pa.array([5], pa.int32())}))
+        again.flush()
+        assert _sorted([tuple(r.values()) for r in again.sql("SELECT * FROM per_g").to_pylist()]) == [
+            ("x", 2, 11), ("y", 2, 7)]
+    finally:
+        again.close()

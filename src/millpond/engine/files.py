@@ -1,5 +1,8 @@
 """A folder is a source: ``CREATE TABLE t (...) WITH (connector = 'files', path = '<dir or glob>',
 format = 'parquet' | 'csv' | 'json')`` takes in every file that appears under ``path``, once.
+The path is a local folder or glob, or one on object storage (``s3://bucket/folder/``,
+``s3://bucket/folder/*.parquet``), read with the root's storage options where the root is on
+object storage too.
 
 Before each epoch (``flush()``, background epochs) the writer lists ``path`` (a folder: every file
 in it; a glob: the files it matches), and takes the files it has not taken yet in arrival order
@@ -21,10 +24,12 @@ A file changed after it was taken is not taken again.
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import json
 import logging
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,6 +41,7 @@ import pyarrow.parquet as pq
 from millpond import faults, paths
 from millpond.catalog import TableDef
 from millpond.errors import SqlError
+from millpond.store.objects import ObjectStore
 
 if TYPE_CHECKING:
     from millpond.engine.runtime import Runtime
@@ -58,7 +64,9 @@ def check_source(table: str, options: dict[str, str]) -> dict[str, str]:
         raise SqlError(f"table {table!r}: connector 'files' needs format = 'parquet', 'csv' or 'json'"
                        f"{', got ' + repr(options['format']) if options.get('format') else ''}")
     if "://" in options["path"]:
-        raise SqlError(f"table {table!r}: connector 'files' reads a local folder; {options['path']!r} is a URI")
+        if not re.match(r"[a-z0-9]+://[^/]+", options["path"]):
+            raise SqlError(f"table {table!r}: path {options['path']!r} names no bucket (s3://bucket/folder/)")
+        return dict(options)
     return {**options, "path": os.path.abspath(options["path"])}
 
 
@@ -69,6 +77,7 @@ class Files:
         self.rt = rt
         self._taken: dict[int, dict[str, int]] = {}  # table id -> file path -> its number (read once)
         self.errors: dict[str, str] = {}  # table name -> the last file it refused, and why
+        self._stores: dict[str, ObjectStore] = {}  # a bucket's URL -> its store (a path on object storage)
 
     def ingest(self) -> None:
         """Take every new file of every files table. A table whose folder cannot be listed, or whose
@@ -85,12 +94,11 @@ class Files:
     def _ingest(self, t: TableDef) -> None:
         taken = self._recorded(t)
         source = dict(t.source)
-        for path in _candidates(source["path"], taken):
+        for path, size, mtime_ns in _candidates(self._folder(source["path"]), source["path"], taken):
             n = len(taken)
-            stat = os.stat(path)
-            record = {"file": path, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+            record = {"file": path, "size": size, "mtime_ns": mtime_ns}
             try:
-                rows = _read(t, source["format"], path)
+                rows = self._read(t, path)
             except Exception as exc:  # noqa: BLE001 - any reader's error: the file is named, the next come in
                 record["error"] = f"{type(exc).__name__}: {exc}".strip()
             self.rt.coordinator.store.put(paths.files_key(t.id, n), json.dumps(record).encode())
@@ -118,7 +126,7 @@ class Files:
         for n, record in sorted(records):
             if n > applied and "error" not in record:
                 try:
-                    self._append(t, _read(t, dict(t.source)["format"], record["file"]), n)
+                    self._append(t, self._read(t, record["file"]), n)
                 except Exception as exc:  # noqa: BLE001 - gone or changed since: said, not guessed
                     log.warning("table %s: file %s, recorded before a crash, could not be read again: %s",
                                 t.name, record["file"], exc)
@@ -131,23 +139,48 @@ class Files:
         self._taken.pop(t.id, None)
         self.errors.pop(t.name, None)
 
+    def _folder(self, path: str) -> ObjectStore | None:
+        """The object store a URI path is read from (with the root's storage options where the root
+        is remote too: its credentials and endpoint); None for a local path."""
+        if "://" not in path:
+            return None
+        bucket = re.match(r"[a-z0-9]+://[^/]+", path).group(0)
+        if bucket not in self._stores:
+            root = self.rt.coordinator.store
+            self._stores[bucket] = ObjectStore(bucket, root.options if "://" in root.root else {}, create=False)
+        return self._stores[bucket]
+
+    def _read(self, t: TableDef, path: str) -> pa.Table:
+        store = self._folder(path)
+        data = path if store is None else pa.BufferReader(store.get(path[len(store.root):].lstrip("/")))
+        return _read(t, dict(t.source)["format"], data)
+
 
 def _producer(t: TableDef) -> str:
     return f"files:t{t.id}"
 
 
-def _candidates(path: str, taken: dict[str, int]) -> list[str]:
-    """Files under ``path`` not taken yet, in arrival order (modification time, then name)."""
-    pattern = os.path.join(path, "*") if os.path.isdir(path) else path
-    found = []
-    for p in glob.glob(pattern):
-        if p in taken or not os.path.isfile(p) or os.path.basename(p).startswith((".", "_")):
-            continue  # hidden and underscore files: a writer's temporary files, Spark's _SUCCESS
-        found.append((os.stat(p).st_mtime_ns, p))
-    return [p for _, p in sorted(found)]
+def _candidates(store: ObjectStore | None, path: str, taken: dict[str, int]) -> list[tuple[str, int, int]]:
+    """Files under ``path`` (a folder: the files in it; a glob: those it matches) not taken yet, in
+    arrival order (modification time, then name), as (path, size, modification time in ns). Hidden
+    and underscore files are left: a writer's temporary files, Spark's ``_SUCCESS``."""
+    if store is None:
+        pattern = os.path.join(path, "*") if os.path.isdir(path) else path
+        found = [(p, os.stat(p)) for p in glob.glob(pattern) if p not in taken and os.path.isfile(p)]
+        files = [(p, st.st_size, st.st_mtime_ns) for p, st in found]
+    else:
+        key = path[len(store.root):].lstrip("/")
+        wild = re.search(r"[*?\[]", key)
+        folder = key[:key.rfind("/", 0, wild.start()) + 1] if wild else key.rstrip("/") + "/" if key else ""
+        rest = key[len(folder):] if wild else "*"
+        files = [(f"{store.root}/{k}", size, mtime) for k, size, mtime in store.list_files(folder)
+                 if fnmatch.fnmatchcase(k[len(folder):], rest) and "/" not in k[len(folder):]]
+        files = [f for f in files if f[0] not in taken]
+    files = [f for f in files if not os.path.basename(f[0]).startswith((".", "_"))]
+    return sorted(files, key=lambda f: (f[2], f[0]))
 
 
-def _read(t: TableDef, fmt: str, path: str) -> pa.Table:
+def _read(t: TableDef, fmt: str, path: "str | pa.BufferReader") -> pa.Table:
     """The file's rows as the table's columns (an error names what does not fit)."""
     from millpond.engine.ingest import conform_rows
 

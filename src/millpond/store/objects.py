@@ -128,6 +128,13 @@ class ObjectStore:
         """Keys under ``prefix``, sorted."""
         return sorted(self._retry("list", prefix, lambda: self._list(prefix)))
 
+    def list_files(self, prefix: str) -> list[tuple[str, int, int]]:
+        """The objects under ``prefix`` as (key, size, modification time in ns)."""
+        def listing() -> list[tuple[str, int, int]]:
+            return [(m["path"], int(m["size"]), int(m["last_modified"].timestamp() * 1e9))
+                    for chunk in obstore.list(self._store, prefix) for m in chunk]
+        return self._retry("list", prefix, listing)
+
     def local_path(self, key: str) -> Path | None:
         return self._local_dir / key if self._local_dir else None
 
