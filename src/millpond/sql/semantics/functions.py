@@ -8,6 +8,7 @@ evaluate alike.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Callable
 
 from sqlglot import exp
@@ -21,7 +22,7 @@ from millpond.engine.expressions import is_mp, mp
 from millpond.pyfunctions import Spec
 from millpond.sql.semantics.jsonb import BY_NAME as JSONB_BY_NAME, HANDLERS as JSONB
 from millpond.sql.semantics.nested import BY_NAME as NESTED_BY_NAME, HANDLERS as NESTED, array_cat, subscript
-from millpond.sql.semantics.regex import regexp_extract, regexp_like, regexp_replace
+from millpond.sql.semantics.regex import check_pattern, regexp_extract, regexp_like, regexp_replace
 from millpond.sql.semantics.types import SqlType
 
 if TYPE_CHECKING:
@@ -397,7 +398,19 @@ def _anonymous(b: Binder, node: exp.Anonymous) -> Typed:
 
 
 def _regexp_match_alone(b: Binder, node: exp.Expression) -> Typed:
-    raise _refuse("regexp_match returns an array, which millpond does not have; use regexp_match(s, p)[n]", node)
+    """``regexp_match(s, p [, flags])``: the first match's parenthesized parts (the whole match when
+    there are none) as a text array; NULL without a match."""
+    args = node.expressions
+    if len(args) not in (2, 3):
+        raise _refuse("regexp_match takes a string, a pattern and optional flags", node)
+    s = _text(b, args[0], node)
+    flags = args[2] if len(args) == 3 else None
+    groups = max(re.compile(check_pattern(args[1], node)).groups, 1)
+    parts = [regexp_extract(b, s, args[1].copy(), flags, node, group=g) for g in range(1, groups + 1)]
+    array_type = T.array_of(T.TEXT)
+    return exp.Case(ifs=[exp.If(this=exp.Is(this=parts[0].copy(), expression=exp.Null()),
+                                true=exp.Cast(this=exp.Null(), to=T.datatype(array_type)))],
+                    default=exp.Array(expressions=parts)), array_type
 
 
 def _date_part(b: Binder, node: exp.Expression) -> Typed:
