@@ -45,6 +45,10 @@ VIEWS = {
     "unnested": ("SELECT k, x FROM t, unnest(t.nums) AS u(x)", "SELECT k, unnest(nums) AS x FROM t"),
     "tag_counts": ("SELECT tag, count(*) AS c FROM (SELECT unnest(tags) AS tag FROM t) AS s GROUP BY tag",
                    "SELECT tag, count(*) AS c FROM (SELECT unnest(tags) AS tag FROM t) AS s GROUP BY tag"),
+    "first_tags": ("SELECT k, tags FROM t ORDER BY tags, k LIMIT 4",
+                   "SELECT k, tags FROM t ORDER BY tags NULLS LAST, k LIMIT 4"),
+    "first_records": ("SELECT k, s FROM t WHERE k % 3 = 0 ORDER BY s DESC, k LIMIT 4",
+                      "SELECT k, s FROM t WHERE k % 3 = 0 ORDER BY s DESC NULLS FIRST, k LIMIT 4"),
     "everything": ("SELECT array_agg(k ORDER BY k DESC) AS ks FROM t", "SELECT array_agg(k ORDER BY k DESC) AS ks FROM t"),
 }
 
@@ -151,6 +155,9 @@ EXPRESSIONS = [
     "ARRAY[1.5, 2] = ARRAY[1.5, 2.0]",
     "(ARRAY[10, 20, 30, NULL])[1:2]", "(ARRAY[10, 20, 30, NULL])[2:]", "(ARRAY[10, 20, 30])[:2]",
     "(ARRAY[10, 20, 30])[0:9]", "(ARRAY[10, 20, 30])[3:2]", "(ARRAY[10, 20, 30])[NULL:2]", "(ARRAY['x', 'y'])[-5:1]",
+    r"regexp_match('abc-123 x', '([a-z]+)-(\d+)')", "regexp_match('abc', 'z')", "regexp_match('aBc', 'b', 'i')",
+    "ARRAY[1, NULL] < ARRAY[1, 2]", "ARRAY[1, 2] < ARRAY[1, 2, 0]", "ARRAY[2] > ARRAY[1, 9]",
+    "ARRAY[1, NULL] = ARRAY[1, NULL]", "ARRAY[NULL::INT] > ARRAY[5]", "ARRAY['b'] >= ARRAY['a', 'z']",
 ]
 
 

@@ -57,6 +57,23 @@ def _rules(at: str, size: str, concat: str, has: str, every: Callable[[str, str]
     }
 
 
+def _order_key(struct: Callable[[list[tuple[str, str]]], str], transform: str, quote: str) -> Render:
+    """An array or record as an engine orders it the way PostgreSQL does: each element (field) as
+    (is NULL, value), so a NULL element sorts after every value (Spark and polars put it first)."""
+    def key(x: str) -> str:
+        return struct([("n", f"{x} IS NULL"), ("v", x)])
+
+    def render(a: list[str], e: list[exp.Expression]) -> str:
+        if len(e) == 1:  # an array
+            return transform.format(a=a[0], key=key("mp_x"))
+        mode, names = e[1].name, [n.name for n in e[2:]]
+        fields = [(n, key(f"{a[0]}.{quote}{n}{quote}")) for n in names]
+        if mode == "compare":  # NULL for a NULL record
+            return f"CASE WHEN {a[0]} IS NOT NULL THEN {struct(fields)} END"
+        return struct([("mp_null", f"{a[0]} IS {'' if mode == 'null_high' else 'NOT '}NULL"), *fields])
+    return render
+
+
 SPARK = _rules("try_element_at", "size", "concat", "array_contains", lambda xs, t: f"forall({xs}, mp_x -> {t})",
                lambda xs, t: f"exists({xs}, mp_x -> {t})",
                lambda xs, t: f"filter({xs}, (mp_x, mp_j) -> {t.replace('mp_i', '(mp_j + 1)')})")
@@ -64,3 +81,7 @@ DUCKDB = _rules("list_extract", "len", "list_concat", "list_contains",
                 lambda xs, t: f"len(list_filter({xs}, lambda mp_x: NOT ({t}))) = 0",
                 lambda xs, t: f"len(list_filter({xs}, lambda mp_x: {t})) > 0",
                 lambda xs, t: f"list_filter({xs}, lambda mp_x, mp_i: {t})")
+SPARK["ORDER_KEY"] = _order_key(lambda fs: f"named_struct({', '.join(f'{chr(39)}{n}{chr(39)}, {v}' for n, v in fs)})",
+                                "transform({a}, mp_x -> {key})", "`")
+DUCKDB["ORDER_KEY"] = _order_key(lambda fs: f"struct_pack({', '.join(f'{chr(34)}{n}{chr(34)} := {v}' for n, v in fs)})",
+                                 "list_transform({a}, lambda mp_x: {key})", '"')

@@ -23,7 +23,8 @@ def plan_order_limit(ctx: Context, q: exp.Select, node: P.Node, selects: list, n
     order, keys = [], []
     for o in (q.args["order"].expressions if q.args.get("order") else []):
         col = o.this
-        by_value = is_mp(col, "NUMERIC_VALUE")  # a quotient (its text) is ordered by its value
+        # a quotient (its text) is ordered by its value, an array or record by its order key
+        by_value = is_mp(col, "NUMERIC_VALUE") or is_mp(col, "ORDER_KEY")
         if by_value:
             col = col.expressions[0]
         name = _output(col, selects, names)

@@ -86,6 +86,25 @@ def _slice(b: "Binder", node: exp.Expression, container: exp.Expression, t: SqlT
     return mp("SLICE", container, *bounds), t
 
 
+def order_key(node: exp.Expression, t: SqlType, at: exp.Expression, null_high: bool | None = None) -> exp.Expression:
+    """``node`` as the engines order it the way PostgreSQL orders an array or a record: element by
+    element (field by field), a NULL element after every value (Spark puts it first). A record's key
+    for sorting (``null_high`` given) is never NULL: a NULL record sorts as its leading flag says
+    (after the others in ascending order when ``null_high``); for comparing it is NULL."""
+    if t.kind == "map":
+        raise _refuse("maps have no order (compare a key's value: m['k'])", at)
+    if t.kind not in ("array", "record"):
+        return node
+    inner = [t.args[0]] if t.kind == "array" else [ft for _, ft in t.args]
+    if any(x.nested or x.kind in ("jsonb", "interval") for x in inner):
+        raise _refuse(f"ordering values of type {t} is not supported (an array or record of arrays, records, "
+                      "intervals or jsonb)", at)
+    if t.kind == "array":
+        return mp("ORDER_KEY", node)
+    mode = "compare" if null_high is None else "null_high" if null_high else "null_low"
+    return mp("ORDER_KEY", node, exp.Literal.string(mode), *(exp.Literal.string(n) for n, _ in t.args))
+
+
 def _field(b: "Binder", node: exp.Dot) -> Typed:
     record, t = b.value(node.this)
     name = node.expression.name

@@ -198,6 +198,11 @@ def _compare(b: Binder, node: exp.Binary) -> Typed:
         raise refuse(f"operator does not exist: {left[1]} {_op_name(node)} {right[1]} (millpond compares jsonb "
                      "values for equality only: compare a field's text, j ->> 'k')", node)
     l, r = comparable(b, left, right, node)
+    if not isinstance(node, (exp.EQ, exp.NEQ)) and (left[1].nested or right[1].nested):
+        from millpond.sql.semantics.nested import order_key
+
+        common = right[1] if left[1].untyped else left[1]
+        l, r = order_key(l, common, node), order_key(r, common, node)
     return type(node)(this=l, expression=r), T.BOOLEAN
 
 

@@ -111,7 +111,14 @@ class Binder:
     def _ordered(self, o: exp.Expression, *, limited: bool = False) -> None:
         if isinstance(o, exp.Ordered):
             by = o.this
-            kind = self._replace(by).kind
+            by_type = self._replace(by)
+            kind = by_type.kind
+            if by_type.nested:  # PostgreSQL's order of arrays and records (the engines put NULL elements first)
+                from millpond.sql.semantics.nested import order_key
+
+                nulls_first = o.args.get("nulls_first")
+                desc = bool(o.args.get("desc"))
+                o.set("this", order_key(o.this, by_type, by, null_high=desc if nulls_first is None else nulls_first == desc))
             if kind == "jsonb":
                 raise refuse("ORDER BY a jsonb value is not supported (PostgreSQL orders jsonb by rules of its own): "
                              "order by a field's text, j ->> 'k'", by)
