@@ -30,6 +30,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Iterator, Mapping
 
@@ -47,6 +48,9 @@ from millpond.store.objects import ObjectStore
 __all__ = ["Change", "ChangeFeed", "Changelogs", "Entry", "Written", "net", "parquet", "rows_of"]
 
 log = logging.getLogger("millpond")
+
+
+_EPOCH_IN_KEY = re.compile(r"/(\d{20})(?:\.parquet$|/)")  # a changes file's epoch (paths.changes_key, ...)
 
 
 @dataclass(frozen=True)
@@ -143,6 +147,7 @@ class ChangeFeed:
             self._oldest = self.oldest()
             if self._oldest is None:
                 return 0
+            self.sweep(self._oldest)
         horizon = epoch - retention.epochs + 1 if retention.epochs is not None else None
         dropped = 0
         e = self._oldest
@@ -166,6 +171,20 @@ class ChangeFeed:
             e += 1
             self._oldest, self._oldest_at = e, None
         return dropped
+
+    def sweep(self, oldest: int) -> int:
+        """Delete the changes files of epochs before ``oldest`` (the oldest kept): those a kill
+        inside :meth:`collect` left behind, which no entry names. Once per process (a listing of
+        every kept epoch's files); returns how many were deleted."""
+        swept = 0
+        for name in self.store.list("changes/"):
+            if name.startswith(paths.CHANGES_EPOCHS_PREFIX):
+                continue
+            m = _EPOCH_IN_KEY.search(name)
+            if m is not None and int(m.group(1)) < oldest:
+                self.store.delete(name)
+                swept += 1
+        return swept
 
     # -- readers ------------------------------------------------------------------------------
     def entry(self, epoch: int) -> Entry | None:
