@@ -87,6 +87,29 @@ def test_sessions_millpond_starts_are_shared_quiet_and_stopped_by_the_last_user(
     assert "log4j" in (tmp_path / "spark.log").read_text()
 
 
+def test_a_failing_view_prints_nothing_of_pyspark_s_query_errors(tmp_path):
+    """A view that fails on a bad row is reported by millpond (its status and error); PySpark's
+    SQLQueryContextLogger would print the JVM's stack trace as a JSON line to the terminal: it is off, in
+    a session millpond starts and in one the user brings."""
+    script = textwrap.dedent(f"""
+        import millpond
+        from pyspark.sql import SparkSession
+        for own in (False, True):
+            spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate() \\
+                if own else None
+            db = millpond.connect({str(tmp_path)!r} + str(own), spark=spark, interval=None)
+            db.sql("CREATE TABLE t (k INT, v INT); CREATE MATERIALIZED VIEW bad AS SELECT k / v AS q FROM t;"
+                   "INSERT INTO t VALUES (1, 0); FLUSH")
+            print(db.sql("SELECT status FROM millpond_views").to_pylist())
+            db.close()
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                          env=QUIET_ENV | {"MILLPOND_SPARK_LOG": str(tmp_path / "spark.log")})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == ["[{'status': 'failed'}]"] * 2
+    assert "QueryContextLogger" not in done.stderr and "DIVIDE_BY_ZERO" not in done.stderr, done.stderr[-3000:]
+
+
 CLI_SCRIPT = ("CREATE TABLE visit (product VARCHAR, length INT); INSERT INTO visit VALUES ('a', 3), ('b', 5), ('a', 7);"
               "CREATE MATERIALIZED VIEW m AS SELECT product, MAX(length) AS top FROM visit GROUP BY product; FLUSH;"
               "SELECT * FROM m ORDER BY product")

@@ -77,15 +77,20 @@ def _python_loggers(level: int, *, force: bool) -> None:
         logger = logging.getLogger(name)
         if force or logger.level == logging.NOTSET:
             logger.setLevel(level)
-    # PySpark logs every failed query's error with a traceback through these two (not under
-    # "pyspark", not propagated); millpond reports the errors it catches itself (a failed view):
-    # quiet, they stay silent
+    quiet_query_context(level, force=force)
+
+
+def quiet_query_context(level: int = logging.ERROR, *, force: bool = False) -> None:
+    """PySpark logs every failed query's error, with the JVM's whole stack trace as one JSON line,
+    through these two loggers (not under "pyspark", not propagated); millpond reports the errors
+    it catches itself (a failed view names its row): below INFO they are off. A level the user set
+    on them (other than PySpark's own default, WARN) is kept unless ``force``."""
     from pyspark.logger import PySparkLogger  # created as PySpark creates them (its calls pass extra fields)
 
     for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
         logger = PySparkLogger.getLogger(name)
-        if force or logger.level == logging.NOTSET:
-            logger.setLevel(LOG_LEVELS["OFF"][1] if level >= logging.ERROR else level)
+        if force or logger.level in (logging.NOTSET, logging.WARNING):
+            logger.setLevel(LOG_LEVELS["OFF"][1] if level > logging.INFO else level)
 
 
 def _java_major(java: str) -> int | None:
@@ -277,4 +282,6 @@ def lease(spark: Any = None, *, log_level: str | None = None) -> Lease:
             _USERS[id(found)] += 1
     if log_level is not None:
         set_log_level(found, log_level)
+    else:
+        quiet_query_context()  # the user's session: its errors in millpond's epochs are millpond's to report
     return Lease(found, owned=owned)
