@@ -178,7 +178,12 @@ def test_a_password_is_required_when_set_and_only_localhost_goes_without(open_db
     with db.serve(port=0, password="s3cret") as server:
         with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
             _connect(server, password="wrong")
-        with _connect(server, password="s3cret", autocommit=True) as conn:
+        with _connect(server, password="s3cret", autocommit=True, require_auth="scram-sha-256") as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+    with db.serve(port=0, password="s3cret", auth="cleartext") as server:  # only on request
+        with pytest.raises(psycopg.OperationalError, match="server requested a cleartext password"):
+            _connect(server, password="s3cret", require_auth="scram-sha-256")
+        with _connect(server, password="s3cret", require_auth="password") as conn:
             assert conn.execute("SELECT 1").fetchone() == (1,)
 
 
@@ -306,3 +311,50 @@ def test_binary_results_equal_text_results_for_every_type(open_db):
         assert conn.execute("SELECT rec, m FROM every WHERE k = 3").fetchall() == [(("7", "a b"), "{k:1,z:NULL}")]
         assert conn.cursor(binary=True).execute("SELECT rec, m FROM every WHERE k = 3").fetchall() == [
             ((7, "a b"), "{k:1,z:NULL}")]
+
+
+def _certificate(folder) -> tuple[str, str]:  # noqa: ANN001
+    """A self-signed certificate for localhost (openssl, as an operator would make one)."""
+    cert, key = str(folder / "server.crt"), str(folder / "server.key")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
+                    "-days", "2", "-subj", "/CN=localhost"], check=True, capture_output=True)
+    return cert, key
+
+
+@pytest.mark.skipif(shutil.which("psql") is None or shutil.which("openssl") is None, reason="needs psql and openssl")
+def test_psql_over_tls_with_scram_users_from_a_password_file(open_db, tmp_path):
+    """A server safe to expose: TLS required, SCRAM-SHA-256 (the password never crosses the wire),
+    users from a file, a read-only user, a wrong password is 28P01, a connection limit, an idle timeout."""
+    db = open_db()
+    db.sql("CREATE TABLE t (k INT PRIMARY KEY); INSERT INTO t VALUES (1); FLUSH")
+    users = tmp_path / "users.txt"
+    users.write_text("# who may connect\nada:s3cret:pass\nviewer:look:read-only\n")
+    cert, key = _certificate(tmp_path)
+    with db.serve(host="0.0.0.0", port=0, password_file=str(users), tls_cert=cert, tls_key=key, max_connections=3,
+                  idle_timeout=1.5) as server:
+        def psql(user: str, password: str, sql: str, sslmode: str = "require") -> subprocess.CompletedProcess:
+            return subprocess.run(["psql", f"host=127.0.0.1 port={server.port} user={user} dbname=millpond "
+                                           f"sslmode={sslmode}", "-X", "-A", "-t", "-c", sql],
+                                  capture_output=True, text=True, timeout=60, env={"PGPASSWORD": password})
+
+        done = psql("ada", "s3cret:pass", "INSERT INTO t VALUES (2)")
+        assert (done.returncode, done.stdout.strip()) == (0, "INSERT 0 1"), done
+        assert "password authentication failed" in psql("ada", "wrong", "SELECT 1").stderr
+        assert "TLS connections only" in psql("ada", "s3cret:pass", "SELECT 1", sslmode="disable").stderr
+        denied = psql("viewer", "look", "INSERT INTO t VALUES (3)")
+        assert denied.returncode != 0 and "read-only" in denied.stderr, denied
+        assert psql("viewer", "look", "SELECT k FROM t ORDER BY k").stdout.split() == ["1"]  # 2 is pending, unflushed
+        with pytest.raises(psycopg.OperationalError, match='password authentication failed for user "viewer"'):
+            psycopg.connect(host="127.0.0.1", port=server.port, user="viewer", password="nope", dbname="millpond",
+                            sslmode="require")
+        conns = [psycopg.connect(host="127.0.0.1", port=server.port, user="viewer", password="look", dbname="millpond",
+                                 sslmode="require", require_auth="scram-sha-256", autocommit=True) for _ in range(3)]
+        with pytest.raises(psycopg.OperationalError, match="too many clients"):
+            psycopg.connect(host="127.0.0.1", port=server.port, user="viewer", password="look", dbname="millpond",
+                            sslmode="require")
+        assert conns[0].execute("SELECT 1").fetchone() == (1,)
+        time.sleep(2.5)  # longer than the idle timeout
+        with pytest.raises(psycopg.OperationalError):
+            conns[1].execute("SELECT 1")
+        for c in conns:
+            c.close()

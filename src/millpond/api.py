@@ -256,20 +256,31 @@ class Database:
                 waited += poll
 
     def serve(self, *, host: str = "127.0.0.1", port: int = 5433, password: str | None = None,
+              password_file: str | None = None, auth: str = "scram-sha-256", tls_cert: str | None = None,
+              tls_key: str | None = None, max_connections: int = 100, idle_timeout: float | None = None,
               readers: int = 0, python_functions: bool = False):  # noqa: ANN201
         """Serve this database over the PostgreSQL wire protocol (``psql -h host -p port``) from
-        background threads; returns the server (``.port``, ``.close()``). Localhost unless
-        ``host`` says otherwise; with ``password``, clients must give it (any user name).
+        background threads; returns the server (``.port``, ``.close()``).
+
+        Who may connect: anyone on localhost without a password, unless ``password`` (one password,
+        any user name) or ``password_file`` (``user:password[:read-only]`` per line) is given;
+        another host needs one of them. ``auth``: ``scram-sha-256`` (the password never crosses
+        the wire) or ``cleartext``. ``tls_cert``/``tls_key``: TLS, then required of every
+        connection (psql ``sslmode=require``). ``max_connections``: more are refused (53300);
+        ``idle_timeout``: seconds a connection may wait between statements.
         ``readers``: processes that open the root read-only and answer queries in parallel with
         this one (:mod:`millpond.readers`; 0: every statement runs in this process).
         ``python_functions``: clients may ``CREATE FUNCTION ... LANGUAGE python`` (their code runs in
         this process and its Spark workers; off by default)."""
         from millpond.pgwire import serve
+        from millpond.serve.auth import Access
 
-        if host not in ("127.0.0.1", "localhost", "::1") and password is None:
-            raise MillpondError(f"serving on {host!r} needs a password (password=...): only localhost may go without")
-        return serve(self, host=host, port=port, password=password, readers=readers,
-                     python_functions=python_functions)
+        access = Access.of(password=password, password_file=password_file, method=auth, tls_cert=tls_cert,
+                           tls_key=tls_key, max_connections=max_connections, idle_timeout=idle_timeout)
+        if host not in ("127.0.0.1", "localhost", "::1") and access.users is None:
+            raise MillpondError(f"serving on {host!r} needs a password (password=... or password_file=...): only "
+                                "localhost may go without")
+        return serve(self, host=host, port=port, access=access, readers=readers, python_functions=python_functions)
 
     def table(self, name: str):  # noqa: ANN201
         """A Spark DataFrame over the committed snapshot of a table or view."""

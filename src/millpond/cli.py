@@ -55,6 +55,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     srv.add_argument("--port", type=int, default=5433, help="port (default 5433)")
     srv.add_argument("--password", default=os.environ.get("MILLPOND_PASSWORD"),
                      help="clients must give it (default: $MILLPOND_PASSWORD; none: localhost only)")
+    srv.add_argument("--password-file", help="users who may connect: one user:password (or user:password:read-only) "
+                                             "per line, # comments")
+    srv.add_argument("--auth", choices=("scram-sha-256", "cleartext"), default="scram-sha-256",
+                     help="how clients prove their password (default scram-sha-256: it never crosses the wire)")
+    srv.add_argument("--tls-cert", help="TLS certificate (PEM); with --tls-key, every connection must use TLS")
+    srv.add_argument("--tls-key", help="the TLS certificate's private key (PEM)")
+    srv.add_argument("--max-connections", type=int, default=100, help="more connections are refused (default 100)")
+    srv.add_argument("--idle-timeout", type=float, default=None,
+                     help="seconds a connection may wait between statements (default: no limit)")
     srv.add_argument("--read-only", action="store_true", help="follow the root without writing (another process writes)")
     srv.add_argument("--python-functions", action="store_true",
                      help="let clients CREATE FUNCTION ... LANGUAGE python (their code runs in this process)")
@@ -120,7 +129,9 @@ def _serve(args: argparse.Namespace) -> int:
     interval = None if args.interval == "none" else args.interval
     with millpond.connect(_root(args.root), read_only=args.read_only, interval=interval,
                           log_level=args.log_level) as db:
-        with db.serve(host=args.host, port=args.port, password=args.password, readers=args.readers,
+        with db.serve(host=args.host, port=args.port, password=None if args.password_file else args.password,
+                      password_file=args.password_file, auth=args.auth, tls_cert=args.tls_cert, tls_key=args.tls_key,
+                      max_connections=args.max_connections, idle_timeout=args.idle_timeout, readers=args.readers,
                       python_functions=args.python_functions) as server:
             print(f"millpond: serving {args.root} on {args.host}:{server.port} (psql -h {args.host} -p {server.port})",
                   file=sys.stderr, flush=True)

@@ -17,38 +17,37 @@ nothing (each statement is atomic on its own); ``SUBSCRIBE`` returns what is kep
 
 from __future__ import annotations
 
-import hmac
 import logging
 import re
 import secrets
 import socket
 import socketserver
-import struct
+import ssl
 import threading
 import warnings
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pygwire.connection import BackendConnection
 from pygwire.constants import TransactionStatus
-from pygwire.messages import (AuthenticationCleartextPassword, AuthenticationOk, BackendKeyData, Bind, BindComplete,
+from pygwire.messages import (AuthenticationCleartextPassword, AuthenticationOk, AuthenticationSASL,
+                              AuthenticationSASLContinue, AuthenticationSASLFinal, BackendKeyData, Bind, BindComplete,
                               CancelRequest, Close, CloseComplete, CommandComplete, CopyData, CopyOutResponse, DataRow, Describe,
                               EmptyQueryResponse, ErrorResponse, Execute, Flush, GSSEncRequest,
                               GSSResponse, NoData, ParameterDescription, ParameterStatus, Parse, ParseComplete,
-                              PasswordMessage, Query, ReadyForQuery, RowDescription, SSLRequest, SSLResponse,
-                              StartupMessage, Sync, Terminate)
+                              PasswordMessage, Query, ReadyForQuery, RowDescription, SASLInitialResponse,
+                              SASLResponse, SSLRequest, SSLResponse, StartupMessage, Sync, Terminate)
 from sqlglot import exp
-from sqlglot.tokens import TokenType
 
-from millpond.errors import (CatalogError, MillpondNotice, ReadOnlyError, RetentionError, SchemaError,
-                             SqlError)
+from millpond.errors import (CatalogError, MillpondError, MillpondNotice, ReadOnlyError, RetentionError,
+                             SchemaError, SqlError)
 from millpond.readers import Readers
 from millpond.pgcatalog import SERVER_VERSION, catalog_query, catalog_rows
+from millpond.serve.auth import Access, Scram
+from millpond.serve.params import bind as _bind, text_param as _text_param
 from millpond.serve.pgtext import copy_lines, fields, rows
 from millpond.sql.session import statements, verb
-from millpond.sql.statements import tokens
 from millpond.sql.subscribe import clauses as subscribe_clauses
 
 if TYPE_CHECKING:
@@ -63,13 +62,15 @@ _QUERIES = {"SELECT", "WITH", "TABLE", "VALUES", "("}  # what a reader process m
 _CATALOG_WORDS = re.compile(r"pg_|information_schema|version|current_|session_user|_description", re.I)
 
 
-def serve(db: "Database", *, host: str = "127.0.0.1", port: int = 5433, password: str | None = None,
+def serve(db: "Database", *, host: str = "127.0.0.1", port: int = 5433, access: Access | None = None,
           readers: int = 0, python_functions: bool = False) -> "Server":
     """Start serving ``db`` in background threads; ``port=0`` picks a free port (``server.port``);
-    ``readers``: processes that answer queries in parallel (:mod:`millpond.readers`);
-    ``python_functions``: clients may create ``LANGUAGE python`` functions (code run by this process
-    and its Spark workers, as PostgreSQL's untrusted ``plpython3u``: off by default)."""
-    server = Server(db, host, port, password, readers)
+    ``access``: users, authentication, TLS and limits (:class:`~millpond.serve.auth.Access`; none:
+    anyone, no password); ``readers``: processes that answer queries in parallel
+    (:mod:`millpond.readers`); ``python_functions``: clients may create ``LANGUAGE python``
+    functions (code run by this process and its Spark workers, as PostgreSQL's untrusted
+    ``plpython3u``: off by default)."""
+    server = Server(db, host, port, access or Access(), readers)
     server.python_functions = python_functions
     server.start()
     return server
@@ -79,8 +80,9 @@ class Server(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, db: "Database", host: str, port: int, password: str | None, readers: int = 0):
-        self.db, self.password = db, password
+    def __init__(self, db: "Database", host: str, port: int, access: Access, readers: int = 0):
+        self.db, self.access = db, access
+        self.lock = threading.Lock()
         self.python_functions = False
         self.cancels: dict[tuple[int, bytes], threading.Event] = {}  # a connection's key -> cancel its statement
         super().__init__((host, port), _Handler)
@@ -140,10 +142,19 @@ class _Handler(socketserver.BaseRequestHandler):
         self.authenticated = False
         self.key = (threading.get_ident() & 0x7FFFFFFF, secrets.token_bytes(4))
         self.cancel = self.server.cancels[self.key] = threading.Event()
-        sock: socket.socket = self.request
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # replies are small: no Nagle delay
+        self.access, self.user, self.scram, self.read_only = self.server.access, "", None, False
+        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # replies are small: no Nagle delay
+        with self.server.lock:
+            self.access.active += 1
         try:
-            while data := sock.recv(65536):
+            while True:
+                try:
+                    data = self.request.recv(65536)
+                except TimeoutError:  # idle longer than the idle timeout (set once authenticated)
+                    self._fatal("57P05", "terminating connection due to idle-session timeout")
+                    return
+                if not data:
+                    return
                 for msg in self.conn.receive(data):
                     if not self._on(msg):
                         return
@@ -153,6 +164,12 @@ class _Handler(socketserver.BaseRequestHandler):
             log.exception("pgwire: connection from %s ended by an error", self.client_address)
         finally:
             self.server.cancels.pop(self.key, None)
+            with self.server.lock:
+                self.access.active -= 1
+
+    def _fatal(self, code: str, message: str) -> bool:
+        self._send(ErrorResponse(fields={"S": "FATAL", "V": "FATAL", "C": code, "M": message}))
+        return False
 
     def _send(self, *msgs: object) -> None:
         self.request.sendall(b"".join(self.conn.send(m) for m in msgs))
@@ -161,7 +178,9 @@ class _Handler(socketserver.BaseRequestHandler):
     def _on(self, msg: object) -> bool:
         """Handle ``msg``; False ends the connection."""
         if isinstance(msg, SSLRequest):
-            self._send(SSLResponse(accepted=False))
+            self._send(SSLResponse(accepted=self.access.tls is not None))
+            if self.access.tls is not None:
+                self.request = self.access.tls.wrap_socket(self.request, server_side=True)
         elif isinstance(msg, GSSEncRequest):
             self._send(GSSResponse(accepted=False))
         elif isinstance(msg, CancelRequest):  # on a connection of its own: cancel another's statement
@@ -171,19 +190,9 @@ class _Handler(socketserver.BaseRequestHandler):
         elif isinstance(msg, Terminate):
             return False
         elif isinstance(msg, StartupMessage):
-            self.params = dict(msg.params)
-            if self.server.password is None:
-                self._ready_after_auth()
-            else:
-                self._send(AuthenticationCleartextPassword())
-        elif isinstance(msg, PasswordMessage):
-            given = msg.password if isinstance(msg.password, str) else msg.password.decode("utf-8", "replace")
-            if not hmac.compare_digest(given.rstrip("\x00").encode(), (self.server.password or "").encode()):
-                self._send(ErrorResponse(fields={"S": "FATAL", "V": "FATAL", "C": "28P01",
-                                                 "M": f"password authentication failed for user "
-                                                      f"\"{self.params.get('user', '')}\""}))
-                return False
-            self._ready_after_auth()
+            return self._startup(msg)
+        elif isinstance(msg, (PasswordMessage, SASLInitialResponse, SASLResponse)) and not self.authenticated:
+            return self._authenticate(msg)
         elif not self.authenticated:
             return False
         elif isinstance(msg, Query):
@@ -203,8 +212,52 @@ class _Handler(socketserver.BaseRequestHandler):
                 self._error(exc)
         return True
 
+    # -- admission: TLS, the connection limit, authentication ---------------------------------
+    def _startup(self, msg: StartupMessage) -> bool:
+        self.params = dict(msg.params)
+        self.user = self.params.get("user", "")
+        if self.access.tls is not None and not isinstance(self.request, ssl.SSLSocket):
+            return self._fatal("28000", "this server accepts TLS connections only: connect with sslmode=require")
+        if self.access.active > self.access.max_connections:
+            return self._fatal("53300", f"sorry, too many clients already (max_connections = "
+                                        f"{self.access.max_connections})")
+        if self.access.users is None:
+            self._ready_after_auth()
+        elif self.access.method == "cleartext":
+            self._send(AuthenticationCleartextPassword())
+        else:
+            self._send(AuthenticationSASL(mechanisms=["SCRAM-SHA-256"]))
+        return True
+
+    def _authenticate(self, msg: object) -> bool:
+        """A password (cleartext) or a SCRAM-SHA-256 step; a wrong one ends the connection (28P01)."""
+        user = self.access.user(self.user)
+        failed = f"password authentication failed for user \"{self.user}\""
+        if isinstance(msg, PasswordMessage):
+            given = msg.password if isinstance(msg.password, str) else msg.password.decode("utf-8", "replace")
+            if self.access.method != "cleartext" or user is None or not user.check(given.rstrip("\x00")):
+                return self._fatal("28P01", failed)
+        elif isinstance(msg, SASLInitialResponse):
+            if user is None or msg.mechanism != "SCRAM-SHA-256":
+                return self._fatal("28P01", failed)
+            self.scram = Scram(user)
+            try:
+                self._send(AuthenticationSASLContinue(data=self.scram.first(bytes(msg.data))))
+            except (ValueError, KeyError, MillpondError) as exc:
+                return self._fatal("08P01", f"SCRAM: malformed client message ({exc})")
+            return True
+        else:
+            final = self.scram.final(bytes(msg.data)) if self.scram is not None else None
+            if final is None:
+                return self._fatal("28P01", failed)
+            self._send(AuthenticationSASLFinal(data=final))
+        self.read_only = user.read_only
+        self._ready_after_auth()
+        return True
+
     def _ready_after_auth(self) -> None:
         self.authenticated = True
+        self.request.settimeout(self.access.idle_timeout)
         params = {"server_version": SERVER_VERSION, "server_encoding": "UTF8", "client_encoding": "UTF8",
                   "DateStyle": "ISO, MDY", "TimeZone": "UTC", "integer_datetimes": "on",
                   "standard_conforming_strings": "on", "application_name": self.params.get("application_name", "")}
@@ -287,6 +340,9 @@ class _Handler(socketserver.BaseRequestHandler):
         db = self.server.db
         script = statements(sql)
         parsed = script[0]
+        if self.read_only and not all(_reads(s) for s in script):
+            raise ReadOnlyError(f"cannot execute {verb(next(s for s in script if not _reads(s)))} in a read-only "
+                                f"transaction: user {self.user!r} may only read")
         if not self.server.python_functions and any(_python_function(s) for s in script):
             raise _Refused("CREATE FUNCTION ... LANGUAGE python runs its code in the server's process: refused "
                            "over the wire unless the server runs with --python-functions (serve(python_functions="
@@ -354,64 +410,14 @@ def _tag(s: exp.Expression) -> str:
     return word
 
 
+def _reads(s: exp.Expression) -> bool:
+    """``s`` changes nothing (what a read-only user may run)."""
+    return isinstance(s, (exp.Query, exp.Describe)) or verb(s) in ("SHOW", "SUBSCRIBE", "EXPLAIN", "SET")
+
+
 def _returns_rows(sql: str) -> bool:
     word = sql.strip().split(None, 1)[0].upper() if sql.strip() else ""
     return word in ("SELECT", "WITH", "VALUES", "SHOW", "TABLE", "SUBSCRIBE", "EXPLAIN", "DESCRIBE")
-
-
-def _bind(sql: str, types: list[int], values: list[bytes | None]) -> str:
-    """``sql`` with ``$n`` replaced by the n-th parameter as a constant of its type."""
-    out, last = [], 0
-    toks = tokens(sql)
-    for dollar, number in zip(toks, toks[1:]):
-        if dollar.token_type != TokenType.PARAMETER or number.token_type != TokenType.NUMBER \
-                or number.start != dollar.end + 1 or not number.text.isdigit():
-            continue
-        i = int(number.text) - 1
-        if i >= len(values):
-            raise SqlError(f"there is no parameter ${i + 1} (the statement was given {len(values)})")
-        out += [sql[last:dollar.start], _constant(values[i], types[i] if i < len(types) else 0)]
-        last = number.end + 1
-    return "".join(out) + sql[last:]
-
-
-_NUMERIC_OIDS = {20, 21, 23, 26, 700, 701, 1700}
-_EPOCH_2000 = datetime(2000, 1, 1)
-
-
-def _text_param(value: bytes, oid: int) -> bytes:
-    """A parameter sent in binary (psycopg sends numbers so) as its text form."""
-    v = bytes(value)
-    if oid in (20, 21, 23, 26):
-        return str(int.from_bytes(v, "big", signed=True)).encode()
-    if oid in (700, 701):
-        return repr(struct.unpack("!f" if oid == 700 else "!d", v)[0]).encode()
-    if oid == 16:
-        return b"true" if v != b"\x00" else b"false"
-    if oid in (0, 25, 1043, 19, 1042):
-        return v
-    if oid == 1082:
-        return str(_EPOCH_2000.date() + timedelta(days=int.from_bytes(v, "big", signed=True))).encode()
-    if oid in (1114, 1184):
-        when = _EPOCH_2000 + timedelta(microseconds=int.from_bytes(v, "big", signed=True))
-        return (when.isoformat(sep=" ") + ("+00" if oid == 1184 else "")).encode()
-    raise SqlError(f"a binary parameter of type oid {oid} is not supported: send it as text")
-
-
-def _constant(value: bytes | None, oid: int) -> str:
-    if value is None:
-        return "NULL"
-    text = bytes(value).decode("utf-8")
-    if oid in _NUMERIC_OIDS and re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", text.strip()):
-        return text.strip()
-    if oid == 16:
-        return "TRUE" if text.lower() in ("t", "true", "1", "on", "yes") else "FALSE"
-    quoted = "'" + text.replace("'", "''") + "'"
-    cast = _CASTS.get(oid)
-    return f"CAST({quoted} AS {cast})" if cast else quoted
-
-
-_CASTS = {1082: "DATE", 1114: "TIMESTAMP", 1184: "TIMESTAMPTZ", 1186: "INTERVAL", 25: "TEXT", 1043: "VARCHAR"}
 
 
 _DATA_ERRORS = {"division by zero": "22012", "out of range": "22003", "invalid input syntax": "22P02",
