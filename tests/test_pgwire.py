@@ -122,9 +122,17 @@ def test_psql(served):
     out = subprocess.run([*base, "-v", "ON_ERROR_STOP=0", "-f", "-"], capture_output=True, text=True, timeout=60,
                          input="SELECT * FROM nope;\nSELECT n FROM m;\n")
     assert "no table or view named" in out.stderr and out.stdout.split() == ["2"]  # the connection went on
-    listed = subprocess.run([*base, "-c", "\\dt", "-c", "\\dv"], capture_output=True, text=True, timeout=60)
+    listed = subprocess.run([*base, "-c", "\\dt", "-c", "\\dm"], capture_output=True, text=True, timeout=60)
     assert listed.returncode == 0, listed.stderr
-    assert [line.split("|")[1:3] for line in listed.stdout.splitlines() if line] == [["t", "table"], ["m", "view"]]
+    assert [line.split("|")[1:3] for line in listed.stdout.splitlines() if line] == [["t", "table"],
+                                                                                  ["m", "materialized view"]]
+    described = subprocess.run([*base[:-2], "-c", "\\d t", "-c", "\\d m", "-c", "\\l"], capture_output=True, text=True,
+                               timeout=60)
+    assert described.returncode == 0, described.stderr
+    out = described.stdout
+    assert 'Table "main.t"' in out and 'Materialized view "main.m"' in out and "List of databases" in out, out
+    assert [line.split("|")[0].strip() for line in out.splitlines() if "|" in line][:9] == [
+        "Column", "k", "v", "s", "ts", "d", "b", "Column", "n"]
 
 
 # PostgreSQL 15's own output for these (a quotient's display scale is the value's own)
