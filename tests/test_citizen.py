@@ -323,3 +323,43 @@ def test_flush_progress_display(open_db, monkeypatch, capsys):
     assert [r.epoch for r in reports] == [db.epoch] and db.read("s").to_pylist() == [{"n": 50_000, "total": 50_000}]
     assert db.sql("FLUSH", progress=True) is None
     capsys.readouterr()  # the display went to stderr and is gone (transient)
+
+
+BLOCKER = """
+import sys
+# a worker without millpond installed: the path an installed millpond is found on is gone (a shipped
+# zip added later is found)
+sys.path[:] = [p for p in sys.path if not p.rstrip("/").endswith("/src")]
+"""
+
+
+def test_a_session_whose_workers_lack_millpond_is_refused_with_the_fix_or_shipped_to(tmp_path):
+    """A user's session whose Python workers cannot import millpond: connect says so, with the fix,
+    before any epoch; connect(ship=True) adds millpond to the session, and views then run."""
+    (tmp_path / "block").mkdir()
+    (tmp_path / "block" / "sitecustomize.py").write_text(BLOCKER)
+    wrapper = tmp_path / "worker-python"
+    wrapper.write_text(f"#!/bin/sh\nPYTHONPATH={tmp_path / 'block'}${{PYTHONPATH:+:$PYTHONPATH}} exec {sys.executable} \"$@\"\n")
+    wrapper.chmod(0o755)
+    script = textwrap.dedent(f"""
+        import millpond
+        from pyspark.sql import SparkSession
+        spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+        spark.sparkContext.setLogLevel("ERROR")
+        try:
+            millpond.connect({str(tmp_path / 'a')!r}, spark=spark, interval=None)
+        except millpond.MillpondError as exc:
+            print("REFUSED", exc)
+        db = millpond.connect({str(tmp_path / 'b')!r}, spark=spark, interval=None, ship=True)
+        db.sql("CREATE TABLE t (k INT, v INT); CREATE MATERIALIZED VIEW s AS SELECT v, count(*) AS n FROM t GROUP BY v;"
+               "INSERT INTO t VALUES (1, 7), (2, 7); FLUSH")
+        print(db.sql("SELECT * FROM s").to_pylist())
+        db.close()
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                          env=QUIET_ENV | {"PYSPARK_PYTHON": str(wrapper)})  # the workers' Python
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("REFUSED Spark's Python workers") and "cannot import millpond" in lines[0], lines
+    assert "ship=True" in lines[0] and "PYSPARK_PYTHON" in lines[0]
+    assert lines[-1] == "[{'v': 7, 'n': 2}]", done.stdout

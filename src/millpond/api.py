@@ -50,7 +50,7 @@ T = TypeVar("T")
 def connect(root: str, *, spark: Any = None, parallelism: int | None = None,
             interval: str | float | None = "1s", storage_options: dict[str, str] | None = None,
             compaction: str = "local", plans: str = "verify", read_only: bool = False,
-            log_level: str | None = None) -> "Database":
+            log_level: str | None = None, ship: bool = False) -> "Database":
     """Open (or create) the database at ``root``: a folder, ``file://...`` or ``s3://bucket/prefix``.
 
     ``spark``: a SparkSession to run on (default: the session already running in this process, else
@@ -70,10 +70,13 @@ def connect(root: str, *, spark: Any = None, parallelism: int | None = None,
     not shown), ``"OFF"``, ``"WARN"``, ``"INFO"`` or ``"DEBUG"``; default ``$MILLPOND_LOG_LEVEL``.
     Applies to a session millpond starts and to millpond's loggers; a session the user passed in
     (or that was running already) keeps its level unless this is set.
+    ``ship``: add millpond itself to the session's Python workers (``addPyFile``: a cluster needs no
+    install of millpond, only of its dependencies). With a session the user brings, millpond first
+    checks that its workers can import millpond, and says how to fix it when they cannot.
     """
     return Database(root, spark=spark, parallelism=parallelism, interval=interval,
                     storage_options=storage_options, compaction=compaction, plans=plans, read_only=read_only,
-                    log_level=log_level)
+                    log_level=log_level, ship=ship)
 
 
 def _seconds(interval: str | float | None) -> float | None:
@@ -98,7 +101,7 @@ class Database:
     def __init__(self, root: str, *, spark: Any = None, parallelism: int | None = None,
                  interval: str | float | None = "1s", storage_options: dict[str, str] | None = None,
                  compaction: str = "local", plans: str = "verify", read_only: bool = False,
-                 log_level: str | None = None):
+                 log_level: str | None = None, ship: bool = False):
         root = _check_root(root)
         if compaction not in ("local", "spark"):
             raise MillpondError(f"compaction={compaction!r}: use 'local' (a background thread) or 'spark' "
@@ -108,7 +111,7 @@ class Database:
         _configure_logging(self.log_level)
         self.root, self.read_only, self.plans = root, read_only, plans
         self.storage_options = storage_options
-        self._spark_arg = spark
+        self._spark_arg, self._ship = spark, ship
         self._lease: Lease | None = None
         self._closed = False
         self._fenced: FencedError | None = None
@@ -166,6 +169,15 @@ class Database:
             from millpond.spark.session import lease
 
             self._lease = lease(self._spark_arg, log_level=self.log_level)
+            if not self._lease.owned:  # the user's session: can its workers run millpond?
+                from millpond.spark.workers import ensure_importable
+
+                try:
+                    ensure_importable(self._lease.spark, ship=self._ship)
+                except BaseException:
+                    self._lease.release()
+                    self._lease = None
+                    raise
             register(self._lease.spark)
         return self._lease.spark
 
