@@ -130,6 +130,8 @@ _TYPES = {"integer": pa.int32(), "bigint": pa.int64(), "smallint": pa.int16(), "
 
 
 def _type_ok(pg_type: str, arrow: pa.DataType) -> bool:
+    if pg_type.endswith("[]"):
+        return pa.types.is_list(arrow) and _type_ok(pg_type[:-2], arrow.value_type)
     if pg_type == "numeric":
         return pa.types.is_decimal(arrow)
     if pg_type == "text":
@@ -143,6 +145,8 @@ def _text(value: object) -> str:
         return "NULL"
     if isinstance(value, bool):
         return "t" if value else "f"
+    if isinstance(value, list):  # an array of plain words, as PostgreSQL prints it
+        return "{" + ",".join(_text(v) for v in value) + "}"
     if isinstance(value, pa.MonthDayNano):
         return interval_text(value.months, value.days, value.nanoseconds // 1000)
     if isinstance(value, dt.datetime):
