@@ -45,7 +45,7 @@ from millpond.errors import (CatalogError, MillpondError, MillpondNotice, ReadOn
 from millpond.readers import Readers
 from millpond.pgcatalog import SERVER_VERSION, catalog_query, catalog_rows
 from millpond.serve.auth import Access, Scram
-from millpond.serve.params import bind as _bind, text_param as _text_param
+from millpond.pgparams import bind as _bind, text_param as _text_param
 from millpond.serve.pgtext import copy_lines, fields, rows
 from millpond.sql.session import statements, verb
 from millpond.sql.subscribe import clauses as subscribe_clauses

@@ -17,7 +17,7 @@ How a value is compared (the canonical form):
   the last bit); ``NaN`` and ``±Infinity`` exactly;
 - a numeric compares as PostgreSQL's text: its digits and its display scale (a quotient's is the
   value's own, ``0.33333333333333333333``; a numeric's the scale of its type), except in the few
-  cases :data:`SCALE_DIFFERS` names, where millpond documents another scale (README, "SQL
+  cases :data:`SCALE_DIFFERS` names, where millpond documents another scale (docs/sql.md, "SQL
   semantics"): there it compares by value, equal to PostgreSQL's rounded (half away from zero) to
   the result's scale, and that scale at least PostgreSQL's or 6 digits.
 """
@@ -115,7 +115,7 @@ REFUSED = [c for c in CASES if c.refused is not None]
 
 
 # -- the canonical form ---------------------------------------------------------------------------
-# numerics whose display scale is millpond's, not PostgreSQL's (README, "SQL semantics"): compared by value
+# numerics whose display scale is millpond's, not PostgreSQL's (docs/sql.md, "SQL semantics"): compared by value
 SCALE_DIFFERS = {
     "x::numeric": "a double as NUMERIC: PostgreSQL keeps the double's shortest digits, millpond 10 (numeric(38,10))",
     "greatest(d, 1.3)": "numerics of different scales: PostgreSQL keeps each value's own, millpond the widest",
@@ -396,8 +396,7 @@ def test_errors_name_the_construct_and_where_it_is(open_db):
 def test_the_readme_lists_every_supported_function():
     from millpond.sql.semantics import AGGREGATES, FUNCTIONS, WINDOW_FUNCTIONS
 
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    section = readme[readme.index("### SQL semantics"):]
-    section = section[:section.index("\n### ", 5)]
+    reference = (Path(__file__).parents[2] / "docs" / "sql.md").read_text()
+    section = reference[reference.index("## SQL semantics"):]
     missing = [f for f in (*FUNCTIONS, *AGGREGATES, *WINDOW_FUNCTIONS) if f not in section]
-    assert not missing, f"README's SQL semantics does not list {missing}"
+    assert not missing, f"docs/sql.md's SQL semantics does not list {missing}"
