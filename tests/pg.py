@@ -114,3 +114,33 @@ def server() -> Iterator[Server]:
         subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
                        capture_output=True, timeout=120)
         shutil.rmtree(home, ignore_errors=True)
+
+
+def check_expressions(db, columns: str, row: str, expressions: list[str]) -> None:  # noqa: ANN001
+    """Each expression over the one-row table ``one (k INT, <columns>)`` holding ``(1, <row>)``,
+    evaluated in a view (Spark) and in a query (DuckDB): the two must give the same wire text, and
+    (where a PostgreSQL server can start) PostgreSQL's own; else the test is skipped after the
+    first check, saying so."""
+    import pytest
+
+    from millpond.serve import pgtext
+
+    db.sql(f"CREATE TABLE one (k INT PRIMARY KEY{', ' + columns if columns else ''})")
+    db.sql(f"INSERT INTO one VALUES (1{', ' + row if row else ''})")
+    for i, e in enumerate(expressions):
+        db.sql(f"CREATE MATERIALIZED VIEW e{i} AS SELECT {e} AS v FROM one")
+    db.flush()
+    mine = []
+    for i, e in enumerate(expressions):
+        query = list(pgtext.rows(db.sql(f"SELECT {e} AS v FROM one")))[0][0]
+        view = list(pgtext.rows(db.sql(f"SELECT v FROM e{i}")))[0][0]
+        assert query == view, e
+        mine.append("" if query is None else query.decode())
+    reason = unavailable()
+    if reason:
+        pytest.skip(f"{reason}: millpond's view and query agree; PostgreSQL's answers were not checked")
+    setup = f"CREATE TABLE one (k INT{', ' + columns if columns else ''}); INSERT INTO one VALUES (1{', ' + row if row else ''});\n"
+    with server() as pg:
+        out = subprocess.run(pg.psql(), input=setup + "".join(f"SELECT {e} FROM one;\n" for e in expressions),
+                             capture_output=True, text=True, check=True).stdout
+    assert mine == out.splitlines()
