@@ -21,7 +21,7 @@ ALLOWED = {
     "spark": {"store", "catalog", "log", "engine"},
     "nexmark": set(),
 }
-ENTRY = {"__init__", "api", "cli", "shell", "progress", "pgwire", "pgparams", "pgcatalog", "readers"}  # entry points: they wire everything, Spark included
+ENTRY = {"__init__", "api", "cli", "shell", "progress", "pgwire", "pgparams", "pipelines", "pgcatalog", "readers"}  # entry points: they wire everything, Spark included
 
 
 def _package(module: str) -> str:

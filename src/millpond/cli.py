@@ -23,6 +23,7 @@ import json
 import os
 import sys
 import threading
+from pathlib import Path
 from typing import Sequence
 
 import pyarrow as pa
@@ -73,6 +74,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                           "most 4; 0: every statement in one process)")
     srv.add_argument("--log-level", default=None, help="OFF, ERROR (default), WARN, INFO, DEBUG")
 
+    pipe = groups.add_parser("pipeline", help="run a Spark Declarative Pipelines project incrementally") \
+        .add_subparsers(dest="cmd", required=True)
+    for cmd, text in (("run", "create or update the project's datasets as views, then commit what is new"),
+                      ("dry-run", "check the project's graph without creating or running anything")):
+        p = pipe.add_parser(cmd, help=text)
+        p.add_argument("--spec", default="spark-pipeline.yml", help="the project's spec (default: ./spark-pipeline.yml)")
+        p.add_argument("--root", default=None, help="the database (default: the spec's storage, else ./millpond-data)")
+        p.add_argument("--log-level", default=None, help="OFF, ERROR (default), WARN, INFO, DEBUG")
+    p = pipe.add_parser("init", help="create a new project's files")
+    p.add_argument("--name", required=True, help="the project's name (and folder)")
+
     log_cmd = groups.add_parser("log", help="the write-ahead log").add_subparsers(dest="cmd", required=True)
 
     info = log_cmd.add_parser("info", help="channels, ranges and schemas")
@@ -99,6 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _sql(args)
         if args.group == "serve":
             return _serve(args)
+        if args.group == "pipeline":
+            return _pipeline(args)
         log = Log(ObjectStore(_root(args.root)))
         try:
             return {"info": _info, "append": _append, "tail": _tail}[args.cmd](log, args)
@@ -137,6 +151,40 @@ def _serve(args: argparse.Namespace) -> int:
                   file=sys.stderr, flush=True)
             threading.Event().wait()  # until interrupted
     return 0
+
+
+def _pipeline(args: argparse.Namespace) -> int:
+    from millpond import pipelines
+
+    if args.cmd == "init":
+        print(f"created {pipelines.init(args.name, args.name)}")
+        return 0
+    import millpond
+
+    project = pipelines.load(args.spec)
+    root = args.root or _spec_storage(args.spec) or "millpond-data"
+    if args.cmd == "dry-run":  # the root's tables, if it exists, read without writing or starting Spark
+        tables: set[str] = set()
+        if "://" in root or Path(root).exists():
+            with millpond.connect(_root(root), read_only=True, log_level=args.log_level) as db:
+                tables = set(db.catalog.tables)
+        print("\n".join(pipelines.check(project, tables)))
+        return 0
+    with millpond.connect(_root(root), interval=None, log_level=args.log_level) as db:
+        print("\n".join(pipelines.run(db, project)))
+    return 0
+
+
+def _spec_storage(spec: str) -> str | None:
+    import yaml
+
+    try:
+        storage = (yaml.safe_load(open(spec)) or {}).get("storage")
+    except (OSError, yaml.YAMLError):
+        return None
+    if not storage:
+        return None
+    return str(Path(spec).parent / storage) if "://" not in storage else storage
 
 
 def _sql(args: argparse.Namespace) -> int:

@@ -1,0 +1,300 @@
+"""Spark Declarative Pipelines projects, maintained incrementally: ``millpond pipeline run``.
+
+An SDP project is a ``spark-pipeline.yml`` (``name``, ``libraries``: globs of files, ``storage``,
+``configuration``) and SQL files of datasets. open-source Spark recomputes every materialized
+view on every ``spark-pipelines run``; here each dataset becomes a millpond view, kept
+incrementally, and a run commits epochs only for what is new:
+
+- ``CREATE [OR REFRESH] MATERIALIZED VIEW v AS SELECT …`` — a view;
+- ``CREATE [OR REFRESH] STREAMING TABLE t AS SELECT … FROM STREAM(src)`` — a view over ``src``
+  (for a source that only appends, the same rows as SDP's streaming table);
+- ``CREATE STREAMING TABLE t`` with ``CREATE FLOW f AS INSERT INTO t BY NAME SELECT …`` — a view,
+  the ``UNION ALL`` of its flows (columns matched by name);
+- ``CREATE TEMPORARY VIEW v AS SELECT …`` — a view too (millpond keeps it; SDP would inline it).
+
+``STREAM(x)`` reads ``x``: another dataset of the project or a millpond table of the root. A
+dataset defined twice, a cycle, a flow into a materialized view and a read of a dataset that
+exists nowhere are refused before anything is created, as SDP refuses them (``dry-run`` stops
+there). A run creates what is new, recreates a dataset whose SQL changed (and the datasets that
+read it), drops the datasets the project no longer defines, then flushes. Python files are named
+as not supported yet, and the rest of the project still runs.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import sqlglot
+from sqlglot import exp
+
+from millpond.errors import MillpondError
+
+if TYPE_CHECKING:
+    from millpond.api import Database
+
+__all__ = ["Dataset", "Project", "load", "check", "run", "init", "PipelineError"]
+
+
+class PipelineError(MillpondError):
+    """A project that cannot run, with the file and the dataset it concerns."""
+
+
+@dataclass
+class Dataset:
+    name: str
+    kind: str  # materialized view, streaming table, temporary view
+    query: str | None  # None: a streaming table its flows write
+    where: str  # file:line
+    flows: list[tuple[str, str, str]] = field(default_factory=list)  # (name, query, where)
+
+    def sql(self) -> str:
+        """The view's SELECT: its query, or the UNION ALL of its flows' (by name)."""
+        if self.query is not None:
+            return self.query
+        if not self.flows:
+            raise PipelineError(f"{self.where}: streaming table {self.name!r} has no query and no flow writes it")
+        first = _outputs(self.flows[0][1])
+        parts = [self.flows[0][1]] + [f"SELECT {', '.join(_q(c) for c in first)} FROM ({q}) AS {_q(n)}"
+                                      for n, q, _ in self.flows[1:]]
+        return " UNION ALL ".join(f"({p})" if len(parts) > 1 else p for p in parts)
+
+
+@dataclass
+class Project:
+    name: str
+    folder: Path
+    datasets: dict[str, Dataset]
+    unsupported: list[str]  # what the project holds that millpond does not run yet, said by name
+
+    def order(self, tables: set[str]) -> list[Dataset]:
+        """The datasets in dependency order; a PipelineError for a cycle or an unknown input."""
+        deps = {n: _reads(d.sql()) for n, d in self.datasets.items()}
+        for n, reads in deps.items():
+            unknown = sorted(r for r in reads if r not in self.datasets and r not in tables)
+            if unknown:
+                raise PipelineError(f"{self.datasets[n].where}: dataset {n!r} reads {', '.join(map(repr, unknown))}, "
+                                    "which is neither a dataset of the pipeline nor a table of the root")
+        done: list[Dataset] = []
+        state: dict[str, int] = {}
+
+        def visit(n: str, path: list[str]) -> None:
+            if state.get(n) == 2:
+                return
+            if state.get(n) == 1:
+                cycle = path[path.index(n):] + [n]
+                raise PipelineError(f"the pipeline's datasets form a cycle: {' -> '.join(cycle)}")
+            state[n] = 1
+            for r in sorted(deps[n]):
+                if r in self.datasets:
+                    visit(r, [*path, n])
+            state[n] = 2
+            done.append(self.datasets[n])
+        for n in sorted(self.datasets):
+            visit(n, [])
+        return done
+
+
+_HEAD = re.compile(
+    r"CREATE\s+(?:OR\s+(?:REFRESH|REPLACE)\s+)?(?P<kind>MATERIALIZED\s+VIEW|STREAMING\s+TABLE|TEMPORARY\s+VIEW|"
+    r"FLOW)\s+(?P<name>[\w.`\"]+)\s*(?P<rest>.*)\Z", re.I | re.S)
+_INTO = re.compile(r"AS\s+INSERT\s+INTO\s+(?P<target>[\w.`\"]+)\s+(?:BY\s+NAME\s+)?(?P<query>.*)\Z", re.I | re.S)
+_STREAM = re.compile(r"\bSTREAM\s*\(\s*([\w.`\"]+)\s*\)|\bSTREAM\s+([\w`\"][\w.`\"]*)", re.I)
+
+
+def _name(raw: str) -> str:
+    return raw.split(".")[-1].strip('`"').lower()
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _body(rest: str, where: str) -> str | None:
+    """A definition's query after its optional column list, comment and properties; None if none."""
+    m = re.search(r"\bAS\s+(\(?\s*(?:SELECT|WITH|VALUES|TABLE)\b.*)\Z", rest, re.I | re.S)
+    if m is None:
+        if re.search(r"\bAS\b", rest, re.I):
+            raise PipelineError(f"{where}: the query after AS is not a SELECT")
+        return None
+    return _STREAM.sub(lambda s: s.group(1) or s.group(2), m.group(1)).strip()
+
+
+def _reads(sql: str) -> set[str]:
+    tree = sqlglot.parse_one(sql, dialect="postgres")
+    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    return {t.name.lower() for t in tree.find_all(exp.Table) if t.name and t.name.lower() not in ctes}
+
+
+def _outputs(sql: str) -> list[str]:
+    tree = sqlglot.parse_one(sql, dialect="postgres")
+    select = tree if isinstance(tree, exp.Select) else tree.find(exp.Select)
+    names = [s.alias_or_name for s in select.expressions]
+    if any(n in ("", "*") for n in names):
+        raise PipelineError(f"a flow's SELECT must name its columns (BY NAME): {sql[:80]!r}")
+    return names
+
+
+def _statements(text: str) -> list[tuple[str, int]]:
+    """A SQL file's statements with the line each starts on (split at top-level semicolons)."""
+    from millpond.sql.statements import tokens
+
+    bounds, start = [], 0
+    for tok in tokens(text):
+        if tok.text == ";":
+            bounds.append((start, tok.start))
+            start = tok.end + 1
+    bounds.append((start, len(text)))
+    out = []
+    for a, b in bounds:
+        chunk = re.sub(r"\A(?:\s*--[^\n]*\n|\s*/\*.*?\*/)*", lambda m: "\n" * m.group(0).count("\n"),
+                       text[a:b], flags=re.S)  # leading comments (their lines kept, for the line number)
+        if chunk.strip():
+            first = a + len(chunk) - len(chunk.lstrip())
+            out.append((chunk.strip(), text[:first].count("\n") + 1))
+    return out
+
+
+def load(spec: str | Path) -> Project:
+    """The project of a ``spark-pipeline.yml``: its SQL files' datasets and flows, checked."""
+    import yaml
+
+    spec = Path(spec)
+    try:
+        conf = yaml.safe_load(spec.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise PipelineError(f"{spec}: cannot read the pipeline spec: {exc}") from None
+    folder = spec.parent
+    files: list[Path] = []
+    for lib in conf.get("libraries") or [{"glob": {"include": "transformations/**"}}]:
+        pattern = (lib.get("glob") or {}).get("include") if isinstance(lib, dict) else None
+        if not pattern:
+            raise PipelineError(f"{spec}: a library is {{glob: {{include: <pattern>}}}}, got {lib!r}")
+        pattern = pattern + "/**" if not any(c in pattern for c in "*?[") and (folder / pattern).is_dir() else pattern
+        files += [Path(p) for p in sorted(glob.glob(str(folder / pattern), recursive=True)) if Path(p).is_file()]
+    datasets: dict[str, Dataset] = {}
+    flows: list[tuple[str, str, str, str]] = []
+    unsupported: list[str] = []
+    for f in dict.fromkeys(files):
+        rel = f.relative_to(folder)
+        if f.suffix == ".py":
+            unsupported.append(f"{rel}: Python datasets (@dp.table, @dp.materialized_view, @dp.append_flow) "
+                               "are not supported yet")
+            continue
+        if f.suffix != ".sql":
+            continue
+        for stmt, line in _statements(f.read_text()):
+            where = f"{rel}:{line}"
+            if re.match(r"SET\b", stmt, re.I):
+                continue
+            m = _HEAD.match(stmt)
+            if m is None:
+                raise PipelineError(f"{where}: not a pipeline definition (CREATE MATERIALIZED VIEW, CREATE STREAMING "
+                                    f"TABLE, CREATE TEMPORARY VIEW or CREATE FLOW): {stmt[:60]!r}")
+            kind, name = " ".join(m.group("kind").lower().split()), _name(m.group("name"))
+            if kind == "flow":
+                into = _INTO.match(m.group("rest").strip())
+                if into is None:
+                    raise PipelineError(f"{where}: flow {name!r}: expected AS INSERT INTO <table> BY NAME SELECT …")
+                flows.append((name, _name(into.group("target")),
+                              _STREAM.sub(lambda s: s.group(1) or s.group(2), into.group("query")).strip(), where))
+                continue
+            if name in datasets:
+                raise PipelineError(f"{where}: dataset {name!r} is defined twice (first at {datasets[name].where})")
+            datasets[name] = Dataset(name, kind, _body(m.group("rest"), where), where)
+    for name, target, query, where in flows:
+        d = datasets.get(target)
+        if d is None:
+            raise PipelineError(f"{where}: flow {name!r} writes {target!r}, which the pipeline does not define "
+                                "(CREATE STREAMING TABLE it)")
+        if d.kind != "streaming table":
+            raise PipelineError(f"{where}: flow {name!r} writes {target!r}, a {d.kind}: a flow writes a streaming table")
+        if d.query is not None:
+            raise PipelineError(f"{where}: flow {name!r} writes {target!r}, which has a query of its own")
+        d.flows.append((name, query, where))
+    return Project(str(conf.get("name") or folder.name), folder, datasets, unsupported)
+
+
+def _key(project: Project) -> str:
+    return f"pipelines/{re.sub(r'[^A-Za-z0-9_.-]', '_', project.name)}.json"
+
+
+def check(project: Project, tables: set[str]) -> list[str]:
+    """``dry-run``: the project's graph checked against the root's ``tables``; the lines to report."""
+    ordered = project.order(tables)
+    for d in ordered:
+        try:
+            sqlglot.parse_one(d.sql(), dialect="postgres")
+        except sqlglot.errors.ParseError as exc:
+            raise PipelineError(f"{d.where}: dataset {d.name!r}: {str(exc).splitlines()[0]}") from None
+    return [f"pipeline {project.name!r}: {len(ordered)} datasets", *(f"  not run: {u}" for u in project.unsupported),
+            *(f"  {d.name} ({d.kind}, {d.where})" for d in ordered), "dry run: the graph is valid"]
+
+
+def run(db: "Database", project: Project) -> list[str]:
+    """Bring the root's views to the project's datasets and flush; the lines to report."""
+    from millpond.errors import MissingError
+
+    tables = set(db.catalog.tables)
+    ordered = project.order(tables)
+    report = [f"pipeline {project.name!r}: {len(ordered)} datasets"] + [f"  not run: {u}" for u in project.unsupported]
+    store = db.runtime.coordinator.store
+    try:
+        owned = set(json.loads(store.get(_key(project))))
+    except MissingError:
+        owned = set()
+    views = db.catalog.views
+    wanted = {d.name: d.sql() for d in ordered}
+    clash = sorted(n for n in wanted if n in tables)
+    if clash:
+        raise PipelineError(f"dataset {clash[0]!r} is also a table of the root: rename one")
+    stale = {n for n in owned | set(wanted) if n in views and (n not in wanted or _stored(views[n]) != wanted[n])}
+    while True:  # and every view that reads a stale one (DROP refuses a view others read)
+        more = {n for n, v in views.items() if n not in stale and _reads(_stored(v)) & stale}
+        if not more:
+            break
+        stale |= more
+    for n in [v for v in reversed(list(views)) if v in stale]:  # readers before what they read
+        db.sql(f"DROP MATERIALIZED VIEW IF EXISTS {_q(n)}")
+        report.append(f"  dropped {n}" + ("" if n not in wanted else " (its SQL changed)"))
+    for d in ordered:
+        if d.name not in db.catalog.views:
+            db.sql(f"CREATE MATERIALIZED VIEW {_q(d.name)} AS {wanted[d.name]}")
+            report.append(f"  created {d.name} ({d.kind})")
+    store.put(_key(project), json.dumps(sorted(wanted)).encode())
+    epochs = db.flush()
+    return report + [f"committed {len(epochs)} epoch{'s' * (len(epochs) != 1)}; last epoch {db.epoch}"]
+
+
+def _stored(view) -> str:  # noqa: ANN001
+    sql = view.sql
+    m = re.match(r"\s*CREATE\s+MATERIALIZED\s+VIEW\s+\S+\s+AS\s+(.*)\Z", sql, re.I | re.S)
+    return m.group(1).strip() if m else sql
+
+
+SPEC = """name: {name}
+libraries:
+  - glob:
+      include: transformations/**
+"""
+EXAMPLE = """-- datasets of the pipeline, kept incrementally by millpond (`millpond pipeline run`). They read
+-- the root's tables (here: CREATE TABLE events (kind VARCHAR, n INT), in `millpond sql <root>`)
+-- and each other.
+CREATE STREAMING TABLE clean_events AS SELECT kind, n FROM STREAM(events) WHERE n >= 0;
+CREATE MATERIALIZED VIEW example AS SELECT kind, count(*) AS events, sum(n) AS total FROM clean_events GROUP BY kind;
+"""
+
+
+def init(folder: str | Path, name: str) -> Path:
+    """A new project's files (``spark-pipelines init``'s layout)."""
+    folder = Path(folder)
+    if (folder / "spark-pipeline.yml").exists():
+        raise PipelineError(f"{folder / 'spark-pipeline.yml'} exists already")
+    (folder / "transformations").mkdir(parents=True, exist_ok=True)
+    (folder / "spark-pipeline.yml").write_text(SPEC.format(name=name))
+    (folder / "transformations" / "example.sql").write_text(EXAMPLE)
+    return folder / "spark-pipeline.yml"

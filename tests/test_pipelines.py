@@ -1,0 +1,143 @@
+"""Spark Declarative Pipelines projects run incrementally: ``millpond pipeline run`` turns an SDP
+project's SQL datasets into views, a second run processes only what is new (none when nothing is),
+and what SDP refuses is refused before anything is created."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from millpond import pipelines
+from millpond.pipelines import PipelineError
+from tests.conftest import rows
+
+SPEC = """name: shop
+storage: storage-root
+libraries:
+  - glob:
+      include: transformations/**
+"""
+SQL = {
+    "transformations/views.sql": """
+-- materialized views over the root's tables and over each other
+CREATE OR REFRESH MATERIALIZED VIEW per_category AS
+  SELECT c.category, count(*) AS visits, max(v.length) AS longest
+  FROM visits_clean AS v JOIN products AS c ON v.product = c.product
+  GROUP BY c.category;
+
+CREATE TEMPORARY VIEW long_visits AS SELECT * FROM visits_clean WHERE length > 5;
+CREATE MATERIALIZED VIEW long_per_user AS SELECT "user", count(*) AS n FROM long_visits GROUP BY "user";
+""",
+    "transformations/streams.sql": """
+CREATE STREAMING TABLE visits_clean AS
+  SELECT product, "user", length FROM STREAM(visits) WHERE length >= 0;
+
+CREATE STREAMING TABLE all_events;
+CREATE FLOW from_visits AS INSERT INTO all_events BY NAME SELECT "user" AS who, 'visit' AS what FROM STREAM(visits);
+CREATE FLOW from_orders AS INSERT INTO all_events BY NAME SELECT buyer AS who, 'order' AS what FROM STREAM(orders);
+""",
+    "transformations/py_source.py": "from pyspark import pipelines as dp\n",
+}
+ORACLE = {
+    "per_category": "SELECT c.category, count(*) AS visits, max(v.length) AS longest FROM visits AS v "
+                    "JOIN products AS c ON v.product = c.product WHERE v.length >= 0 GROUP BY c.category",
+    "long_per_user": 'SELECT "user", count(*) AS n FROM visits WHERE length >= 0 AND length > 5 GROUP BY "user"',
+    "all_events": "SELECT \"user\" AS who, 'visit' AS what FROM visits UNION ALL SELECT buyer, 'order' FROM orders",
+}
+
+
+def _project(folder: Path, extra: dict[str, str] | None = None) -> Path:
+    for name, text in {**SQL, **(extra or {})}.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    (folder / "spark-pipeline.yml").write_text(SPEC)
+    return folder / "spark-pipeline.yml"
+
+
+def _insert(db, rng: random.Random, n: int) -> None:  # noqa: ANN001
+    db.sql("INSERT INTO visits VALUES " + ", ".join(
+        f"('{rng.choice('abcd')}', 'u{rng.randrange(4)}', {rng.randrange(-2, 10)})" for _ in range(n)))
+    db.sql("INSERT INTO orders VALUES " + ", ".join(f"('u{rng.randrange(4)}', {rng.randrange(100)})" for _ in range(n)))
+
+
+def test_a_project_runs_incrementally_and_equals_duckdb(open_db, tmp_path):
+    spec = _project(tmp_path)
+    db = open_db()
+    db.sql("""CREATE TABLE products (product VARCHAR PRIMARY KEY, category VARCHAR);
+              CREATE TABLE visits (product VARCHAR, "user" VARCHAR, length INT) APPEND ONLY;
+              CREATE TABLE orders (buyer VARCHAR, total INT) APPEND ONLY;
+              INSERT INTO products VALUES ('a', 'fruit'), ('b', 'fruit'), ('c', 'veg'), ('d', 'veg')""")
+    rng = random.Random(1)
+    _insert(db, rng, 20)
+    project = pipelines.load(spec)
+    assert project.unsupported == ["transformations/py_source.py: Python datasets (@dp.table, @dp.materialized_view, "
+                                   "@dp.append_flow) are not supported yet"]
+    report = pipelines.run(db, project)
+    assert "  created per_category (materialized view)" in report and report[-1].startswith("committed")
+    oracle = duckdb.connect()
+    for round_ in range(3):
+        for name in ("products", "visits", "orders"):
+            oracle.register(name, db.read(name))
+        for view, sql in ORACLE.items():
+            assert rows(db.sql(f"SELECT * FROM {view}")) == rows(oracle.sql(sql).to_arrow_table()), (round_, view)
+        _insert(db, rng, 5)
+        epoch = db.epoch
+        report = pipelines.run(db, project)  # only what is new: nothing created again
+        assert not any("created" in line or "dropped" in line for line in report), report
+        assert db.epoch > epoch
+    epoch = db.epoch
+    report = pipelines.run(db, project)
+    assert db.epoch == epoch and report[-1].startswith("committed 0 epochs"), report  # nothing new: no epoch
+
+
+def test_a_changed_dataset_is_recreated_with_its_readers_and_a_removed_one_dropped(open_db, tmp_path):
+    spec = _project(tmp_path)
+    db = open_db()
+    db.sql("""CREATE TABLE products (product VARCHAR PRIMARY KEY, category VARCHAR);
+              CREATE TABLE visits (product VARCHAR, "user" VARCHAR, length INT) APPEND ONLY;
+              CREATE TABLE orders (buyer VARCHAR, total INT) APPEND ONLY""")
+    _insert(db, random.Random(2), 10)
+    pipelines.run(db, pipelines.load(spec))
+    changed = SQL["transformations/streams.sql"].replace("WHERE length >= 0", "WHERE length >= 1")
+    (tmp_path / "transformations/streams.sql").write_text(changed.split("CREATE STREAMING TABLE all_events")[0])
+    report = pipelines.run(db, pipelines.load(spec))
+    assert {"  dropped visits_clean (its SQL changed)", "  dropped all_events", "  created visits_clean (streaming table)",
+            "  created per_category (materialized view)"} <= set(report), report
+    assert "all_events" not in db.catalog.views
+    assert db.sql("SELECT count(*) AS n FROM visits_clean WHERE length < 1").to_pylist() == [{"n": 0}]
+
+
+@pytest.mark.parametrize("files, error", [
+    ({"transformations/x.sql": "CREATE MATERIALIZED VIEW per_category AS SELECT 1 AS one"}, "defined twice"),
+    ({"transformations/x.sql": "CREATE MATERIALIZED VIEW a AS SELECT * FROM b; CREATE MATERIALIZED VIEW b AS "
+                               "SELECT * FROM a"}, "cycle: a -> b -> a"),
+    ({"transformations/x.sql": "CREATE FLOW f AS INSERT INTO per_category BY NAME SELECT 1 AS visits"},
+     "a flow writes a streaming table"),
+    ({"transformations/x.sql": "CREATE MATERIALIZED VIEW a AS SELECT * FROM nowhere"}, "'nowhere', which is neither"),
+    ({"transformations/x.sql": "DROP TABLE visits"}, r"x.sql:1: not a pipeline definition"),
+])
+def test_what_sdp_refuses_is_refused_before_anything_is_created(tmp_path, files, error):
+    spec = _project(tmp_path, files)
+    with pytest.raises(PipelineError, match=error):
+        pipelines.check(pipelines.load(spec), {"visits", "orders", "products"})
+
+
+def test_the_command_line_dry_runs_runs_and_inits(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "millpond.cli", "pipeline", "init", "--name", "hello"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and (tmp_path / "hello" / "spark-pipeline.yml").exists(), done.stderr
+    done = subprocess.run([sys.executable, "-m", "millpond.cli", "sql", str(tmp_path / "root"), "--interval", "none",
+                           "-c", "CREATE TABLE events (kind VARCHAR, n INT); INSERT INTO events VALUES ('a', 1), ('a', -1)"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for cmd in ("dry-run", "run"):
+        done = subprocess.run([sys.executable, "-m", "millpond.cli", "pipeline", cmd, "--spec", "hello/spark-pipeline.yml",
+                               "--root", str(tmp_path / "root")], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+    assert "created example (materialized view)" in done.stdout and "committed" in done.stdout, done.stdout
