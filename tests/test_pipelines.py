@@ -141,3 +141,50 @@ def test_the_command_line_dry_runs_runs_and_inits(tmp_path):
                               timeout=600)
         assert done.returncode == 0, done.stderr[-2000:]
     assert "created example (materialized view)" in done.stdout and "committed" in done.stdout, done.stdout
+
+
+def test_a_project_reading_parquet_folders_as_sdp_does(open_db, tmp_path):
+    """The shape of benchmarks/sdp.py's project, unchanged: temporary views over Parquet folders
+    (``parquet.`path```, and ``read_files``), materialized views over them. The folders become files
+    tables (columns from the first file); a new file is taken in by the next run, once."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "landing" / "ev").mkdir(parents=True)
+    (tmp_path / "landing" / "dim").mkdir(parents=True)
+    rng = random.Random(3)
+
+    def ev(i: int, n: int) -> None:
+        pq.write_table(pa.table({"k": [rng.randrange(5) for _ in range(n)], "p": [rng.randrange(3) for _ in range(n)],
+                                 "v": [rng.randrange(100) for _ in range(n)]}), tmp_path / "landing" / "ev" / f"{i}.parquet")
+
+    ev(0, 50)
+    pq.write_table(pa.table({"p": [0, 1, 2], "name": ["x", "y", "x"]}), tmp_path / "landing" / "dim" / "0.parquet")
+    (tmp_path / "transformations").mkdir()
+    (tmp_path / "transformations" / "views.sql").write_text(
+        "CREATE TEMPORARY VIEW ev AS SELECT * FROM parquet.`landing/ev`;\n"
+        "CREATE TEMPORARY VIEW dim AS SELECT * FROM read_files('landing/dim', format => 'parquet');\n"
+        "CREATE MATERIALIZED VIEW agg AS SELECT k, count(*) AS n, sum(v) AS s, max(v) AS m FROM ev GROUP BY k;\n"
+        "CREATE MATERIALIZED VIEW joined AS SELECT d.name, count(*) AS n, sum(e.v) AS s FROM ev e JOIN dim d "
+        "ON e.p = d.p GROUP BY d.name;\n")
+    (tmp_path / "spark-pipeline.yml").write_text(SPEC)
+    db = open_db()
+    project = pipelines.load(tmp_path / "spark-pipeline.yml")
+    assert len(project.files) == 2
+    oracle = duckdb.connect()
+    for round_ in range(3):
+        report = pipelines.run(db, project)
+        assert sum("files table" in line for line in report) == (2 if round_ == 0 else 0), report
+        oracle.sql(f"CREATE OR REPLACE VIEW ev AS SELECT * FROM read_parquet('{tmp_path}/landing/ev/*.parquet')")
+        oracle.sql(f"CREATE OR REPLACE VIEW dim AS SELECT * FROM read_parquet('{tmp_path}/landing/dim/*.parquet')")
+        for view in ("agg", "joined"):
+            sql = _view_sql(project, view)
+            assert rows(db.sql(f"SELECT * FROM {view}")) == rows(oracle.sql(sql).to_arrow_table()), (round_, view)
+        ev(round_ + 1, 20)
+
+
+def _view_sql(project, name: str) -> str:  # noqa: ANN001
+    sql = project.datasets[name].sql()
+    for src in project.files.values():
+        sql = sql.replace(src.name, "ev" if src.path.endswith("ev") else "dim")
+    return sql

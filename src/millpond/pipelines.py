@@ -64,18 +64,29 @@ class Dataset:
         return " UNION ALL ".join(f"({p})" if len(parts) > 1 else p for p in parts)
 
 
+@dataclass(frozen=True)
+class Files:
+    """A folder of files a query reads (``parquet.`path```, ``read_files('path', format => 'csv')``):
+    a files table of the root, its columns those of the folder's first file."""
+
+    name: str
+    path: str
+    format: str
+
+
 @dataclass
 class Project:
     name: str
     folder: Path
     datasets: dict[str, Dataset]
     unsupported: list[str]  # what the project holds that millpond does not run yet, said by name
+    files: dict[str, Files] = field(default_factory=dict)
 
     def order(self, tables: set[str]) -> list[Dataset]:
         """The datasets in dependency order; a PipelineError for a cycle or an unknown input."""
         deps = {n: _reads(d.sql()) for n, d in self.datasets.items()}
         for n, reads in deps.items():
-            unknown = sorted(r for r in reads if r not in self.datasets and r not in tables)
+            unknown = sorted(r for r in reads if r not in self.datasets and r not in tables and r not in self.files)
             if unknown:
                 raise PipelineError(f"{self.datasets[n].where}: dataset {n!r} reads {', '.join(map(repr, unknown))}, "
                                     "which is neither a dataset of the pipeline nor a table of the root")
@@ -103,6 +114,8 @@ _HEAD = re.compile(
     r"CREATE\s+(?:OR\s+(?:REFRESH|REPLACE)\s+)?(?P<kind>MATERIALIZED\s+VIEW|STREAMING\s+TABLE|TEMPORARY\s+VIEW|"
     r"FLOW)\s+(?P<name>[\w.`\"]+)\s*(?P<rest>.*)\Z", re.I | re.S)
 _INTO = re.compile(r"AS\s+INSERT\s+INTO\s+(?P<target>[\w.`\"]+)\s+(?:BY\s+NAME\s+)?(?P<query>.*)\Z", re.I | re.S)
+_FILES = re.compile(r"\b(parquet|csv|json)\.`([^`]+)`|\bread_files\(\s*'([^']+)'\s*(?:,\s*format\s*=>\s*'(\w+)')?\s*\)",
+                    re.I)
 _STREAM = re.compile(r"\bSTREAM\s*\(\s*([\w.`\"]+)\s*\)|\bSTREAM\s+([\w`\"][\w.`\"]*)", re.I)
 
 
@@ -159,6 +172,23 @@ def _statements(text: str) -> list[tuple[str, int]]:
     return out
 
 
+def _sources(sql: str, folder: Path, files: dict[str, Files], where: str) -> str:
+    """``sql`` with each folder it reads (``parquet.`p```, ``read_files('p', format => 'f')``) as
+    the files table that takes it in."""
+    import hashlib
+
+    def table(m: re.Match) -> str:
+        fmt = (m.group(1) or m.group(4) or "").lower()
+        path = m.group(2) or m.group(3)
+        if fmt not in ("parquet", "csv", "json"):
+            raise PipelineError(f"{where}: read_files needs format => 'parquet', 'csv' or 'json'")
+        path = path if "://" in path else str((folder / path).resolve())
+        name = "files_" + hashlib.sha256(f"{fmt}:{path}".encode()).hexdigest()[:10]
+        files[name] = Files(name, path, fmt)
+        return name
+    return _FILES.sub(table, sql)
+
+
 def load(spec: str | Path) -> Project:
     """The project of a ``spark-pipeline.yml``: its SQL files' datasets and flows, checked."""
     import yaml
@@ -179,6 +209,7 @@ def load(spec: str | Path) -> Project:
     datasets: dict[str, Dataset] = {}
     flows: list[tuple[str, str, str, str]] = []
     unsupported: list[str] = []
+    files_read: dict[str, Files] = {}
     for f in dict.fromkeys(files):
         rel = f.relative_to(folder)
         if f.suffix == ".py":
@@ -200,12 +231,14 @@ def load(spec: str | Path) -> Project:
                 into = _INTO.match(m.group("rest").strip())
                 if into is None:
                     raise PipelineError(f"{where}: flow {name!r}: expected AS INSERT INTO <table> BY NAME SELECT …")
+                query = _sources(into.group("query"), folder, files_read, where)
                 flows.append((name, _name(into.group("target")),
-                              _STREAM.sub(lambda s: s.group(1) or s.group(2), into.group("query")).strip(), where))
+                              _STREAM.sub(lambda s: s.group(1) or s.group(2), query).strip(), where))
                 continue
             if name in datasets:
                 raise PipelineError(f"{where}: dataset {name!r} is defined twice (first at {datasets[name].where})")
-            datasets[name] = Dataset(name, kind, _body(m.group("rest"), where), where)
+            body = _body(_sources(m.group("rest"), folder, files_read, where), where)
+            datasets[name] = Dataset(name, kind, body, where)
     for name, target, query, where in flows:
         d = datasets.get(target)
         if d is None:
@@ -216,7 +249,7 @@ def load(spec: str | Path) -> Project:
         if d.query is not None:
             raise PipelineError(f"{where}: flow {name!r} writes {target!r}, which has a query of its own")
         d.flows.append((name, query, where))
-    return Project(str(conf.get("name") or folder.name), folder, datasets, unsupported)
+    return Project(str(conf.get("name") or folder.name), folder, datasets, unsupported, files_read)
 
 
 def _key(project: Project) -> str:
@@ -247,6 +280,11 @@ def run(db: "Database", project: Project) -> list[str]:
         owned = set(json.loads(store.get(_key(project))))
     except MissingError:
         owned = set()
+    for src in project.files.values():  # the folders read, as files tables (created once)
+        if src.name not in db.catalog.tables:
+            db.sql(f"CREATE TABLE {src.name} ({_columns(src)}) APPEND ONLY WITH (connector = 'files', "
+                   f"path = '{src.path}', format = '{src.format}')")
+            report.append(f"  created {src.name} (files table of {src.path})")
     views = db.catalog.views
     wanted = {d.name: d.sql() for d in ordered}
     clash = sorted(n for n in wanted if n in tables)
@@ -268,6 +306,24 @@ def run(db: "Database", project: Project) -> list[str]:
     store.put(_key(project), json.dumps(sorted(wanted)).encode())
     epochs = db.flush()
     return report + [f"committed {len(epochs)} epoch{'s' * (len(epochs) != 1)}; last epoch {db.epoch}"]
+
+
+def _columns(src: Files) -> str:
+    """A files table's columns: those of the folder's first file (as SDP infers them)."""
+    import pyarrow.csv as pcsv
+    import pyarrow.json as pjson
+    import pyarrow.parquet as pq
+
+    from millpond.catalog.types import sql_type
+
+    pattern = src.path if any(c in src.path for c in "*?[") else str(Path(src.path) / "*")
+    first = next((p for p in sorted(glob.glob(pattern)) if Path(p).is_file() and not Path(p).name.startswith(("_", "."))),
+                 None)
+    if first is None:
+        raise PipelineError(f"{src.path}: no {src.format} file to read the columns of (SDP infers them from the files)")
+    schema = pq.read_schema(first) if src.format == "parquet" else (
+        pcsv.read_csv(first) if src.format == "csv" else pjson.read_json(first)).schema
+    return ", ".join(f"{_q(f.name)} {sql_type(f.type)}" for f in schema)
 
 
 def _stored(view) -> str:  # noqa: ANN001
