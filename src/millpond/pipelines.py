@@ -81,6 +81,7 @@ class Project:
     datasets: dict[str, Dataset]
     unsupported: list[str]  # what the project holds that millpond does not run yet, said by name
     files: dict[str, Files] = field(default_factory=dict)
+    python: list[Path] = field(default_factory=list)  # Python files: their datasets are read at run (with Spark)
 
     def order(self, tables: set[str]) -> list[Dataset]:
         """The datasets in dependency order; a PipelineError for a cycle or an unknown input."""
@@ -210,11 +211,11 @@ def load(spec: str | Path) -> Project:
     flows: list[tuple[str, str, str, str]] = []
     unsupported: list[str] = []
     files_read: dict[str, Files] = {}
+    python: list[Path] = []
     for f in dict.fromkeys(files):
         rel = f.relative_to(folder)
         if f.suffix == ".py":
-            unsupported.append(f"{rel}: Python datasets (@dp.table, @dp.materialized_view, @dp.append_flow) "
-                               "are not supported yet")
+            python.append(f)
             continue
         if f.suffix != ".sql":
             continue
@@ -249,7 +250,7 @@ def load(spec: str | Path) -> Project:
         if d.query is not None:
             raise PipelineError(f"{where}: flow {name!r} writes {target!r}, which has a query of its own")
         d.flows.append((name, query, where))
-    return Project(str(conf.get("name") or folder.name), folder, datasets, unsupported, files_read)
+    return Project(str(conf.get("name") or folder.name), folder, datasets, unsupported, files_read, python)
 
 
 def _key(project: Project) -> str:
@@ -265,6 +266,7 @@ def check(project: Project, tables: set[str]) -> list[str]:
         except sqlglot.errors.ParseError as exc:
             raise PipelineError(f"{d.where}: dataset {d.name!r}: {str(exc).splitlines()[0]}") from None
     return [f"pipeline {project.name!r}: {len(ordered)} datasets", *(f"  not run: {u}" for u in project.unsupported),
+            *(f"  {p.relative_to(project.folder)}: Python datasets, read at run (they need Spark)" for p in project.python),
             *(f"  {d.name} ({d.kind}, {d.where})" for d in ordered), "dry run: the graph is valid"]
 
 
@@ -272,9 +274,26 @@ def run(db: "Database", project: Project) -> list[str]:
     """Bring the root's views to the project's datasets and flush; the lines to report."""
     from millpond.errors import MissingError
 
+    report = [f"pipeline {project.name!r}"]
+    if project.python:  # streams into tables first: the SQL datasets read them
+        from millpond.spark.pipeline_sources import collect, stream_into
+
+        db.spark  # noqa: B018 - the session the Python datasets' functions find active
+        for path in project.python:
+            rel = str(path.relative_to(project.folder))
+            try:
+                sources, unsupported = collect(path, rel)
+            except Exception as exc:  # noqa: BLE001 - the user's module failed to load: said, the rest runs
+                project.unsupported.append(f"{rel}: could not be loaded: {type(exc).__name__}: {exc}")
+                continue
+            project.unsupported.extend(unsupported)
+            for source in sources.values():
+                stream_into(db, source, project.folder / ".millpond-checkpoints" / project.name)
+                report.append(f"  streamed into {source.name} ({source.where}, {len(source.flows)} flows)")
     tables = set(db.catalog.tables)
     ordered = project.order(tables)
-    report = [f"pipeline {project.name!r}: {len(ordered)} datasets"] + [f"  not run: {u}" for u in project.unsupported]
+    report[0] += f": {len(ordered)} datasets"
+    report += [f"  not run: {u}" for u in project.unsupported]
     store = db.runtime.coordinator.store
     try:
         owned = set(json.loads(store.get(_key(project))))

@@ -1,0 +1,90 @@
+"""Python datasets of a Spark Declarative Pipelines project (``@dp.table``, ``@dp.append_flow``
+functions that return a streaming DataFrame): each runs on Spark as a stream into a table of the
+root, through the log's Spark sink (exactly once per micro-batch: its producer is the checkpoint's
+batch id), up to what is available now. ``pyspark.pipelines``' own decorators register the
+functions, into a registry of ours (:class:`Collected`).
+"""
+
+from __future__ import annotations
+
+import runpy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import pyarrow as pa
+from pyspark.pipelines.flow import AutoCdcFlow, Flow
+from pyspark.pipelines.graph_element_registry import GraphElementRegistry, graph_element_registration_context
+from pyspark.pipelines.output import MaterializedView, Output, StreamingTable, TemporaryView
+from pyspark.sql.pandas.types import to_arrow_schema
+
+__all__ = ["Source", "collect", "stream_into"]
+
+
+@dataclass
+class Source:
+    """A table a Python flow streams into: its flows' functions, where it was defined."""
+
+    name: str
+    where: str
+    flows: list[tuple[str, Callable[[], Any]]] = field(default_factory=list)
+
+
+class Collected(GraphElementRegistry):
+    def __init__(self) -> None:
+        self.outputs: list[Output] = []
+        self.flows: list[Flow] = []
+        self.unsupported: list[str] = []
+
+    def register_output(self, output: Output) -> None:
+        self.outputs.append(output)
+
+    def register_flow(self, flow: Flow) -> None:
+        self.flows.append(flow)
+
+    def register_auto_cdc_flow(self, flow: AutoCdcFlow) -> None:
+        self.unsupported.append(f"Auto CDC flow {flow.name!r}")
+
+    def register_sql(self, sql_text: str, file_path: Path) -> None:
+        self.unsupported.append(f"SQL registered from Python ({file_path})")
+
+
+def collect(path: Path, rel: str) -> tuple[dict[str, Source], list[str]]:
+    """The streaming tables a Python file defines (with their flows), and what it defines that
+    millpond does not run (named)."""
+    registry = Collected()
+    with graph_element_registration_context(registry):
+        runpy.run_path(str(path), run_name=f"millpond_pipeline_{path.stem}")
+    sources: dict[str, Source] = {}
+    unsupported = [f"{rel}: {u}" for u in registry.unsupported]
+    for out in registry.outputs:
+        name = out.name.split(".")[-1].lower()
+        if isinstance(out, MaterializedView) or isinstance(out, TemporaryView):
+            unsupported.append(f"{rel}: Python materialized and temporary views ({name!r}) are not supported yet")
+        elif isinstance(out, StreamingTable):
+            sources[name] = Source(name, rel)
+    for flow in registry.flows:
+        target = flow.target.split(".")[-1].lower()
+        if target in sources:
+            sources[target].flows.append((flow.name, flow.func))
+    return sources, unsupported
+
+
+def stream_into(db: Any, source: Source, checkpoints: Path) -> None:
+    """Run ``source``'s flows as streams into its table until they hold what is available now
+    (the table is created from the first flow's schema if it does not exist)."""
+    from millpond.catalog.types import sql_type
+
+    for flow_name, func in source.flows:
+        df = func()
+        if not df.isStreaming:
+            raise ValueError(f"flow {flow_name!r} of {source.name!r} returns a batch DataFrame: a streaming table's "
+                             "flow reads a stream (spark.readStream...)")
+        if source.name not in db.catalog.tables:
+            schema: pa.Schema = to_arrow_schema(df.schema)
+            cols = ", ".join(f'"{f.name}" {sql_type(f.type)}' for f in schema)
+            db.sql(f'CREATE TABLE "{source.name}" ({cols}) APPEND ONLY')
+        query = (df.writeStream.format("millpond").option("root", db.runtime.coordinator.store.root)
+                 .option("channel", source.name).option("checkpointLocation", str(checkpoints / f"{source.name}-{flow_name}"))
+                 .trigger(availableNow=True).start())
+        query.awaitTermination()
