@@ -275,6 +275,7 @@ def run(db: "Database", project: Project) -> list[str]:
     from millpond.errors import MissingError
 
     report = [f"pipeline {project.name!r}"]
+    unsupported = list(project.unsupported)  # and what the Python files hold (the project stays as loaded)
     if project.python:  # streams into tables first: the SQL datasets read them
         from millpond.spark.pipeline_sources import collect, stream_into
 
@@ -282,18 +283,18 @@ def run(db: "Database", project: Project) -> list[str]:
         for path in project.python:
             rel = str(path.relative_to(project.folder))
             try:
-                sources, unsupported = collect(path, rel)
+                sources, skipped = collect(path, rel)
             except Exception as exc:  # noqa: BLE001 - the user's module failed to load: said, the rest runs
-                project.unsupported.append(f"{rel}: could not be loaded: {type(exc).__name__}: {exc}")
+                unsupported.append(f"{rel}: could not be loaded: {type(exc).__name__}: {exc}")
                 continue
-            project.unsupported.extend(unsupported)
+            unsupported.extend(skipped)
             for source in sources.values():
                 stream_into(db, source, project.folder / ".millpond-checkpoints" / project.name)
                 report.append(f"  streamed into {source.name} ({source.where}, {len(source.flows)} flows)")
     tables = set(db.catalog.tables)
     ordered = project.order(tables)
     report[0] += f": {len(ordered)} datasets"
-    report += [f"  not run: {u}" for u in project.unsupported]
+    report += [f"  not run: {u}" for u in unsupported]
     store = db.runtime.coordinator.store
     try:
         owned = set(json.loads(store.get(_key(project))))
