@@ -181,6 +181,61 @@ def test_a_project_reading_parquet_folders_as_sdp_does(open_db, tmp_path):
         ev(round_ + 1, 20)
 
 
+def test_the_spec_configuration_is_substituted_as_spark_substitutes_it(tmp_path, monkeypatch):
+    """``${key}`` / ``${spark:key}`` from the spec's ``configuration``, ``${env:NAME}`` from the
+    environment; a name nothing defines stays as written (Spark leaves it); a value that is not a
+    string is refused by name, as SDP refuses it."""
+    monkeypatch.setenv("MP_TEST_FLOOR", "3")
+    spec = _project(tmp_path, {"transformations/streams.sql": (
+        "CREATE STREAMING TABLE visits_clean AS SELECT product, \"user\", length FROM STREAM(visits) "
+        "WHERE length >= ${min_length} AND length < ${spark:max_length} AND length <> ${env:MP_TEST_FLOOR};\n"
+        "CREATE MATERIALIZED VIEW odd AS SELECT '${not.defined}' AS kept FROM visits_clean;\n")})
+    spec.write_text(SPEC + "configuration:\n  min_length: '1'\n  max_length: '9'\n")
+    project = pipelines.load(spec)
+    assert project.datasets["visits_clean"].sql().endswith("WHERE length >= 1 AND length < 9 AND length <> 3")
+    assert "'${not.defined}'" in project.datasets["odd"].sql()
+    spec.write_text(SPEC + "configuration:\n  min_length: 1\n")
+    with pytest.raises(PipelineError, match=r"configuration is a mapping of strings to strings.*min_length"):
+        pipelines.load(spec)
+
+
+def test_a_parquet_folder_on_object_storage_takes_its_columns_from_its_first_file(spark, s3_url, s3_options, tmp_path):
+    """``parquet.`s3://…``` in a project: the folder's columns are read from its first object (with
+    the root's storage options) and the view is kept as files arrive."""
+    import boto3
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import millpond
+
+    s3 = boto3.client("s3", endpoint_url=s3_options["endpoint"], region_name="us-east-1", aws_access_key_id="k",
+                      aws_secret_access_key="s")
+    folder = f"sdp-{tmp_path.name}"
+
+    def put(name: str, table: pa.Table) -> None:
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink)
+        s3.put_object(Bucket="pond", Key=f"{folder}/{name}", Body=sink.getvalue().to_pybytes())
+
+    put("0.parquet", pa.table({"g": ["x", "y", "x"], "v": pa.array([1, 2, 3], pa.int64())}))
+    (tmp_path / "transformations").mkdir()
+    (tmp_path / "transformations" / "v.sql").write_text(
+        f"CREATE MATERIALIZED VIEW per_g AS SELECT g, count(*) AS n, sum(v) AS s FROM parquet.`s3://pond/{folder}/` "
+        "GROUP BY g;")
+    (tmp_path / "spark-pipeline.yml").write_text(SPEC)
+    db = millpond.connect(f"{s3_url}/{tmp_path.name}", spark=spark, parallelism=2, interval=None,
+                          storage_options=s3_options)
+    try:
+        project = pipelines.load(tmp_path / "spark-pipeline.yml")
+        pipelines.run(db, project)
+        assert sorted(tuple(r.values()) for r in db.sql("SELECT * FROM per_g").to_pylist()) == [("x", 2, 4), ("y", 1, 2)]
+        put("1.parquet", pa.table({"g": ["y"], "v": pa.array([10], pa.int64())}))
+        pipelines.run(db, project)
+        assert sorted(tuple(r.values()) for r in db.sql("SELECT * FROM per_g").to_pylist()) == [("x", 2, 4), ("y", 2, 12)]
+    finally:
+        db.close()
+
+
 def _view_sql(project, name: str) -> str:  # noqa: ANN001
     sql = project.datasets[name].sql()
     for src in project.files.values():
@@ -188,9 +243,36 @@ def _view_sql(project, name: str) -> str:  # noqa: ANN001
     return sql
 
 
+SAME_SOURCE = """
+from pyspark import pipelines as dp
+from pyspark.sql import SparkSession
+
+spark = SparkSession.active()
+
+
+@dp.table
+def raw_events():
+    return spark.readStream.format("parquet").schema("k BIGINT, p BIGINT, v BIGINT").load(spark.conf.get("mp.events"))
+"""
+SAME_SQL = """
+CREATE TEMPORARY VIEW dim AS SELECT * FROM parquet.`{dim}`;
+CREATE STREAMING TABLE clean AS SELECT k, p, v FROM STREAM(raw_events) WHERE v >= ${{mp.min_v}};
+CREATE STREAMING TABLE big;
+CREATE FLOW into_big AS INSERT INTO big BY NAME SELECT k AS who, v FROM STREAM(clean) WHERE v > 50;
+CREATE MATERIALIZED VIEW agg AS SELECT k, count(*) AS n, sum(v) AS s, max(v) AS m FROM clean GROUP BY k;
+CREATE MATERIALIZED VIEW joined AS SELECT d.name, count(*) AS n, sum(e.v) AS s FROM raw_events e JOIN dim d
+  ON e.p = d.p GROUP BY d.name;
+CREATE MATERIALIZED VIEW per_who AS SELECT who, count(*) AS n, min(v) AS least FROM big GROUP BY who;
+"""
+SAME_DATASETS = ("raw_events", "clean", "big", "agg", "joined", "per_who")
+
+
 def test_the_same_project_on_spark_pipelines_and_on_millpond_gives_the_same_rows(tmp_path):
-    """One SDP project, unchanged: ``spark-pipelines run`` (open-source SDP, recomputing everything)
-    and ``millpond pipeline run`` (incremental) give the same rows, run after run as files arrive."""
+    """One SDP project, unchanged -- a Python ``@dp.table`` over ``spark.readStream``, streaming tables
+    over ``STREAM(...)``, a flow, a temporary view over a Parquet folder, materialized views over all
+    of them, the spec's ``configuration`` read in SQL (``${key}``) and in Python (``spark.conf``): ``spark-pipelines run`` (open-source SDP, recomputing everything) and ``millpond
+    pipeline run`` (incremental) give the same rows in every dataset, run after run as files arrive."""
+    import json
     import os
     import shutil
 
@@ -215,34 +297,32 @@ def test_the_same_project_on_spark_pipelines_and_on_millpond_gives_the_same_rows
     ev(0, 40)
     pq.write_table(pa.table({"p": pa.array([0, 1, 2], pa.int64()), "name": ["x", "y", "x"]}),
                    tmp_path / "landing" / "dim" / "0.parquet")
-    (tmp_path / "transformations" / "views.sql").write_text(
-        f"CREATE TEMPORARY VIEW ev AS SELECT * FROM parquet.`{tmp_path}/landing/ev`;\n"
-        f"CREATE TEMPORARY VIEW dim AS SELECT * FROM parquet.`{tmp_path}/landing/dim`;\n"
-        "CREATE MATERIALIZED VIEW agg AS SELECT k, count(*) AS n, sum(v) AS s, max(v) AS m FROM ev GROUP BY k;\n"
-        "CREATE MATERIALIZED VIEW joined AS SELECT d.name, count(*) AS n, sum(e.v) AS s FROM ev e JOIN dim d "
-        "ON e.p = d.p GROUP BY d.name;\n")
-    (tmp_path / "spark-pipeline.yml").write_text(f"name: same\nstorage: file://{tmp_path}/sdp-storage\n"
-                                                 "libraries:\n  - glob:\n      include: transformations/**\n")
+    (tmp_path / "transformations" / "source.py").write_text(SAME_SOURCE)
+    (tmp_path / "transformations" / "views.sql").write_text(SAME_SQL.format(dim=f"{tmp_path}/landing/dim"))
+    (tmp_path / "spark-pipeline.yml").write_text(
+        f"name: same\nstorage: file://{tmp_path}/sdp-storage\nconfiguration:\n  mp.min_v: '10'\n"
+        f"  mp.events: {tmp_path}/landing/ev\nlibraries:\n  - glob:\n      include: transformations/**\n")
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     millpond_cmd = [sys.executable, "-m", "millpond.cli", "pipeline", "run", "--root", str(tmp_path / "root")]
     script = ("import millpond, json; db = millpond.connect({root!r}, read_only=True); "
-              "print(json.dumps({{v: db.sql(f'SELECT * FROM {{v}}').to_pylist() for v in ('agg', 'joined')}}, default=str))")
+              "print(json.dumps({{v: db.sql(f'SELECT * FROM {{v}}').to_pylist() for v in {names!r}}}, default=str))")
     for round_ in range(2):
         # each spark-pipelines run starts a fresh in-memory catalog (no metastore here), which refuses the
-        # location its last run left: SDP recomputes every view anyway
-        shutil.rmtree(tmp_path / "spark-warehouse", ignore_errors=True)
+        # tables its last run left: SDP recomputes from scratch, millpond goes on from its last run
+        for left in ("spark-warehouse", "sdp-storage"):
+            shutil.rmtree(tmp_path / left, ignore_errors=True)
         sdp = subprocess.run([tool, "run", "--spec", "spark-pipeline.yml"], cwd=tmp_path, env=env, capture_output=True,
                              text=True, timeout=900)
         assert sdp.returncode == 0 and "Run is COMPLETED" in sdp.stdout + sdp.stderr, (sdp.stdout + sdp.stderr)[-3000:]
         mine = subprocess.run(millpond_cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
         assert mine.returncode == 0, mine.stderr[-3000:]
-        got = subprocess.run([sys.executable, "-c", script.format(root=str(tmp_path / "root"))], env=env,
-                             capture_output=True, text=True, timeout=600)
-        import json
-
+        assert "streamed into raw_events" in mine.stdout, mine.stdout
+        got = subprocess.run([sys.executable, "-c", script.format(root=str(tmp_path / "root"), names=SAME_DATASETS)],
+                             env=env, capture_output=True, text=True, timeout=600)
         views = json.loads(got.stdout.splitlines()[-1])
-        for view in ("agg", "joined"):
+        for view in SAME_DATASETS:
             theirs = pq.read_table(tmp_path / "spark-warehouse" / view).to_pylist()
+            assert theirs, (round_, view, "the project is meant to give every dataset rows")
             assert _canon(views[view]) == _canon(theirs), (round_, view)
         ev(round_ + 1, 15)
 

@@ -16,8 +16,12 @@ incrementally, and a run commits epochs only for what is new:
 dataset defined twice, a cycle, a flow into a materialized view and a read of a dataset that
 exists nowhere are refused before anything is created, as SDP refuses them (``dry-run`` stops
 there). A run creates what is new, recreates a dataset whose SQL changed (and the datasets that
-read it), drops the datasets the project no longer defines, then flushes. Python files are named
-as not supported yet, and the rest of the project still runs.
+read it), drops the datasets the project no longer defines, then flushes.
+
+Python files' ``@dp.table`` / ``@dp.append_flow`` functions over ``spark.readStream`` run first, as
+streams into tables of the root (``spark/pipeline_sources.py``); what else they define is named as
+not supported yet, and the rest of the project still runs. The spec's ``configuration`` is what
+SDP makes of it: ``${key}`` in the SQL files, ``spark.conf.get(key)`` in the Python ones.
 """
 
 from __future__ import annotations
@@ -82,6 +86,7 @@ class Project:
     unsupported: list[str]  # what the project holds that millpond does not run yet, said by name
     files: dict[str, Files] = field(default_factory=dict)
     python: list[Path] = field(default_factory=list)  # Python files: their datasets are read at run (with Spark)
+    configuration: dict[str, str] = field(default_factory=dict)  # the spec's: ${key} in SQL, spark.conf in Python
 
     def order(self, tables: set[str]) -> list[Dataset]:
         """The datasets in dependency order; a PipelineError for a cycle or an unknown input."""
@@ -153,6 +158,21 @@ def _outputs(sql: str) -> list[str]:
     return names
 
 
+_VARIABLE = re.compile(r"\$\{(?:(spark|sparkconf|hivevar|hiveconf|env|system):)?([^}:]+)\}")
+
+
+def _substitute(text: str, configuration: dict[str, str]) -> str:
+    """``${key}`` (and ``${spark:key}``, ``${hiveconf:key}``…, ``${env:NAME}``) replaced as Spark's
+    variable substitution replaces them in SDP's SQL files; a name nothing defines stays as written."""
+    import os
+
+    def value(m: re.Match) -> str:
+        if m.group(1) == "env":
+            return os.environ.get(m.group(2), m.group(0))
+        return m.group(0) if m.group(1) == "system" else configuration.get(m.group(2), m.group(0))
+    return _VARIABLE.sub(value, text)
+
+
 def _statements(text: str) -> list[tuple[str, int]]:
     """A SQL file's statements with the line each starts on (split at top-level semicolons)."""
     from millpond.sql.statements import tokens
@@ -200,6 +220,11 @@ def load(spec: str | Path) -> Project:
     except (OSError, yaml.YAMLError) as exc:
         raise PipelineError(f"{spec}: cannot read the pipeline spec: {exc}") from None
     folder = spec.parent
+    configuration = conf.get("configuration") or {}
+    if not isinstance(configuration, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                      for k, v in configuration.items()):
+        raise PipelineError(f"{spec}: configuration is a mapping of strings to strings (quote numbers and "
+                            f"booleans), got {configuration!r}")
     files: list[Path] = []
     for lib in conf.get("libraries") or [{"glob": {"include": "transformations/**"}}]:
         pattern = (lib.get("glob") or {}).get("include") if isinstance(lib, dict) else None
@@ -219,7 +244,7 @@ def load(spec: str | Path) -> Project:
             continue
         if f.suffix != ".sql":
             continue
-        for stmt, line in _statements(f.read_text()):
+        for stmt, line in _statements(_substitute(f.read_text(), configuration)):
             where = f"{rel}:{line}"
             if re.match(r"SET\b", stmt, re.I):
                 continue
@@ -250,7 +275,8 @@ def load(spec: str | Path) -> Project:
         if d.query is not None:
             raise PipelineError(f"{where}: flow {name!r} writes {target!r}, which has a query of its own")
         d.flows.append((name, query, where))
-    return Project(str(conf.get("name") or folder.name), folder, datasets, unsupported, files_read, python)
+    return Project(str(conf.get("name") or folder.name), folder, datasets, unsupported, files_read, python,
+                   configuration)
 
 
 def _key(project: Project) -> str:
@@ -277,20 +303,18 @@ def run(db: "Database", project: Project) -> list[str]:
     report = [f"pipeline {project.name!r}"]
     unsupported = list(project.unsupported)  # and what the Python files hold (the project stays as loaded)
     if project.python:  # streams into tables first: the SQL datasets read them
-        from millpond.spark.pipeline_sources import collect, stream_into
-
-        db.spark  # noqa: B018 - the session the Python datasets' functions find active
-        for path in project.python:
-            rel = str(path.relative_to(project.folder))
-            try:
-                sources, skipped = collect(path, rel)
-            except Exception as exc:  # noqa: BLE001 - the user's module failed to load: said, the rest runs
-                unsupported.append(f"{rel}: could not be loaded: {type(exc).__name__}: {exc}")
-                continue
-            unsupported.extend(skipped)
-            for source in sources.values():
-                stream_into(db, source, project.folder / ".millpond-checkpoints" / project.name)
-                report.append(f"  streamed into {source.name} ({source.where}, {len(source.flows)} flows)")
+        spark = db.spark  # the session the Python datasets' functions find active, with the spec's configuration
+        before = {k: spark.conf.get(k, None) for k in project.configuration}
+        for k, v in project.configuration.items():
+            spark.conf.set(k, v)
+        try:
+            _python(db, project, report, unsupported)
+        finally:  # the session as it was (it may be the user's)
+            for k, v in before.items():
+                if v is None:
+                    spark.conf.unset(k)
+                else:
+                    spark.conf.set(k, v)
     tables = set(db.catalog.tables)
     ordered = project.order(tables)
     report[0] += f": {len(ordered)} datasets"
@@ -302,7 +326,7 @@ def run(db: "Database", project: Project) -> list[str]:
         owned = set()
     for src in project.files.values():  # the folders read, as files tables (created once)
         if src.name not in db.catalog.tables:
-            db.sql(f"CREATE TABLE {src.name} ({_columns(src)}) APPEND ONLY WITH (connector = 'files', "
+            db.sql(f"CREATE TABLE {src.name} ({_columns(db, src)}) APPEND ONLY WITH (connector = 'files', "
                    f"path = '{src.path}', format = '{src.format}')")
             report.append(f"  created {src.name} (files table of {src.path})")
     views = db.catalog.views
@@ -328,21 +352,32 @@ def run(db: "Database", project: Project) -> list[str]:
     return report + [f"committed {len(epochs)} epoch{'s' * (len(epochs) != 1)}; last epoch {db.epoch}"]
 
 
-def _columns(src: Files) -> str:
-    """A files table's columns: those of the folder's first file (as SDP infers them)."""
-    import pyarrow.csv as pcsv
-    import pyarrow.json as pjson
-    import pyarrow.parquet as pq
+def _python(db: "Database", project: Project, report: list[str], unsupported: list[str]) -> None:
+    """Each Python file's streaming tables run as streams into tables of the root (reported); what
+    it defines that is not run is added to ``unsupported``."""
+    from millpond.spark.pipeline_sources import collect, stream_into
 
+    for path in project.python:
+        rel = str(path.relative_to(project.folder))
+        try:
+            sources, skipped = collect(path, rel)
+        except Exception as exc:  # noqa: BLE001 - the user's module failed to load: said, the rest runs
+            unsupported.append(f"{rel}: could not be loaded: {type(exc).__name__}: {exc}")
+            continue
+        unsupported.extend(skipped)
+        for source in sources.values():
+            stream_into(db, source, project.folder / ".millpond-checkpoints" / project.name)
+            report.append(f"  streamed into {source.name} ({source.where}, {len(source.flows)} flows)")
+
+
+def _columns(db: "Database", src: Files) -> str:
+    """A files table's columns: those of the folder's first file (as SDP infers them), local or on
+    object storage (read with the root's storage options)."""
     from millpond.catalog.types import sql_type
 
-    pattern = src.path if any(c in src.path for c in "*?[") else str(Path(src.path) / "*")
-    first = next((p for p in sorted(glob.glob(pattern)) if Path(p).is_file() and not Path(p).name.startswith(("_", "."))),
-                 None)
-    if first is None:
+    schema = db.runtime.files.first_schema(src.path, src.format)
+    if schema is None:
         raise PipelineError(f"{src.path}: no {src.format} file to read the columns of (SDP infers them from the files)")
-    schema = pq.read_schema(first) if src.format == "parquet" else (
-        pcsv.read_csv(first) if src.format == "csv" else pjson.read_json(first)).schema
     return ", ".join(f"{_q(f.name)} {sql_type(f.type)}" for f in schema)
 
 

@@ -150,6 +150,19 @@ class Files:
             self._stores[bucket] = ObjectStore(bucket, root.options if "://" in root.root else {}, create=False)
         return self._stores[bucket]
 
+    def first_schema(self, path: str, fmt: str) -> pa.Schema | None:
+        """The columns of the first file under ``path`` (a folder or a glob, local or on object
+        storage), as a reader infers them; None when there is no file yet."""
+        store = self._folder(path)
+        found = _candidates(store, path, {})
+        if not found:
+            return None
+        first = found[0][0]
+        data = first if store is None else pa.BufferReader(store.get(first[len(store.root):].lstrip("/")))
+        if fmt == "parquet":
+            return pq.read_schema(data)
+        return (pcsv.read_csv(data) if fmt == "csv" else pjson.read_json(data)).schema
+
     def _read(self, t: TableDef, path: str) -> pa.Table:
         store = self._folder(path)
         data = path if store is None else pa.BufferReader(store.get(path[len(store.root):].lstrip("/")))
