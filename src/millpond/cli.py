@@ -171,7 +171,11 @@ def _pipeline(args: argparse.Namespace) -> int:
         print("\n".join(pipelines.check(project, tables)))
         return 0
     with millpond.connect(_root(root), interval=None, log_level=args.log_level) as db:
-        print("\n".join(pipelines.run(db, project)))
+        try:
+            print("\n".join(pipelines.run(db, project)))
+        except pipelines.PipelineError as exc:  # the run's whole report, its failures named (not one line)
+            print(f"millpond: {exc}", file=sys.stderr)
+            return 1
     return 0
 
 

@@ -12,7 +12,8 @@ incrementally, and a run commits epochs only for what is new:
   the ``UNION ALL`` of its flows (columns matched by name);
 - ``CREATE TEMPORARY VIEW v AS SELECT …`` — a view too (millpond keeps it; SDP would inline it).
 
-``STREAM(x)`` reads ``x``: another dataset of the project or a millpond table of the root. A
+The queries are Spark's SQL, translated to PostgreSQL's (``_from_spark``). ``STREAM(x)`` reads
+``x``: another dataset of the project or a millpond table of the root. A
 dataset defined twice, a cycle, a flow into a materialized view and a read of a dataset that
 exists nowhere are refused before anything is created, as SDP refuses them (``dry-run`` stops
 there). A run creates what is new, recreates a dataset whose SQL changed (and the datasets that
@@ -134,13 +135,56 @@ def _q(name: str) -> str:
 
 
 def _body(rest: str, where: str) -> str | None:
-    """A definition's query after its optional column list, comment and properties; None if none."""
+    """A definition's query after its optional column list, comment and properties, in
+    PostgreSQL's SQL; None if none."""
     m = re.search(r"\bAS\s+(\(?\s*(?:SELECT|WITH|VALUES|TABLE)\b.*)\Z", rest, re.I | re.S)
     if m is None:
         if re.search(r"\bAS\b", rest, re.I):
             raise PipelineError(f"{where}: the query after AS is not a SELECT")
         return None
-    return _STREAM.sub(lambda s: s.group(1) or s.group(2), m.group(1)).strip()
+    return _from_spark(_STREAM.sub(lambda s: s.group(1) or s.group(2), m.group(1)).strip(), where)
+
+
+def _from_spark(query: str, where: str) -> str:
+    """An SDP query (Spark's SQL: backquoted names, double-quoted strings, ``/`` giving a double,
+    Spark's function names) as the PostgreSQL query that means the same; what has no translation
+    is refused by name."""
+    try:
+        tree = sqlglot.parse_one(query, read="spark").transform(_lateral_view).transform(_spark_functions)
+        return tree.sql(dialect="postgres", unsupported_level=sqlglot.ErrorLevel.RAISE)
+    except sqlglot.errors.SqlglotError as exc:
+        raise PipelineError(f"{where}: {str(exc).splitlines()[0]}") from None
+
+
+def _spark_functions(node: exp.Expression) -> exp.Expression:
+    """Spark's functions whose PostgreSQL spelling sqlglot does not give: ``size(a)`` is
+    ``cardinality`` (0 for an empty array); ``collect_list``/``collect_set`` are refused by name."""
+    if isinstance(node, exp.ArraySize):
+        return exp.Anonymous(this="cardinality", expressions=[node.this.transform(_spark_functions)])
+    if isinstance(node, (exp.ArrayUniqueAgg, exp.ArrayAgg)):  # Spark's: NULLs dropped, [] for none
+        raise sqlglot.errors.UnsupportedError(f"{'collect_set' if isinstance(node, exp.ArrayUniqueAgg) else 'collect_list'}"
+                                              " is not supported yet in a pipeline's SQL")
+    return node
+
+
+def _lateral_view(node: exp.Expression) -> exp.Expression:
+    """Spark's ``FROM t LATERAL VIEW explode(a) e AS x`` as ``FROM t CROSS JOIN LATERAL unnest(a)
+    AS e(x)``; the forms with no PostgreSQL twin here are refused by name."""
+    if not isinstance(node, exp.Select) or not node.args.get("laterals"):
+        return node
+    joins = list(node.args.get("joins") or [])
+    for lateral in node.args["laterals"]:
+        fn = lateral.this
+        if lateral.args.get("outer"):
+            raise sqlglot.errors.UnsupportedError("LATERAL VIEW OUTER is not supported yet (LATERAL VIEW is)")
+        if type(fn) is not exp.Explode:  # posexplode, inline, json_tuple, stack...
+            raise sqlglot.errors.UnsupportedError(f"LATERAL VIEW {fn.sql(dialect='spark').split('(')[0]} is not "
+                                                  "supported (LATERAL VIEW explode is)")
+        unnest = exp.Unnest(expressions=[fn.this.copy()])
+        joins.append(exp.Join(this=exp.Lateral(this=unnest, alias=lateral.args["alias"].copy()), kind="CROSS"))
+    node.set("laterals", None)
+    node.set("joins", joins)
+    return node
 
 
 def _reads(sql: str) -> set[str]:
@@ -257,9 +301,9 @@ def load(spec: str | Path) -> Project:
                 into = _INTO.match(m.group("rest").strip())
                 if into is None:
                     raise PipelineError(f"{where}: flow {name!r}: expected AS INSERT INTO <table> BY NAME SELECT …")
-                query = _sources(into.group("query"), folder, files_read, where)
-                flows.append((name, _name(into.group("target")),
-                              _STREAM.sub(lambda s: s.group(1) or s.group(2), query).strip(), where))
+                query = _STREAM.sub(lambda s: s.group(1) or s.group(2),
+                                    _sources(into.group("query"), folder, files_read, where)).strip()
+                flows.append((name, _name(into.group("target")), _from_spark(query, where), where))
                 continue
             if name in datasets:
                 raise PipelineError(f"{where}: dataset {name!r} is defined twice (first at {datasets[name].where})")
@@ -343,13 +387,27 @@ def run(db: "Database", project: Project) -> list[str]:
     for n in [v for v in reversed(list(views)) if v in stale]:  # readers before what they read
         db.sql(f"DROP MATERIALIZED VIEW IF EXISTS {_q(n)}")
         report.append(f"  dropped {n}" + ("" if n not in wanted else " (its SQL changed)"))
+    failed: dict[str, str] = {}  # a dataset that cannot be created -> why; the others still are
     for d in ordered:
-        if d.name not in db.catalog.views:
+        if d.name in db.catalog.views:
+            continue
+        blocked = sorted(_reads(wanted[d.name]) & set(failed))
+        if blocked:
+            failed[d.name] = f"{d.where}: reads {', '.join(map(repr, blocked))}, which failed"
+            continue
+        try:
             db.sql(f"CREATE MATERIALIZED VIEW {_q(d.name)} AS {wanted[d.name]}")
-            report.append(f"  created {d.name} ({d.kind})")
+        except MillpondError as exc:  # the error, and the query it is about (SDP's SQL, read as PostgreSQL's)
+            failed[d.name] = f"{d.where}: {exc}; read as PostgreSQL's SQL: {wanted[d.name]}"
+            continue
+        report.append(f"  created {d.name} ({d.kind})")
     store.put(_key(project), json.dumps(sorted(wanted)).encode())
     epochs = db.flush()
-    return report + [f"committed {len(epochs)} epoch{'s' * (len(epochs) != 1)}; last epoch {db.epoch}"]
+    report.append(f"committed {len(epochs)} epoch{'s' * (len(epochs) != 1)}; last epoch {db.epoch}")
+    if failed:
+        raise PipelineError("\n".join([*report, *(f"  failed: {n} ({why})" for n, why in failed.items()),
+                                        f"{len(failed)} of {len(ordered)} datasets failed; the others ran"]))
+    return report
 
 
 def _python(db: "Database", project: Project, report: list[str], unsupported: list[str]) -> None:

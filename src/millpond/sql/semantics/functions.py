@@ -1,5 +1,5 @@
 """The functions millpond evaluates with PostgreSQL's meaning, and nothing else: a call of any other
-function is refused by name. :data:`FUNCTIONS` is the allow-list the README's SQL reference shows.
+function is refused by name. :data:`FUNCTIONS` is the allow-list docs/sql.md shows.
 
 Each rule types its arguments as PostgreSQL resolves the call (an integer argument of ``round`` is
 double precision, ``sum`` of a bigint is numeric...) and returns an expression both engines
@@ -392,8 +392,8 @@ def _anonymous(b: Binder, node: exp.Anonymous) -> Typed:
         return group_marker(b, node)
     rule = _BY_NAME.get(name)
     if rule is None:
-        raise _refuse(f"function {name}() is not supported (see the list of supported functions in the README's "
-                      "SQL reference)", node)
+        raise _refuse(f"function {name}() is not supported (see the list of supported functions in "
+                      "docs/sql.md)", node)
     return rule(b, node)
 
 
@@ -440,7 +440,7 @@ _BY_CLASS: dict[type, Callable] = {
     **AGGREGATE_RULES, **DATETIME, **_JUSTIFY_CLASSES, **NESTED, **JSONB,
 }
 
-# the allow-list, by PostgreSQL name (the README's SQL reference lists it; a test checks it does)
+# the allow-list, by PostgreSQL name (docs/sql.md lists it; a test checks it does)
 FUNCTIONS = (
     "length", "char_length", "character_length", "octet_length", "lower", "upper", "position", "strpos",
     "substring", "substr", "trim", "btrim", "ltrim", "rtrim", "concat", "concat_ws", "replace", "left", "right",
@@ -478,6 +478,6 @@ def function(b: Binder, node: exp.Expression) -> Typed:
         what = _name(node) if isinstance(node, exp.Func) else _CONSTRUCTS.get(node.key, node.key.upper())
         kind = "function" if isinstance(node, exp.Func) else "construct"
         raise _refuse(f"{kind} {what}{'()' if kind == 'function' else ''} is not supported (see the list of "
-                      "supported functions in the README's SQL reference)", node)
+                      "supported functions in docs/sql.md)", node)
     return rule(b, node)
 
