@@ -32,6 +32,7 @@ CREATE OR REFRESH MATERIALIZED VIEW per_category AS
 
 CREATE TEMPORARY VIEW long_visits AS SELECT * FROM visits_clean WHERE length > 5;
 CREATE MATERIALIZED VIEW long_per_user AS SELECT `user`, count(*) AS n FROM long_visits GROUP BY `user`;
+CREATE VIEW per_product AS SELECT product, count(*) AS n FROM visits_clean GROUP BY product;
 """,
     "transformations/streams.sql": """
 CREATE STREAMING TABLE visits_clean AS
@@ -47,6 +48,7 @@ ORACLE = {
     "per_category": "SELECT c.category, count(*) AS visits, max(v.length) AS longest FROM visits AS v "
                     "JOIN products AS c ON v.product = c.product WHERE v.length >= 0 GROUP BY c.category",
     "long_per_user": 'SELECT "user", count(*) AS n FROM visits WHERE length >= 0 AND length > 5 GROUP BY "user"',
+    "per_product": "SELECT product, count(*) AS n FROM visits WHERE length >= 0 GROUP BY product",
     "all_events": "SELECT \"user\" AS who, 'visit' AS what FROM visits UNION ALL SELECT buyer, 'order' FROM orders",
 }
 
@@ -118,6 +120,8 @@ def test_a_changed_dataset_is_recreated_with_its_readers_and_a_removed_one_dropp
      "a flow writes a streaming table"),
     ({"transformations/x.sql": "CREATE MATERIALIZED VIEW a AS SELECT * FROM nowhere"}, "'nowhere', which is neither"),
     ({"transformations/x.sql": "DROP TABLE visits"}, r"x.sql:1: not a pipeline definition"),
+    ({"transformations/x.sql": "CREATE VIEW p AS SELECT * FROM long_visits"},
+     r"x.sql:1: view 'p' reads the temporary view 'long_visits': a persisted view cannot read a temporary one"),
 ])
 def test_what_sdp_refuses_is_refused_before_anything_is_created(tmp_path, files, error):
     spec = _project(tmp_path, files)
@@ -227,6 +231,18 @@ def test_the_spec_configuration_is_substituted_as_spark_substitutes_it(tmp_path,
     project = pipelines.load(spec)
     assert project.datasets["visits_clean"].sql().endswith("WHERE length >= 1 AND length < 9 AND length <> 3")
     assert "'${not.defined}'" in project.datasets["odd"].sql()
+    (tmp_path / "transformations" / "typed.sql").write_text(
+        "CREATE MATERIALIZED VIEW typed (product STRING COMMENT 'p', n BIGINT) COMMENT 'c' AS "
+        "SELECT product, count(*) AS n FROM visits GROUP BY product;")
+    assert pipelines.load(spec).datasets["typed"].sql() == (
+        'SELECT CAST(q."product" AS TEXT) AS "product", CAST(q."n" AS BIGINT) AS "n" FROM '
+        "(SELECT product, COUNT(*) AS n FROM visits GROUP BY product) AS q")
+    (tmp_path / "transformations" / "typed.sql").write_text(
+        "CREATE MATERIALIZED VIEW typed (n BIGINT, CONSTRAINT pos EXPECT (n > 0) ON VIOLATION DROP ROW) AS "
+        "SELECT count(*) AS n FROM visits;")
+    with pytest.raises(PipelineError, match=r"typed.sql:1: the declared columns.*expectations are not supported yet"):
+        pipelines.load(spec)
+    (tmp_path / "transformations" / "typed.sql").unlink()
     spec.write_text(SPEC + "configuration:\n  min_length: 1\n")
     with pytest.raises(PipelineError, match=r"configuration is a mapping of strings to strings.*min_length"):
         pipelines.load(spec)
@@ -290,12 +306,13 @@ def raw_events():
 SAME_SQL = """
 CREATE TEMPORARY VIEW dim AS SELECT * FROM parquet.`{dim}`;
 CREATE STREAMING TABLE clean AS SELECT k, p, v FROM STREAM(raw_events) WHERE v >= ${{mp.min_v}};
-CREATE STREAMING TABLE big;
+CREATE STREAMING TABLE big (who BIGINT COMMENT 'the key', v BIGINT) COMMENT 'the big ones';
 CREATE FLOW into_big AS INSERT INTO big BY NAME SELECT k AS who, v FROM STREAM(clean) WHERE v > 50;
 CREATE MATERIALIZED VIEW agg AS SELECT k, count(*) AS n, sum(v) AS s, max(v) AS m FROM clean GROUP BY k;
 CREATE MATERIALIZED VIEW joined AS SELECT d.name, count(*) AS n, sum(e.v) AS s FROM raw_events e JOIN dim d
   ON e.p = d.p GROUP BY d.name;
-CREATE MATERIALIZED VIEW per_who AS SELECT who, count(*) AS n, min(v) AS least FROM big GROUP BY who;
+CREATE MATERIALIZED VIEW per_who (who BIGINT, n BIGINT, least BIGINT) TBLPROPERTIES ('a' = 'b') AS
+  SELECT who, count(*) AS n, min(v) AS least FROM big GROUP BY who;
 -- Spark's SQL, as SDP reads it: `/` of integers is a double, "…" a string, Spark's function names
 CREATE MATERIALIZED VIEW `Spark_SQL` AS SELECT k, sum(v) / count(*) AS mean_v, nvl(max(p), -1) AS top_p,
   if(k > 2, "hi", "lo") AS band, concat("k", cast(k AS string)) AS label FROM clean GROUP BY k;

@@ -10,7 +10,8 @@ incrementally, and a run commits epochs only for what is new:
   (for a source that only appends, the same rows as SDP's streaming table);
 - ``CREATE STREAMING TABLE t`` with ``CREATE FLOW f AS INSERT INTO t BY NAME SELECT …`` — a view,
   the ``UNION ALL`` of its flows (columns matched by name);
-- ``CREATE TEMPORARY VIEW v AS SELECT …`` — a view too (millpond keeps it; SDP would inline it).
+- ``CREATE [TEMPORARY] VIEW v AS SELECT …`` — a view too (millpond keeps it; SDP would inline a
+  temporary one, and refuses a persisted view that reads a temporary one).
 
 The queries are Spark's SQL, translated to PostgreSQL's (``_from_spark``). ``STREAM(x)`` reads
 ``x``: another dataset of the project or a millpond table of the root. A
@@ -56,9 +57,17 @@ class Dataset:
     query: str | None  # None: a streaming table its flows write
     where: str  # file:line
     flows: list[tuple[str, str, str]] = field(default_factory=list)  # (name, query, where)
+    declared: list[tuple[str, str | None]] = field(default_factory=list)  # its declared columns (name, type)
 
     def sql(self) -> str:
-        """The view's SELECT: its query, or the UNION ALL of its flows' (by name)."""
+        """The view's SELECT: its query, or the UNION ALL of its flows' (by name); as its declared
+        columns, where it declares them (each cast to its declared type)."""
+        if not self.declared:
+            return self._query()
+        cols = ", ".join(f"CAST(q.{_q(n)} AS {t}) AS {_q(n)}" if t else f"q.{_q(n)}" for n, t in self.declared)
+        return f"SELECT {cols} FROM ({self._query()}) AS q"
+
+    def _query(self) -> str:
         if self.query is not None:
             return self.query
         if not self.flows:
@@ -97,6 +106,11 @@ class Project:
             if unknown:
                 raise PipelineError(f"{self.datasets[n].where}: dataset {n!r} reads {', '.join(map(repr, unknown))}, "
                                     "which is neither a dataset of the pipeline nor a table of the root")
+            temporary = sorted(r for r in reads if self.datasets.get(r) and self.datasets[r].kind == "temporary view")
+            if self.datasets[n].kind == "view" and temporary:
+                raise PipelineError(f"{self.datasets[n].where}: view {n!r} reads the temporary view {temporary[0]!r}: a "
+                                    "persisted view cannot read a temporary one (make it persisted, or the view "
+                                    "temporary)")
         done: list[Dataset] = []
         state: dict[str, int] = {}
 
@@ -118,11 +132,12 @@ class Project:
 
 
 _HEAD = re.compile(
-    r"CREATE\s+(?:OR\s+(?:REFRESH|REPLACE)\s+)?(?P<kind>MATERIALIZED\s+VIEW|STREAMING\s+TABLE|TEMPORARY\s+VIEW|"
-    r"FLOW)\s+(?P<name>[\w.`\"]+)\s*(?P<rest>.*)\Z", re.I | re.S)
+    r"CREATE\s+(?:OR\s+(?:REFRESH|REPLACE)\s+)?(?P<kind>MATERIALIZED\s+VIEW|STREAMING\s+TABLE|TEMP(?:ORARY)?\s+VIEW|"
+    r"VIEW|FLOW)\s+(?P<name>[\w.`\"]+)\s*(?P<rest>.*)\Z", re.I | re.S)
 _INTO = re.compile(r"AS\s+INSERT\s+INTO\s+(?P<target>[\w.`\"]+)\s+(?:BY\s+NAME\s+)?(?P<query>.*)\Z", re.I | re.S)
 _FILES = re.compile(r"\b(parquet|csv|json)\.`([^`]+)`|\bread_files\(\s*'([^']+)'\s*(?:,\s*format\s*=>\s*'(\w+)')?\s*\)",
                     re.I)
+_AS_QUERY = re.compile(r"\bAS\s+(\(?\s*(?:SELECT|WITH|VALUES|TABLE)\b.*)\Z", re.I | re.S)
 _STREAM = re.compile(r"\bSTREAM\s*\(\s*([\w.`\"]+)\s*\)|\bSTREAM\s+([\w`\"][\w.`\"]*)", re.I)
 
 
@@ -137,12 +152,38 @@ def _q(name: str) -> str:
 def _body(rest: str, where: str) -> str | None:
     """A definition's query after its optional column list, comment and properties, in
     PostgreSQL's SQL; None if none."""
-    m = re.search(r"\bAS\s+(\(?\s*(?:SELECT|WITH|VALUES|TABLE)\b.*)\Z", rest, re.I | re.S)
+    m = _AS_QUERY.search(rest)
     if m is None:
         if re.search(r"\bAS\b", rest, re.I):
             raise PipelineError(f"{where}: the query after AS is not a SELECT")
         return None
     return _from_spark(_STREAM.sub(lambda s: s.group(1) or s.group(2), m.group(1)).strip(), where)
+
+
+def _declared(head: str, where: str) -> list[tuple[str, str | None]]:
+    """The columns a definition declares (``v (k BIGINT COMMENT '…', name STRING) AS …``): name and
+    PostgreSQL type (None where only the name is given); [] for none."""
+    head = head.strip()
+    if not head.startswith("("):
+        return []
+    depth = 0
+    for i, ch in enumerate(head):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth == 0:
+            break
+    try:
+        schema = sqlglot.parse_one(f"CREATE TABLE t {head[:i + 1]}", read="spark").this
+    except sqlglot.errors.SqlglotError as exc:
+        raise PipelineError(f"{where}: the declared columns: {str(exc).splitlines()[0]} (constraints and "
+                            "expectations are not supported yet)") from None
+    out = []
+    for col in schema.expressions:
+        if not isinstance(col, exp.ColumnDef):
+            raise PipelineError(f"{where}: {col.sql(dialect='spark')!r} in the declared columns is not supported yet "
+                                "(constraints and expectations)")
+        kind = col.args.get("kind")
+        out.append((col.name.lower(), kind.sql(dialect="postgres") if kind is not None else None))
+    return out
 
 
 def _from_spark(query: str, where: str) -> str:
@@ -295,8 +336,8 @@ def load(spec: str | Path) -> Project:
             m = _HEAD.match(stmt)
             if m is None:
                 raise PipelineError(f"{where}: not a pipeline definition (CREATE MATERIALIZED VIEW, CREATE STREAMING "
-                                    f"TABLE, CREATE TEMPORARY VIEW or CREATE FLOW): {stmt[:60]!r}")
-            kind, name = " ".join(m.group("kind").lower().split()), _name(m.group("name"))
+                                    f"TABLE, CREATE [TEMPORARY] VIEW or CREATE FLOW): {stmt[:60]!r}")
+            kind, name = " ".join(m.group("kind").lower().replace("temp ", "temporary ").split()), _name(m.group("name"))
             if kind == "flow":
                 into = _INTO.match(m.group("rest").strip())
                 if into is None:
@@ -307,8 +348,10 @@ def load(spec: str | Path) -> Project:
                 continue
             if name in datasets:
                 raise PipelineError(f"{where}: dataset {name!r} is defined twice (first at {datasets[name].where})")
-            body = _body(_sources(m.group("rest"), folder, files_read, where), where)
-            datasets[name] = Dataset(name, kind, body, where)
+            rest = _sources(m.group("rest"), folder, files_read, where)
+            body = _body(rest, where)
+            head = rest[:_AS_QUERY.search(rest).start()] if body is not None else rest
+            datasets[name] = Dataset(name, kind, body, where, declared=_declared(head, where))
     for name, target, query, where in flows:
         d = datasets.get(target)
         if d is None:
