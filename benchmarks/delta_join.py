@@ -1,4 +1,4 @@
-"""A three-way join as a delta join vs binary joins (issue 18): state bytes and per-epoch time.
+"""A three-way join as a delta join vs binary joins: state bytes and per-epoch time.
 
 Tables: ``orders`` (``--orders`` rows: customer, product, qty), ``customers`` (``--customers``
 rows: region) and ``products`` (``--products`` rows: category, price). View i (i = 0 .. N-1):

@@ -1,7 +1,7 @@
 """A prototype of Catalyst-native state, against millpond's Python operators and Spark's batch.
 
-Issue 33 asks whether an operator whose state Spark itself reads and writes beats the Python
-path. This prototype maintains two of ``per_row.py``'s views that way, over the same deltas:
+The question: does an operator whose state Spark itself reads and writes beat the Python
+path? This prototype maintains two of ``per_row.py``'s views that way, over the same deltas:
 
 - ``agg``:  SELECT k, count(*) AS n, sum(v) AS s FROM ev GROUP BY k
 - ``join``: SELECT d.name, count(*) AS n, sum(e.v) AS s FROM ev e JOIN dim d ON e.p = d.p GROUP BY d.name

@@ -1,4 +1,4 @@
-"""A partial view where 1% of keys are read vs the same view kept whole (issue 18): state bytes,
+"""A partial view where 1% of keys are read vs the same view kept whole: state bytes,
 the latency of a query of a cold key (an upquery: an epoch that fills it) and of a warm one, and
 the per-epoch time of maintaining each.
 

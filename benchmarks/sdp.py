@@ -1,4 +1,4 @@
-"""millpond against Spark Declarative Pipelines: the same two views over a growing history (issue 33).
+"""millpond against Spark Declarative Pipelines: the same two views over a growing history.
 
 A Parquet history of ``ev(k BIGINT, p BIGINT, v BIGINT)`` (k in 10,000 keys, p in 10,000 products)
 grows by rounds of R rows, up to ``--history`` rows, next to a 10,000-row dimension
@@ -43,7 +43,7 @@ two halves of the later rounds (SDP, millpond's epochs, millpond's compaction: h
 the history); the tasks' time per operator in the second and last rounds; millpond's state tables
 (L0 files, MB per level); and both systems' views checked equal to DuckDB over all the history
 (SDP's materialized views read from its warehouse folder as Parquet, millpond's with ``db.sql``).
-The issue's targets are printed beside the figures, not enforced.
+The targets set for it are printed beside the figures, not enforced.
 
     .venv/bin/python benchmarks/sdp.py [--history 4000000] [--round 500000] [--append-only]
 """
@@ -285,7 +285,7 @@ def summary(results: list[dict], round_rows: int) -> None:
     last = results[-1]
     target = 20 if round_rows <= 50_000 else 4
     print(f"ratio SDP / millpond at {last['history']:,} rows of history: {last['sdp'] / last['millpond']:.2f}x "
-          f"(CPU seconds: {last['sdp_cpu'] / last['mp_cpu']:.2f}x; issue 33's target at 4,000,000 rows with "
+          f"(CPU seconds: {last['sdp_cpu'] / last['mp_cpu']:.2f}x; target at 4,000,000 rows with "
           f"{round_rows:,}-row rounds: >= {target}x)")
     if len(results) < 2:
         return

@@ -1,5 +1,5 @@
 """N views joining one large table on the same key: state bytes and per-epoch time as N grows,
-with and without shared arrangements (issue 18).
+with and without shared arrangements.
 
 Tables: ``info`` (``--products`` rows, keyed by ``product``) and ``visit`` (``--visits`` rows,
 keyed by ``id``). View i (i = 0 .. N-1): ``SELECT v.id, i.category, v.length FROM visit v JOIN

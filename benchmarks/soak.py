@@ -9,7 +9,7 @@ as many new rows as it deleted, then ``FLUSH``es. Timed per epoch: the writes an
 bytes (Arrow, uncompressed), and for each timing the median of the last tenth of the run over the
 second tenth (the first warms up): 1.0 is flat. Every view is checked against DuckDB at the end.
 
-    .venv/bin/python benchmarks/soak.py [--rows 100000] [--epochs 100]    # the issue's run: 1000000, 1000
+    .venv/bin/python benchmarks/soak.py [--rows 100000] [--epochs 100]    # the long run: 1000000, 1000
 """
 
 from __future__ import annotations

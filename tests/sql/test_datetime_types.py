@@ -152,7 +152,7 @@ def test_interval_and_timestamptz_columns_through_views(open_db, postgres):
 
 
 def test_a_timestamp_difference_keeps_its_days(open_db):
-    """Issue 15 item 3: ``b - a`` is ``21 days 23:59:59`` (not ``527:59:59``), in a view and a SELECT."""
+    """``b - a`` is ``21 days 23:59:59`` (not ``527:59:59``), in a view and a SELECT."""
     db = open_db(parallelism=1)
     db.sql("CREATE TABLE ts (a TIMESTAMP, b TIMESTAMP)")
     db.sql("INSERT INTO ts VALUES ('2022-07-19 12:31:23', '2022-08-10 12:31:22')")
@@ -184,7 +184,7 @@ def test_what_is_refused_is_refused_by_name(open_db):
 
 
 def test_a_large_append_reads_timestamptz_and_intervals_through_the_log_source(open_db):
-    """Issue 15 item 7: an epoch reading more than ``DRIVER_READ_ROWS`` records goes through the log's
+    """An epoch reading more than ``DRIVER_READ_ROWS`` records goes through the log's
     Spark data source, whose Arrow schema failed on a TIMESTAMPTZ column (Spark's TIMESTAMP)."""
     from millpond.spark.build import DRIVER_READ_ROWS
 

@@ -353,7 +353,7 @@ def test_the_expected_values_are_postgresql_s_own(postgres):
 
 # -- the issues' reproductions --------------------------------------------------------------------
 def test_one_meaning_in_a_view_and_in_a_select(open_db):
-    """Issue 14/15 repros: rounding casts, integer division, DOW, numeric sums and averages, HH in
+    """Repros: rounding casts, integer division, DOW, numeric sums and averages, HH in
     to_char, a bare DECIMAL column, NULL ordering — the same answer in a view and in a SELECT."""
     db = open_db()
     db.sql("CREATE TABLE m (k INT, v INT, x DECIMAL(10,2), n DECIMAL, ts TIMESTAMP)")

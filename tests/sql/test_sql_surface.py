@@ -1,4 +1,4 @@
-"""Issue 15's SQL surface: view column lists, DROP kinds, SQL functions, session settings, and the
+"""The SQL surface: view column lists, DROP kinds, SQL functions, session settings, and the
 set-shaped queries (INTERSECT, EXCEPT, DISTINCT ON, GROUPING SETS / ROLLUP / CUBE, a window's
 table name) — views checked against DuckDB running the same SQL natively after every epoch of
 random inserts, updates and deletes."""
