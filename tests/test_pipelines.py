@@ -106,10 +106,20 @@ def test_a_changed_dataset_is_recreated_with_its_readers_and_a_removed_one_dropp
     changed = SQL["transformations/streams.sql"].replace("WHERE length >= 0", "WHERE length >= 1")
     (tmp_path / "transformations/streams.sql").write_text(changed.split("CREATE STREAMING TABLE all_events")[0])
     report = pipelines.run(db, pipelines.load(spec))
-    assert {"  dropped visits_clean (its SQL changed)", "  dropped all_events", "  created visits_clean (streaming table)",
+    assert {"  dropped visits_clean (its SQL changed)", "  dropped all_events (no longer in the pipeline)",
+            "  dropped per_category (it reads a dataset dropped)", "  created visits_clean (streaming table)",
             "  created per_category (materialized view)"} <= set(report), report
     assert "all_events" not in db.catalog.views
     assert db.sql("SELECT count(*) AS n FROM visits_clean WHERE length < 1").to_pylist() == [{"n": 0}]
+    before = rows(db.sql("SELECT * FROM per_category"))
+    report = pipelines.run(db, pipelines.load(spec), full_refresh={"per_category"})  # SDP's --full-refresh
+    assert "  dropped per_category (full refresh)" in report and "  created per_category (materialized view)" in report
+    assert "  dropped visits_clean (full refresh)" not in report, report
+    assert rows(db.sql("SELECT * FROM per_category")) == before  # recomputed from the log: the same rows
+    report = pipelines.run(db, pipelines.load(spec), full_refresh=True)
+    assert {"  dropped per_category (full refresh)", "  dropped visits_clean (full refresh)"} <= set(report), report
+    with pytest.raises(PipelineError, match=r"--full-refresh nowhere: not a SQL dataset of the pipeline"):
+        pipelines.run(db, pipelines.load(spec), full_refresh={"nowhere"})
 
 
 @pytest.mark.parametrize("files, error", [
@@ -129,6 +139,18 @@ def test_what_sdp_refuses_is_refused_before_anything_is_created(tmp_path, files,
         pipelines.check(pipelines.load(spec), {"visits", "orders", "products"})
 
 
+def test_the_spec_is_found_as_sdp_finds_it(tmp_path):
+    """``spark-pipeline.yaml`` or ``.yml`` here or in the nearest folder above; both is refused."""
+    spec = _project(tmp_path)
+    (tmp_path / "transformations" / "deeper").mkdir()
+    assert pipelines.find_spec(tmp_path / "transformations" / "deeper") == spec
+    (tmp_path / "spark-pipeline.yaml").write_text(SPEC)
+    with pytest.raises(PipelineError, match="both spark-pipeline.yaml and spark-pipeline.yml"):
+        pipelines.find_spec(tmp_path / "transformations")
+    with pytest.raises(PipelineError, match="no spark-pipeline.yaml or spark-pipeline.yml in"):
+        pipelines.find_spec("/")
+
+
 def test_the_command_line_dry_runs_runs_and_inits(tmp_path):
     done = subprocess.run([sys.executable, "-m", "millpond.cli", "pipeline", "init", "--name", "hello"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=300)
@@ -143,6 +165,10 @@ def test_the_command_line_dry_runs_runs_and_inits(tmp_path):
                               timeout=600)
         assert done.returncode == 0, done.stderr[-2000:]
     assert "created example (materialized view)" in done.stdout and "committed" in done.stdout, done.stdout
+    done = subprocess.run([sys.executable, "-m", "millpond.cli", "pipeline", "run", "--full-refresh-all", "--root",
+                           str(tmp_path / "root")], cwd=tmp_path / "hello" / "transformations", capture_output=True,
+                          text=True, timeout=600)  # the spec found above, as SDP finds it
+    assert done.returncode == 0 and "dropped example (full refresh)" in done.stdout, done.stdout + done.stderr[-2000:]
 
 
 def test_a_project_reading_parquet_folders_as_sdp_does(open_db, tmp_path):

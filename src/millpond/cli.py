@@ -79,9 +79,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     for cmd, text in (("run", "create or update the project's datasets as views, then commit what is new"),
                       ("dry-run", "check the project's graph without creating or running anything")):
         p = pipe.add_parser(cmd, help=text)
-        p.add_argument("--spec", default="spark-pipeline.yml", help="the project's spec (default: ./spark-pipeline.yml)")
+        p.add_argument("--spec", default=None, help="the project's spec (default: spark-pipeline.yaml or .yml here or "
+                                                    "in the nearest folder above)")
         p.add_argument("--root", default=None, help="the database (default: the spec's storage, else ./millpond-data)")
         p.add_argument("--log-level", default=None, help="OFF, ERROR (default), WARN, INFO, DEBUG")
+        if cmd == "run":
+            p.add_argument("--full-refresh", default="", help="datasets to reset and recompute (comma-separated)")
+            p.add_argument("--full-refresh-all", action="store_true", help="reset and recompute every dataset")
     p = pipe.add_parser("init", help="create a new project's files")
     p.add_argument("--name", required=True, help="the project's name (and folder)")
 
@@ -161,8 +165,9 @@ def _pipeline(args: argparse.Namespace) -> int:
         return 0
     import millpond
 
-    project = pipelines.load(args.spec)
-    root = args.root or _spec_storage(args.spec) or "millpond-data"
+    spec = args.spec or pipelines.find_spec()
+    project = pipelines.load(spec)
+    root = args.root or _spec_storage(spec) or "millpond-data"
     if args.cmd == "dry-run":  # the root's tables, if it exists, read without writing or starting Spark
         tables: set[str] = set()
         if "://" in root or Path(root).exists():
@@ -172,14 +177,15 @@ def _pipeline(args: argparse.Namespace) -> int:
         return 0
     with millpond.connect(_root(root), interval=None, log_level=args.log_level) as db:
         try:
-            print("\n".join(pipelines.run(db, project)))
+            refresh = args.full_refresh_all or {n.strip() for n in args.full_refresh.split(",") if n.strip()}
+            print("\n".join(pipelines.run(db, project, full_refresh=refresh)))
         except pipelines.PipelineError as exc:  # the run's whole report, its failures named (not one line)
             print(f"millpond: {exc}", file=sys.stderr)
             return 1
     return 0
 
 
-def _spec_storage(spec: str) -> str | None:
+def _spec_storage(spec: "str | Path") -> str | None:
     import yaml
 
     try:

@@ -43,7 +43,7 @@ from millpond.errors import MillpondError
 if TYPE_CHECKING:
     from millpond.api import Database
 
-__all__ = ["Dataset", "Project", "load", "check", "run", "init", "PipelineError"]
+__all__ = ["Dataset", "Project", "find_spec", "load", "check", "run", "init", "PipelineError"]
 
 
 class PipelineError(MillpondError):
@@ -295,6 +295,25 @@ def _sources(sql: str, folder: Path, files: dict[str, Files], where: str) -> str
     return _FILES.sub(table, sql)
 
 
+SPEC_NAMES = ("spark-pipeline.yaml", "spark-pipeline.yml")
+
+
+def find_spec(start: str | Path = ".") -> Path:
+    """The spec SDP would find: ``spark-pipeline.yaml`` or ``.yml`` in ``start`` or its nearest
+    ancestor holding one (both in one folder is refused, as SDP refuses it)."""
+    folder = Path(start).resolve()
+    while True:
+        found = [folder / n for n in SPEC_NAMES if (folder / n).is_file()]
+        if len(found) > 1:
+            raise PipelineError(f"{folder}: both spark-pipeline.yaml and spark-pipeline.yml: keep one")
+        if found:
+            return found[0]
+        if folder.parent == folder:
+            raise PipelineError(f"no spark-pipeline.yaml or spark-pipeline.yml in {Path(start).resolve()} or a folder "
+                                "above it (give --spec)")
+        folder = folder.parent
+
+
 def load(spec: str | Path) -> Project:
     """The project of a ``spark-pipeline.yml``: its SQL files' datasets and flows, checked."""
     import yaml
@@ -383,8 +402,10 @@ def check(project: Project, tables: set[str]) -> list[str]:
             *(f"  {d.name} ({d.kind}, {d.where})" for d in ordered), "dry run: the graph is valid"]
 
 
-def run(db: "Database", project: Project) -> list[str]:
-    """Bring the root's views to the project's datasets and flush; the lines to report."""
+def run(db: "Database", project: Project, full_refresh: "set[str] | bool" = frozenset()) -> list[str]:
+    """Bring the root's views to the project's datasets and flush; the lines to report.
+    ``full_refresh`` (names, or True for all) drops those SQL datasets first: they are created again
+    and their state rebuilt from the log, as SDP's ``--full-refresh`` resets and recomputes them."""
     from millpond.errors import MissingError
 
     report = [f"pipeline {project.name!r}"]
@@ -421,7 +442,13 @@ def run(db: "Database", project: Project) -> list[str]:
     clash = sorted(n for n in wanted if n in tables)
     if clash:
         raise PipelineError(f"dataset {clash[0]!r} is also a table of the root: rename one")
-    stale = {n for n in owned | set(wanted) if n in views and (n not in wanted or _stored(views[n]) != wanted[n])}
+    refresh = set(wanted) if full_refresh is True else {n.split(".")[-1].lower() for n in full_refresh}
+    unknown = sorted(refresh - set(wanted))
+    if unknown:
+        raise PipelineError(f"--full-refresh {', '.join(unknown)}: not a SQL dataset of the pipeline (a Python "
+                            "streaming table cannot be reset yet)")
+    stale = {n for n in owned | set(wanted) if n in views and (n not in wanted or _stored(views[n]) != wanted[n]
+                                                                   or n in refresh)}
     while True:  # and every view that reads a stale one (DROP refuses a view others read)
         more = {n for n, v in views.items() if n not in stale and _reads(_stored(v)) & stale}
         if not more:
@@ -429,7 +456,7 @@ def run(db: "Database", project: Project) -> list[str]:
         stale |= more
     for n in [v for v in reversed(list(views)) if v in stale]:  # readers before what they read
         db.sql(f"DROP MATERIALIZED VIEW IF EXISTS {_q(n)}")
-        report.append(f"  dropped {n}" + ("" if n not in wanted else " (its SQL changed)"))
+        report.append(f"  dropped {n}{_why(n, views[n], wanted, refresh)}")
     failed: dict[str, str] = {}  # a dataset that cannot be created -> why; the others still are
     for d in ordered:
         if d.name in db.catalog.views:
@@ -451,6 +478,14 @@ def run(db: "Database", project: Project) -> list[str]:
         raise PipelineError("\n".join([*report, *(f"  failed: {n} ({why})" for n, why in failed.items()),
                                         f"{len(failed)} of {len(ordered)} datasets failed; the others ran"]))
     return report
+
+
+def _why(name: str, view, wanted: dict[str, str], refresh: set[str]) -> str:  # noqa: ANN001
+    if name not in wanted:
+        return " (no longer in the pipeline)"
+    if _stored(view) != wanted[name]:
+        return " (its SQL changed)"
+    return " (full refresh)" if name in refresh else " (it reads a dataset dropped)"
 
 
 def _python(db: "Database", project: Project, report: list[str], unsupported: list[str]) -> None:
