@@ -434,6 +434,11 @@ def raw_events():
 @dp.materialized_view
 def not_yet():
     return spark.range(3)
+
+
+@dp.table
+def broken():
+    return spark.readStream.format("parquet").load("/nowhere/without/a/schema")
 """
 
 
@@ -457,14 +462,19 @@ def test_python_streaming_tables_run_as_streams_into_tables(open_db, tmp_path):
     (tmp_path / "transformations").mkdir()
     (tmp_path / "transformations" / "source.py").write_text(PY_SOURCE.format(folder=str(landing)))
     (tmp_path / "transformations" / "views.sql").write_text(
-        "CREATE MATERIALIZED VIEW per_k AS SELECT k, count(*) AS n, sum(v) AS s FROM raw_events GROUP BY k;")
+        "CREATE MATERIALIZED VIEW per_k AS SELECT k, count(*) AS n, sum(v) AS s FROM raw_events GROUP BY k;\n"
+        "CREATE MATERIALIZED VIEW reads_broken AS SELECT count(*) AS n FROM broken;")
     (tmp_path / "spark-pipeline.yml").write_text(SPEC)
     db = open_db()
     oracle = duckdb.connect()
     for round_ in range(2):
-        report = pipelines.run(db, pipelines.load(tmp_path / "spark-pipeline.yml"))
+        with pytest.raises(PipelineError) as caught:  # one stream fails: it alone, and what reads it
+            pipelines.run(db, pipelines.load(tmp_path / "spark-pipeline.yml"))
+        report = str(caught.value).splitlines()
         assert "  streamed into raw_events (transformations/source.py, 1 flows)" in report, report
         assert any("not_yet" in line and "not supported" in line for line in report), report
+        assert any(line.startswith("  failed: broken (transformations/source.py: ") for line in report), report
+        assert "  failed: reads_broken (transformations/views.sql:2: reads 'broken', which failed)" in report, report
         oracle.sql(f"CREATE OR REPLACE VIEW raw_events AS SELECT * FROM read_parquet('{landing}/*.parquet')")
         assert rows(db.sql("SELECT * FROM raw_events")) == rows(oracle.sql("SELECT * FROM raw_events").to_arrow_table())
         assert rows(db.sql("SELECT * FROM per_k")) == rows(oracle.sql(

@@ -360,13 +360,14 @@ def run(db: "Database", project: Project, full_refresh: "set[str] | bool" = froz
 
     report = [f"pipeline {project.name!r}"]
     unsupported = list(project.unsupported)  # and what the Python files hold (the project stays as loaded)
+    failed: dict[str, str] = {}  # a dataset that cannot be created or streamed -> why; the others still are
     if project.python:  # streams into tables first: the SQL datasets read them
         spark = db.spark  # the session the Python datasets' functions find active, with the spec's configuration
         before = {k: spark.conf.get(k, None) for k in project.configuration}
         for k, v in project.configuration.items():
             spark.conf.set(k, v)
         try:
-            _python(db, project, report, unsupported)
+            _python(db, project, report, unsupported, failed)
         finally:  # the session as it was (it may be the user's)
             for k, v in before.items():
                 if v is None:
@@ -374,7 +375,7 @@ def run(db: "Database", project: Project, full_refresh: "set[str] | bool" = froz
                 else:
                     spark.conf.set(k, v)
     tables = set(db.catalog.tables)
-    ordered = project.order(tables)
+    ordered = project.order(tables | set(failed))  # a failed Python table's readers fail with it
     report[0] += f": {len(ordered)} datasets"
     report += [f"  not run: {u}" for u in unsupported]
     store = db.runtime.coordinator.store
@@ -407,7 +408,6 @@ def run(db: "Database", project: Project, full_refresh: "set[str] | bool" = froz
     for n in [v for v in reversed(list(views)) if v in stale]:  # readers before what they read
         db.sql(f"DROP MATERIALIZED VIEW IF EXISTS {_q(n)}")
         report.append(f"  dropped {n}{_why(n, views[n], wanted, refresh)}")
-    failed: dict[str, str] = {}  # a dataset that cannot be created -> why; the others still are
     for d in ordered:
         if d.name in db.catalog.views:
             continue
@@ -426,7 +426,7 @@ def run(db: "Database", project: Project, full_refresh: "set[str] | bool" = froz
     report.append(f"committed {len(epochs)} epoch{'s' * (len(epochs) != 1)}; last epoch {db.epoch}")
     if failed:
         raise PipelineError("\n".join([*report, *(f"  failed: {n} ({why})" for n, why in failed.items()),
-                                        f"{len(failed)} of {len(ordered)} datasets failed; the others ran"]))
+                                        f"{len(failed)} datasets failed; the others ran"]))
     return report
 
 
@@ -438,9 +438,10 @@ def _why(name: str, view, wanted: dict[str, str], refresh: set[str]) -> str:  # 
     return " (full refresh)" if name in refresh else " (it reads a dataset dropped)"
 
 
-def _python(db: "Database", project: Project, report: list[str], unsupported: list[str]) -> None:
+def _python(db: "Database", project: Project, report: list[str], unsupported: list[str],
+            failed: dict[str, str]) -> None:
     """Each Python file's streaming tables run as streams into tables of the root (reported); what
-    it defines that is not run is added to ``unsupported``."""
+    it defines that is not run is added to ``unsupported``, a stream that fails to ``failed``."""
     from millpond.spark.pipeline_sources import collect, stream_into
 
     for path in project.python:
@@ -452,7 +453,11 @@ def _python(db: "Database", project: Project, report: list[str], unsupported: li
             continue
         unsupported.extend(skipped)
         for source in sources.values():
-            stream_into(db, source, project.folder / ".millpond-checkpoints" / project.name)
+            try:
+                stream_into(db, source, project.folder / ".millpond-checkpoints" / project.name)
+            except Exception as exc:  # noqa: BLE001 - the user's function or its stream: this table fails alone
+                failed[source.name] = f"{source.where}: {type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
+                continue
             report.append(f"  streamed into {source.name} ({source.where}, {len(source.flows)} flows)")
 
 
