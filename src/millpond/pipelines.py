@@ -20,9 +20,10 @@ exists nowhere are refused before anything is created, as SDP refuses them (``dr
 there). A run creates what is new, recreates a dataset whose SQL changed (and the datasets that
 read it), drops the datasets the project no longer defines, then flushes.
 
-Python files' ``@dp.table`` / ``@dp.append_flow`` functions over ``spark.readStream`` run first, as
-streams into tables of the root (``spark/pipeline_sources.py``); what else they define is named as
-not supported yet, and the rest of the project still runs. The spec's ``configuration`` is what
+Python files run first (``spark/pipeline_sources.py``): ``@dp.table`` / ``@dp.append_flow``
+functions over ``spark.readStream`` as streams into tables of the root, ``@dp.materialized_view``
+functions recomputed into tables (as SDP recomputes them); what else they define is named as not
+supported yet, and the rest of the project still runs. The spec's ``configuration`` is what
 SDP makes of it: ``${key}`` in the SQL files, ``spark.conf.get(key)`` in the Python ones.
 """
 
@@ -442,23 +443,30 @@ def _python(db: "Database", project: Project, report: list[str], unsupported: li
             failed: dict[str, str]) -> None:
     """Each Python file's streaming tables run as streams into tables of the root (reported); what
     it defines that is not run is added to ``unsupported``, a stream that fails to ``failed``."""
-    from millpond.spark.pipeline_sources import collect, stream_into
+    from millpond.spark.pipeline_sources import collect, recompute_into, stream_into
 
     for path in project.python:
         rel = str(path.relative_to(project.folder))
         try:
-            sources, skipped = collect(path, rel)
+            sources, skipped = collect(path, rel, db.spark)
         except Exception as exc:  # noqa: BLE001 - the user's module failed to load: said, the rest runs
             unsupported.append(f"{rel}: could not be loaded: {type(exc).__name__}: {exc}")
             continue
         unsupported.extend(skipped)
         for source in sources.values():
             try:
-                stream_into(db, source, project.folder / ".millpond-checkpoints" / project.name)
+                if source.recomputed:
+                    n = recompute_into(db, source)
+                else:
+                    stream_into(db, source, project.folder / ".millpond-checkpoints" / project.name)
             except Exception as exc:  # noqa: BLE001 - the user's function or its stream: this table fails alone
                 failed[source.name] = f"{source.where}: {type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
                 continue
-            report.append(f"  streamed into {source.name} ({source.where}, {len(source.flows)} flows)")
+            if not source.recomputed:
+                report.append(f"  streamed into {source.name} ({source.where}, {len(source.flows)} flows)")
+            else:
+                report.append(f"  recomputed {source.name} ({source.where}, "
+                              + ("unchanged)" if n is None else f"{n} rows)"))
 
 
 def _columns(db: "Database", src: Files) -> str:

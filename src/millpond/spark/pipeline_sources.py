@@ -1,8 +1,13 @@
-"""Python datasets of a Spark Declarative Pipelines project (``@dp.table``, ``@dp.append_flow``
-functions that return a streaming DataFrame): each runs on Spark as a stream into a table of the
-root, through the log's Spark sink (exactly once per micro-batch: its producer is the checkpoint's
-batch id), up to what is available now. ``pyspark.pipelines``' own decorators register the
-functions, into a registry of ours (:class:`Collected`).
+"""Python datasets of a Spark Declarative Pipelines project. ``pyspark.pipelines``' own decorators
+register the functions, into a registry of ours (:class:`Collected`):
+
+- ``@dp.table``, ``@dp.append_flow`` functions that return a streaming DataFrame: each runs on
+  Spark as a stream into a table of the root, through the log's Spark sink (exactly once per
+  micro-batch: its producer is the checkpoint's batch id), up to what is available now
+  (:func:`stream_into`);
+- ``@dp.materialized_view``, ``@dp.temporary_view`` functions that return a batch DataFrame: run
+  on Spark on every pipeline run, as SDP runs them, their rows replacing the table's in one epoch
+  (:func:`recompute_into`): the SQL views that read the table stay incremental.
 """
 
 from __future__ import annotations
@@ -18,16 +23,18 @@ from pyspark.pipelines.graph_element_registry import GraphElementRegistry, graph
 from pyspark.pipelines.output import MaterializedView, Output, StreamingTable, TemporaryView
 from pyspark.sql.pandas.types import to_arrow_schema
 
-__all__ = ["Source", "collect", "stream_into"]
+__all__ = ["Source", "collect", "stream_into", "recompute_into"]
 
 
 @dataclass
 class Source:
-    """A table a Python flow streams into: its flows' functions, where it was defined."""
+    """A table a Python dataset writes: its flows' functions, where it was defined, and whether it
+    is recomputed on every run (a materialized or temporary view) or streamed into."""
 
     name: str
     where: str
     flows: list[tuple[str, Callable[[], Any]]] = field(default_factory=list)
+    recomputed: bool = False
 
 
 class Collected(GraphElementRegistry):
@@ -49,18 +56,18 @@ class Collected(GraphElementRegistry):
         self.unsupported.append(f"SQL registered from Python ({file_path})")
 
 
-def collect(path: Path, rel: str) -> tuple[dict[str, Source], list[str]]:
-    """The streaming tables a Python file defines (with their flows), and what it defines that
-    millpond does not run (named)."""
+def collect(path: Path, rel: str, spark: Any) -> tuple[dict[str, Source], list[str]]:
+    """The tables a Python file defines (with their flows), and what it defines that millpond does
+    not run (named). The file runs with ``spark`` among its globals, as SDP runs it."""
     registry = Collected()
     with graph_element_registration_context(registry):
-        runpy.run_path(str(path), run_name=f"millpond_pipeline_{path.stem}")
+        runpy.run_path(str(path), init_globals={"spark": spark}, run_name=f"millpond_pipeline_{path.stem}")
     sources: dict[str, Source] = {}
     unsupported = [f"{rel}: {u}" for u in registry.unsupported]
     for out in registry.outputs:
         name = out.name.split(".")[-1].lower()
-        if isinstance(out, MaterializedView) or isinstance(out, TemporaryView):
-            unsupported.append(f"{rel}: Python materialized and temporary views ({name!r}) are not supported yet")
+        if isinstance(out, (MaterializedView, TemporaryView)):
+            sources[name] = Source(name, rel, recomputed=True)
         elif isinstance(out, StreamingTable):
             sources[name] = Source(name, rel)
     for flow in registry.flows:
@@ -88,3 +95,43 @@ def stream_into(db: Any, source: Source, checkpoints: Path) -> None:
                  .option("channel", source.name).option("checkpointLocation", str(checkpoints / f"{source.name}-{flow_name}"))
                  .trigger(availableNow=True).start())
         query.awaitTermination()
+
+
+def recompute_into(db: Any, source: Source) -> int | None:
+    """Run a materialized view's function on Spark and make its rows the table's, in one epoch
+    (created from the rows' schema if it does not exist); the number of rows, None when they are
+    the table's already (no change, no epoch)."""
+    from millpond.catalog.types import sql_type
+
+    (flow_name, func), = source.flows
+    df = func()
+    if df.isStreaming:
+        raise ValueError(f"{source.name!r} returns a streaming DataFrame: a materialized view's function returns "
+                         "a batch one (spark.read...; a stream is a @dp.table)")
+    rows: pa.Table = df.toArrow()
+    cols = ", ".join(f'"{f.name}" {sql_type(f.type)}' for f in rows.schema)
+    if source.name not in db.catalog.tables:
+        db.sql(f'CREATE TABLE "{source.name}" ({cols})')
+    else:
+        have = db.catalog.tables[source.name].schema
+        if have.names != rows.schema.names:
+            raise ValueError(f"{source.name!r} now returns columns {rows.schema.names}, its table has {have.names}: "
+                             "drop the table (and the views reading it) to change them")
+        if _same(db.read(source.name), rows):
+            return None
+        db.sql(f'DELETE FROM "{source.name}"')
+    db.insert(source.name, rows)
+    return rows.num_rows
+
+
+def _same(old: pa.Table, new: pa.Table) -> bool:
+    """Whether two tables hold the same rows, in any order (False when they cannot be compared)."""
+    import polars as pl
+
+    if old.num_rows != new.num_rows:
+        return False
+    try:
+        a, b = pl.from_arrow(old), pl.from_arrow(new.cast(old.schema))
+        return a.sort(a.columns, nulls_last=True).equals(b.sort(b.columns, nulls_last=True))
+    except Exception:  # noqa: BLE001 - nested or odd types: taken as changed (replaced)
+        return False
