@@ -368,7 +368,10 @@ def run(db: "Database", project: Project, full_refresh: "set[str] | bool" = froz
         for k, v in project.configuration.items():
             spark.conf.set(k, v)
         try:
-            _python(db, project, report, unsupported, failed)
+            from millpond.spark.pipeline_sources import run_files
+
+            run_files(db, project.folder, project.python, project.folder / ".millpond-checkpoints" / project.name,
+                      report, unsupported, failed)
         finally:  # the session as it was (it may be the user's)
             for k, v in before.items():
                 if v is None:
@@ -437,36 +440,6 @@ def _why(name: str, view, wanted: dict[str, str], refresh: set[str]) -> str:  # 
     if _stored(view) != wanted[name]:
         return " (its SQL changed)"
     return " (full refresh)" if name in refresh else " (it reads a dataset dropped)"
-
-
-def _python(db: "Database", project: Project, report: list[str], unsupported: list[str],
-            failed: dict[str, str]) -> None:
-    """Each Python file's streaming tables run as streams into tables of the root (reported); what
-    it defines that is not run is added to ``unsupported``, a stream that fails to ``failed``."""
-    from millpond.spark.pipeline_sources import collect, recompute_into, stream_into
-
-    for path in project.python:
-        rel = str(path.relative_to(project.folder))
-        try:
-            sources, skipped = collect(path, rel, db.spark)
-        except Exception as exc:  # noqa: BLE001 - the user's module failed to load: said, the rest runs
-            unsupported.append(f"{rel}: could not be loaded: {type(exc).__name__}: {exc}")
-            continue
-        unsupported.extend(skipped)
-        for source in sources.values():
-            try:
-                if source.recomputed:
-                    n = recompute_into(db, source)
-                else:
-                    stream_into(db, source, project.folder / ".millpond-checkpoints" / project.name)
-            except Exception as exc:  # noqa: BLE001 - the user's function or its stream: this table fails alone
-                failed[source.name] = f"{source.where}: {type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
-                continue
-            if not source.recomputed:
-                report.append(f"  streamed into {source.name} ({source.where}, {len(source.flows)} flows)")
-            else:
-                report.append(f"  recomputed {source.name} ({source.where}, "
-                              + ("unchanged)" if n is None else f"{n} rows)"))
 
 
 def _columns(db: "Database", src: Files) -> str:

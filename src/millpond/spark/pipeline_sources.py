@@ -23,7 +23,7 @@ from pyspark.pipelines.graph_element_registry import GraphElementRegistry, graph
 from pyspark.pipelines.output import MaterializedView, Output, StreamingTable, TemporaryView
 from pyspark.sql.pandas.types import to_arrow_schema
 
-__all__ = ["Source", "collect", "stream_into", "recompute_into"]
+__all__ = ["Source", "collect", "run_files", "stream_into", "recompute_into"]
 
 
 @dataclass
@@ -54,6 +54,31 @@ class Collected(GraphElementRegistry):
 
     def register_sql(self, sql_text: str, file_path: Path) -> None:
         self.unsupported.append(f"SQL registered from Python ({file_path})")
+
+
+def run_files(db: Any, folder: Path, paths: list[Path], checkpoints: Path, report: list[str], unsupported: list[str],
+              failed: dict[str, str]) -> None:
+    """Each Python file's datasets run into tables of the root, each reported; what a file defines
+    that is not run is added to ``unsupported``, a dataset that fails (alone) to ``failed``."""
+    for path in paths:
+        rel = str(path.relative_to(folder))
+        try:
+            sources, skipped = collect(path, rel, db.spark)
+        except Exception as exc:  # noqa: BLE001 - the user's module failed to load: said, the rest runs
+            unsupported.append(f"{rel}: could not be loaded: {type(exc).__name__}: {exc}")
+            continue
+        unsupported.extend(skipped)
+        for source in sources.values():
+            try:
+                n = recompute_into(db, source) if source.recomputed else stream_into(db, source, checkpoints)
+            except Exception as exc:  # noqa: BLE001 - the user's function or its stream: this table fails alone
+                failed[source.name] = f"{source.where}: {type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
+                continue
+            if not source.recomputed:
+                report.append(f"  streamed into {source.name} ({source.where}, {len(source.flows)} flows)")
+            else:
+                report.append(f"  recomputed {source.name} ({source.where}, "
+                              + ("unchanged)" if n is None else f"{n} rows)"))
 
 
 def collect(path: Path, rel: str, spark: Any) -> tuple[dict[str, Source], list[str]]:
