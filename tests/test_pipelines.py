@@ -151,25 +151,29 @@ def test_the_spec_is_found_as_sdp_finds_it(tmp_path):
         pipelines.find_spec("/")
 
 
-def test_the_command_line_dry_runs_runs_and_inits(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "millpond.cli", "pipeline", "init", "--name", "hello"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and (tmp_path / "hello" / "spark-pipeline.yml").exists(), done.stderr
-    done = subprocess.run([sys.executable, "-m", "millpond.cli", "sql", str(tmp_path / "root"), "--interval", "none",
-                           "-c", "CREATE TABLE events (kind VARCHAR, n INT); INSERT INTO events VALUES ('a', 1), ('a', -1)"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    for cmd in ("dry-run", "run"):
-        done = subprocess.run([sys.executable, "-m", "millpond.cli", "pipeline", cmd, "--spec", "hello/spark-pipeline.yml",
-                               "--root", str(tmp_path / "root")], cwd=tmp_path, capture_output=True, text=True,
-                              timeout=600)
-        assert done.returncode == 0, done.stderr[-2000:]
-    assert "created example (materialized view)" in done.stdout and "committed" in done.stdout, done.stdout
-    done = subprocess.run([sys.executable, "-m", "millpond.cli", "pipeline", "run", "--full-refresh-all", "--root",
-                           str(tmp_path / "root")], cwd=tmp_path / "hello" / "transformations", capture_output=True,
-                          text=True, timeout=600)  # the spec found above, as SDP finds it
-    assert done.returncode == 0 and "dropped example (full refresh)" in done.stdout, done.stdout + done.stderr[-2000:]
+def test_the_command_line_inits_dry_runs_and_runs(tmp_path):
+    """``init`` writes the project ``spark-pipelines init`` writes (a Python materialized view, a SQL
+    one reading it; storage in ``pipeline-storage/``, the root by default); ``dry-run`` checks it
+    without Spark (the Python file's datasets read from its text); ``run`` runs it, found from a
+    folder below as SDP finds it; ``--full-refresh-all`` recomputes."""
+    def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "millpond.cli", "pipeline", *args], cwd=cwd, capture_output=True,
+                              text=True, timeout=600)
 
+    done = cli("init", "--name", "hello", cwd=tmp_path)
+    assert done.returncode == 0 and (tmp_path / "hello" / "spark-pipeline.yml").exists(), done.stderr
+    assert cli("init", "--name", "hello", cwd=tmp_path).returncode == 1  # exists already
+    done = cli("dry-run", cwd=tmp_path / "hello")
+    assert done.returncode == 0 and "dry run: the graph is valid" in done.stdout, done.stdout + done.stderr[-2000:]
+    assert not (tmp_path / "hello" / "pipeline-storage" / "catalog").exists()  # nothing written
+    done = cli("run", cwd=tmp_path / "hello")
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+    assert "created example_sql_materialized_view (materialized view)" in done.stdout, done.stdout
+    assert "recomputed example_python_materialized_view (transformations/example_python_materialized_view.py, " \
+           "10 rows)" in done.stdout, done.stdout
+    done = cli("run", "--full-refresh-all", cwd=tmp_path / "hello" / "transformations")
+    assert done.returncode == 0 and "dropped example_sql_materialized_view (full refresh)" in done.stdout, \
+        done.stdout + done.stderr[-2000:]
 
 
 def test_the_project_spark_pipelines_init_writes_runs_unchanged(tmp_path):

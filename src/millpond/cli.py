@@ -161,7 +161,7 @@ def _pipeline(args: argparse.Namespace) -> int:
     from millpond import pipelines
 
     if args.cmd == "init":
-        print(f"created {pipelines.init(args.name, args.name)}")
+        print(f"created {pipelines.init(args.name, args.name)}; to run it: cd {args.name} && millpond pipeline run")
         return 0
     import millpond
 

@@ -341,15 +341,18 @@ def _key(project: Project) -> str:
 
 
 def check(project: Project, tables: set[str]) -> list[str]:
-    """``dry-run``: the project's graph checked against the root's ``tables``; the lines to report."""
-    ordered = project.order(tables)
+    """``dry-run``: the project's graph checked against the root's ``tables`` and what the Python
+    files define (read from their text); the lines to report."""
+    from millpond.spark.pipeline_sources import names
+
+    ordered = project.order(tables | {n for p in project.python for n in names(p)})
     for d in ordered:
         try:
             sqlglot.parse_one(d.sql(), dialect="postgres")
         except sqlglot.errors.ParseError as exc:
             raise PipelineError(f"{d.where}: dataset {d.name!r}: {str(exc).splitlines()[0]}") from None
     return [f"pipeline {project.name!r}: {len(ordered)} datasets", *(f"  not run: {u}" for u in project.unsupported),
-            *(f"  {p.relative_to(project.folder)}: Python datasets, read at run (they need Spark)" for p in project.python),
+            *(f"  {p.relative_to(project.folder)}: Python datasets, run with Spark" for p in project.python),
             *(f"  {d.name} ({d.kind}, {d.where})" for d in ordered), "dry run: the graph is valid"]
 
 
@@ -460,24 +463,37 @@ def _stored(view) -> str:  # noqa: ANN001
 
 
 SPEC = """name: {name}
+storage: {storage}
 libraries:
   - glob:
       include: transformations/**
 """
-EXAMPLE = """-- datasets of the pipeline, kept incrementally by millpond (`millpond pipeline run`). They read
--- the root's tables (here: CREATE TABLE events (kind VARCHAR, n INT), in `millpond sql <root>`)
--- and each other.
-CREATE STREAMING TABLE clean_events AS SELECT kind, n FROM STREAM(events) WHERE n >= 0;
-CREATE MATERIALIZED VIEW example AS SELECT kind, count(*) AS events, sum(n) AS total FROM clean_events GROUP BY kind;
+PYTHON_EXAMPLE = """from pyspark import pipelines as dp
+from pyspark.sql import DataFrame
+
+
+@dp.materialized_view
+def example_python_materialized_view() -> DataFrame:
+    # a Python dataset: recomputed on Spark on every run, as SDP does
+    return spark.range(10)
+"""
+SQL_EXAMPLE = """-- a SQL dataset: millpond keeps it incrementally (it reads the Python one, and the root's tables)
+CREATE MATERIALIZED VIEW example_sql_materialized_view AS
+SELECT id FROM example_python_materialized_view
+WHERE id % 2 = 0
 """
 
 
 def init(folder: str | Path, name: str) -> Path:
-    """A new project's files (``spark-pipelines init``'s layout)."""
+    """A new project, as ``spark-pipelines init`` writes it (its storage, which is also the
+    millpond root ``run`` uses by default, in ``pipeline-storage/``); it runs on both as it is."""
     folder = Path(folder)
-    if (folder / "spark-pipeline.yml").exists():
-        raise PipelineError(f"{folder / 'spark-pipeline.yml'} exists already")
-    (folder / "transformations").mkdir(parents=True, exist_ok=True)
-    (folder / "spark-pipeline.yml").write_text(SPEC.format(name=name))
-    (folder / "transformations" / "example.sql").write_text(EXAMPLE)
+    if folder.exists():
+        raise PipelineError(f"{folder} exists already: choose another name, or remove it")
+    (folder / "transformations").mkdir(parents=True)
+    (folder / "pipeline-storage").mkdir()
+    storage = f"file://{(folder / 'pipeline-storage').resolve()}"
+    (folder / "spark-pipeline.yml").write_text(SPEC.format(name=name, storage=storage))
+    (folder / "transformations" / "example_python_materialized_view.py").write_text(PYTHON_EXAMPLE)
+    (folder / "transformations" / "example_sql_materialized_view.sql").write_text(SQL_EXAMPLE)
     return folder / "spark-pipeline.yml"

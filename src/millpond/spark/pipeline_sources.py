@@ -23,7 +23,7 @@ from pyspark.pipelines.graph_element_registry import GraphElementRegistry, graph
 from pyspark.pipelines.output import MaterializedView, Output, StreamingTable, TemporaryView
 from pyspark.sql.pandas.types import to_arrow_schema
 
-__all__ = ["Source", "collect", "run_files", "stream_into", "recompute_into"]
+__all__ = ["Source", "collect", "names", "run_files", "stream_into", "recompute_into"]
 
 
 @dataclass
@@ -54,6 +54,28 @@ class Collected(GraphElementRegistry):
 
     def register_sql(self, sql_text: str, file_path: Path) -> None:
         self.unsupported.append(f"SQL registered from Python ({file_path})")
+
+
+def names(path: Path) -> set[str]:
+    """The datasets a Python file defines, read from its text without running it (``dry-run``):
+    functions decorated ``@dp.table`` / ``@dp.materialized_view`` / ``@dp.temporary_view`` (their
+    ``name=`` or the function's), and ``dp.create_streaming_table("t")``."""
+    import ast
+
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.FunctionDef):
+            for dec in node.decorator_list:
+                call = dec if isinstance(dec, ast.Call) else None
+                attr = (call.func if call else dec)
+                if isinstance(attr, ast.Attribute) and attr.attr in ("table", "materialized_view", "temporary_view"):
+                    named = [k.value.value for k in (call.keywords if call else [])
+                             if k.arg == "name" and isinstance(k.value, ast.Constant)]
+                    found.add(str(named[0] if named else node.name).split(".")[-1].lower())
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr == "create_streaming_table" and node.args and isinstance(node.args[0], ast.Constant)):
+            found.add(str(node.args[0].value).split(".")[-1].lower())
+    return found
 
 
 def run_files(db: Any, folder: Path, paths: list[Path], checkpoints: Path, report: list[str], unsupported: list[str],
