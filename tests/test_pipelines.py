@@ -176,6 +176,22 @@ def test_the_command_line_inits_dry_runs_and_runs(tmp_path):
         done.stdout + done.stderr[-2000:]
 
 
+def test_dry_run_reads_the_python_datasets_from_their_text(tmp_path):
+    """Without Spark: decorated functions (their ``name=`` or their own name) and
+    ``create_streaming_table`` are datasets SQL may read; a name no file defines is still refused."""
+    spec = _project(tmp_path, {"transformations/py_source.py": (
+        "from pyspark import pipelines as dp\n"
+        "dp.create_streaming_table('landed')\n"
+        "@dp.append_flow(target='landed')\ndef f():\n    return spark.readStream.table('x')\n"
+        "@dp.table(name='Named_Here')\ndef ignored():\n    return spark.readStream.table('x')\n"
+        "@dp.materialized_view\ndef mv():\n    return spark.range(3)\n"),
+        "transformations/reads.sql": "CREATE MATERIALIZED VIEW r AS SELECT * FROM landed, named_here, mv;"})
+    assert pipelines.check(pipelines.load(spec), {"visits", "orders", "products"})[-1] == "dry run: the graph is valid"
+    (tmp_path / "transformations" / "reads.sql").write_text("CREATE MATERIALIZED VIEW r AS SELECT * FROM ignored;")
+    with pytest.raises(PipelineError, match="'ignored', which is neither"):
+        pipelines.check(pipelines.load(spec), {"visits", "orders", "products"})
+
+
 def test_the_project_spark_pipelines_init_writes_runs_unchanged(tmp_path):
     """``spark-pipelines init``'s project (a Python materialized view over ``spark.range``, a SQL one
     reading it) runs on millpond as it is, a second run with nothing new commits no epoch."""
