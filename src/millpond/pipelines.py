@@ -433,7 +433,7 @@ def run(db: "Database", project: Project, full_refresh: "set[str] | bool" = froz
     report.append(f"committed {len(epochs)} epoch{'s' * (len(epochs) != 1)}; last epoch {db.epoch}")
     if failed:
         raise PipelineError("\n".join([*report, *(f"  failed: {n} ({why})" for n, why in failed.items()),
-                                        f"{len(failed)} datasets failed; the others ran"]))
+                                        f"{len(failed)} dataset{'s' * (len(failed) != 1)} failed; the others ran"]))
     return report
 
 

@@ -94,7 +94,11 @@ def run_files(db: Any, folder: Path, paths: list[Path], checkpoints: Path, repor
             try:
                 n = recompute_into(db, source) if source.recomputed else stream_into(db, source, checkpoints)
             except Exception as exc:  # noqa: BLE001 - the user's function or its stream: this table fails alone
-                failed[source.name] = f"{source.where}: {type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
+                why = f"{source.where}: {type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
+                if "TABLE_OR_VIEW_NOT_FOUND" in why:
+                    why += (" (a Python dataset reads what is outside the pipeline and the root -- files, Spark's "
+                            "catalog; reading the pipeline's own datasets from Python is not supported yet)")
+                failed[source.name] = why
                 continue
             if not source.recomputed:
                 report.append(f"  streamed into {source.name} ({source.where}, {len(source.flows)} flows)")
