@@ -154,7 +154,7 @@ def recompute_into(db: Any, source: Source) -> int | None:
     the table's already (no change, no epoch)."""
     from millpond.catalog.types import sql_type
 
-    (flow_name, func), = source.flows
+    (_, func), = source.flows  # a materialized view has the one flow its decorator made
     df = func()
     if df.isStreaming:
         raise ValueError(f"{source.name!r} returns a streaming DataFrame: a materialized view's function returns "
