@@ -153,20 +153,21 @@ class Files:
     def first_schema(self, path: str, fmt: str) -> pa.Schema | None:
         """The columns of the first file under ``path`` (a folder or a glob, local or on object
         storage), as a reader infers them; None when there is no file yet."""
-        store = self._folder(path)
-        found = _candidates(store, path, {})
+        found = _candidates(self._folder(path), path, {})
         if not found:
             return None
-        first = found[0][0]
-        data = first if store is None else pa.BufferReader(store.get(first[len(store.root):].lstrip("/")))
+        data = self._data(found[0][0])
         if fmt == "parquet":
             return pq.read_schema(data)
         return (pcsv.read_csv(data) if fmt == "csv" else pjson.read_json(data)).schema
 
     def _read(self, t: TableDef, path: str) -> pa.Table:
+        return _read(t, dict(t.source)["format"], self._data(path))
+
+    def _data(self, path: str) -> "str | pa.BufferReader":
+        """A file to read: its local path, or its bytes fetched from object storage."""
         store = self._folder(path)
-        data = path if store is None else pa.BufferReader(store.get(path[len(store.root):].lstrip("/")))
-        return _read(t, dict(t.source)["format"], data)
+        return path if store is None else pa.BufferReader(store.get(path[len(store.root):].lstrip("/")))
 
 
 def _producer(t: TableDef) -> str:
