@@ -97,8 +97,15 @@ class Sinks:
         return min((self._done.get(s.token, s.start) for s in self.rt.catalog.sinks.values()), default=None)
 
     def progress(self, sink: SinkDef) -> int | None:
-        """The last epoch ``sink``'s target holds, as this process knows it (None: not read yet)."""
-        return self._done.get(sink.token)
+        """The last epoch ``sink``'s target holds: as this process wrote it, else as what is durable
+        says (after a restart, before the first epoch; always in a read-only process, which writes
+        no sink): the target's own commit under the sink's token, or the root's kept epoch,
+        whichever is later. None: nothing written yet. Raises the target's error when it cannot be
+        read. Nothing is remembered here: only a write moves what this process knows."""
+        if (done := self._done.get(sink.token)) is not None:
+            return done
+        done = self._durable(sink, target_of(sink))
+        return None if done < 0 else done
 
     def catch_up(self) -> None:
         """Write every sink up to the last committed epoch; a sink that fails stays behind."""
@@ -119,8 +126,7 @@ class Sinks:
         done = self._done.get(sink.token)
         try:
             if done is None:  # (epoch 0 is an epoch: not "or -1")
-                held = target.written(sink.token)
-                done = max(-1 if held is None else held, self._kept(sink))
+                done = self._durable(sink, target)
             self._write(sink, target, done, upto)
         except BaseException:
             target.forget()
@@ -165,6 +171,11 @@ class Sinks:
                 target.compact()
             except Exception as exc:  # noqa: BLE001 - upkeep: the data is written, the next round retries
                 log.warning("sink %s: compacting its target's files failed (retried later): %s", sink.name, exc)
+
+    def _durable(self, sink: SinkDef, target: Target) -> int:
+        """The last epoch ``sink``'s target holds, read from the target and the root (-1: none)."""
+        held = target.written(sink.token)
+        return max(-1 if held is None else held, self._kept(sink))
 
     def _kept(self, sink: SinkDef) -> int:
         """The epoch kept under the root for ``sink`` (-1: none)."""

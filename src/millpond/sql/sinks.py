@@ -172,11 +172,21 @@ def drop(rt: Runtime, s: exp.Command) -> None:
 
 def show(rt: Runtime) -> pa.Table:
     """``SHOW SINKS``: ``name``, ``source``, ``connector``, ``type``, ``location``, ``epoch`` (the
-    last epoch its target holds, as this process knows it), ``lag`` (committed epochs it has not
-    written), ``error`` (why its last write failed: it is retried after every epoch), ``sql``."""
+    last epoch its target holds: as this process wrote it, else as the target's own commit and the
+    root record it — after a restart and in a read-only open too), ``lag`` (committed epochs it has
+    not written), ``error`` (why its last write failed: it is retried after every epoch; or why its
+    target could not be read), ``sql``."""
     sinks = sorted(rt.catalog.sinks.values(), key=lambda k: k.name)
     last = rt.coordinator.manifest.epoch
-    done = [rt.sinks.progress(k) for k in sinks]
+    done, errors = [], []
+    for k in sinks:
+        error = rt.sinks.errors.get(k.name)
+        try:
+            done.append(rt.sinks.progress(k))
+        except Exception as exc:  # noqa: BLE001 - the target's own error, shown on its row
+            done.append(None)
+            error = error or f"cannot read the target: {type(exc).__name__}: {exc}"
+        errors.append(error)
     return pa.table({
         "name": pa.array([k.name for k in sinks], pa.string()),
         "source": pa.array([k.source for k in sinks], pa.string()),
@@ -186,7 +196,6 @@ def show(rt: Runtime) -> pa.Table:
                               for k in sinks], pa.string()),
         "epoch": pa.array(done, pa.int64()),
         "lag": pa.array([None if d is None else last - d for d in done], pa.int64()),
-        "error": pa.array([rt.sinks.errors.get(k.name) for k in sinks], pa.string()),
+        "error": pa.array(errors, pa.string()),
         "sql": pa.array([k.sql for k in sinks], pa.string()),
     })
-
