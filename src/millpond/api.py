@@ -224,11 +224,14 @@ class Database:
     def flush(self, *, progress: bool = False) -> list[EpochReport]:
         """Run epochs until every view reflects all input appended so far; return their reports.
         ``progress`` shows the epochs committed and the running Spark tasks meanwhile (a terminal
-        line, or a notebook widget)."""
+        line, or a notebook widget). When a files table's source has errors (files refused, a
+        folder that cannot be listed), each report's ``source_errors`` names them and flush() says
+        so with a :class:`~millpond.errors.MillpondNotice` warning (and the log), even when no
+        epoch ran; ``SELECT * FROM millpond_source_errors`` lists them."""
         with self._guard():
             self._writable("flush()")
             with self._progress(progress):
-                return self.runtime.flush()
+                return self.runtime.flush(notice=True)
 
     def read(self, name: str, *, epoch: int | None = None) -> pa.Table:
         """The committed snapshot of a table or view as Arrow; ``epoch``: as of that committed

@@ -48,7 +48,8 @@ FORMATS = ("table", "csv", "json")
 HELP = """\
 statements end with ';' and may span lines. SQL: SELECT, CREATE TABLE / MATERIALIZED VIEW, INSERT,
 UPDATE, DELETE, DROP, FLUSH, SHOW TABLES, SHOW MATERIALIZED VIEWS, DESCRIBE name, EXPLAIN CREATE
-MATERIALIZED VIEW ... (and millpond_views, millpond_epochs as tables to SELECT from).
+MATERIALIZED VIEW ... (and millpond_views, millpond_epochs, millpond_source_errors as tables to
+SELECT from).
 \\d             tables and materialized views
 \\d NAME        describe a table or view
 \\q             quit (also: quit, exit, Ctrl-D)"""

@@ -17,9 +17,15 @@ rows are in the log exactly once; a file that was never recorded is taken as new
 
 **A bad file** (unreadable, or rows that do not fit the table: a missing column, a value of the
 wrong type) is recorded with its error and skipped: the error names the file (and, where the
-reader says, the row), the table's row in ``SHOW TABLES`` shows the last one, a warning is logged,
-and the files after it still come in. Replacing it with a fixed file of another name takes that in.
-A file changed after it was taken is not taken again.
+reader says, the row), a warning is logged, and the files after it still come in. **A path that
+cannot be listed** (a local folder that does not exist or cannot be read, a bucket out of reach)
+takes nothing in and is listed again before every epoch; the other tables go on. Both are
+problems of the table's source (:mod:`millpond.engine.source_errors`): rows of
+``millpond_source_errors``, counted in the table's row of ``SHOW TABLES``, carried by every epoch's
+report and said by ``flush()``, until they go away: a refused file that is removed, or rewritten
+(another size or modification time: it is read again, under a new number) and reads well; a
+listing that works again. A fixed copy under another name is taken like any new file. A file
+changed after it was taken is not taken again.
 """
 
 from __future__ import annotations
@@ -30,8 +36,9 @@ import json
 import logging
 import os
 import re
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Container
 
 import pyarrow as pa
 import pyarrow.csv as pcsv
@@ -40,13 +47,14 @@ import pyarrow.parquet as pq
 
 from millpond import faults, paths
 from millpond.catalog import TableDef
+from millpond.engine.source_errors import SourceErrors
 from millpond.errors import SqlError
 from millpond.store.objects import ObjectStore
 
 if TYPE_CHECKING:
     from millpond.engine.runtime import Runtime
 
-__all__ = ["Files", "FORMATS", "check_source"]
+__all__ = ["Files", "FORMATS", "check_source", "local_listing_error"]
 
 log = logging.getLogger("millpond")
 
@@ -70,43 +78,86 @@ def check_source(table: str, options: dict[str, str]) -> dict[str, str]:
     return {**options, "path": os.path.abspath(options["path"])}
 
 
+def local_listing_error(path: str) -> str | None:
+    """Why a local ``path`` cannot be listed now (a folder that does not exist...); None when it
+    can, or when it is on object storage (listed before the first epoch, not at CREATE)."""
+    if "://" in path:
+        return None
+    try:
+        _local(path)
+    except OSError as exc:
+        return _text(exc)
+    return None
+
+
 class Files:
     """The files tables of one writable runtime: which files each has taken, and taking new ones."""
 
     def __init__(self, rt: "Runtime"):
         self.rt = rt
-        self._taken: dict[int, dict[str, int]] = {}  # table id -> file path -> its number (read once)
-        self.errors: dict[str, str] = {}  # table name -> the last file it refused, and why
+        self._taken: dict[int, dict[str, int]] = {}  # table id -> file path -> its last number (read once)
+        self._next: dict[int, int] = {}  # table id -> the number of its next file
+        self.errors = SourceErrors()  # what each table's source failed on, while it lasts
         self._stores: dict[str, ObjectStore] = {}  # a bucket's URL -> its store (a path on object storage)
 
     def ingest(self) -> None:
         """Take every new file of every files table. A table whose folder cannot be listed, or whose
-        append fails, is said in the log and retried before the next epoch (its records read anew:
-        a file recorded but not appended is appended then); the epoch and the other tables go on."""
-        for t in list(self.rt.catalog.tables.values()):
-            if t.source:
-                try:
-                    self._ingest(t)
-                except Exception as exc:  # noqa: BLE001 - one table's folder must not stop the epoch
-                    self._taken.pop(t.id, None)
-                    log.warning("table %s: reading its files failed (retried before the next epoch): %s", t.name, exc)
+        append fails, is said (a source error, and the log) and retried before the next epoch (its
+        records read anew: a file recorded but not appended is appended then); the epoch and the
+        other tables go on."""
+        tables = [t for t in self.rt.catalog.tables.values() if t.source]
+        self.errors.keep(t.id for t in tables)
+        epoch, now = self.rt.coordinator.manifest.epoch + 1, datetime.now(timezone.utc)
+        for t in tables:
+            try:
+                self._ingest(t, epoch, now)
+            except Exception as exc:  # noqa: BLE001 - one table's folder must not stop the epoch
+                self._taken.pop(t.id, None)
+                if self.errors.seen(t.id, "ingest", dict(t.source)["path"], _text(exc), epoch=epoch, now=now):
+                    log.warning("table %s: taking its files in failed (retried before every epoch): %s",
+                                t.name, _text(exc))
+            else:
+                if self.errors.clear(t.id, "ingest"):
+                    log.info("table %s: taking its files in works again", t.name)
 
-    def _ingest(self, t: TableDef) -> None:
-        taken = self._recorded(t)
+    def _ingest(self, t: TableDef, epoch: int, now: datetime) -> None:
+        taken = self._recorded(t, epoch, now)
         source = dict(t.source)
-        for path, size, mtime_ns in _candidates(self._folder(source["path"]), source["path"], taken):
-            n = len(taken)
-            record = {"file": path, "size": size, "mtime_ns": mtime_ns}
+        refused = self.errors.refused(t.id)
+        try:
+            found = _candidates(self._folder(source["path"]), source["path"], taken, refused)
+        except Exception as exc:  # noqa: BLE001 - any listing error: said, retried, the others go on
+            if self.errors.seen(t.id, "listing", source["path"], _text(exc), epoch=epoch, now=now):
+                log.warning("table %s: its path %s cannot be listed (retried before every epoch): %s",
+                            t.name, source["path"], _text(exc))
+            return
+        if self.errors.clear(t.id, "listing"):
+            log.info("table %s: its path %s is listed again", t.name, source["path"])
+        listed = {path: (size, mtime_ns) for path, size, mtime_ns in found}
+        for path, e in refused.items():
+            if path not in listed:  # removed (or no longer matched): nothing to take any more
+                self.errors.clear(t.id, "file", path)
+                log.info("table %s: file %s, refused, is gone", t.name, path)
+            elif listed[path] == (e.size, e.mtime_ns):  # unchanged: still refused, not read again
+                self.errors.seen(t.id, "file", path, e.error, epoch=epoch, now=now, size=e.size, mtime_ns=e.mtime_ns)
+        for path, size, mtime_ns in found:
+            if path in refused and (size, mtime_ns) == (refused[path].size, refused[path].mtime_ns):
+                continue
+            n = self._next[t.id]
+            record = {"file": path, "size": size, "mtime_ns": mtime_ns, "epoch": epoch, "at": now.timestamp()}
             try:
                 rows = self._read(t, path)
             except Exception as exc:  # noqa: BLE001 - any reader's error: the file is named, the next come in
-                record["error"] = f"{type(exc).__name__}: {exc}".strip()
+                record["error"] = _text(exc)
             self.rt.coordinator.store.put(paths.files_key(t.id, n), json.dumps(record).encode())
-            taken[path] = n
+            taken[path], self._next[t.id] = n, n + 1
             if "error" in record:
-                self.errors[t.name] = f"file {path!r}: {record['error']}"
+                self.errors.seen(t.id, "file", path, record["error"], epoch=epoch, now=now, size=size,
+                                 mtime_ns=mtime_ns)
                 log.warning("table %s: file %s was refused: %s", t.name, path, record["error"])
                 continue
+            if self.errors.clear(t.id, "file", path):
+                log.info("table %s: file %s, refused before, changed and was taken", t.name, path)
             faults.point("files.after_record")
             self._append(t, rows, n)
 
@@ -115,29 +166,32 @@ class Files:
 
         ingest.insert(self.rt, t, rows, producer=(_producer(t), n))
 
-    def _recorded(self, t: TableDef) -> dict[str, int]:
-        """The files ``t`` has taken; on the first call in a process, files recorded but not yet in
-        the log (a crash between the two) are appended again."""
+    def _recorded(self, t: TableDef, epoch: int, now: datetime) -> dict[str, int]:
+        """The files ``t`` has taken (a path read more than once: its last number); on the first
+        call in a process, files recorded but not yet in the log (a crash between the two) are
+        appended again, and the files refused are its source errors again."""
         if (taken := self._taken.get(t.id)) is not None:
             return taken
         store = self.rt.coordinator.store
-        records = [(int(Path(k).stem), json.loads(store.get(k))) for k in store.list(paths.files_prefix(t.id))]
+        records = sorted((int(Path(k).stem), json.loads(store.get(k))) for k in store.list(paths.files_prefix(t.id)))
         applied = self.rt.channel(t).producer_seq(_producer(t))
-        for n, record in sorted(records):
+        for n, record in records:
             if n > applied and "error" not in record:
                 try:
                     self._append(t, self._read(t, record["file"]), n)
                 except Exception as exc:  # noqa: BLE001 - gone or changed since: said, not guessed
                     log.warning("table %s: file %s, recorded before a crash, could not be read again: %s",
                                 t.name, record["file"], exc)
+        last = {record["file"]: (n, record) for n, record in records}  # in order: a path's last record wins
+        for path, (_, record) in last.items():
             if "error" in record:
-                self.errors[t.name] = f"file {record['file']!r}: {record['error']}"
-        self._taken[t.id] = taken = {record["file"]: n for n, record in records}
+                at = record.get("at")
+                self.errors.seen(t.id, "file", path, record["error"], epoch=epoch, now=now,
+                                 first=(record.get("epoch"), None if at is None else datetime.fromtimestamp(at, timezone.utc)),
+                                 size=record.get("size"), mtime_ns=record.get("mtime_ns"))
+        self._next[t.id] = records[-1][0] + 1 if records else 0
+        self._taken[t.id] = taken = {path: n for path, (n, _) in last.items()}
         return taken
-
-    def forget(self, t: TableDef) -> None:
-        self._taken.pop(t.id, None)
-        self.errors.pop(t.name, None)
 
     def _folder(self, path: str) -> ObjectStore | None:
         """The object store a URI path is read from (with the root's storage options where the root
@@ -153,7 +207,10 @@ class Files:
     def first_schema(self, path: str, fmt: str) -> pa.Schema | None:
         """The columns of the first file under ``path`` (a folder or a glob, local or on object
         storage), as a reader infers them; None when there is no file yet."""
-        found = _candidates(self._folder(path), path, {})
+        try:
+            found = _candidates(self._folder(path), path, {}, {})
+        except FileNotFoundError:  # no folder yet: no file yet
+            return None
         if not found:
             return None
         data = self._data(found[0][0])
@@ -174,14 +231,25 @@ def _producer(t: TableDef) -> str:
     return f"files:t{t.id}"
 
 
-def _candidates(store: ObjectStore | None, path: str, taken: dict[str, int]) -> list[tuple[str, int, int]]:
-    """Files under ``path`` (a folder: the files in it; a glob: those it matches) not taken yet, in
-    arrival order (modification time, then name), as (path, size, modification time in ns). Hidden
-    and underscore files are left: a writer's temporary files, Spark's ``_SUCCESS``."""
+def _text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".strip()
+
+
+def _candidates(store: ObjectStore | None, path: str, taken: dict[str, int], refused: Container[str]
+                ) -> list[tuple[str, int, int]]:
+    """Files under ``path`` (a folder: the files in it; a glob: those it matches) not taken yet, or
+    refused (to see whether they changed), in arrival order (modification time, then name), as
+    (path, size, modification time in ns). Hidden and underscore files are left: a writer's
+    temporary files, Spark's ``_SUCCESS``. A folder that cannot be listed raises (OSError)."""
     if store is None:
-        pattern = os.path.join(path, "*") if os.path.isdir(path) else path
-        found = [(p, os.stat(p)) for p in glob.glob(pattern) if p not in taken and os.path.isfile(p)]
-        files = [(p, st.st_size, st.st_mtime_ns) for p, st in found]
+        files = []
+        for p in _local(path):
+            if p not in taken or p in refused:
+                try:
+                    st = os.stat(p)
+                except FileNotFoundError:  # removed since it was listed
+                    continue
+                files.append((p, st.st_size, st.st_mtime_ns))
     else:
         key = path[len(store.root):].lstrip("/")
         wild = re.search(r"[*?\[]", key)
@@ -189,9 +257,29 @@ def _candidates(store: ObjectStore | None, path: str, taken: dict[str, int]) -> 
         rest = key[len(folder):] if wild else "*"
         files = [(f"{store.root}/{k}", size, mtime) for k, size, mtime in store.list_files(folder)
                  if fnmatch.fnmatchcase(k[len(folder):], rest) and "/" not in k[len(folder):]]
-        files = [f for f in files if f[0] not in taken]
+        files = [f for f in files if f[0] not in taken or f[0] in refused]
     files = [f for f in files if not os.path.basename(f[0]).startswith((".", "_"))]
     return sorted(files, key=lambda f: (f[2], f[0]))
+
+
+def _local(path: str) -> list[str]:
+    """The files a local ``path`` names: a file itself, a folder's files, a glob's matches. A
+    folder that does not exist (a glob's: the part before its first wildcard) or cannot be read
+    raises, where a glob alone would match nothing and say nothing."""
+    if os.path.isfile(path):
+        return [path]
+    wild = re.search(r"[*?\[]", path)
+    if wild is None:
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"folder {path!r} does not exist")
+        with os.scandir(path) as entries:  # NotADirectoryError, PermissionError: said as they are
+            return [e.path for e in entries if e.is_file()]
+    folder = os.path.dirname(path[:wild.start()] + "x") or os.sep
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"folder {folder!r} (of the glob {path!r}) does not exist")
+    if not os.access(folder, os.R_OK | os.X_OK):
+        raise PermissionError(f"folder {folder!r} (of the glob {path!r}) cannot be read")
+    return [p for p in glob.glob(path) if os.path.isfile(p)]
 
 
 def _read(t: TableDef, fmt: str, path: "str | pa.BufferReader") -> pa.Table:

@@ -87,7 +87,7 @@ class ReadOnlyRuntime(Runtime):
     def run_epoch(self) -> EpochReport | None:
         raise ReadOnlyError("the database is open read-only: it runs no epochs (the writer does)")
 
-    def flush(self) -> list[EpochReport]:
+    def flush(self, *, notice: bool = False) -> list[EpochReport]:
         raise ReadOnlyError("the database is open read-only: FLUSH is refused (the writer runs the epochs)")
 
     def channel(self, table: TableDef) -> Channel | _NoRecords:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import warnings
 from collections import deque
+from dataclasses import replace
 from typing import Iterator
 from datetime import datetime, timezone
 
@@ -32,7 +34,7 @@ from millpond.engine.files import Files
 from millpond.engine.sinks import Sinks
 from millpond.engine.executor import Consumer
 from millpond.engine.partial import filled_rows, missing, read_filled
-from millpond.errors import CatalogError, MillpondError, RetentionError, SqlError
+from millpond.errors import CatalogError, MillpondError, MillpondNotice, RetentionError, SqlError
 from millpond.log import Channel, Log
 
 __all__ = ["Runtime", "SYSTEM_VIEWS"]
@@ -109,6 +111,8 @@ class Runtime(Reads):
         report = self.coordinator.run_epoch(self.catalog, self.consumers, self._wanted)
         if report is None:
             return None
+        if any(t.source for t in self.catalog.tables.values()):
+            report = replace(report, source_errors=self.files.errors.by_table(self.catalog))
         for name in report.rows_in:  # a partial view that ran has filled and marked the keys read
             self._wanted.pop(self._by_name[name].key, None)
         for c in self.consumers:
@@ -202,11 +206,17 @@ class Runtime(Reads):
                 return True
         return False
 
-    def flush(self) -> list[EpochReport]:
-        """Run epochs until every view reflects all input appended so far."""
+    def flush(self, *, notice: bool = False) -> list[EpochReport]:
+        """Run epochs until every view reflects all input appended so far. ``notice`` (the user's
+        ``flush()`` and ``FLUSH``): when files tables' sources have errors after them, say so with
+        a :class:`~millpond.errors.MillpondNotice` (shown once per distinct text, as Python shows
+        warnings), also when no epoch had anything to do."""
         reports = []
         while (report := self.run_epoch()) is not None:
             reports.append(report)
+        if notice and (said := self.files.errors.notice(self.catalog)) is not None:
+            logger.warning("%s", said)
+            warnings.warn(said, MillpondNotice, stacklevel=3)
         return reports
 
     # -- partial views (engine/partial.py) ---------------------------------------------------------
@@ -432,5 +442,6 @@ def _producer(flow: Consumer) -> str:
     return f"flow:{flow.key}"
 
 
-SYSTEM_VIEWS = {"millpond_views": Runtime.views_status, "millpond_epochs": Runtime.epochs}
+SYSTEM_VIEWS = {"millpond_views": Runtime.views_status, "millpond_epochs": Runtime.epochs,
+                "millpond_source_errors": lambda rt: rt.files.errors.table(rt.catalog)}
 

@@ -16,7 +16,7 @@ from sqlglot import exp
 from millpond.catalog import Column, Retention, index_dependency
 from millpond.catalog.types import normalize_type
 from millpond.columns import RESERVED_PREFIX
-from millpond.engine.files import check_source
+from millpond.engine.files import check_source, local_listing_error
 from millpond.engine import plan as P
 from millpond.engine.partial import DEFAULT_MAX_KEYS, NotPartial
 from millpond.engine.partial import trace as partial_trace
@@ -83,6 +83,9 @@ def _create_table(rt: Runtime, s: exp.Create) -> None:
                                             source=tuple(sorted(files.items()))))
     t = rt.catalog.tables[name]  # its channel, now: a writer outside the database finds it, with its key
     rt.log.create_channel(t.channel, t.log_schema, id=t.channel_id, table_key=t.primary_key)
+    if files and (problem := local_listing_error(files["path"])) is not None:  # created: it may appear later
+        warnings.warn(f"table {name!r}: its path {files['path']!r} cannot be listed ({problem}); no file comes "
+                      "in until it can (millpond_source_errors says why meanwhile)", MillpondNotice, stacklevel=2)
 
 
 def _table_options(table: str, s: exp.Create) -> tuple[bool, dict[str, str]]:

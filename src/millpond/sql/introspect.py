@@ -3,7 +3,9 @@
 
 Each returns an Arrow table, like a query:
 
-- ``SHOW TABLES``: ``name``, ``columns``, ``primary_key`` (``"a, b"`` or NULL), ``append_only``;
+- ``SHOW TABLES``: ``name``, ``columns``, ``primary_key`` (``"a, b"`` or NULL), ``append_only``,
+  ``source`` (a files table's options), ``error`` (its source's problems in force, counted, the
+  first of them named: :meth:`millpond.engine.source_errors.SourceErrors.summary`);
 - ``SHOW MATERIALIZED VIEWS`` (or ``SHOW VIEWS``): ``name``, ``columns``, ``depends_on``, ``sql``;
 - ``SHOW FUNCTIONS``: ``name``, ``arguments``, ``returns``, ``sql`` (SQL functions, :mod:`millpond.sql.functions`);
 - ``SHOW FLOWS``: ``name``, ``sink``, ``key``, ``depends_on``, ``comment``, ``sql`` (:mod:`millpond.sql.flows`);
@@ -54,7 +56,7 @@ def show(rt: Runtime, s: exp.Command) -> pa.Table:
             "primary_key": pa.array([", ".join(t.primary_key) or None for t in tables], pa.string()),
             "append_only": pa.array([t.append_only for t in tables], pa.bool_()),
             "source": pa.array([" ".join(f"{k}={v}" for k, v in t.source) or None for t in tables], pa.string()),
-            "error": pa.array([rt.files.errors.get(t.name) for t in tables], pa.string()),
+            "error": pa.array([rt.files.errors.summary(t.id) for t in tables], pa.string()),
         })
     if _SHOW.get(what) == "views":
         views = sorted(rt.catalog.views.values(), key=lambda v: v.name)
@@ -152,7 +154,7 @@ def _rest(s: exp.Command) -> str:
 
 
 def _system_view(rt: Runtime, name: str) -> pa.Table | None:
-    views = getattr(runtime_module, "SYSTEM_VIEWS", {})  # millpond_views, millpond_epochs
+    views = getattr(runtime_module, "SYSTEM_VIEWS", {})  # millpond_views, millpond_epochs, millpond_source_errors
     return rt.snapshot(name) if name in views else None
 
 

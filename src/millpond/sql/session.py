@@ -143,7 +143,7 @@ _SINKS = {"CREATE": sinks.create, "DROP": sinks.drop}
 def execute(rt: Runtime, s: exp.Expression) -> pa.Table | None:
     word = keyword(s)
     if word == "FLUSH":
-        rt.flush()
+        rt.flush(notice=True)  # a files table's source errors are said (MillpondNotice)
         return None
     if isinstance(s, exp.Command) and word in _COMMANDS:
         return _COMMANDS[word](rt, s)
