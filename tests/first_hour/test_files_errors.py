@@ -152,3 +152,15 @@ def test_flush_reports_the_tables_whose_sources_have_errors(open_db, tmp_path):
         reports = db.flush()
     assert reports and reports[-1].source_errors == {}
 
+
+def test_an_epoch_report_shows_what_changed(open_db):
+    db = open_db()
+    db.sql("CREATE TABLE t (k INT PRIMARY KEY, v INT); CREATE MATERIALIZED VIEW per_v AS "
+           "SELECT v, count(*) AS n FROM t GROUP BY v; INSERT INTO t VALUES (1, 10), (2, 10), (3, 20)")
+    [report] = db.flush()
+    shown = repr(report)
+    assert " object at 0x" not in shown
+    assert shown.startswith(f"EpochReport(epoch={report.epoch}, ")
+    assert f"per_v: {report.changes.rows('per_v')} rows" in shown and report.changes.rows("per_v") >= 2
+    assert "rows_in=" in shown and "'t': 3" in shown
+    assert repr(report.changes) == f"Changelogs(per_v: {report.changes.rows('per_v')} rows)"

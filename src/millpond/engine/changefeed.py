@@ -109,6 +109,9 @@ class Changelogs(Mapping[str, pa.Table]):
         """The rows ``name``'s tasks wrote (before netting), without reading them."""
         return rows_of(self._changes.get(name))
 
+    def __repr__(self) -> str:  # the rows each view's tasks wrote: nothing is read to show it
+        return f"Changelogs({', '.join(f'{name}: {self.rows(name)} rows' for name in self._changes)})"
+
 
 def net(table: pa.Table) -> pa.Table:
     """A changelog netted (equal rows' weights summed, zeros dropped), retractions first."""

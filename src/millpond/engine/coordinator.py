@@ -148,6 +148,16 @@ class EpochReport:
     # (millpond.engine.source_errors: refused files, a path that cannot be listed)
     source_errors: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
+    def __repr__(self) -> str:
+        parts = [f"epoch={self.epoch}", f"changes={self.changes!r}"]
+        if self.failed:
+            parts.append(f"failed={sorted(self.failed)!r}")
+        if self.rows_in:
+            parts.append(f"rows_in={self.rows_in!r}")
+        if self.source_errors:
+            parts.append(f"source_errors={self.source_errors!r}")
+        return f"EpochReport({', '.join(parts)})"
+
 
 class Coordinator:
     def __init__(self, executor: EpochExecutor, store: ObjectStore, log: Log, *, parallelism: int,
