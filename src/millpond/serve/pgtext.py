@@ -15,7 +15,7 @@ from millpond import jsonb
 from millpond.engine.numerics import is_quotient
 from millpond.serve.display import quotient_texts, texts
 
-__all__ = ["oid", "fields", "rows", "copy_lines", "column_texts", "nested_text"]
+__all__ = ["oid", "ARRAY_OIDS", "fields", "rows", "copy_lines", "column_texts", "nested_text"]
 
 
 # (test of an Arrow type, the PostgreSQL type's OID), first match wins; anything else is text (25)
@@ -30,8 +30,8 @@ _OIDS = [(pa.types.is_boolean, 16), (is_quotient, 1700),
 
 # an array's OID by its element's: bool, bytea, int2, int4, int8, float4, float8, numeric, text, date,
 # time, timestamp, timestamptz, interval (a nested array has its element's array OID, as in PostgreSQL)
-_ARRAY_OIDS = {16: 1000, 17: 1001, 21: 1005, 23: 1007, 20: 1016, 700: 1021, 701: 1022, 1700: 1231, 25: 1009,
-               1082: 1182, 1083: 1183, 1114: 1115, 1184: 1185, 1186: 1187, 3802: 3807}
+ARRAY_OIDS = {16: 1000, 17: 1001, 21: 1005, 23: 1007, 20: 1016, 700: 1021, 701: 1022, 1700: 1231, 25: 1009,
+              1082: 1182, 1083: 1183, 1114: 1115, 1184: 1185, 1186: 1187, 3802: 3807}
 _RECORD = 2249
 
 
@@ -46,7 +46,7 @@ def oid(t: pa.DataType) -> int:
         inner = t.value_type
         while pa.types.is_list(inner) or pa.types.is_large_list(inner):
             inner = inner.value_type
-        return _ARRAY_OIDS.get(oid(inner), 1009)
+        return ARRAY_OIDS.get(oid(inner), 1009)
     if pa.types.is_struct(t) and not is_quotient(t) and not _is_interval(t):
         return _RECORD
     return next((o for test, o in _OIDS if test(t)), 25)
