@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from millpond.errors import (
     CatalogError,
     FencedError,
+    HeldError,
     InvariantError,
     MillpondError,
     ReadOnlyError,
@@ -31,6 +32,7 @@ __all__ = [
     "SchemaError",
     "StorageError",
     "FencedError",
+    "HeldError",
     "TruncatedError",
     "InvariantError",
     "ReadOnlyError",

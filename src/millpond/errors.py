@@ -10,6 +10,7 @@ __all__ = [
     "StorageError",
     "MissingError",
     "FencedError",
+    "HeldError",
     "TruncatedError",
     "RetentionError",
     "InvariantError",
@@ -51,6 +52,18 @@ class MissingError(StorageError):
 
 class FencedError(MillpondError):
     """Another writer committed to the same root first; this writer must stop."""
+
+
+class HeldError(FencedError):
+    """The root is open for writing elsewhere: by a live process (``millpond serve``, another
+    process's ``connect(root)``, a loader appending to the log) or another Database of this one. One
+    writer per root: a local root's lock files (``log/p<k>/LOCK``) say who holds it. ``holder`` is
+    what the lock file knows of it (``pid``, ``host``, ``role``, ``program``; empty if nothing). The log's
+    own writers get it too, and forward their appends to the holder (:mod:`millpond.log.forward`)."""
+
+    def __init__(self, message: str, *, holder: dict | None = None):
+        super().__init__(message)
+        self.holder = dict(holder or {})
 
 
 class TruncatedError(MillpondError):

@@ -268,7 +268,7 @@ class Log:
             w = self._writers[pchannel] = Writer(
                 self.store, pchannel, self._live, physical_channels=self.physical_channels,
                 segment_bytes=self.segment_bytes, on_closed=self._closed_segment, clock=self.clock,
-                number=self._number)
+                number=self._number, role="database" if self._upsert is not None else "log")
             self._start_inbox()
         return w
 
@@ -283,9 +283,15 @@ class Log:
         take every physical channel whose lock is free (and, on a local root, keep taking those
         that come free), serve the appends other processes forward, and resolve rows appended to a
         table's channel with ``upsert`` (the Database's ingest, so a table with a primary key
-        gets upserts). A physical channel held by another Database stays with it."""
+        gets upserts). A physical channel held by another Database (its lock file says so) refuses
+        this one with a :class:`HeldError` (the caller closes this Log); one held by a plain log
+        writer (a loader) is taken when it comes free."""
         self._upsert = upsert
-        self._tend()
+        try:
+            self._tend(opening=True)
+        except BaseException:
+            self._upsert = None
+            raise
         with self._claiming:
             self._start_inbox()  # also when another writer holds them all: it takes them when they come free
 
@@ -295,15 +301,17 @@ class Log:
         table's own changelog records (``_row_id``, ``_w``)."""
         return self._upsert is not None
 
-    def _tend(self) -> None:
+    def _tend(self, *, opening: bool = False) -> None:
         if self._upsert is None:
             return
-        for p in range(self._fix_physical_channels()):
+        for p in range(self._fix_physical_channels()):  # in order: of two Databases opening, p0's holder wins
             if p not in self._writers and not self._closed:
                 try:
                     self.writer(p)
-                except HeldError:
-                    pass  # another live writer (a second Database): it keeps it
+                except HeldError as exc:
+                    if opening and exc.holder.get("role") == "database":
+                        raise
+                    # a loader's (or, once open, anyone's): it keeps it until it closes
                 except MillpondError:
                     if not self._closed:
                         raise

@@ -2,7 +2,9 @@
 
 Claiming (the first append to a physical channel in this process):
 
-1. a local root's ``flock`` on ``log/p<k>/LOCK`` (a second live writer is refused at once);
+1. a local root's ``flock`` on ``log/p<k>/LOCK`` (a second live writer is refused at once, with a
+   :class:`~millpond.errors.HeldError` naming the holder: the lock file holds its pid, host, role
+   — ``database`` for a Database's log, else ``log`` — and program, without its arguments);
 2. the next writer generation, written with put-if-absent (it fences every older writer);
 3. the older generations' segments sealed at their last whole frame (a torn tail is cut), and
    handed to the flusher; segments already flushed are deleted.
@@ -19,6 +21,8 @@ import fcntl
 import json
 import logging
 import os
+import socket
+import sys
 import threading
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -26,21 +30,16 @@ from typing import Callable, Sequence
 import pyarrow as pa
 
 from millpond import faults, paths
-from millpond.errors import FencedError, MillpondError, StorageError
+from millpond.errors import FencedError, HeldError, MillpondError, StorageError
 from millpond.log.flush import delete_segment
 from millpond.log.live import Live
 from millpond.log.state import Appended, State, read_state
 from millpond.log.wal import Entry, Frame, SegmentName, SegmentWriter, encode_frame, list_segments
 from millpond.store.objects import AlreadyExists, ObjectStore
 
-__all__ = ["Writer", "HeldError", "lock"]
+__all__ = ["Writer", "HeldError", "lock", "hold", "describe"]
 
 log = logging.getLogger(__name__)
-
-
-class HeldError(FencedError):
-    """The physical channel's lock is held by another live writer (a local root): forward the
-    append to it (:mod:`millpond.log.forward`) rather than fight it."""
 
 
 @dataclass
@@ -56,14 +55,17 @@ class Writer:
 
     def __init__(self, store: ObjectStore, pchannel: int, live: Live, *, physical_channels: int,
                  segment_bytes: int, on_closed: Callable[[SegmentName], None], clock: Callable[[], int],
-                 number: Callable[[str, int, pa.Table], pa.Table] | None = None):
+                 number: Callable[[str, int, pa.Table], pa.Table] | None = None, role: str = "log"):
         """``number(channel id, first seq, records)``: the records as numbered (a key-less table's
-        ``_row_id`` is its sequence number, :mod:`millpond.log.tables`), called while leading."""
+        ``_row_id`` is its sequence number, :mod:`millpond.log.tables`), called while leading.
+        ``role``: what the lock file says holds it (``database``: a Database's log, ``log``)."""
         self.store, self.pchannel, self.live = store, pchannel, live
         self.segment_bytes, self.on_closed, self.clock = segment_bytes, on_closed, clock
         self.number = number
         self.broken: BaseException | None = None
         self._lock_fd = lock(self.store, pchannel)
+        if self._lock_fd is not None:
+            hold(self._lock_fd, role)
         try:
             self.gen = self._claim()
             state = read_state(self.store, physical_channels)  # older writers are fenced: this is final
@@ -290,6 +292,8 @@ class Writer:
 
 
 def lock(store: ObjectStore, pchannel: int) -> int | None:
+    """Hold ``pchannel``'s lock file (a local root; None elsewhere; :func:`hold` writes who holds
+    it), or raise a :class:`HeldError` naming the live holder."""
     path = store.local_path(paths.log_lock_key(pchannel))
     if path is None:
         return None
@@ -298,10 +302,48 @@ def lock(store: ObjectStore, pchannel: int) -> int | None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+        holder = _holder(os.pread(fd, 4096, 0))
         os.close(fd)
         raise HeldError(f"log physical channel p{pchannel} under {store.root!r} is held by another writer "
-                        f"(process {holder}); close it first (one writer per physical channel)") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, str(os.getpid()).encode(), 0)
+                        f"({describe(holder)}); close it first (one writer per physical channel)",
+                        holder=holder) from None
     return fd
+
+
+def hold(fd: int, role: str) -> None:
+    """Write into a held lock file who holds it: this process, its host, ``role`` and program."""
+    record = {"pid": os.getpid(), "host": socket.gethostname(), "role": role, "program": _program()}
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(record).encode(), 0)
+
+
+def _program() -> str:
+    """What this process runs, without its arguments (they may hold a password): ``millpond serve``,
+    ``job.py``, ``ipykernel_launcher.py`` (a notebook), ``python -c``."""
+    argv = sys.argv or [""]
+    name = os.path.basename(argv[0]) if argv[0] not in ("", "-c") else f"python {argv[0]}".strip()
+    if name in ("millpond", "cli.py") and len(argv) > 1 and not argv[1].startswith("-"):
+        name = f"millpond {argv[1]}"  # the subcommand: sql, serve, pipeline, log
+    return name[:100]
+
+
+def _holder(data: bytes) -> dict:
+    """What a lock file says of its holder (a millpond before 2026-11 wrote only its pid)."""
+    text = data.decode(errors="replace").strip()
+    if text.isdigit():
+        return {"pid": int(text)}
+    try:
+        found = json.loads(text)
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def describe(holder: dict) -> str:
+    """``process 4242 on host h: millpond serve`` (or what of it is known)."""
+    if "pid" not in holder:
+        return "a process the lock file does not name"
+    where = f" on host {holder['host']}" if holder.get("host") else ""
+    same = " (this process)" if holder["pid"] == os.getpid() and holder.get("host", socket.gethostname()) == \
+        socket.gethostname() else ""
+    return f"process {holder['pid']}{where}{same}" + (f": {holder['program']}" if holder.get("program") else "")
