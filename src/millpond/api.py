@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import threading
 import time
 from contextlib import contextmanager, nullcontext
 from typing import Any, Callable, Iterator, TypeVar
@@ -34,9 +35,9 @@ from millpond.engine.background import EpochLoop
 from millpond.engine.coordinator import Coordinator, EpochReport
 from millpond.engine.readonly import ReadOnlyRuntime
 from millpond.engine.runtime import Runtime
-from millpond.errors import FencedError, MillpondError, ReadOnlyError, SqlError, unexpected
+from millpond.errors import FencedError, HeldError, MillpondError, ReadOnlyError, SqlError, unexpected
 from millpond.log import Log
-from millpond.spark.session import LOG_LEVELS, Lease, log_level_from
+from millpond.spark.session import LOG_LEVELS, Lease, active_session, local_parallelism, log_level_from
 from millpond.sql import session
 from millpond.sql.plans import bind_plans
 from millpond.store.objects import ObjectStore
@@ -72,7 +73,10 @@ def connect(root: str, *, spark: Any = None, parallelism: int | None = None,
     (or that was running already) keeps its level unless this is set.
     ``ship``: add millpond itself to the session's Python workers (``addPyFile``: a cluster needs no
     install of millpond, only of its dependencies). With a session the user brings, millpond first
-    checks that its workers can import millpond, and says how to fix it when they cannot.
+    checks that its workers can run millpond's tasks (:mod:`millpond.spark.workers`): a local
+    session whose workers' Python nobody chose runs them with this process's Python; otherwise what
+    they lack is refused, with the fixes. Another Database holding ``root`` for writing (another
+    process's, ``millpond serve``) is refused with a :class:`~millpond.errors.HeldError` naming it.
     """
     return Database(root, spark=spark, parallelism=parallelism, interval=interval,
                     storage_options=storage_options, compaction=compaction, plans=plans, read_only=read_only,
@@ -101,7 +105,11 @@ class Database:
     def __init__(self, root: str, *, spark: Any = None, parallelism: int | None = None,
                  interval: str | float | None = "1s", storage_options: dict[str, str] | None = None,
                  compaction: str = "local", plans: str = "verify", read_only: bool = False,
-                 log_level: str | None = None, ship: bool = False):
+                 log_level: str | None = None, ship: bool = False, lazy_spark: bool = False):
+        """See :func:`connect`; ``lazy_spark`` (``millpond sql``'s): when no session is given or
+        running, start the embedded one at the first statement that needs it (an epoch, the
+        analysis of a new view), not now: queries, ``SHOW``, ``DESCRIBE``, ``CREATE TABLE`` and
+        ``INSERT`` run without it."""
         root = _check_root(root)
         if compaction not in ("local", "spark"):
             raise MillpondError(f"compaction={compaction!r}: use 'local' (a background thread) or 'spark' "
@@ -113,6 +121,7 @@ class Database:
         self.storage_options = storage_options
         self._spark_arg, self._ship = spark, ship
         self._lease: Lease | None = None
+        self._leasing = threading.Lock()
         self._closed = False
         self._fenced: FencedError | None = None
         self._loop: EpochLoop | None = None
@@ -125,23 +134,41 @@ class Database:
             if read_only:  # no Spark: SELECTs are answered from the snapshots by DuckDB
                 self.runtime: Runtime = ReadOnlyRuntime.open(store, catalog)
             else:
-                log = Log(store)
-                from millpond.spark import SparkExecutor, spark_runner
-
-                spark = self.spark
-                coordinator = Coordinator(SparkExecutor(spark), store, log,
-                                          parallelism=parallelism or spark.sparkContext.defaultParallelism,
-                                          compaction=spark_runner(spark) if compaction == "spark" else run_in_process)
-                self.runtime = Runtime(catalogs, catalog, log, coordinator)
-                ingest.serve(self.runtime)  # the root's log writer while open: other writers go through it
+                self._open_writer(store, catalogs, catalog, parallelism=parallelism, compaction=compaction,
+                                  lazy=lazy_spark and spark is None and active_session() is None)
         except BaseException as exc:
-            if self._lease is not None:  # a root that cannot be opened leaves nothing of ours running
+            if not read_only and getattr(self, "runtime", None) is not None:
+                self.runtime.close()  # a root that cannot be opened leaves nothing of ours running
+            if self._lease is not None:
                 self._lease.release()
             if isinstance(exc, Exception) and not isinstance(exc, MillpondError):
                 raise unexpected(exc) from exc
             raise
         self._loop = EpochLoop(self.runtime.run_epoch, period, self.runtime.lock, due=self.runtime.due) if period \
             else None
+
+    def _open_writer(self, store: ObjectStore, catalogs: CatalogStore, catalog: Catalog, *,
+                     parallelism: int | None, compaction: str, lazy: bool) -> None:
+        """The writer's runtime: 1. the engine, its executor made at first use; 2. the root's log
+        writer (:func:`millpond.engine.ingest.serve`): another Database holding the root refuses
+        this one here, before Spark starts; 3. Spark, unless ``lazy`` (then at first use)."""
+        from millpond.spark import SparkExecutor, spark_runner
+
+        log = Log(store)
+        executor = _OnFirstUse(lambda: SparkExecutor(self.spark))  # 1.
+        runner = (lambda store, tasks: spark_runner(self.spark)(store, tasks)) if compaction == "spark" \
+            else run_in_process
+        coordinator = Coordinator(executor, store, log, parallelism=parallelism or local_parallelism(),
+                                  compaction=runner)
+        self.runtime = Runtime(catalogs, catalog, log, coordinator)
+        try:
+            ingest.serve(self.runtime)  # 2. the root's log writer while open: other writers go through it
+        except HeldError as exc:
+            raise HeldError(_held(self.root, exc.holder), holder=exc.holder) from None
+        if not lazy:  # 3.
+            spark = self.spark
+            if parallelism is None:
+                coordinator.parallelism = coordinator.default_parallelism = spark.sparkContext.defaultParallelism
 
     # -- public API ---------------------------------------------------------------------------
     @property
@@ -164,21 +191,22 @@ class Database:
     @property
     def spark(self):  # noqa: ANN201
         """The SparkSession this database runs on (a read-only database starts one only now)."""
-        if self._lease is None:
-            from millpond.spark import register
-            from millpond.spark.session import lease
+        with self._leasing:
+            if self._lease is None:
+                from millpond.spark import register
+                from millpond.spark.session import lease
 
-            self._lease = lease(self._spark_arg, log_level=self.log_level)
-            if not self._lease.owned:  # the user's session: can its workers run millpond?
-                from millpond.spark.workers import ensure_importable
-
+                taken = lease(self._spark_arg, log_level=self.log_level)
                 try:
-                    ensure_importable(self._lease.spark, ship=self._ship)
+                    if not taken.owned:  # the user's session: can its workers run millpond?
+                        from millpond.spark.workers import ensure_importable
+
+                        ensure_importable(taken.spark, ship=self._ship)
+                    register(taken.spark)
                 except BaseException:
-                    self._lease.release()
-                    self._lease = None
+                    taken.release()
                     raise
-            register(self._lease.spark)
+                self._lease = taken
         return self._lease.spark
 
     def sql(self, text: str, *, progress: bool = False) -> pa.Table | None:
@@ -381,6 +409,29 @@ class Database:
                 raise
             except Exception as exc:
                 raise unexpected(exc) from exc
+
+
+class _OnFirstUse:
+    """An epoch executor made when it is first used (Spark starts then): every attribute is the
+    made one's."""
+
+    def __init__(self, make: Callable[[], Any]):
+        self._make, self._made, self._lock = make, None, threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        with self._lock:
+            if self._made is None:
+                self._made = self._make()
+        return getattr(self._made, name)
+
+
+def _held(root: str, holder: dict) -> str:
+    """Why a second writer of ``root`` is refused, and what to do instead."""
+    from millpond.log.writer import describe
+
+    return (f"{root!r} is open for writing by another Database ({describe(holder)}): a root has one writer. "
+            "Read it beside that one with millpond.connect(root, read_only=True) (millpond sql ROOT --read-only), "
+            "or close that one first")
 
 
 def _configure_logging(level: str | None) -> None:

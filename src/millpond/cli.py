@@ -198,7 +198,7 @@ def _spec_storage(spec: "str | Path") -> str | None:
 
 
 def _sql(args: argparse.Namespace) -> int:
-    import millpond
+    from millpond.api import Database
     from millpond.shell import Printer, interactive, run_script
 
     script = args.command
@@ -208,8 +208,9 @@ def _sql(args: argparse.Namespace) -> int:
     if isinstance(interval, str) and interval.lower() in ("none", "off", "0"):
         interval = None
     printer = Printer(sys.stdout, sys.stderr, fmt=args.format, prefix="error: " if script is None else "millpond: ")
-    with millpond.connect(_root(args.root), read_only=args.read_only, interval=interval,
-                          log_level=args.log_level) as db:
+    # Spark starts at the first statement that needs it: a query is DuckDB's, CREATE TABLE and INSERT the log's
+    with Database(_root(args.root), read_only=args.read_only, interval=interval, log_level=args.log_level,
+                  lazy_spark=True) as db:
         if script is None:
             return interactive(db, printer)
         return 0 if run_script(db, script, printer, progress=sys.stderr.isatty()) else 1

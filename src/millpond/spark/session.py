@@ -27,8 +27,8 @@ from typing import Any
 
 from millpond.errors import MillpondError
 
-__all__ = ["ensure_java", "local_session", "active_session", "lease", "Lease", "LOG_LEVELS", "log_level_from",
-           "set_log_level", "spark_log_path"]
+__all__ = ["ensure_java", "local_session", "local_parallelism", "active_session", "lease", "Lease", "LOG_LEVELS",
+           "log_level_from", "set_log_level", "spark_log_path"]
 
 # accepted names -> Spark's log4j level (and Python's logging level for millpond's own loggers)
 LOG_LEVELS: dict[str, tuple[str, int]] = {
@@ -152,6 +152,11 @@ def _shim(runtime: Path) -> str:
     return str(home)
 
 
+def local_parallelism() -> int:
+    """The default parallelism (and shuffle partitions) of the embedded session: this machine's CPUs."""
+    return os.cpu_count() or 2
+
+
 def local_session(*, cores: str = "*", shuffle_partitions: int | None = None, log_level: str = "ERROR"):  # noqa: ANN201
     """An embedded ``local[cores]`` session tuned for short epochs (UI off, few partitions).
 
@@ -165,7 +170,7 @@ def local_session(*, cores: str = "*", shuffle_partitions: int | None = None, lo
     from pyspark.sql import SparkSession
 
     level = log_level_from(log_level) or "ERROR"
-    n = shuffle_partitions or (os.cpu_count() or 2)
+    n = shuffle_partitions or local_parallelism()
     settings = {
         "spark.master": f"local[{cores}]",
         "spark.app.name": "millpond",
