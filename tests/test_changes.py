@@ -149,7 +149,7 @@ def test_subscribe_sql(open_db):
     for bad, message in [("SUBSCRIBE (SELECT 1)", "takes the name of a table, view or flow"),
                          ("SUBSCRIBE s AS OF soon", "AS OF takes an epoch number"),
                          ("SUBSCRIBE s WITH (progress = true)", "the only option is SNAPSHOT"),
-                         ("SUBSCRIBE nope", "no table or view named 'nope'"),
+                         ("SUBSCRIBE nope", 'relation "nope" does not exist'),
                          (f"SUBSCRIBE s AS OF {db.epoch + 5}", "is not committed yet")]:
         with pytest.raises(MillpondError, match=message):
             db.sql(bad)
@@ -288,10 +288,10 @@ def test_a_failed_or_dropped_view_ends_its_subscription_with_the_reason(open_db)
     assert next(sub).to_pylist() == [{"k": 1, "r": 2, "_w": 1, "_epoch": db.epoch}]
     db.sql("INSERT INTO t VALUES (2, 0)")
     db.flush()
-    with pytest.raises(MillpondError, match="view .q. failed at epoch .*Division by zero"):
+    with pytest.raises(MillpondError, match="view .q. failed at epoch .*division by zero"):
         next(sub)
     db.sql("DROP MATERIALIZED VIEW q")
-    with pytest.raises(MillpondError, match="no table or view named 'q'"):
+    with pytest.raises(MillpondError, match='relation "q" does not exist'):
         list(db.subscribe("q", 0, timeout=0))
 
 

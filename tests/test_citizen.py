@@ -291,8 +291,8 @@ def test_cli_sql_read_only(open_db, root, capsys):
     assert code == 0 and [json.loads(line) for line in out.splitlines()] == [{"n": 10}]
     code, out, err = _cli(capsys, "sql", root, "--read-only", "-c", "SELECT 1 AS one; SELECT *\nFROM nope")
     assert code == 1 and "│   1 │" in out
-    assert err == ("millpond: statement 2 of 2 failed (statement 1 was applied): no table or view named 'nope' "
-                   "(known: s, t)\n")
+    assert err == ('millpond: statement 2 of 2 failed (statement 1 was applied): relation "nope" does not '
+                   'exist (line 2, column 6) HINT:  known tables and views: s, t\n')
 
 
 def test_interactive_shell(open_db, root):

@@ -92,11 +92,11 @@ def test_explain_names_the_state_tables_epochs_write(db):
 def test_bad_introspection_statements(db):
     with pytest.raises(SqlError, match="SHOW GRANTS is not supported"):
         db.sql("SHOW GRANTS")
-    with pytest.raises(CatalogError, match="no table or view named 'nope'"):
+    with pytest.raises(CatalogError, match='relation "nope" does not exist'):
         db.sql("DESCRIBE nope")
     with pytest.raises(SqlError, match="EXPLAIN CREATE MATERIALIZED VIEW"):
         db.sql("EXPLAIN SELECT 1")
-    with pytest.raises(CatalogError, match="no materialized view named 'nope'"):
+    with pytest.raises(CatalogError, match='materialized view "nope" does not exist'):
         db.sql("EXPLAIN MATERIALIZED VIEW nope")
     with pytest.raises(SqlError, match="colour"):  # the planner's own errors, as at CREATE
         db.sql("EXPLAIN CREATE MATERIALIZED VIEW v AS SELECT colour FROM info")

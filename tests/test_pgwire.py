@@ -93,13 +93,13 @@ def test_an_error_reaches_the_client_and_the_connection_stays_usable(served):
     with _connect(server, autocommit=True) as conn:
         with pytest.raises(psycopg.errors.SyntaxError):
             conn.execute("SELEC 1")
-        with pytest.raises(psycopg.errors.UndefinedTable, match="no table or view named 'nope'"):
+        with pytest.raises(psycopg.errors.UndefinedTable, match='relation "nope" does not exist'):
             conn.execute("SELECT * FROM nope")
         with pytest.raises(psycopg.errors.DivisionByZero):  # SQLSTATE 22012
             conn.execute("SELECT 1 / 0")
         with pytest.raises(psycopg.errors.DivisionByZero):  # a reader's error too
             conn.execute("SELECT k / 0 FROM t")
-        with pytest.raises(psycopg.errors.SyntaxErrorOrAccessRuleViolation, match="could not be resolved"):
+        with pytest.raises(psycopg.errors.UndefinedColumn, match='column "nope" does not exist'):
             conn.execute("SELECT nope FROM t")
         assert conn.execute("SELECT count(*) FROM t").fetchone() == (2,)
     with _connect(server) as conn:  # in a transaction block: ROLLBACK, then on
@@ -118,10 +118,10 @@ def test_psql(served):
     assert out.stdout.splitlines() == ["1|it's", "2|"]
     script = "SELECT 1 AS a; SELECT * FROM nope; SELECT 2"  # psql sends it as one simple query: stops at the error
     out = subprocess.run([*base, "-c", script], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 1 and "no table or view named 'nope'" in out.stderr and out.stdout.split() == ["1"]
+    assert out.returncode == 1 and 'relation "nope" does not exist' in out.stderr and out.stdout.split() == ["1"]
     out = subprocess.run([*base, "-v", "ON_ERROR_STOP=0", "-f", "-"], capture_output=True, text=True, timeout=60,
                          input="SELECT * FROM nope;\nSELECT n FROM m;\n")
-    assert "no table or view named" in out.stderr and out.stdout.split() == ["2"]  # the connection went on
+    assert "does not exist" in out.stderr and out.stdout.split() == ["2"]  # the connection went on
     listed = subprocess.run([*base, "-c", "\\dt", "-c", "\\dm"], capture_output=True, text=True, timeout=60)
     assert listed.returncode == 0, listed.stderr
     assert [line.split("|")[1:3] for line in listed.stdout.splitlines() if line] == [["t", "table"],

@@ -194,7 +194,7 @@ def test_sink_errors_name_the_problem(open_db, tmp_path):
         (f"CREATE SINK s FROM kv WITH (connector = 'deltalake', location = '{loc}', type = 'upsert', colour = 'b')",
          "unknown option 'colour'"),
         (f"CREATE SINK s FROM nope WITH (connector = 'deltalake', location = '{loc}', type = 'upsert')",
-         "no table or view named 'nope'"),
+         'relation "nope" does not exist'),
         (f"CREATE SINK s FROM spans WITH (connector = 'deltalake', location = '{loc}', type = 'append-only')",
          "column '_op' is reserved for an append-only sink's changes"),
         ("CREATE SINK s kv", "expected FROM table_or_view"),
@@ -211,7 +211,7 @@ def test_sink_errors_name_the_problem(open_db, tmp_path):
         db.sql(f"CREATE SINK s2 FROM kv WITH (connector = 'deltalake', location = '{loc}', type = 'upsert')")
     db.sql("DROP SINK s; DROP SINK IF EXISTS s; DROP TABLE kv")  # the target's table stays
     assert DeltaTable(str(loc)).to_pyarrow_table().to_pylist() == [{"k": 1, "g": "a", "v": 2}]
-    with pytest.raises(CatalogError, match="no sink named 's'"):
+    with pytest.raises(CatalogError, match='sink "s" does not exist'):
         db.sql("DROP SINK s")
     # a target that cannot be written: the sink is not created, and nothing of it is left
     blocked = tmp_path / "file"

@@ -40,8 +40,7 @@ from pygwire.messages import (AuthenticationCleartextPassword, AuthenticationOk,
                               SASLResponse, SSLRequest, SSLResponse, StartupMessage, Sync, Terminate)
 from sqlglot import exp
 
-from millpond.errors import (CatalogError, MillpondError, MillpondNotice, ReadOnlyError, RetentionError,
-                             SchemaError, SqlError)
+from millpond.errors import MillpondError, MillpondNotice, ReadOnlyError
 from millpond.readers import Readers
 from millpond.pgcatalog import SERVER_VERSION, catalog_query, catalog_rows
 from millpond.serve.auth import Access, Scram
@@ -278,14 +277,16 @@ class _Handler(socketserver.BaseRequestHandler):
             parts = [s.meta["sql"] for s in statements(text)] if text.strip().strip(";").strip() else []
         except Exception as exc:  # noqa: BLE001
             parts = None
-            self._error(exc)
+            self._error(exc, text)
         if parts == []:
             self._send(EmptyQueryResponse())
+        at = 0
         for sql in parts or []:
+            at = text.find(sql, at)
             try:
                 self._send(*self._result(self._run(sql)))
             except Exception as exc:  # noqa: BLE001
-                self._error(exc)
+                self._error(exc, text, max(at, 0))
                 break
         self._send(ReadyForQuery(status=self.status))
 
@@ -391,10 +392,23 @@ class _Handler(socketserver.BaseRequestHandler):
         msgs.append(CommandComplete(tag=f"SELECT {table.num_rows}"))
         return msgs
 
-    def _error(self, exc: BaseException) -> None:
+    def _error(self, exc: BaseException, query: str | None = None, offset: int = 0) -> None:
+        """PostgreSQL's ErrorResponse: the SQLSTATE, the message, its hint apart, and the position
+        (``P``: the 1-based character of ``query`` the error points at, which psql marks)."""
         if self.status == TransactionStatus.IN_TRANSACTION:
             self.status = TransactionStatus.ERROR_TRANSACTION
-        self._send(ErrorResponse(fields={"S": "ERROR", "V": "ERROR", "C": _sqlstate(exc), "M": str(exc)}))
+        fields = {"S": "ERROR", "V": "ERROR", "C": _sqlstate(exc), "M": str(exc)}
+        if isinstance(exc, MillpondError):
+            fields["M"] = exc.message
+            if exc.hint:
+                fields["H"] = exc.hint
+        line, col = getattr(exc, "line", None), getattr(exc, "col", None)
+        if query is not None and line is not None and col is not None:
+            fields["M"] = re.sub(r" \(line \d+, column \d+\)", "", fields["M"], count=1)
+            lines = query[offset:].split("\n")
+            if line <= len(lines):
+                fields["P"] = str(offset + sum(len(x) + 1 for x in lines[:line - 1]) + col)
+        self._send(ErrorResponse(fields=fields))
 
 
 # -- statements ---------------------------------------------------------------------------------
@@ -420,9 +434,6 @@ def _returns_rows(sql: str) -> bool:
     return word in ("SELECT", "WITH", "VALUES", "SHOW", "TABLE", "SUBSCRIBE", "EXPLAIN", "DESCRIBE")
 
 
-_DATA_ERRORS = {"division by zero": "22012", "out of range": "22003", "invalid input syntax": "22P02",
-                "overflow": "22003", "value too long": "22001"}
-
 
 class _Canceled(Exception):
     sqlstate = "57014"
@@ -443,28 +454,9 @@ _COPY_SUBSCRIBE = re.compile(r"COPY\s*\(\s*(SUBSCRIBE\b.*)\)\s*TO\s+STDOUT(?:\s+
 
 
 def _sqlstate(exc: BaseException) -> str:
-    if isinstance(exc, (_Canceled, _Refused)):
+    if isinstance(exc, (_Canceled, _Refused, MillpondError)):
         return exc.sqlstate
     text = str(exc)
     if m := re.search(r"SQLSTATE:? (\w{5})", text):
         return m.group(1)
-    if (code := next((c for phrase, c in _DATA_ERRORS.items() if phrase in text.lower()), None)) is not None:
-        return code
-    if isinstance(exc, SqlError):
-        if text.startswith("syntax error"):
-            return "42601"
-        return "42000" if "unsupported" not in text else "0A000"
-    if isinstance(exc, CatalogError):
-        if "no table or view named" in text or "no flow named" in text:
-            return "42P01"
-        if "already exists" in text:
-            return "42P07"
-        return "42000"
-    if isinstance(exc, SchemaError):
-        return "22000"
-    if isinstance(exc, ReadOnlyError):
-        return "25006"
-    if isinstance(exc, RetentionError):
-        return "22000"
     return "XX000"
-

@@ -23,7 +23,7 @@ from millpond.columns import ROW_ID, W
 from millpond.errors import CatalogError, FencedError
 from millpond.store.objects import AlreadyExists, ObjectStore
 
-__all__ = ["Column", "TableDef", "ViewDef", "FlowDef", "FunctionDef", "IndexDef", "SinkDef", "dependency",
+__all__ = ["missing_relation", "Column", "TableDef", "ViewDef", "FlowDef", "FunctionDef", "IndexDef", "SinkDef", "dependency",
            "index_dependency", "Catalog", "CatalogStore", "FORMAT"]
 
 # 2: views carry their CREATE statement as written and their bound plan (1: a re-generated query);
@@ -213,14 +213,14 @@ class Catalog:
     def relation(self, name: str) -> TableDef | ViewDef:
         found = self.tables.get(name) or self.views.get(name)
         if found is None:
-            known = sorted([*self.tables, *self.views])
-            raise CatalogError(f"no table or view named {name!r} (known: {', '.join(known) or 'none'})")
+            raise missing_relation(name, self)
         return found
 
     def table(self, name: str) -> TableDef:
+        if name in self.views:  # PostgreSQL's words (only tables accept INSERT, UPDATE and DELETE)
+            raise CatalogError(f'cannot change materialized view "{name}"', sqlstate="42809")
         if name not in self.tables:
-            kind = "a view" if name in self.views else "not a table"
-            raise CatalogError(f"{name!r} is {kind}; only tables accept INSERT, UPDATE and DELETE")
+            raise missing_relation(name, self)
         return self.tables[name]
 
     def writable(self, name: str) -> TableDef:
@@ -236,13 +236,14 @@ class Catalog:
 
     def _check_free(self, name: str) -> None:
         if name in self.tables or name in self.views:
-            raise CatalogError(f"a table or view named {name!r} already exists")
+            raise CatalogError(f'relation "{name}" already exists', sqlstate="42P07",
+                               hint=f"{name!r} is a {'table' if name in self.tables else 'materialized view'}")
         if name in self.flows:
-            raise CatalogError(f"a flow named {name!r} already exists")
+            raise CatalogError(f'relation "{name}" already exists', sqlstate="42P07", hint=f"{name!r} is a flow")
         if name in self.indexes:
-            raise CatalogError(f"an index named {name!r} already exists")
+            raise CatalogError(f'relation "{name}" already exists', sqlstate="42P07", hint=f"{name!r} is an index")
         if name in self.sinks:
-            raise CatalogError(f"a sink named {name!r} already exists")
+            raise CatalogError(f'relation "{name}" already exists', sqlstate="42P07", hint=f"{name!r} is a sink")
 
     def with_views(self, views: dict[str, ViewDef], flows: dict[str, FlowDef] | None = None) -> "Catalog":
         """The same catalog with these view (and flow) definitions (e.g. their plans filled in)."""
@@ -273,7 +274,7 @@ class Catalog:
 
     def without_flow(self, name: str) -> "Catalog":
         if name not in self.flows:
-            raise CatalogError(f"no flow named {name!r} (known: {', '.join(sorted(self.flows)) or 'none'})")
+            raise CatalogError(f'flow "{name}" does not exist', sqlstate="42704", hint=_known("flows", self.flows))
         return replace(self, flows={k: v for k, v in self.flows.items() if k != name})
 
     def without(self, name: str) -> "Catalog":
@@ -297,7 +298,7 @@ class Catalog:
 
     def without_index(self, name: str) -> "Catalog":
         if name not in self.indexes:
-            raise CatalogError(f"no index named {name!r} (known: {', '.join(sorted(self.indexes)) or 'none'})")
+            raise CatalogError(f'index "{name}" does not exist', sqlstate="42704", hint=_known("indexes", self.indexes))
         self._check_unused(index_dependency(name), f"index {name!r}")
         return replace(self, indexes={k: v for k, v in self.indexes.items() if k != name})
 
@@ -309,14 +310,14 @@ class Catalog:
 
     def without_sink(self, name: str) -> "Catalog":
         if name not in self.sinks:
-            raise CatalogError(f"no sink named {name!r} (known: {', '.join(sorted(self.sinks)) or 'none'})")
+            raise CatalogError(f'sink "{name}" does not exist', sqlstate="42704", hint=_known("sinks", self.sinks))
         return replace(self, sinks={k: v for k, v in self.sinks.items() if k != name})
 
     def with_function(self, f: FunctionDef, *, replace_: bool = False) -> "Catalog":
         if f.name in self.functions:
             if not replace_:
-                raise CatalogError(f"function {self.functions[f.name].signature} already exists "
-                                   "(CREATE OR REPLACE FUNCTION replaces it)")
+                raise CatalogError(f"function {self.functions[f.name].signature} already exists", sqlstate="42723",
+                                   hint="CREATE OR REPLACE FUNCTION replaces it")
             self._check_unused(dependency(f.name), f"function {f.name}")
         return replace(self, functions={**self.functions, f.name: f})
 
@@ -327,12 +328,12 @@ class Catalog:
     def _check_unused(self, dep: str, what: str) -> None:
         users = sorted(v.name for v in self.views.values() if dep in v.depends_on)
         if users:
-            raise CatalogError(f"cannot drop or replace {what}: views {', '.join(users)} depend on it; "
-                               "drop them first")
+            raise CatalogError(f"cannot drop or replace {what} because other objects depend on it: views "
+                               f"{', '.join(users)} depend on it", sqlstate="2BP01", hint="drop them first")
         flows = sorted(f.name for f in self.flows.values() if dep in f.depends_on)
         if flows:
-            raise CatalogError(f"cannot drop or replace {what}: flows {', '.join(flows)} read it; "
-                               "drop them first (DROP FLOW)")
+            raise CatalogError(f"cannot drop or replace {what} because other objects depend on it: flows "
+                               f"{', '.join(flows)} read it", sqlstate="2BP01", hint="drop them first (DROP FLOW)")
         sinks = sorted(s.name for s in self.sinks.values() if s.source == dep)
         if sinks:
             raise CatalogError(f"cannot drop or replace {what}: sinks {', '.join(sinks)} write its rows out; "
@@ -428,3 +429,13 @@ class CatalogStore:
                               "by another writer; reopen the root") from None
         faults.point("catalog.after_put")
         return new
+
+
+def _known(what: str, names: object) -> str:
+    return f"known {what}: {', '.join(sorted(names)) or 'none'}"  # type: ignore[call-overload]
+
+
+def missing_relation(name: str, catalog: Catalog) -> CatalogError:
+    """PostgreSQL's error for a table or view that is not there, naming the ones that are."""
+    return CatalogError(f'relation "{name}" does not exist', sqlstate="42P01",
+                        hint=_known("tables and views", [*catalog.tables, *catalog.views]))

@@ -385,7 +385,7 @@ class Coordinator:
         """What a failed consumer's manifest entry says: the error, and the record that raised it
         (the shortest failing prefix of each channel's range, by bisection)."""
         consumer, ranges = work
-        info = _data_error(exc) or {}
+        info = _data_error(exc, consumer.schema) or {}
         narrowed, rows = dict(ranges), []
         for channel, (start, stop) in ranges.items():
             table = next(t.name for t in tables.values() if t.channel == channel)

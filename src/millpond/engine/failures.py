@@ -8,8 +8,11 @@ from __future__ import annotations
 import contextlib
 import re
 
+import pyarrow as pa
 import sqlglot
 from sqlglot import exp
+
+from millpond import pgerrors
 
 __all__ = ["data_error", "describe_failure", "cause", "DATA_ERRORS_AS_NULL"]
 
@@ -18,15 +21,22 @@ _ERROR = re.compile(r"\[([A-Z][A-Z0-9_.]*)\] ([^\n]*?) ?SQLSTATE: (\w{5})")
 _CONTEXT = re.compile(r"== SQL \(line \d+, position \d+\) ==\n(.*)")
 
 
-def data_error(exc: BaseException) -> dict | None:
+def data_error(exc: BaseException, schema: "pa.Schema | None" = None) -> dict | None:
     """A Spark error of SQLSTATE class 22 (data exception) or 38 (a Python function raised:
-    :mod:`millpond.pyfunctions`) as {error_class, sqlstate, message, expression}; None for any
-    other error."""
+    :mod:`millpond.pyfunctions`) — also millpond's own ``RAISE_ERROR('division by zero')`` — as
+    {error_class, sqlstate, message, expression} with PostgreSQL's message and SQLSTATE
+    (:mod:`millpond.pgerrors`); None for any other error. ``schema``: the view's rows, whose
+    column's type names an overflow Spark does not name (``integer out of range``)."""
     text = str(exc)
     m = _ERROR.search(text)
-    if m is None or not m.group(3).startswith(("22", "38")):
+    if m is None:
         return None
-    message = m.group(2).split(". ")[0].rstrip(".")  # Spark's advice (try_divide, ansi) does not apply here
+    pg = pgerrors.translate(text)
+    sqlstate = pg.sqlstate if pg is not None else m.group(3)
+    if not pgerrors.is_data_error(sqlstate):
+        return None
+    # Spark's advice (try_divide, ansi) does not apply here
+    message = pg.message if pg is not None else m.group(2).split(". ")[0].rstrip(".")
     context = _CONTEXT.search(text[m.end():])
     expression = column = None
     if context:  # the fragment of the SQL millpond generated, back in the user's column names
@@ -34,7 +44,11 @@ def data_error(exc: BaseException) -> dict | None:
         if (alias := re.search(r"\s+AS\s+`([^`]*)`\s*$", fragment)) is not None:
             column, fragment = alias.group(1), fragment[:alias.start()]
         expression = re.sub(r"`(?:[^`]*__)?([^`]*)`", r"\1", fragment)
-    return {"error_class": m.group(1), "sqlstate": m.group(3), "message": message, "expression": expression,
+    if m.group(1) == "ARITHMETIC_OVERFLOW" and schema is not None and column in schema.names:
+        kind = schema.field(column).type
+        named = {pa.int16(): "smallint", pa.int32(): "integer", pa.int64(): "bigint"}.get(kind)
+        message = f"{named} out of range" if named else message
+    return {"error_class": m.group(1), "sqlstate": sqlstate, "message": message, "expression": expression,
             "column": column}
 
 
@@ -45,8 +59,9 @@ def describe_failure(f: dict, sql: str | None = None) -> str:
     where = f" in {shown!r}" if shown else ""
     rows = f"; input: {'; '.join(f['rows'])}" if f.get("rows") else ""
     flow = f.get("kind") == "flow"
+    state = f" (SQLSTATE {f['sqlstate']})" if f.get("sqlstate") else ""
     return (f"{'flow' if flow else 'view'} {f['name']!r} failed at epoch {f['failed_epoch']} (its rows stay as of "
-            f"epoch {f['epoch']}): [{f.get('error_class')}] {f.get('message')}{where}{rows}. Drop it, or drop and "
+            f"epoch {f['epoch']}): {f.get('message')}{where}{state}{rows}. Drop it, or drop and "
             f"recreate it (e.g. with NULLIF{'' if flow else DATA_ERRORS_AS_NULL})")
 
 

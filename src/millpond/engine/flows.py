@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from millpond import duck
+from millpond import duck, pgerrors
 from millpond.columns import KH, W
 from millpond.engine import plan as P
 from millpond.engine.expressions import to_duckdb
@@ -196,9 +196,6 @@ def expiry_floors(work: "list[tuple[Consumer, dict]]", offsets: Mapping[str, Map
     return floors
 
 
-_DATA_ERRORS = {"division by zero": ("DIVIDE_BY_ZERO", "22012")}
-
-
 def _above(name: str, m: Merge, rows: pl.DataFrame) -> pl.DataFrame:
     """The projections and filters above the aggregation, over its changelog, in DuckDB (with
     PostgreSQL's meaning, :func:`millpond.engine.expressions.to_duckdb`): a few rows per dirty group."""
@@ -218,11 +215,8 @@ def _above(name: str, m: Merge, rows: pl.DataFrame) -> pl.DataFrame:
             # a data error, named as Spark names one (the coordinator isolates the flow, as a view)
             if (m := PYTHON_ERROR.search(str(exc))) is not None:  # a Python function raised
                 raise FlowDataError(f"flow {name!r}: {m.group(0)}") from None
-            text = str(exc).split(":", 1)[-1].strip()
-            cls, state = _DATA_ERRORS.get(text, ("NUMERIC_VALUE_OUT_OF_RANGE", "22003")
-                                          if isinstance(exc, duckdb.OutOfRangeException) else ("CAST_INVALID_INPUT",
-                                                                                                 "22018"))
-            raise FlowDataError(f"flow {name!r}: [{cls}] {text} SQLSTATE: {state}") from None
+            pg = pgerrors.translate(str(exc)) or pgerrors.PgError(str(exc).split(":", 1)[-1].strip(), "22000")
+            raise FlowDataError(f"flow {name!r}: {pgerrors.shaped(pg)}") from None
     finally:
         con.close()
     cols = [KH, *m.schema.names, W]

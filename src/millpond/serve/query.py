@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
-from millpond import duck, jsonb
+from millpond import duck, jsonb, pgerrors
 from millpond.catalog.types import INTERVAL
 from millpond.engine.expressions import to_duckdb
 from millpond.engine.numerics import is_quotient
@@ -68,7 +68,11 @@ def answer(rt: Runtime, query: exp.Expression, *, hidden: bool = False, pending:
                     con.register(name, rt.snapshot(name, hidden=hidden, pending=pending))
                 result = con.sql(sql).to_arrow_table()
         except duckdb.Error as exc:
-            raise SqlError(f"query failed: {raised(exc) or exc}") from None
+            if (python := raised(exc)) is not None:  # a Python function raised (SQLSTATE 38000)
+                raise SqlError(python, sqlstate="38000") from None
+            if (pg := pgerrors.translate(str(exc))) is not None:  # a data error, in PostgreSQL's words
+                raise SqlError(pg.message, sqlstate=pg.sqlstate) from None
+            raise SqlError(f"query failed: {exc}") from None
         return _shown(result, intervals=not hidden)
     finally:
         con.close()

@@ -29,7 +29,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from millpond import duck
+from millpond import duck, pgerrors
 from millpond.columns import KH, W
 from millpond.errors import MillpondError
 from millpond.keyhash import xxhash64
@@ -140,8 +140,9 @@ def select_records(query: str, records: pa.Table) -> pa.Table:
     try:
         con.register("records", records)
         return con.sql(query).to_arrow_table()
-    except duckdb.OutOfRangeException as exc:  # as Spark reports it: the view fails alone (engine.failures)
-        raise MillpondError(f"[ARITHMETIC_OVERFLOW] {str(exc).split(': ', 1)[-1]} SQLSTATE: 22003") from None
+    except duckdb.OutOfRangeException as exc:  # a data error: the view fails alone (engine.failures)
+        pg = pgerrors.translate(str(exc)) or pgerrors.PgError("value out of range: overflow", "22003")
+        raise MillpondError(pgerrors.shaped(pg)) from None
     finally:
         con.close()
 

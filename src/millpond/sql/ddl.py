@@ -213,8 +213,8 @@ def _create_index(rt: Runtime, s: exp.Create) -> None:
         if table.name in rt.catalog.views:
             raise SqlError(f"CREATE INDEX on materialized view {table.name!r}: not supported (an index arranges a "
                            "table's rows)")
-        raise CatalogError(f"CREATE INDEX: no table named {table.name!r} (known: "
-                           f"{', '.join(sorted(rt.catalog.tables)) or 'none'})")
+        raise CatalogError(f'relation "{table.name}" does not exist', sqlstate="42P01",
+                           hint=f"known tables: {', '.join(sorted(rt.catalog.tables)) or 'none'}")
     t = rt.catalog.tables[table.name]
     cols = []
     for item in params.args.get("columns") or []:
@@ -225,9 +225,11 @@ def _create_index(rt: Runtime, s: exp.Create) -> None:
         cols.append(col.name)
     known = {c.name: c.type for c in t.columns}
     bad = [c for c in cols if c not in known]
-    if not cols or bad or len(set(cols)) != len(cols):
-        raise SqlError(f"CREATE INDEX on {t.name}: " + (f"no column {bad[0]!r} (columns: {', '.join(known)})" if bad
-                                                        else "columns must be listed once each"))
+    if bad:
+        raise SqlError(f'column "{bad[0]}" does not exist', sqlstate="42703",
+                       hint=f"the columns of {t.name}: {', '.join(known)}")
+    if not cols or len(set(cols)) != len(cols):
+        raise SqlError(f"CREATE INDEX on {t.name}: columns must be listed once each")
     if s.args.get("unique"):
         raise SqlError("CREATE UNIQUE INDEX is not supported: a millpond index arranges rows for joins; "
                        "a PRIMARY KEY is what keeps a table's rows unique")
@@ -280,8 +282,11 @@ def drop(rt: Runtime, s: exp.Drop) -> None:
                           if k != kind and name in names), None)
             if other is not None:  # PostgreSQL's own wording
                 article = "an" if what[0] in "aeiou" else "a"
-                raise CatalogError(f"{name!r} is not {article} {what}; use DROP {other} to remove a {_DROP_KINDS[other]}")
-            raise CatalogError(f"no {what} named {name!r}")
+                raise CatalogError(f'"{name}" is not {article} {what}', sqlstate="42809",
+                                   hint=f"use DROP {other} to remove a {_DROP_KINDS[other]}")
+            state = {"TABLE": "42P01", "MATERIALIZED VIEW": "42P01", "INDEX": "42704", "FUNCTION": "42883"}[kind]
+            quoted = name if kind == "FUNCTION" else f'"{name}"'
+            raise CatalogError(f"{what} {quoted} does not exist", sqlstate=state)
         if kind == "FUNCTION":
             rt.commit_catalog(rt.catalog.without_function(name))
             continue

@@ -158,7 +158,7 @@ def create(rt: Runtime, s: exp.Command) -> None:
     if spec.name in catalog.flows:
         if spec.if_not_exists:
             return
-        raise CatalogError(f"a flow named {spec.name!r} already exists")
+        raise CatalogError(f'relation "{spec.name}" already exists', sqlstate="42P07", hint=f"{spec.name!r} is a flow")
     plan, depends, keys = flow_plan(spec, catalog)
     _check_acyclic(spec, plan, catalog)
     schema = rt.coordinator.executor.output_schema(plan, catalog.tables)

@@ -127,7 +127,8 @@ def explain(rt: Runtime, s: exp.Command) -> pa.Table:
         name = normalize_identifiers(exp.to_table(m.group(1), dialect="postgres"), dialect="postgres").name
         view = rt.catalog.views.get(name)
         if view is None:
-            raise CatalogError(f"no materialized view named {name!r} (known: {', '.join(sorted(rt.catalog.views)) or 'none'})")
+            raise CatalogError(f'materialized view "{name}" does not exist', sqlstate="42P01",
+                               hint=f"known materialized views: {', '.join(sorted(rt.catalog.views)) or 'none'}")
         if view.plan is None:
             return _plan_table([f"view {view.name}: no stored plan"])
         lines = explain_plan(P.decode(view.plan), object_id=view.id, name=view.name)

@@ -31,7 +31,7 @@ def statements(text: str) -> list[exp.Expression]:
     """The statements of ``text`` (``SHOW``, ``EXPLAIN``... included, without sqlglot's warning
     that it keeps them as commands)."""
     with _no_command_warning():
-        return parse(text)
+        return parse(text, strict=True)
 
 
 def run(rt: Runtime, text: str) -> pa.Table | None:
@@ -84,7 +84,7 @@ def locate(error: MillpondError, i: int, n: int) -> None:
     applied = ("nothing was applied" if i == 1 else "statement 1 was applied" if i == 2
                else f"statements 1-{i - 1} were applied")
     rest = ", the rest were not run" if i < n else ""
-    error.args = (f"statement {i} of {n} failed ({applied}{rest}): {error}",)
+    error.args = (f"statement {i} of {n} failed ({applied}{rest}): {error.message}", *error.args[1:])
     error.statement = i  # type: ignore[attr-defined]
 
 

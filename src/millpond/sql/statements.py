@@ -16,8 +16,9 @@ from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 from sqlglot.tokens import TokenType
 
 from millpond.errors import SqlError
+from millpond.sql import grammar
 
-__all__ = ["parse", "tokens", "Words", "command_rest", "is_command", "dropped", "keyword", "view_query", "view_definition", "source", "VIEW_ALIAS"]
+__all__ = ["parse", "position", "tokens", "Words", "command_rest", "is_command", "dropped", "keyword", "view_query", "view_definition", "source", "VIEW_ALIAS"]
 
 
 class MillpondPostgres(Postgres):
@@ -43,10 +44,17 @@ class MillpondPostgres(Postgres):
 _DIALECT = MillpondPostgres
 
 
-def parse(text: str) -> list[exp.Expression]:
-    """Statements of ``text`` with unquoted identifiers folded to lower case (PostgreSQL rules)."""
+def parse(text: str, *, strict: bool = False) -> list[exp.Expression]:
+    """Statements of ``text`` with unquoted identifiers folded to lower case (PostgreSQL rules).
+
+    ``strict``: the text a user sent, which PostgreSQL's own parser reads first
+    (:mod:`millpond.sql.grammar`): what it refuses is refused in its words, and what it accepts but
+    millpond cannot read is refused as not supported. Stored definitions are read without it."""
+    runs = grammar.split(text)
+    if strict:
+        grammar.check(text, runs)
+    sources = [text[start:run[-1].end + 1] for start, run in runs]
     try:
-        sources = _sources(text)
         if any(_subscribe(s) for s in sources):
             parsed = [_subscribe(s) or sqlglot.parse_one(_rewrite(s), dialect=_DIALECT) for s in sources]
         else:
@@ -54,8 +62,12 @@ def parse(text: str) -> list[exp.Expression]:
                       if s is not None and not isinstance(s, exp.Semicolon)]
     except ParseError as exc:
         first = exc.errors[0] if exc.errors else {}
-        raise SqlError(f"syntax error: {first.get('description', exc)}"
-                       + (f" near {first.get('highlight')!r}" if first.get("highlight") else ""),
+        near = f" near {first.get('highlight')!r}" if first.get("highlight") else ""
+        if strict:  # PostgreSQL reads it: a construct millpond's parser does not know
+            raise SqlError(f"millpond cannot read this statement, which PostgreSQL accepts: "
+                           f"{first.get('description', exc)}{near}", sql=text, line=first.get("line"),
+                           col=first.get("col"), sqlstate="0A000") from None
+        raise SqlError(f"syntax error: {first.get('description', exc)}{near}",
                        sql=text, line=first.get("line"), col=first.get("col")) from None
     except TokenError as exc:
         raise SqlError(f"syntax error: {exc}", sql=text) from None
@@ -67,6 +79,19 @@ def parse(text: str) -> list[exp.Expression]:
         statement.meta["sql"] = sql
         out.append(statement)
     return out
+
+
+def position(node: exp.Expression | None) -> tuple[int | None, int | None]:
+    """Where ``node`` starts in the text it was parsed from: the line and column (1-based) of the
+    first of its tokens that has a position (in its whole subtree), or ``(None, None)``."""
+    metas = [n.meta for n in (node.walk() if node is not None else ()) if (n.meta or {}).get("line") is not None]
+    if not metas:
+        return None, None
+    meta = min(metas, key=lambda m: (m.get("start") is None, m.get("start") or 0, m["line"], m.get("col") or 0))
+    col = meta.get("col")
+    if col is not None and meta.get("start") is not None and meta.get("end") is not None:
+        col -= meta["end"] - meta["start"]  # sqlglot's column is the token's last character
+    return meta["line"], col
 
 
 def tokens(text: str) -> list:
@@ -147,19 +172,6 @@ def _subscribe(text: str) -> exp.Command | None:
     if not words or words[0].upper() != "SUBSCRIBE":
         return None
     return exp.Command(this="SUBSCRIBE", expression=exp.Literal.string(words[1] if len(words) > 1 else ""))
-
-
-def _sources(text: str) -> list[str]:
-    """The text of each statement: the runs of tokens between semicolons."""
-    runs, run = [], []
-    for token in [*sqlglot.Dialect.get_or_raise(_DIALECT).tokenize(text), None]:
-        if token is None or token.token_type == TokenType.SEMICOLON:
-            if run:
-                runs.append(text[run[0].start:run[-1].end + 1])
-            run = []
-        else:
-            run.append(token)
-    return runs
 
 
 def source(statement: exp.Expression) -> str:

@@ -8,6 +8,7 @@ from sqlglot import exp
 
 from millpond.catalog import Catalog
 from millpond.errors import SqlError
+from millpond.sql.statements import position
 
 __all__ = ["Context", "err", "FIRST_NODE_ID"]
 
@@ -29,10 +30,7 @@ class Context:
         return next(self._ids)
 
 
-def err(message: str, node: exp.Expression | None = None) -> SqlError:
-    """A SqlError at ``node``'s position in the statement (its own, or its first identifier's)."""
-    meta = getattr(node, "meta", None) or {}
-    if not meta and node is not None:
-        ident = node.find(exp.Identifier)
-        meta = (ident.meta if ident is not None else {}) or {}
-    return SqlError(message, line=meta.get("line"), col=meta.get("col"))
+def err(message: str, node: exp.Expression | None = None, *, sqlstate: str | None = None) -> SqlError:
+    """A SqlError at ``node``'s position in the statement (where it starts)."""
+    line, col = position(node)
+    return SqlError(message, line=line, col=col, sqlstate=sqlstate)

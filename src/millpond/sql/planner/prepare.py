@@ -12,14 +12,14 @@ from __future__ import annotations
 from typing import Callable
 
 from sqlglot import exp
-from sqlglot.errors import OptimizeError
-from sqlglot.optimizer.qualify import qualify
 
 from millpond.catalog import dependency
-from millpond.errors import CatalogError
+from millpond.catalog.catalog import missing_relation
 from millpond.sql import semantics
-from millpond.sql.desugar import check_column_aliases, desugar
+from millpond.sql.desugar import desugar
+from millpond.sql.names import qualify_names
 from millpond.sql.planner.context import Context, err
+from millpond.sql.statements import position
 from millpond.sql.planner.subqueries import unnest_subqueries
 from millpond.sql.planner.windows import expand_table_functions
 
@@ -40,9 +40,7 @@ def check_tables(ctx: Context, query: exp.Expression) -> exp.Expression:
     for t in query.find_all(exp.Table):
         if isinstance(t.this, exp.Identifier) and t.name not in ctes and t.name not in ctx.catalog.views \
                 and t.name not in ctx.catalog.tables:
-            known = sorted([*ctx.catalog.tables, *ctx.catalog.views])
-            raise CatalogError(err(f"no table or view named {t.name!r} (known: {', '.join(known) or 'none'})",
-                                   t).args[0])
+            raise missing_relation(t.name, ctx.catalog).at(*position(t))
     return query
 
 
@@ -60,12 +58,7 @@ def column_types(ctx: Context) -> dict[str, dict[str, semantics.SqlType]]:
 
 def qualify_columns(ctx: Context, query: exp.Expression) -> exp.Expression:
     """sqlglot's ``qualify``: each column gets the alias of the FROM item it comes from."""
-    try:
-        types = column_types(ctx)
-        return qualify(check_column_aliases(query, types), schema=semantics.sqlglot_schema(types),
-                       dialect="postgres", validate_qualify_columns=True, quote_identifiers=False)
-    except OptimizeError as exc:
-        raise err(f"cannot resolve the query: {exc}", query) from None
+    return qualify_names(query, column_types(ctx))
 
 
 def bind_semantics(ctx: Context, query: exp.Expression) -> exp.Expression:

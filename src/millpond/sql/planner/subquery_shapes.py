@@ -7,8 +7,7 @@ from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
-from millpond.errors import SqlError
-from millpond.sql.planner.context import err as _err
+from millpond.sql.planner.context import err
 from millpond.sql.planner.exprs import conjuncts, unalias
 
 if TYPE_CHECKING:
@@ -291,12 +290,6 @@ def _outer_columns(q: exp.Expression) -> list[exp.Column]:
 
 def _grouped(e: exp.Expression, group: list[exp.Expression]) -> bool:
     return any(e == g for g in group) or all(any(c == g for g in group) for c in e.find_all(exp.Column))
-
-
-def err(message: str, node: exp.Expression) -> SqlError:
-    """A SqlError at the first position found in ``node``'s subtree."""
-    located = next((n for n in node.walk() if (n.meta or {}).get("line") is not None), node)
-    return _err(message, located)
 
 
 # -- building -------------------------------------------------------------------------------------------------

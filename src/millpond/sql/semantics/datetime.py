@@ -17,6 +17,7 @@ from sqlglot import exp
 from millpond.sql.semantics import types as T
 from millpond.sql.semantics.constants import interval_node, interval_parts, parse_constant
 from millpond.engine.expressions import mp
+from millpond.sql.semantics.to_char import TO_CHAR_PATTERNS, to_char
 from millpond.sql.semantics.types import SqlType
 
 if TYPE_CHECKING:
@@ -262,132 +263,6 @@ def _date_bin(b: Binder, node: exp.DateBin) -> Typed:
     if t.kind == "timestamp":
         return start, T.TIMESTAMP
     return _cast(start, T.TIMESTAMP, T.TIMESTAMPTZ, node), T.TIMESTAMPTZ
-
-
-# -- to_char --------------------------------------------------------------------------------------
-_MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
-           "November", "December"]
-_DAYS = ["Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"]
-
-# pattern -> (field, zero-padded width) for the numeric patterns
-_NUMERIC = {"HH24": ("hour", 2), "HH12": ("hour12", 2), "HH": ("hour12", 2), "MI": ("minute", 2),
-            "SS": ("second", 2), "MS": ("millis", 3), "US": ("micros", 6), "YYYY": ("year", 4),
-            "YYY": ("year3", 3), "YY": ("year2", 2), "IYYY": ("isoyear", 4), "MM": ("month", 2),
-            "DDD": ("doy", 3), "DD": ("day", 2), "D": ("dow1", 1), "IW": ("week", 2), "Q": ("quarter", 1)}
-_NAMES = {"MONTH", "Month", "month", "MON", "Mon", "mon", "DAY", "Day", "day", "DY", "Dy", "dy"}
-_MERIDIEM = {"AM": "AM", "PM": "AM", "am": "am", "pm": "am", "A.M.": "A.M.", "P.M.": "A.M.", "a.m.": "a.m.",
-             "p.m.": "a.m."}
-TO_CHAR_PATTERNS = sorted([*_NUMERIC, *_NAMES, *_MERIDIEM], key=lambda p: (-len(p), p))
-_UNSUPPORTED = ("TZ", "tz", "OF", "TZH", "TZM", "SSSS", "SSSSS", "J", "WW", "W", "CC", "RM", "rm", "Y,YYY",
-                "IDDD", "ID", "IY", "BC", "AD", "B.C.", "A.D.", "bc", "ad", "TH", "th", "FX", "TM", "SP")
-
-
-def to_char(b: Binder, node: exp.Expression) -> Typed:
-    args = node.expressions if isinstance(node, exp.Anonymous) else [node.this, node.args.get("format")]
-    if len(args) != 2:
-        raise _refuse("to_char takes a value and a format", node)
-    fmt = args[1]
-    if not (isinstance(fmt, exp.Literal) and fmt.is_string):
-        raise _refuse("to_char needs a constant format", node)
-    value, t = b.value(args[0])
-    if t.number:
-        raise _refuse("to_char of a number is not supported (of a date or timestamp); use round() and casts",
-                      node)
-    if t.kind not in _DATETIME:
-        raise _refuse(f"to_char of {t} is not supported", node)
-    ts = _cast(value, t, T.TIMESTAMP, node)
-    pieces = [_piece(kind, arg, fill, ts) for kind, arg, fill in _tokens(fmt.this, node)]
-    if not pieces:
-        return exp.Literal.string(""), T.TEXT
-    out = pieces[0]
-    for p in pieces[1:]:
-        out = exp.DPipe(this=out, expression=p, safe=False)
-    # a constant format still yields NULL for a NULL timestamp
-    return exp.Case(ifs=[exp.If(this=exp.Is(this=ts.copy(), expression=exp.Null()), true=exp.Null())],
-                    default=out), T.TEXT
-
-
-def _tokens(fmt: str, at: exp.Expression) -> list[tuple[str, str, bool]]:
-    """(kind, pattern or literal text, fill mode) tokens of a PostgreSQL datetime format."""
-    out: list[tuple[str, str, bool]] = []
-    i, fill = 0, False
-    while i < len(fmt):
-        if fmt.startswith("FM", i) or fmt.startswith("fm", i):
-            fill, i = True, i + 2
-            continue
-        if fmt[i] == '"':
-            end = fmt.find('"', i + 1)
-            if end < 0:
-                raise _refuse("to_char: unterminated quoted text in the format", at)
-            out.append(("text", fmt[i + 1:end], False))
-            i = end + 1
-            continue
-        if fmt[i] == "\\" and i + 1 < len(fmt):
-            out.append(("text", fmt[i + 1], False))
-            i += 2
-            continue
-        found = next((p for p in TO_CHAR_PATTERNS if fmt.startswith(p, i)), None)
-        bad = next((p for p in sorted(_UNSUPPORTED, key=len, reverse=True) if fmt.startswith(p, i)), None)
-        if bad is not None and (found is None or len(bad) > len(found)):
-            raise _refuse(f"to_char pattern {bad!r} is not supported (supported: {', '.join(TO_CHAR_PATTERNS)}, "
-                          "FM, quoted text)", at)
-        if found is not None:
-            out.append(("pattern", found, fill))
-            fill = False
-            i += len(found)
-            continue
-        if fmt[i].isalpha() and fmt[i].upper() in "YIMDHSQWJCR":
-            raise _refuse(f"to_char pattern at {fmt[i:i + 4]!r} is not supported", at)
-        out.append(("text", fmt[i], False))
-        i += 1
-    return out
-
-
-def _piece(kind: str, arg: str, fill: bool, ts: exp.Expression) -> exp.Expression:
-    if kind == "text":
-        return exp.Literal.string(arg)
-    if arg in _NUMERIC:
-        name, width = _NUMERIC[arg]
-        text = exp.Cast(this=_to_char_field(name, ts), to=T.datatype(T.TEXT))
-        if fill:
-            return text
-        return exp.Anonymous(this="LPAD", expressions=[text, exp.Literal.number(width), exp.Literal.string("0")])
-    if arg in _MERIDIEM:
-        am = _MERIDIEM[arg]
-        pm = {"AM": "PM", "am": "pm", "A.M.": "P.M.", "a.m.": "p.m."}[am]
-        return exp.Case(ifs=[exp.If(this=exp.LT(this=field("hour", ts), expression=exp.Literal.number(12)),
-                                    true=exp.Literal.string(am))], default=exp.Literal.string(pm))
-    month = arg.upper().startswith("MON")
-    names = _MONTHS if month else _DAYS
-    index = field("month", ts) if month else field("dow", ts)
-    base = 1 if month else 0
-    short = arg.upper() in ("MON", "DY")
-    pad = 3 if short else 9
-    ifs = []
-    for i, n in enumerate(names):
-        n = n[:3] if short else n
-        n = n.upper() if arg.isupper() else n.lower() if arg.islower() else n
-        if not fill and not short:
-            n = n.ljust(pad)
-        ifs.append(exp.If(this=exp.EQ(this=index.copy(), expression=exp.Literal.number(i + base)),
-                          true=exp.Literal.string(n)))
-    return exp.Case(ifs=ifs)
-
-
-def _to_char_field(name: str, ts: exp.Expression) -> exp.Expression:
-    n = exp.Literal.number
-    if name == "hour12":
-        return exp.Add(this=exp.Paren(this=exp.Mod(this=exp.Paren(this=exp.Add(this=field("hour", ts), expression=n(11))), expression=n(12))),
-                       expression=n(1))
-    if name == "millis":
-        return _int_div(field("micros", ts), n(1000))
-    if name == "year3":
-        return exp.Mod(this=field("year", ts), expression=n(1000))
-    if name == "year2":
-        return exp.Mod(this=field("year", ts), expression=n(100))
-    if name == "dow1":
-        return exp.Add(this=field("dow", ts), expression=n(1))
-    return field(name, ts)
 
 
 # -- current date and time ------------------------------------------------------------------------

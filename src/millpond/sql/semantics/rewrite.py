@@ -15,6 +15,7 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
 from millpond.errors import SqlError
+from millpond.sql.statements import position
 from millpond.sql.semantics import types as T
 from millpond.sql.semantics.types import SqlType
 
@@ -24,15 +25,10 @@ Typed = tuple[exp.Expression, SqlType]
 Schema = Mapping[str, Mapping[str, SqlType]]
 
 
-def refuse(message: str, node: exp.Expression | None = None) -> SqlError:
-    """A SqlError at ``node``'s position (its own, or its first identifier's)."""
-    meta = getattr(node, "meta", None) or {}
-    if "line" not in meta and node is not None:
-        for n in node.walk():
-            if n.meta.get("line") is not None:
-                meta = n.meta
-                break
-    return SqlError(message, line=meta.get("line"), col=meta.get("col"))
+def refuse(message: str, node: exp.Expression | None = None, *, sqlstate: str | None = None) -> SqlError:
+    """A SqlError at ``node``'s position (where it starts)."""
+    line, col = position(node)
+    return SqlError(message, line=line, col=col, sqlstate=sqlstate)
 
 
 class Binder:

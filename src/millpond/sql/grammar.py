@@ -1,0 +1,129 @@
+"""PostgreSQL's own grammar: a statement PostgreSQL's parser refuses is refused, in its words.
+
+sqlglot, which reads millpond's statements, is lenient: it takes ``SELECT k, FROM t``, ``IN ()``,
+``LIMIT 1, 2``, a bare expression as a statement, Spark's and MySQL's syntax... A user who writes
+such SQL should hear what PostgreSQL would say, not get a view that means something else. So every
+statement a user sends is first read by PostgreSQL's parser itself (libpg_query, through
+``pgparse``), and its syntax error — ``syntax error at or near "FROM"``, SQLSTATE 42601, at the
+offending token — is raised before sqlglot sees the text.
+
+    >>> check("SELECT k, FROM t")
+    Traceback (most recent call last):
+    ...
+    millpond.errors.SqlError: syntax error at or near "FROM" (line 1, column 11)
+
+millpond's own syntax is not PostgreSQL's and is not checked here: its statements (``CREATE SINK``,
+``CREATE FLOW``, ``SUBSCRIBE``, ``FLUSH``, ``SHOW …``, ``DESCRIBE``, ``EXPLAIN MATERIALIZED VIEW``)
+are left to their own readers, and its clauses inside PostgreSQL's statements (``APPEND ONLY``,
+``AS OF EPOCH n``, ``STRUCT<…>`` types) are blanked out before the check, keeping every other
+token where it was so positions stay true.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import pgparse
+from sqlglot.dialects.postgres import Postgres
+from sqlglot.errors import TokenError
+from sqlglot.tokens import Token, TokenType
+
+from millpond.errors import SqlError
+
+__all__ = ["check", "split", "line_col", "OWN_STATEMENTS"]
+
+# statements of millpond's own, by their first words (each read by its own module)
+OWN_STATEMENTS: tuple[tuple[str, ...], ...] = (
+    ("SUBSCRIBE",), ("FLUSH",), ("SHOW",), ("DESCRIBE",), ("DESC",), ("EXPLAIN", "MATERIALIZED"),
+    ("CREATE", "FLOW"), ("CREATE", "SINK"), ("DROP", "FLOW"), ("DROP", "SINK"),
+)
+
+
+def line_col(text: str, offset: int) -> tuple[int, int]:
+    """The 1-based line and column of the character at ``offset`` (0-based) of ``text``."""
+    before = text[:offset]
+    return before.count("\n") + 1, offset - (before.rfind("\n") + 1) + 1
+
+
+def split(text: str) -> list[tuple[int, list[Token]]]:
+    """The statements of ``text``: the runs of tokens between semicolons, each with its offset."""
+    try:
+        tokens = Postgres().tokenize(text)
+    except TokenError as exc:
+        raise SqlError(f"syntax error: {exc}", sql=text, sqlstate="42601") from None
+    runs: list[tuple[int, list[Token]]] = []
+    run: list[Token] = []
+    for token in [*tokens, None]:
+        if token is None or token.token_type == TokenType.SEMICOLON:
+            if run:
+                runs.append((run[0].start, run))
+            run = []
+        else:
+            run.append(token)
+    return runs
+
+
+def _own(text: str) -> bool:
+    words = text.upper().split(None, 2)[:2]  # (sqlglot keeps a command's rest as one token)
+    return any(words[:len(own)] == list(own) for own in OWN_STATEMENTS)
+
+
+def _masked(text: str, tokens: Sequence[Token], base: int) -> str:
+    """``text`` (one statement, starting at ``base`` of the script) with millpond's own clauses
+    blanked out: ``APPEND ONLY`` after a table's columns, ``AS OF EPOCH n`` / ``AS OF TIMESTAMP '…'``
+    / ``FOR SYSTEM_TIME AS OF …`` after a relation, ``STRUCT<…>`` types (as ``text``)."""
+    chars = list(text)
+
+    def blank(first: Token, last: Token, keep: str = "") -> None:
+        a, b = first.start - base, last.end - base + 1
+        chars[a:b] = list(keep.ljust(b - a))
+
+    n = len(tokens)
+    for i, t in enumerate(tokens):
+        word = t.text.upper()
+        nxt = tokens[i + 1].text.upper() if i + 1 < n else ""
+        if word == "APPEND" and nxt == "ONLY" and i and tokens[i - 1].token_type == TokenType.R_PAREN:
+            blank(t, tokens[i + 1])
+        elif word in ("AS", "FOR") and i + 2 < n and (
+                (word == "AS" and nxt == "OF" and tokens[i + 2].text.upper() in ("EPOCH", "TIMESTAMP"))
+                or (word == "FOR" and nxt == "SYSTEM_TIME")):
+            j = i + 2 if word == "AS" else i + 3  # the word after AS OF
+            if word == "FOR" and j < n and tokens[j].text.upper() == "OF":
+                j += 1
+            if j < n and tokens[j].text.upper() in ("EPOCH", "TIMESTAMP"):
+                j += 1
+            if j < n:  # the epoch, or the time (a constant or an expression: blanked as far as the next clause)
+                blank(t, tokens[j])
+        elif word == "STRUCT" and nxt == "<":
+            depth, j = 0, i + 1
+            while j < n:
+                kind = tokens[j].token_type
+                depth += (kind == TokenType.LT) - (kind == TokenType.GT)
+                if tokens[j].text == ">>":
+                    depth -= 2
+                if depth <= 0:
+                    break
+                j += 1
+            blank(t, tokens[min(j, n - 1)], "text")
+    return "".join(chars)
+
+
+def check(text: str, statements: Sequence[tuple[int, Sequence[Token]]] | None = None) -> None:
+    """Raise PostgreSQL's syntax error for the first statement of ``text`` its parser refuses.
+
+    ``statements``: each statement's offset in ``text`` and its tokens (sqlglot's; the statements of
+    ``text`` split at semicolons when not given)."""
+    if statements is None:
+        statements = split(text)
+    for base, tokens in statements:
+        end = tokens[-1].end + 1 if tokens else base
+        if not tokens or _own(text[base:end]):
+            continue
+        source = _masked(text[base:end], tokens, base)
+        try:
+            pgparse.parse(source)
+        except pgparse.PGQueryError as exc:
+            offset = base + max(int(exc.position or 1), 1) - 1
+            offset = min(offset, len(text))
+            line, col = line_col(text, offset)
+            raise SqlError(exc.message, sql=text, line=line, col=col, sqlstate="42601") from None
