@@ -156,7 +156,8 @@ _PG_VIEWS = [
     "CASE WHEN m.atttypid IS NOT NULL THEN m.atttypmod WHEN a.atttypmod > 0 "
     "THEN (((a.atttypmod // 1000) << 16) | (a.atttypmod % 1000)) + 4 ELSE a.atttypmod END AS atttypmod, "
     "coalesce(m.attnotnull, a.attnotnull) AS attnotnull) FROM pg_catalog.pg_attribute a "
-    "LEFT JOIN pg_catalog.pg_class c ON c.oid = a.attrelid LEFT JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+    "LEFT JOIN pg_catalog.pg_class c ON c.oid = a.attrelid "
+    "LEFT JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
     "LEFT JOIN mp_pg_columns m ON n.nspname = 'main' AND m.relname = c.relname AND m.attname = a.attname",
     # the types a column can have that DuckDB's pg_type lacks (text, jsonb, record, arrays)
     "mp_pg_type AS SELECT * FROM pg_catalog.pg_type UNION ALL BY NAME SELECT * FROM (VALUES "
@@ -173,8 +174,8 @@ _MACROS = [f"version() AS 'PostgreSQL {SERVER_VERSION}'", "pg_get_userbyid(id) A
            "pg_get_constraintdef(c, pretty := false) AS NULL", "pg_get_indexdef(i, n := 0, pretty := false) AS NULL",
            "pg_get_statisticsobjdef_columns(s) AS NULL", "pg_get_triggerdef(t, pretty := false) AS NULL",
            "pg_get_ruledef(r, pretty := false) AS NULL", "pg_relation_is_publishable(r) AS false",
-           "array_upper(a, d) AS len(a)",
+           "array_upper(a, d) AS len(a)",  # (DuckDB's catalog views call its own current_database())
            # PostgreSQL's name of a type (psql's \\d), a numeric's precision and scale from its typmod
            "format_type(t, m) AS CASE t " + " ".join(f"WHEN {o} THEN '{name}'" for o, (name, _) in _TYPES.items())
            + " ELSE pg_catalog.format_type(t, -1) END || CASE WHEN t = 1700 AND m >= 4 "
-           "THEN concat('(', (m - 4) >> 16, ',', (m - 4) & 65535, ')') ELSE '' END"]  # (DuckDB's catalog views call its own current_database())
+           "THEN concat('(', (m - 4) >> 16, ',', (m - 4) & 65535, ')') ELSE '' END"]
