@@ -393,7 +393,7 @@ def test_python_streaming_tables_run_as_streams_into_tables(open_db, tmp_path):
         with pytest.raises(PipelineError) as caught:  # one stream fails: it alone, and what reads it
             pipelines.run(db, pipelines.load(tmp_path / "spark-pipeline.yml"))
         report = str(caught.value).splitlines()
-        assert "  streamed into raw_events (transformations/source.py, 1 flows)" in report, report
+        assert "  streamed into raw_events (transformations/source.py, 1 flow)" in report, report
         recomputed = "unchanged" if round_ == 2 else f"{len(set(_keys_in(landing)))} rows"
         assert f"  recomputed counts (transformations/source.py, {recomputed})" in report, report
         assert any(line.startswith("  failed: broken (transformations/source.py: ") for line in report), report

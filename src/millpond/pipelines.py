@@ -345,14 +345,16 @@ def check(project: Project, tables: set[str]) -> list[str]:
     files define (read from their text); the lines to report."""
     from millpond.spark.pipeline_sources import names
 
-    ordered = project.order(tables | {n for p in project.python for n in names(p)})
+    python = {n: p.relative_to(project.folder) for p in project.python for n in sorted(names(p))}  # name -> file
+    ordered = project.order(tables | set(python))
     for d in ordered:
         try:
             sqlglot.parse_one(d.sql(), dialect="postgres")
         except sqlglot.errors.ParseError as exc:
             raise PipelineError(f"{d.where}: dataset {d.name!r}: {str(exc).splitlines()[0]}") from None
-    return [f"pipeline {project.name!r}: {len(ordered)} datasets", *(f"  not run: {u}" for u in project.unsupported),
-            *(f"  {p.relative_to(project.folder)}: Python datasets, run with Spark" for p in project.python),
+    n = len({d.name for d in ordered} | set(python))
+    return [f"pipeline {project.name!r}: {n} dataset{'s' * (n != 1)}", *(f"  not run: {u}" for u in project.unsupported),
+            *(f"  {name} (Python, {file}): run with Spark" for name, file in python.items()),
             *(f"  {d.name} ({d.kind}, {d.where})" for d in ordered), "dry run: the graph is valid"]
 
 
@@ -361,29 +363,18 @@ def run(db: "Database", project: Project, full_refresh: "set[str] | bool" = froz
     ``full_refresh`` (names, or True for all) drops those SQL datasets first: they are created again
     and their state rebuilt from the log, as SDP's ``--full-refresh`` resets and recomputes them."""
     from millpond.errors import MissingError
+    from millpond.spark.pipeline_sources import names, run_files
 
     report = [f"pipeline {project.name!r}"]
     unsupported = list(project.unsupported)  # and what the Python files hold (the project stays as loaded)
     failed: dict[str, str] = {}  # a dataset that cannot be created or streamed -> why; the others still are
-    if project.python:  # streams into tables first: the SQL datasets read them
-        spark = db.spark  # the session the Python datasets' functions find active, with the spec's configuration
-        before = {k: spark.conf.get(k, None) for k in project.configuration}
-        for k, v in project.configuration.items():
-            spark.conf.set(k, v)
-        try:
-            from millpond.spark.pipeline_sources import run_files
-
-            run_files(db, project.folder, project.python, project.folder / ".millpond-checkpoints" / project.name,
-                      report, unsupported, failed)
-        finally:  # the session as it was (it may be the user's)
-            for k, v in before.items():
-                if v is None:
-                    spark.conf.unset(k)
-                else:
-                    spark.conf.set(k, v)
+    if project.python:  # streams into tables first (with the spec's configuration): the SQL datasets read them
+        run_files(db, project.folder, project.python, project.folder / ".millpond-checkpoints" / project.name,
+                  report, unsupported, failed, configuration=project.configuration)
     tables = set(db.catalog.tables)
     ordered = project.order(tables | set(failed))  # a failed Python table's readers fail with it
-    report[0] += f": {len(ordered)} datasets"
+    n = len({d.name for d in ordered} | {name for p in project.python for name in names(p)})
+    report[0] += f": {n} dataset{'s' * (n != 1)}"
     report += [f"  not run: {u}" for u in unsupported]
     store = db.runtime.coordinator.store
     try:

@@ -79,9 +79,27 @@ def names(path: Path) -> set[str]:
 
 
 def run_files(db: Any, folder: Path, paths: list[Path], checkpoints: Path, report: list[str], unsupported: list[str],
-              failed: dict[str, str]) -> None:
+              failed: dict[str, str], *, configuration: dict[str, str]) -> None:
     """Each Python file's datasets run into tables of the root, each reported; what a file defines
-    that is not run is added to ``unsupported``, a dataset that fails (alone) to ``failed``."""
+    that is not run is added to ``unsupported``, a dataset that fails (alone) to ``failed``. The
+    spec's ``configuration`` is set on the session the functions find active (``spark.conf.get``),
+    for the run, then the session's own values are restored (it may be the user's)."""
+    spark = db.spark
+    before = {k: spark.conf.get(k, None) for k in configuration}
+    for k, v in configuration.items():
+        spark.conf.set(k, v)
+    try:
+        _run_files(db, folder, paths, checkpoints, report, unsupported, failed)
+    finally:
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
+def _run_files(db: Any, folder: Path, paths: list[Path], checkpoints: Path, report: list[str], unsupported: list[str],
+               failed: dict[str, str]) -> None:
     for path in paths:
         rel = str(path.relative_to(folder))
         try:
@@ -101,10 +119,11 @@ def run_files(db: Any, folder: Path, paths: list[Path], checkpoints: Path, repor
                 failed[source.name] = why
                 continue
             if not source.recomputed:
-                report.append(f"  streamed into {source.name} ({source.where}, {len(source.flows)} flows)")
+                flows = len(source.flows)
+                report.append(f"  streamed into {source.name} ({source.where}, {flows} flow{'s' * (flows != 1)})")
             else:
                 report.append(f"  recomputed {source.name} ({source.where}, "
-                              + ("unchanged)" if n is None else f"{n} rows)"))
+                              + ("unchanged)" if n is None else f"{n} row{'s' * (n != 1)})"))
 
 
 def collect(path: Path, rel: str, spark: Any) -> tuple[dict[str, Source], list[str]]:
