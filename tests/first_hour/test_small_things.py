@@ -4,13 +4,17 @@ docs/limits.md. Each test failed on main before its fix (issue: first contact)."
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
 import millpond
+from millpond import pipelines
 from tests import pg
+from tests.conftest import rows
 
 
 def _sinks(db: millpond.Database) -> dict[str, tuple]:
@@ -91,3 +95,91 @@ def test_psql_describes_every_column_type_by_postgresql_s_name(open_db):
     if pg.unavailable() is None:
         with pg.server() as postgres:
             assert _described(postgres.psql(), DESCRIBED_SQL) == DESCRIBED
+
+
+LIMITS = Path(__file__).resolve().parents[2] / "docs" / "limits.md"
+SHOP = """name: shop
+configuration:
+  min_id: "2"
+  label: "from the spec"
+libraries:
+  - glob:
+      include: transformations/**
+"""
+SHOP_FILES = {
+    "transformations/ids.py": "from pyspark import pipelines as dp\n\n\n@dp.materialized_view\ndef ids():\n"
+                              "    return spark.range(5).selectExpr('id', f\"'{spark.conf.get('label')}' AS label\")\n",
+    "transformations/big.sql": "CREATE MATERIALIZED VIEW big AS SELECT id, label FROM ids WHERE id >= ${min_id}",
+}
+
+
+def _shop(folder: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    (folder / "spark-pipeline.yml").write_text(SHOP)
+    return folder / "spark-pipeline.yml"
+
+
+def _sentences(text: str) -> list[str]:
+    return [" ".join(s.split()) for s in re.split(r"(?<=[.;])\s+|\n- ", text)]
+
+
+def test_limits_md_says_python_materialized_views_and_configuration_run_as_they_do(open_db, tmp_path):
+    """A Python materialized view and the spec's ``configuration`` (``${key}`` in SQL,
+    ``spark.conf.get`` in Python) run, as docs/pipelines.md says: docs/limits.md says so too."""
+    db = open_db()
+    pipelines.run(db, pipelines.load(_shop(tmp_path, SHOP_FILES)))
+    assert sorted(db.sql("SELECT id, label FROM big").to_pylist(), key=lambda r: r["id"]) == [
+        {"id": i, "label": "from the spec"} for i in (2, 3, 4)]
+    stale = [s for s in _sentences(LIMITS.read_text()) if "not run" in s and
+             ("materialized view" in s or "configuration" in s or "streaming tables only" in s)]
+    assert not stale, stale
+
+
+def test_limits_md_says_a_flow_s_table_log_is_truncated_and_the_flow_stays_right(open_db, monkeypatch):
+    """A keyed table a flow reads has its log truncated below what every consumer read (the flow
+    stays equal to its query recomputed); a key-less table's log is compacted: docs/limits.md no
+    longer says millpond never truncates a log, nor that log compaction does not exist."""
+    from millpond.engine import runtime
+
+    monkeypatch.setattr(runtime, "TRUNCATE_FLUSH_RECORDS", 0)  # a pass truncates however few records
+    db = open_db()
+    db.sql("""SET retention = '2 epochs';
+              CREATE TABLE m (id INT PRIMARY KEY, host VARCHAR, ts TIMESTAMP, cpu DOUBLE);
+              CREATE FLOW per_min SINK TO per_min_out AS SELECT host, date_bin(INTERVAL '1 minute', ts) AS minute,
+                count(*) AS n, sum(cpu) AS s FROM m GROUP BY host, minute""")
+    query = ("SELECT host, date_bin(INTERVAL '1 minute', ts) AS minute, count(*) AS n, sum(cpu) AS s "
+             "FROM m GROUP BY host, minute")
+    truncated = {}
+    for i in range(8):
+        db.sql("INSERT INTO m VALUES " + ", ".join(
+            f"({i * 10 + j}, 'h{j % 2}', TIMESTAMP '2026-01-01 00:00:00' + INTERVAL '{(i * 10 + j) % 5} minutes', {j}.5)"
+            for j in range(10)))
+        db.flush()
+        if i % 4 == 3:
+            db.runtime.log.flush()
+            truncated.update(db.runtime.truncate_logs())
+        assert rows(db.sql("SELECT host, minute, n, s FROM per_min_out")) == rows(db.sql(query))
+    assert truncated.get("m", 0) > 0
+    limits = " ".join(LIMITS.read_text().split())
+    assert "never truncates a table's log" not in limits and "until log compaction exists" not in limits
+
+
+def test_pipeline_run_and_dry_run_count_every_dataset_in_the_singular_or_the_plural(open_db, tmp_path):
+    """The init project's shape: a Python materialized view and a SQL one are 2 datasets (the
+    Python one was not counted: "1 datasets"); one row, one flow, one dataset are singular."""
+    spec = _shop(tmp_path, {**SHOP_FILES, "transformations/ids.py": SHOP_FILES["transformations/ids.py"].replace(
+        "spark.range(5)", "spark.range(1)")})
+    project = pipelines.load(spec)
+    checked = pipelines.check(project, set())
+    assert checked[0] == "pipeline 'shop': 2 datasets", checked
+    assert "  ids (Python, transformations/ids.py): run with Spark" in checked, checked
+    db = open_db()
+    ran = pipelines.run(db, project)
+    assert ran[0] == "pipeline 'shop': 2 datasets", ran
+    assert "  recomputed ids (transformations/ids.py, 1 row)" in ran, ran
+    assert ran[-1] == f"committed 1 epoch; last epoch {db.epoch}", ran
+    (tmp_path / "transformations" / "ids.py").unlink()
+    (tmp_path / "transformations" / "big.sql").write_text("CREATE MATERIALIZED VIEW big AS SELECT id FROM t")
+    assert pipelines.check(pipelines.load(spec), {"t"})[0] == "pipeline 'shop': 1 dataset"
