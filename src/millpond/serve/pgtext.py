@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import math
 from datetime import date, datetime, time as dtime, timedelta
 from decimal import Decimal
 from typing import Iterable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pygwire.messages import FieldDescription
@@ -101,6 +103,9 @@ def _texts(field: pa.Field, column: pa.ChunkedArray) -> list[bytes | None]:
         return [None if v is None else v.encode() for v in pc.cast(column, pa.string()).to_pylist()]
     if _nested(t):
         return [None if v is None else _nested_text(t, v).encode() for v in column.to_pylist()]
+    if pa.types.is_floating(t):
+        single = pa.types.is_float32(t)
+        return [None if v is None else float_text(v, single=single).encode() for v in column.to_pylist()]
     return [None if v is None else _text(v).encode() for v in column.to_pylist()]
 
 
@@ -140,13 +145,33 @@ def _element(t: pa.DataType, v: object, special: str, null: str = "NULL") -> str
     return text
 
 
+def float_text(v: float, *, single: bool = False) -> str:
+    """PostgreSQL's text of a ``double precision`` (``single``: a ``real``): the shortest digits
+    that read back as the value, in exponent form below 1e-4 or from 1e15 (1e6 for a real) on, and
+    no ``.0`` on a whole number (``3``, ``1e+15``, ``1.6777216e+07``, ``-0``).
+
+    >>> [float_text(x) for x in (3.0, 1e15, 123456789012345.6, 1e-05, -0.0, 100 / 3)]
+    ['3', '1e+15', '123456789012345.6', '1e-05', '-0', '33.333333333333336']
+    """
+    if v != v:
+        return "NaN"
+    if v in (float("inf"), float("-inf")):
+        return "Infinity" if v > 0 else "-Infinity"
+    if v == 0:
+        return "-0" if math.copysign(1.0, v) < 0 else "0"
+    mantissa, exponent = np.format_float_scientific(np.float32(v) if single else np.float64(v), unique=True,
+                                                    trim="-").split("e")
+    x = int(exponent)
+    if x < -4 or x >= (6 if single else 15):
+        return f"{mantissa}e{'-' if x < 0 else '+'}{abs(x):02d}"
+    sign, digits = ("-" if mantissa.startswith("-") else ""), mantissa.lstrip("-").replace(".", "")
+    whole, fraction = (digits[:x + 1].ljust(x + 1, "0"), digits[x + 1:]) if x >= 0 else ("0", "0" * (-x - 1) + digits)
+    return sign + whole + ("." + fraction if fraction else "")
+
+
 def _text(v: object) -> str:
     if isinstance(v, float):
-        if v != v:
-            return "NaN"
-        if v in (float("inf"), float("-inf")):
-            return "Infinity" if v > 0 else "-Infinity"
-        return repr(v)
+        return float_text(v)
     if isinstance(v, datetime):  # PostgreSQL prints a fraction of a second without trailing zeros
         text = v.replace(tzinfo=None, microsecond=0).isoformat(sep=" ") + _fraction(v.microsecond)
         return text + "+00" if v.tzinfo is not None else text
