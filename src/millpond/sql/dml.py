@@ -20,6 +20,7 @@ from millpond.engine import ingest
 from millpond.engine.runtime import Runtime
 from millpond.errors import SqlError
 from millpond.sql.query import run_query, tables_read
+from millpond.sql.semantics.assign import column_type, literal_for
 
 __all__ = ["insert", "delete", "update"]
 
@@ -33,26 +34,23 @@ def insert(rt: Runtime, s: exp.Insert) -> None:
     t = rt.catalog.writable(target.name)
     names = cols or [c.name for c in t.columns]
     body = s.expression
+    types = {c.name: c.type for c in t.columns}
     if isinstance(body, exp.Values):
-        types = {c.name: c.type for c in t.columns}
         for row in body.expressions:
             if len(row.expressions) != len(names):
                 raise SqlError(f"INSERT INTO {t.name}: {len(row.expressions)} values for {len(names)} columns "
                                f"in {row.sql('postgres')}")
-            for cell, name in zip(list(row.expressions), names):
-                # a string constant is read by the column type's input rules, as PostgreSQL reads it
-                # ('1 day 02:00', '2001-01-01 18:00:00+02', '{1,2}'): Arrow has no reader for these
-                if isinstance(cell, exp.Literal) and cell.is_string and (
-                        types.get(name) in ("INTERVAL", "TIMESTAMPTZ") or types.get(name, "").endswith("[]")):
-                    cell.replace(exp.Cast(this=cell.copy(), to=exp.DataType.build(types[name], dialect="postgres")))
+            _literals(list(row.expressions), names, types)
         alias = exp.TableAlias(this=exp.to_identifier("_v"), columns=[exp.to_identifier(n) for n in names])
         query = exp.select(*[exp.column(n, "_v") for n in names]).from_(
             exp.Values(expressions=body.expressions, alias=alias))
     else:
         query = body
+        if isinstance(query, exp.Select):  # its own string constants are typed by the columns, as VALUES's
+            _literals([i.this if isinstance(i, exp.Alias) else i for i in query.expressions], names, types)
         if tables_read(query):  # like DELETE and UPDATE, it reads what the statements before it wrote
             rt.flush()
-    rows = run_query(rt, query)
+    rows = run_query(rt, query, assign=[(n, column_type(types[n])) for n in names if n in types])
     if rows.num_columns != len(names):
         raise SqlError(f"INSERT INTO {t.name}: {rows.num_columns} values for {len(names)} columns")
     rows = rows.rename_columns(names)
@@ -60,6 +58,15 @@ def insert(rt: Runtime, s: exp.Insert) -> None:
         if c.name not in names:
             rows = rows.append_column(c.name, pa.nulls(rows.num_rows, arrow_type(c.type)))
     ingest.insert(rt, t, ingest.conform_rows(t, rows))
+
+
+def _literals(values: list[exp.Expression], names: list[str], types: dict[str, str]) -> None:
+    """Each string constant of ``values`` read by the input rules of its column's type, as PostgreSQL
+    reads an unknown-typed literal ('1 day 02:00', '2001-01-01 18:00:00+02', '{1,2}', '\\x0a0b')."""
+    for value, name in zip(values, names):
+        typed = literal_for(value, types[name]) if name in types else value
+        if typed is not value:
+            value.replace(typed)
 
 
 def _changeable(rt: Runtime, name: str, verb: str) -> TableDef:
@@ -93,12 +100,13 @@ def update(rt: Runtime, s: exp.Update) -> None:
         raise SqlError(f"UPDATE {t.name}: no column {sorted(unknown)[0]!r}")
     where = s.args.get("where")
     cond = where.this if where else None
-    projections = [exp.alias_(sets[c.name].copy() if c.name in sets else exp.column(c.name, quoted=True),
-                              c.name, quoted=True) for c in t.columns]
+    projections = [exp.alias_(literal_for(sets[c.name].copy(), c.type) if c.name in sets else
+                              exp.column(c.name, quoted=True), c.name, quoted=True) for c in t.columns]
     old_query = exp.select("*").from_(t.name).where(cond)
     new_query = exp.select(*projections, exp.column(ROW_ID)).from_(t.name).where(cond)
     pending = _as_of_now(rt, t, old_query, new_query)
     old = run_query(rt, old_query, hidden=True, pending=pending)
-    new = run_query(rt, new_query, hidden=True, pending=pending)
+    new = run_query(rt, new_query, hidden=True, pending=pending,
+                    assign=[(c.name, column_type(c.type)) for c in t.columns])
     rows = ingest.conform_rows(t, new.select([c.name for c in t.columns]))
     ingest.append_changes(rt, t, old, rows.append_column(ROW_ID, new.column(ROW_ID)))

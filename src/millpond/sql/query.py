@@ -5,7 +5,7 @@ rows the same way."""
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import pyarrow as pa
 from sqlglot import exp
@@ -24,18 +24,21 @@ from millpond.sql.planner.windows import spell_out_table_functions
 __all__ = ["run_query", "bind_query", "bind_select", "tables_read"]
 
 
-def run_query(rt: Runtime, query: exp.Expression, *, hidden: bool = False, pending: bool = False) -> pa.Table:
+def run_query(rt: Runtime, query: exp.Expression, *, hidden: bool = False, pending: bool = False,
+              assign: Sequence[tuple[str, semantics.SqlType]] | None = None) -> pa.Table:
     """The result of ``query``; ``hidden`` exposes tables' ``_row_id`` (for UPDATE and DELETE);
-    ``pending`` reads tables as of now: the changes appended since the last epoch too."""
-    return answer(rt, bind_query(rt, query, hidden=hidden), hidden=hidden, pending=pending)
+    ``pending`` reads tables as of now: the changes appended since the last epoch too; ``assign``:
+    the columns (name, type) an INSERT or UPDATE stores its outputs into."""
+    return answer(rt, bind_query(rt, query, hidden=hidden, assign=assign), hidden=hidden, pending=pending)
 
 
-def bind_query(rt: Runtime, query: exp.Expression, *, hidden: bool = False) -> exp.Expression:
+def bind_query(rt: Runtime, query: exp.Expression, *, hidden: bool = False,
+               assign: Sequence[tuple[str, semantics.SqlType]] | None = None) -> exp.Expression:
     """``query`` qualified and bound: PostgreSQL's meaning, explicit for DuckDB."""
     query, _ = desugar(query.copy(), rt.catalog.functions)
     query = spell_out_table_functions(rt.catalog, query)
     types = {name: _columns(rt, name, hidden=hidden) for name in tables_read(query)}
-    return bind_select(query, types)
+    return bind_select(query, types, assign=assign)
 
 
 def tables_read(query: exp.Expression) -> set[str]:
@@ -44,7 +47,8 @@ def tables_read(query: exp.Expression) -> set[str]:
     return {t.name for t in query.find_all(exp.Table) if isinstance(t.this, exp.Identifier)} - ctes
 
 
-def bind_select(query: exp.Expression, types: Mapping[str, Mapping[str, semantics.SqlType]]) -> exp.Expression:
+def bind_select(query: exp.Expression, types: Mapping[str, Mapping[str, semantics.SqlType]], *,
+                assign: Sequence[tuple[str, semantics.SqlType]] | None = None) -> exp.Expression:
     """A query over relations with the column ``types`` (name -> column -> type), bound."""
     query = check_column_aliases(semantics.name_outputs(query.copy()), types)
     try:
@@ -53,7 +57,7 @@ def bind_select(query: exp.Expression, types: Mapping[str, Mapping[str, semantic
     except OptimizeError as exc:
         raise SqlError(f"cannot resolve the query: {exc}") from None
     query = quote_identifiers(query, dialect="postgres", identify=False)  # names such as "?column?" or "a b"
-    return semantics.bind(query, types, view=False)
+    return semantics.bind(query, types, view=False, assign=assign)
 
 
 def _columns(rt: Runtime, name: str, *, hidden: bool) -> dict[str, semantics.SqlType]:

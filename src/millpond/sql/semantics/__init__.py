@@ -38,7 +38,7 @@ The modules, one concern each:
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from sqlglot import exp
 
@@ -54,13 +54,14 @@ __all__ = ["bind", "name_outputs", "to_spark", "to_duckdb", "sqlglot_schema", "S
 
 
 def bind(query: exp.Expression, tables: Mapping[str, Mapping[str, SqlType]], *, view: bool,
-         fixed_outputs: bool = False) -> exp.Expression:
+         fixed_outputs: bool = False, assign: Sequence[tuple[str, SqlType]] | None = None) -> exp.Expression:
     """``query`` (qualified: every column names its FROM item) with PostgreSQL's meaning made explicit.
     ``tables`` gives the column types of the tables and views it reads; ``view`` refuses what a
     materialized view cannot keep (``now()``, ``random()``); ``fixed_outputs`` gives the query's
     quotient columns as ``numeric(38,16)`` (a flow's sink columns have one scale). A query's (not a
     view's) quotient columns are divided: a view's may hold a quotient's operands
-    (:mod:`millpond.engine.numerics`)."""
+    (:mod:`millpond.engine.numerics`). ``assign`` gives the columns (name, type) an INSERT or
+    UPDATE stores the query's outputs into: PostgreSQL's assignment (:mod:`~millpond.sql.semantics.assign`)."""
     binder = Binder(tables, view=view)
     query = binder.bind(query)
     root = query.this if isinstance(query, exp.Subquery) else query
@@ -69,6 +70,10 @@ def bind(query: exp.Expression, tables: Mapping[str, Mapping[str, SqlType]], *, 
             binder.cast_output(root, i, QUOTIENT_VALUE)
         elif t.dynamic and not view:
             binder.map_output(root, i, lambda body, _: numerics.final(body), t)
+    if assign is not None:
+        from millpond.sql.semantics.assign import assign_outputs
+
+        assign_outputs(binder, root, assign)
     return query
 
 

@@ -60,6 +60,10 @@ def literal_as(node: exp.Expression, target: SqlType, at: exp.Expression) -> exp
         from millpond.sql.semantics.jsonb import constant
 
         return constant(text, at)
+    if target.kind in ("record", "map"):  # '(1,x)': PostgreSQL's record input; '{a:1}': a map's text
+        from millpond.sql.semantics.nested import map_constant, record_constant
+
+        return (record_constant if target.kind == "record" else map_constant)(text, target, at)
     from millpond.sql.semantics.constants import parse_constant
 
     return parse_constant(text, target, at)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import re
+from datetime import date
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
 from sqlglot import exp
@@ -23,15 +24,19 @@ from sqlglot import exp
 from millpond.sql.semantics import types as T
 from millpond.sql.semantics.types import SqlType
 
-__all__ = ["parse_constant", "interval_parts", "interval_node", "interval_value", "MICROS_PER_DAY"]
+__all__ = ["parse_constant", "bytea_value", "interval_parts", "interval_node", "interval_value", "MICROS_PER_DAY"]
 
 MICROS_PER_DAY = 86_400_000_000
 
 
-def _error(message: str, at: exp.Expression):
+def _error(message: str, at: exp.Expression, sqlstate: str | None = None):
     from millpond.sql.semantics.rewrite import refuse
 
-    return refuse(message, at)
+    return refuse(message, at, sqlstate=sqlstate)
+
+
+def _q(text: str) -> str:
+    return f'"{text}"'  # PostgreSQL quotes the input it could not read so
 
 
 def parse_constant(text: str, target: SqlType, at: exp.Expression) -> exp.Expression:
@@ -40,17 +45,17 @@ def parse_constant(text: str, target: SqlType, at: exp.Expression) -> exp.Expres
     kind = target.kind
     if target.integer:
         if not re.fullmatch(r"[+-]?\d+", s):
-            raise _error(f"invalid input syntax for type {kind}: {text!r}", at)
+            raise _error(f"invalid input syntax for type {kind}: {_q(text)}", at, "22P02")
         n = int(s)
         bits = {"smallint": 15, "integer": 31, "bigint": 63}[kind]
         if not -(2**bits) <= n < 2**bits:
-            raise _error(f"value {text!r} is out of range for type {kind}", at)
+            raise _error(f"value {_q(text)} is out of range for type {kind}", at, "22003")
         return exp.Cast(this=exp.Literal.number(n), to=T.datatype(target))
     if target.decimal:
         try:
             d = Decimal(s)
         except InvalidOperation:
-            raise _error(f"invalid input syntax for type numeric: {text!r}", at) from None
+            raise _error(f"invalid input syntax for type numeric: {_q(text)}", at, "22P02") from None
         if not d.is_finite():
             raise _error("NUMERIC NaN and Infinity are not supported (Spark and DuckDB decimals have no such "
                          "values); use double precision", at)
@@ -67,16 +72,21 @@ def parse_constant(text: str, target: SqlType, at: exp.Expression) -> exp.Expres
         try:
             value = float(s)
         except ValueError:
-            raise _error(f"invalid input syntax for type {kind}: {text!r}", at) from None
+            raise _error(f"invalid input syntax for type {kind}: {_q(text)}", at, "22P02") from None
         if math.isinf(value):
-            raise _error(f"{text!r} is out of range for type {kind}", at)
+            raise _error(f"{_q(text)} is out of range for type {kind}", at, "22003")
         return exp.Cast(this=exp.Literal.string(repr(value)), to=T.datatype(target))
     if kind == "boolean":
         return exp.Boolean(this=_boolean(s, text, at))
     if kind == "date":
         m = re.fullmatch(r"(\d{4})-(\d{1,2})-(\d{1,2})", s)
         if not m:
-            raise _error(f"date constant {text!r}: use the ISO form YYYY-MM-DD", at)
+            raise _error(f"invalid input syntax for type date: {_q(text)} (millpond reads the ISO form YYYY-MM-DD)", at,
+                         "22007")
+        try:
+            date(*map(int, m.groups()))
+        except ValueError:  # PostgreSQL's words: a month 13, a February 30th
+            raise _error(f"date/time field value out of range: {_q(text)}", at, "22008") from None
         return exp.Cast(this=exp.Literal.string("{}-{:02d}-{:02d}".format(*map(int, m.groups()))),
                         to=T.datatype(T.DATE))
     if kind == "timestamp":
@@ -84,7 +94,7 @@ def parse_constant(text: str, target: SqlType, at: exp.Expression) -> exp.Expres
     if kind == "time without time zone":
         m = re.fullmatch(r"(\d{1,2}):(\d{2})(?::(\d{2})(?:\.(\d{1,6}))?)?", s)
         if not m or int(m.group(1)) > 23 or int(m.group(2)) > 59 or int(m.group(3) or 0) > 59:
-            raise _error(f"invalid input syntax for type time: {text!r} (use HH:MM[:SS[.ffffff]])", at)
+            raise _error(f"invalid input syntax for type time: {_q(text)} (use HH:MM[:SS[.ffffff]])", at, "22007")
         h, mi, sec, frac = m.groups()
         value = f"{int(h):02d}:{int(mi):02d}:{int(sec or 0):02d}" + (f".{frac.ljust(6, '0')}" if frac else "")
         return exp.Cast(this=exp.Literal.string(value), to=T.datatype(T.TIME))
@@ -94,7 +104,41 @@ def parse_constant(text: str, target: SqlType, at: exp.Expression) -> exp.Expres
         return interval_node(*interval_parts(s, at))
     if kind == "text":
         return exp.Literal.string(text)
+    if kind == "bytea":  # its bytes as hex digits: UNHEX reads them alike in Spark and DuckDB
+        return exp.Unhex(this=exp.Literal.string(bytea_value(text, at).hex()))
     raise _error(f"constants of type {target} are not supported", at)
+
+
+def bytea_value(text: str, at: exp.Expression | None = None) -> bytes:
+    r"""PostgreSQL's BYTEA input: the hex format (``\x0a0b``) or the escape format (``abc``, ``\\``
+    for a backslash, ``\141`` for a byte in octal).
+
+    >>> bytea_value(r"\x0a0B"), bytea_value(r"a\\b\141")
+    (b'\n\x0b', b'a\\ba')
+    """
+    if text.startswith("\\x"):
+        digits = re.sub(r"\s", "", text[2:])
+        bad = re.search(r"[^0-9a-fA-F]", digits)
+        if bad:
+            raise _error(f'invalid hexadecimal digit: "{bad.group()}"', at, "22023")
+        if len(digits) % 2:
+            raise _error("invalid hexadecimal data: odd number of digits", at, "22023")
+        return bytes.fromhex(digits)
+    out, i = bytearray(), 0
+    while i < len(text):
+        c = text[i]
+        if c != "\\":
+            out += c.encode()
+            i += 1
+        elif text[i + 1:i + 2] == "\\":
+            out.append(92)
+            i += 2
+        elif re.fullmatch(r"[0-3][0-7]{2}", text[i + 1:i + 4]):
+            out.append(int(text[i + 1:i + 4], 8))
+            i += 4
+        else:
+            raise _error("invalid input syntax for type bytea", at, "22P02")
+    return bytes(out)
 
 
 def _boolean(s: str, text: str, at: exp.Expression) -> bool:
@@ -104,14 +148,14 @@ def _boolean(s: str, text: str, at: exp.Expression) -> bool:
         return True
     if low and any(f.startswith(low) for f in falses) and not any(t.startswith(low) for t in trues):
         return False
-    raise _error(f"invalid input syntax for type boolean: {text!r}", at)
+    raise _error(f"invalid input syntax for type boolean: {_q(text)}", at, "22P02")
 
 
-def _timestamp(s: str, text: str, at: exp.Expression) -> str:
+def _timestamp(s: str, text: str, at: exp.Expression, kind: str = "timestamp") -> str:
     m = re.fullmatch(r"(\d{4})-(\d{1,2})-(\d{1,2})(?:[ T](\d{1,2}):(\d{2})(?::(\d{2})(?:\.(\d{1,6}))?)?)?", s)
     if not m:
-        raise _error(f"timestamp constant {text!r}: use the ISO form YYYY-MM-DD HH:MM:SS[.ffffff] "
-                     "(no time zone)", at)
+        raise _error(f"invalid input syntax for type {kind}: {_q(text)} (millpond reads the ISO form YYYY-MM-DD "
+                     f"HH:MM:SS[.ffffff]{'[+HH:MM]' if kind != 'timestamp' else ''})", at, "22007")
     y, mo, d, h, mi, sec, frac = m.groups()
     out = f"{int(y):04d}-{int(mo):02d}-{int(d):02d} {int(h or 0):02d}:{int(mi or 0):02d}:{int(sec or 0):02d}"
     return out + (f".{frac.ljust(6, '0')}" if frac else "")
@@ -135,7 +179,7 @@ def _timestamptz(s: str, text: str, at: exp.Expression) -> str:
     elif re.search(r"[a-zA-Z]{2,}|/", s.split(" ", 1)[-1] if " " in s else ""):
         raise _error(f"timestamptz constant {text!r}: a time zone name is not supported; write an offset "
                      "(+02:00) or UTC", at)
-    local = datetime.fromisoformat(_timestamp(s.strip(), text, at))
+    local = datetime.fromisoformat(_timestamp(s.strip(), text, at, "timestamp with time zone"))
     instant = local - offset
     out = instant.strftime("%Y-%m-%d %H:%M:%S") + (f".{instant.microsecond:06d}" if instant.microsecond else "")
     return out + "+00:00"
@@ -170,7 +214,7 @@ def interval_parts(text: str, at: exp.Expression | None = None) -> tuple[int, in
     tokens = s.split()
     i = 0
     if not tokens:
-        raise _error(f"invalid input syntax for type interval: {text!r}", at)
+        raise _error(f"invalid input syntax for type interval: {_q(text)}", at, "22007")
     while i < len(tokens):
         tok = tokens[i]
         clock = re.fullmatch(r"([+-]?)(\d+):(\d{1,2})(?::(\d{1,2}(?:\.\d{1,6})?))?", tok)
@@ -190,12 +234,13 @@ def interval_parts(text: str, at: exp.Expression | None = None) -> tuple[int, in
             i += 1
             continue
         if not number or i + 1 >= len(tokens):
-            raise _error(f"invalid input syntax for type interval: {text!r} (use e.g. '1 day 02:00:00', "
-                         "'90 minutes', '1 year 2 mons')", at)
+            raise _error(f"invalid input syntax for type interval: {_q(text)} (use e.g. '1 day 02:00:00', "
+                         "'90 minutes', '1 year 2 mons')", at, "22007")
         unit = tokens[i + 1].rstrip(",")
         unit = _ALIASES.get(unit, unit)
         if unit not in _UNITS:
-            raise _error(f"invalid interval unit {tokens[i + 1]!r} in {text!r}", at)
+            raise _error(f"invalid input syntax for type interval: {_q(text)} (unknown unit {tokens[i + 1]!r})", at,
+                         "22007")
         value = Decimal(tok)
         um, ud, uu = _UNITS[unit]
         if um:

@@ -15,6 +15,7 @@ b`` (a NULL element never matches), ``map_keys``/``map_values``. Each becomes an
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from sqlglot import exp
@@ -26,15 +27,19 @@ from millpond.sql.semantics.types import SqlType
 if TYPE_CHECKING:
     from millpond.sql.semantics.rewrite import Binder
 
-__all__ = ["HANDLERS", "subscript"]
+__all__ = ["HANDLERS", "subscript", "record_constant", "map_constant"]
 
 Typed = tuple[exp.Expression, SqlType]
 
 
-def _refuse(message: str, node: exp.Expression):  # noqa: ANN202
+def _q(text: str) -> str:
+    return f'"{text}"'  # PostgreSQL quotes the input it could not read so
+
+
+def _refuse(message: str, node: exp.Expression, sqlstate: str | None = None):  # noqa: ANN202
     from millpond.sql.semantics.rewrite import refuse
 
-    return refuse(message, node)
+    return refuse(message, node, sqlstate=sqlstate)
 
 
 def subscript(b: "Binder", node: exp.Bracket) -> Typed:
@@ -203,7 +208,16 @@ def _unnest(b: "Binder", node: exp.Explode) -> Typed:
 
 def cast_nested(node: exp.Expression, source: SqlType, target: SqlType, at: exp.Expression) -> exp.Expression:
     """An array as an array of another element type, element by element (where the elements' cast
-    is one both engines make alike: between numbers, or to text from text)."""
+    is one both engines make alike: between numbers, or to text from text); a ``ROW(...)`` as a
+    record type of as many fields, field by field."""
+    if source.kind == target.kind == "record" and isinstance(node, exp.Struct) and \
+            len(source.args) == len(target.args):  # ROW(...) as a record type: field by position
+        from millpond.sql.semantics.casts import cast
+
+        return exp.Struct(expressions=[
+            exp.PropertyEQ(this=exp.to_identifier(name), expression=cast(
+                field.expression if isinstance(field, exp.PropertyEQ) else field, st, tt, at))
+            for field, (_, st), (name, tt) in zip(node.expressions, source.args, target.args)])
     s, t = source, target
     while s.kind == "array" and t.kind == "array":
         s, t = s.args[0], t.args[0]
@@ -219,7 +233,7 @@ def array_constant(text: str, target: SqlType, at: exp.Expression) -> exp.Expres
 
     items, rest = _array_items(text.strip(), at)
     if rest.strip():
-        raise _refuse(f"malformed array literal: {text!r}", at)
+        raise _refuse(f"malformed array literal: {_q(text)}", at, "22P02")
     return _array_of(items, target, at, literal_as)
 
 
@@ -229,7 +243,7 @@ def _array_of(items: list, target: SqlType, at: exp.Expression, literal_as) -> e
     for item in items:
         if isinstance(item, list):
             if element.kind != "array":
-                raise _refuse(f"malformed array literal: a nested array for {target}", at)
+                raise _refuse(f"malformed array literal: a nested array for {target}", at, "22P02")
             values.append(_array_of(item, element, at, literal_as))
         elif item is None:
             values.append(exp.Cast(this=exp.Null(), to=T.datatype(element)))
@@ -244,7 +258,7 @@ def _array_items(text: str, at: exp.Expression) -> tuple[list, str]:
     """The items of the array text at the start of ``text`` (a str, None for NULL, or a list for a
     nested array) and what follows it."""
     if not text.startswith("{"):
-        raise _refuse(f"malformed array literal: {text!r} (an array constant is written '{{1,2,3}}')", at)
+        raise _refuse(f"malformed array literal: {_q(text)} (an array constant is written '{{1,2,3}}')", at, "22P02")
     items: list = []
     i, n = 1, len(text)
     while i < n:
@@ -279,7 +293,105 @@ def _array_items(text: str, at: exp.Expression) -> tuple[list, str]:
         if i < n and text[i] == "}":
             return items, text[i + 1:]
         break
-    raise _refuse(f"malformed array literal: {text!r}", at)
+    raise _refuse(f"malformed array literal: {_q(text)}", at, "22P02")
+
+
+def _row(b: "Binder", node: exp.Expression) -> Typed:
+    """``ROW(1, 'a')``: a record of the values, its fields named ``f1``, ``f2``... as PostgreSQL
+    names an anonymous record's (a string constant or NULL is text, as PostgreSQL resolves it)."""
+    if not node.expressions:
+        raise _refuse("ROW() needs at least one value", node)
+    fields, values = [], []
+    for i, arg in enumerate(node.expressions, 1):
+        value, t = b.value(arg)
+        if t.untyped:
+            value, t = b.cast_to((value, t), T.TEXT, arg), T.TEXT
+        fields.append((f"f{i}", t))
+        values.append(exp.PropertyEQ(this=exp.to_identifier(f"f{i}"), expression=value))
+    return exp.Struct(expressions=values), SqlType("record", args=tuple(fields))
+
+
+def record_constant(text: str, target: SqlType, at: exp.Expression) -> exp.Expression:
+    """PostgreSQL's record input ``(1,"a b",)`` (an empty field is NULL) as a record of ``target``'s
+    fields, each read as a constant of its type."""
+    from millpond.sql.semantics.casts import literal_as
+
+    s = text.strip()
+    if not (s.startswith("(") and s.endswith(")")):
+        raise _refuse(f"malformed record literal: {_q(text)} (a record constant is written '(1,x)')", at, "22P02")
+    items = _fields(s[1:-1], ",")
+    if len(items) != len(target.args):
+        raise _refuse(f"malformed record literal: {_q(text)}: too {'few' if len(items) < len(target.args) else 'many'} "
+                      f"columns for {_record(target)}", at, "22P02")
+    return exp.Struct(expressions=[exp.PropertyEQ(this=exp.to_identifier(name), expression=_item(
+        item, t, at, literal_as)) for item, (name, t) in zip(items, target.args)])
+
+
+def map_constant(text: str, target: SqlType, at: exp.Expression) -> exp.Expression:
+    """A map's text as millpond writes it (RisingWave's: ``{a:1,b:NULL}``) as a map of ``target``'s
+    key and value types."""
+    from millpond.sql.semantics.casts import literal_as
+
+    s = text.strip()
+    if not (s.startswith("{") and s.endswith("}")):
+        raise _refuse(f"malformed map literal: {_q(text)} (a map constant is written '{{a:1,b:2}}')", at, "22P02")
+    keys, values = [], []
+    for entry in _fields(s[1:-1], ",") if s[1:-1].strip() else []:
+        parts = _fields(entry, ":", raw=True) if entry is not None else []
+        if len(parts) != 2 or parts[0] is None:
+            raise _refuse(f"malformed map literal: {_q(text)} (each entry is key:value)", at, "22P02")
+        key = _unquote(parts[0])
+        if key is None:
+            raise _refuse(f"malformed map literal: {_q(text)}: a map key cannot be NULL", at, "22P02")
+        keys.append(_item(key, target.args[0], at, literal_as))
+        values.append(_item(_unquote(parts[1]), target.args[1], at, literal_as))
+    return exp.Cast(this=exp.Map(keys=exp.Array(expressions=keys), values=exp.Array(expressions=values)),
+                    to=T.datatype(target))
+
+
+def _item(text: str | None, t: SqlType, at: exp.Expression, literal_as) -> exp.Expression:  # noqa: ANN001
+    if text is None:
+        return exp.Cast(this=exp.Null(), to=T.datatype(t))
+    return literal_as(exp.Literal.string(text), t, at)
+
+
+def _fields(body: str, sep: str, *, raw: bool = False) -> list[str | None]:
+    """The fields of a record's (or map's) text between its brackets, split at ``sep`` outside
+    quotes: an unquoted empty field is None (NULL); quotes and backslashes are read (kept with ``raw``)."""
+    out: list[str | None] = []
+    field: list[str] = []
+    quoted = in_quotes = False
+    i = 0
+    while i <= len(body):
+        c = body[i] if i < len(body) else None
+        if c is None or c == sep and not in_quotes:
+            out.append("".join(field) if field or quoted else None)
+            field, quoted = [], False
+        elif c == '"':
+            if in_quotes and i + 1 < len(body) and body[i + 1] == '"' and not raw:
+                field.append('"')
+                i += 1
+            else:
+                in_quotes, quoted = not in_quotes, True
+                if raw:
+                    field.append(c)
+        elif c == "\\" and i + 1 < len(body):
+            field.append(body[i:i + 2] if raw else body[i + 1])
+            i += 1
+        else:
+            field.append(c)
+        i += 1
+    return out
+
+
+def _unquote(part: str | None) -> str | None:
+    """A map key's or value's text: quoted, its characters; else trimmed (``NULL`` is NULL)."""
+    if part is None:
+        return None
+    p = part.strip()
+    if p.startswith('"') and p.endswith('"') and len(p) >= 2:
+        return re.sub(r"\\(.)", r"\1", p[1:-1])
+    return None if p.upper() == "NULL" else p
 
 
 def array_cat(b: "Binder", node: exp.DPipe, left: Typed, right: Typed) -> Typed:
@@ -306,4 +418,4 @@ HANDLERS = {
     exp.ArrayOverlaps: lambda b, n: _two_arrays(b, n, "OVERLAPS"),
     exp.MapKeys: _map_part("map_keys", 0),
 }
-BY_NAME = {"cardinality": _cardinality, "map_values": _map_part("map_values", 1)}
+BY_NAME = {"cardinality": _cardinality, "map_values": _map_part("map_values", 1), "row": _row}
