@@ -47,6 +47,8 @@ def text_param(value: bytes, oid: int) -> bytes:
         return b"true" if v != b"\x00" else b"false"
     if oid in (0, 25, 1043, 19, 1042):
         return v
+    if oid == 17:  # bytea: its hex text
+        return b"\\x" + v.hex().encode()
     if oid == 1082:
         return str(_EPOCH_2000.date() + timedelta(days=int.from_bytes(v, "big", signed=True))).encode()
     if oid in (1114, 1184):
@@ -68,4 +70,4 @@ def _constant(value: bytes | None, oid: int) -> str:
     return f"CAST({quoted} AS {cast})" if cast else quoted
 
 
-_CASTS = {1082: "DATE", 1114: "TIMESTAMP", 1184: "TIMESTAMPTZ", 1186: "INTERVAL", 25: "TEXT", 1043: "VARCHAR"}
+_CASTS = {17: "BYTEA", 1082: "DATE", 1114: "TIMESTAMP", 1184: "TIMESTAMPTZ", 1186: "INTERVAL", 25: "TEXT", 1043: "VARCHAR"}
