@@ -85,5 +85,5 @@ def test_a_time_that_is_not_one_is_refused(open_db):
     db.sql("CREATE TABLE s (k INT PRIMARY KEY, t TIME)")
     with pytest.raises(MillpondError, match="invalid input syntax for type time"):
         db.sql("SELECT '25:00'::time")
-    with pytest.raises(MillpondError, match="column 't'"):
-        db.sql("INSERT INTO s VALUES (1, 'noon')")
+    with pytest.raises(MillpondError, match=r'invalid input syntax for type time: "noon" .*\(line 1, column 26\)'):
+        db.sql("INSERT INTO s VALUES (1, 'noon')")  # read as a time where it is written, as PostgreSQL reads it
