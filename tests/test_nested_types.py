@@ -125,7 +125,7 @@ def test_nested_columns_in_from_spark_and_out_as_written(open_db, spark):
     ("SELECT k[1] FROM t", "cannot subscript type integer because it is not an array"),
     ("SELECT (s).zz FROM t", "column 'zz' not found in data type STRUCT<a integer, b text>"),
     ("SELECT tags[1:2][1] FROM t", "a slice together with another subscript"),
-    ("SELECT ARRAY[ARRAY[1, 2]][1:1] FROM t", "slices of a nested array"),
+    ("SELECT (ARRAY[ARRAY[1, 2]])[1:1] FROM t", "slices of a nested array"),
     ("SELECT array_length(tags, k) FROM t", "a constant dimension"),
     ("SELECT nums @> tags FROM t", "operator does not exist"),
     ("SELECT array_agg(k ORDER BY (s).a) FROM t", "ordered by x itself"),

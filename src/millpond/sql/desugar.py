@@ -20,7 +20,7 @@ from millpond.catalog import FunctionDef
 from millpond.errors import SqlError
 from millpond.sql import functions, grouping
 from millpond.sql.semantics.jsonb import ELEMENTS
-from millpond.sql.statements import VIEW_ALIAS
+from millpond.sql.statements import VIEW_ALIAS, position
 
 __all__ = ["desugar", "inline_named_windows", "check_column_aliases"]
 
@@ -101,10 +101,12 @@ def _lateral_unnest(select: exp.Select) -> None:
     if join is not joins[0] or len(found) > 1 or not isinstance(first, (exp.Table, exp.Subquery)) or \
             (join.args.get("kind") or "").upper() not in ("", "CROSS") or join.args.get("on") is not None or \
             join.args.get("side"):
-        raise SqlError("unnest in FROM is supported as the one item after the first: FROM t, unnest(t.a) AS u(x)")
+        raise SqlError("unnest in FROM is supported as the one item after the first: FROM t, unnest(t.a) AS u(x)",
+                       sqlstate="0A000").at(*position(join))
     unnest = _unnest_of(join.this)
     if len(unnest.expressions) != 1 or unnest.args.get("offset"):
-        raise SqlError("unnest in FROM takes one array (no WITH ORDINALITY, no several arrays)")
+        raise SqlError("unnest in FROM takes one array (no WITH ORDINALITY, no several arrays)",
+                       sqlstate="0A000").at(*position(unnest))
     alias = join.this.args.get("alias") if isinstance(join.this, exp.Lateral) else unnest.args.get("alias")
     u = alias.name if alias is not None else "unnest"
     x = alias.columns[0].name if alias is not None and alias.columns else u

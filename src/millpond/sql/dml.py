@@ -18,9 +18,10 @@ from millpond.catalog.types import arrow_type
 from millpond.columns import ROW_ID
 from millpond.engine import ingest
 from millpond.engine.runtime import Runtime
-from millpond.errors import SqlError
+from millpond.errors import CatalogError, SqlError
 from millpond.sql.query import run_query, tables_read
 from millpond.sql.semantics.assign import column_type, literal_for
+from millpond.sql.statements import position
 
 __all__ = ["insert", "delete", "update"]
 
@@ -31,15 +32,18 @@ def insert(rt: Runtime, s: exp.Insert) -> None:
     if isinstance(target, exp.Schema):
         cols = [c.name for c in target.expressions]
         target = target.this
-    t = rt.catalog.writable(target.name)
+    t = _writable(rt, target)
     names = cols or [c.name for c in t.columns]
     body = s.expression
     types = {c.name: c.type for c in t.columns}
     if isinstance(body, exp.Values):
         for row in body.expressions:
-            if len(row.expressions) != len(names):
-                raise SqlError(f"INSERT INTO {t.name}: {len(row.expressions)} values for {len(names)} columns "
-                               f"in {row.sql('postgres')}")
+            if len(row.expressions) != len(names):  # PostgreSQL's words
+                more = "expressions than target columns" if len(row.expressions) > len(names) else \
+                    "target columns than expressions"
+                line, col = position(row)
+                raise SqlError(f"INSERT has more {more} ({len(row.expressions)} values for {len(names)} columns "
+                               f"in {row.sql('postgres')})", line=line, col=col, sqlstate="42601")
             _literals(list(row.expressions), names, types)
         alias = exp.TableAlias(this=exp.to_identifier("_v"), columns=[exp.to_identifier(n) for n in names])
         query = exp.select(*[exp.column(n, "_v") for n in names]).from_(
@@ -69,8 +73,16 @@ def _literals(values: list[exp.Expression], names: list[str], types: dict[str, s
             value.replace(typed)
 
 
-def _changeable(rt: Runtime, name: str, verb: str) -> TableDef:
-    t = rt.catalog.writable(name)
+def _writable(rt: Runtime, table: exp.Expression) -> TableDef:
+    """The table a statement writes, or PostgreSQL's error at its name."""
+    try:
+        return rt.catalog.writable(table.name)
+    except CatalogError as exc:
+        raise exc.at(*position(table)) from None
+
+
+def _changeable(rt: Runtime, table: exp.Expression, verb: str) -> TableDef:
+    t = _writable(rt, table)
     if t.append_only:
         raise SqlError(f"{verb} on table {t.name!r}: it is APPEND ONLY (rows can only be inserted)")
     return t
@@ -85,7 +97,7 @@ def _as_of_now(rt: Runtime, t: TableDef, *queries: exp.Expression) -> bool:
 
 
 def delete(rt: Runtime, s: exp.Delete) -> None:
-    t = _changeable(rt, s.this.name, "DELETE")
+    t = _changeable(rt, s.this, "DELETE")
     where = s.args.get("where")
     query = exp.select("*").from_(t.name).where(where.this if where else None)
     old = run_query(rt, query, hidden=True, pending=_as_of_now(rt, t, query))
@@ -93,11 +105,13 @@ def delete(rt: Runtime, s: exp.Delete) -> None:
 
 
 def update(rt: Runtime, s: exp.Update) -> None:
-    t = _changeable(rt, s.this.name, "UPDATE")
+    t = _changeable(rt, s.this, "UPDATE")
     sets = {eq.this.name: eq.expression for eq in s.expressions}
     unknown = set(sets) - {c.name for c in t.columns}
     if unknown:
-        raise SqlError(f"UPDATE {t.name}: no column {sorted(unknown)[0]!r}")
+        name = sorted(unknown)[0]
+        line, col = position(next(eq.this for eq in s.expressions if eq.this.name == name))
+        raise SqlError(f'column "{name}" of relation "{t.name}" does not exist', line=line, col=col, sqlstate="42703")
     where = s.args.get("where")
     cond = where.this if where else None
     projections = [exp.alias_(literal_for(sets[c.name].copy(), c.type) if c.name in sets else

@@ -15,7 +15,7 @@ offending token — is raised before sqlglot sees the text.
 millpond's own syntax is not PostgreSQL's and is not checked here: its statements (``CREATE SINK``,
 ``CREATE FLOW``, ``SUBSCRIBE``, ``FLUSH``, ``SHOW …``, ``DESCRIBE``, ``EXPLAIN MATERIALIZED VIEW``)
 are left to their own readers, and its clauses inside PostgreSQL's statements (``APPEND ONLY``,
-``AS OF EPOCH n``, ``STRUCT<…>`` types) are blanked out before the check, keeping every other
+``AS OF EPOCH n``, ``STRUCT<…>`` and ``MAP(…)`` types) are blanked out before the check, keeping every other
 token where it was so positions stay true.
 """
 
@@ -71,7 +71,7 @@ def _own(text: str) -> bool:
 def _masked(text: str, tokens: Sequence[Token], base: int) -> str:
     """``text`` (one statement, starting at ``base`` of the script) with millpond's own clauses
     blanked out: ``APPEND ONLY`` after a table's columns, ``AS OF EPOCH n`` / ``AS OF TIMESTAMP '…'``
-    / ``FOR SYSTEM_TIME AS OF …`` after a relation, ``STRUCT<…>`` types (as ``text``)."""
+    / ``FOR SYSTEM_TIME AS OF …`` after a relation, ``STRUCT<…>`` and ``MAP(…)`` types (as ``text``)."""
     chars = list(text)
 
     def blank(first: Token, last: Token, keep: str = "") -> None:
@@ -94,6 +94,15 @@ def _masked(text: str, tokens: Sequence[Token], base: int) -> str:
                 j += 1
             if j < n:  # the epoch, or the time (a constant or an expression: blanked as far as the next clause)
                 blank(t, tokens[j])
+        elif word == "MAP" and nxt == "(":  # RisingWave's MAP(K, V) type: its types may not be expressions
+            depth, j = 0, i + 1
+            while j < n:
+                kind = tokens[j].token_type
+                depth += (kind == TokenType.L_PAREN) - (kind == TokenType.R_PAREN)
+                if depth <= 0:
+                    break
+                j += 1
+            blank(t, tokens[min(j, n - 1)], "text")
         elif word == "STRUCT" and nxt == "<":
             depth, j = 0, i + 1
             while j < n:

@@ -5,20 +5,20 @@ rows the same way."""
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import pyarrow as pa
 from sqlglot import exp
-from sqlglot.errors import OptimizeError
-from sqlglot.optimizer.qualify import qualify
 from sqlglot.optimizer.qualify_columns import quote_identifiers
 
 from millpond.columns import ROW_ID
 from millpond.engine.runtime import Runtime
-from millpond.errors import SqlError
+from millpond.errors import MillpondError
 from millpond.serve import answer
 from millpond.sql import semantics
-from millpond.sql.desugar import check_column_aliases, desugar
+from millpond.sql.desugar import desugar
+from millpond.sql.names import qualify_names
+from millpond.sql.statements import position
 from millpond.sql.planner.windows import spell_out_table_functions
 
 __all__ = ["run_query", "bind_query", "bind_select", "tables_read"]
@@ -37,8 +37,18 @@ def bind_query(rt: Runtime, query: exp.Expression, *, hidden: bool = False,
     """``query`` qualified and bound: PostgreSQL's meaning, explicit for DuckDB."""
     query, _ = desugar(query.copy(), rt.catalog.functions)
     query = spell_out_table_functions(rt.catalog, query)
-    types = {name: _columns(rt, name, hidden=hidden) for name in tables_read(query)}
+    types = {name: _located(query, name, lambda n=name: _columns(rt, n, hidden=hidden)) for name in tables_read(query)}
     return bind_select(query, types, assign=assign)
+
+
+def _located(query: exp.Expression, name: str, columns: Callable[[], dict[str, semantics.SqlType]]) \
+        -> dict[str, semantics.SqlType]:
+    """``columns()`` of relation ``name``; an unknown relation's error at its first mention."""
+    try:
+        return columns()
+    except MillpondError as exc:
+        table = next((t for t in query.find_all(exp.Table) if t.name == name), None)
+        raise exc.at(*position(table)) from None
 
 
 def tables_read(query: exp.Expression) -> set[str]:
@@ -50,12 +60,7 @@ def tables_read(query: exp.Expression) -> set[str]:
 def bind_select(query: exp.Expression, types: Mapping[str, Mapping[str, semantics.SqlType]], *,
                 assign: Sequence[tuple[str, semantics.SqlType]] | None = None) -> exp.Expression:
     """A query over relations with the column ``types`` (name -> column -> type), bound."""
-    query = check_column_aliases(semantics.name_outputs(query.copy()), types)
-    try:
-        query = qualify(query, schema=semantics.sqlglot_schema(types), dialect="postgres",
-                        validate_qualify_columns=True, quote_identifiers=False)
-    except OptimizeError as exc:
-        raise SqlError(f"cannot resolve the query: {exc}") from None
+    query = qualify_names(semantics.name_outputs(query.copy()), types)
     query = quote_identifiers(query, dialect="postgres", identify=False)  # names such as "?column?" or "a b"
     return semantics.bind(query, types, view=False, assign=assign)
 

@@ -81,7 +81,9 @@ class Binder:
                 join.set("on", new)
         group = q.args.get("group")
         for g in list(group.expressions) if group else []:
-            self._replace(g, keep=True)  # as the SELECT list has it
+            if _has_map(self._replace(g, keep=True)):  # as the SELECT list has it
+                raise refuse("GROUP BY a MAP value is not supported (a map has no equality here): group by "
+                             "its keys or values (map_keys, map_values, m[key])", g)
         order = q.args.get("order")
         for o in list(order.expressions) if order else []:
             self._ordered(o, limited=self.view and q.args.get("limit") is not None)
@@ -90,6 +92,9 @@ class Binder:
             for e in list(distinct.args["on"].expressions):
                 if self._replace(e).kind == "interval":
                     raise refuse("DISTINCT ON an INTERVAL is not supported", e)
+        if distinct is not None and (maps := [i for i, (_, t) in enumerate(items) if _has_map(t)]):
+            raise refuse("SELECT DISTINCT of a MAP value is not supported (a map has no equality here)",
+                         q.expressions[maps[0]] if maps[0] < len(q.expressions) else q)
         if distinct is not None and distinct.args.get("on") is None:
             normalize_keys(q, [i for i, (_, t) in enumerate(items) if t.kind == "interval"])
 
@@ -300,3 +305,9 @@ def _slot(node: exp.Expression) -> Callable[[exp.Expression], None]:
     def put(new: exp.Expression) -> None:
         parent.set(key, new, index)
     return put
+
+
+def _has_map(t: SqlType) -> bool:
+    """Whether ``t`` is a MAP or holds one (an array of maps, a record with a map field)."""
+    return t.kind == "map" or any(_has_map(a[1] if isinstance(a, tuple) else a) for a in t.args
+                                  if isinstance(a, (SqlType, tuple)))
