@@ -37,7 +37,7 @@ EAGER = {  # every one pre-aggregates ev (or ea) by its join key
 }
 PLAIN = {  # left as planned
     "by_key": "SELECT e.k, COUNT(*) AS n FROM ev e JOIN dim d ON e.p = d.p GROUP BY e.k",  # counts dim's rows: unique
-    "both": "SELECT d.name, SUM(e.v + d.p) AS s FROM ev e JOIN dim d ON e.p = d.p GROUP BY d.name",
+    "from_both": "SELECT d.name, SUM(e.v + d.p) AS s FROM ev e JOIN dim d ON e.p = d.p GROUP BY d.name",
     "count_all": "SELECT COUNT(*) AS n FROM ev e JOIN d2 ON e.k = d2.k",  # whole: COUNT 0 over no rows
     "padded": "SELECT d.name, COUNT(e.v) AS n FROM dim d LEFT JOIN ev e ON e.p = d.p GROUP BY d.name",
     "distinct_v": "SELECT d.name, COUNT(DISTINCT e.v) AS n FROM ev e JOIN dim d ON e.p = d.p GROUP BY d.name",

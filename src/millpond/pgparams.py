@@ -62,7 +62,8 @@ def _constant(value: bytes | None, oid: int) -> str:
         return "NULL"
     text = bytes(value).decode("utf-8")
     if oid in _NUMERIC_OIDS and re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", text.strip()):
-        return text.strip()
+        # a float keeps its type (2.5 into an INT column rounds half to even, as a float8's does)
+        return f"CAST({text.strip()} AS {_CASTS[oid]})" if oid in (700, 701) else text.strip()
     if oid == 16:
         return "TRUE" if text.lower() in ("t", "true", "1", "on", "yes") else "FALSE"
     quoted = "'" + text.replace("'", "''") + "'"
@@ -70,4 +71,4 @@ def _constant(value: bytes | None, oid: int) -> str:
     return f"CAST({quoted} AS {cast})" if cast else quoted
 
 
-_CASTS = {17: "BYTEA", 1082: "DATE", 1114: "TIMESTAMP", 1184: "TIMESTAMPTZ", 1186: "INTERVAL", 25: "TEXT", 1043: "VARCHAR"}
+_CASTS = {700: "REAL", 701: "DOUBLE PRECISION", 17: "BYTEA", 1082: "DATE", 1114: "TIMESTAMP", 1184: "TIMESTAMPTZ", 1186: "INTERVAL", 25: "TEXT", 1043: "VARCHAR"}

@@ -242,6 +242,7 @@ def test_db_insert_of_pyarrow_pandas_and_polars_columns(open_db):
 def test_a_psycopg_parameter_over_millpond_serve(open_db):
     db = open_db()
     db.sql("CREATE TABLE items (id BIGINT PRIMARY KEY, price NUMERIC(10,2), label BYTEA)")
+    db.sql("CREATE TABLE counts (id BIGINT PRIMARY KEY, n INT)")
     server = db.serve(port=0)
     try:
         with psycopg.connect(host="127.0.0.1", port=server.port, user="anyone", dbname="millpond",
@@ -251,9 +252,12 @@ def test_a_psycopg_parameter_over_millpond_serve(open_db):
             with pytest.raises(psycopg.Error) as err:
                 conn.execute("INSERT INTO items (id, price) VALUES (%s, %s)", (3, 10**9))
             assert err.value.sqlstate == "22003" and "numeric field overflow" in str(err.value)
+            # a float parameter is a float8: into an integer it rounds half to even, as PostgreSQL's does
+            conn.execute("INSERT INTO counts VALUES (%s, %s), (%s, %s)", (1, 2.5, 2, 3.5))
             conn.execute("FLUSH")
             assert conn.execute("SELECT id, price, label FROM items ORDER BY id").fetchall() == [
                 (1, Decimal("5.00"), b"\n\x0b"), (2, Decimal("2.68"), None)]
+            assert conn.execute("SELECT id, n FROM counts ORDER BY id").fetchall() == [(1, 2), (2, 4)]
     finally:
         server.close()
 

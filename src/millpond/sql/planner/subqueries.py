@@ -48,7 +48,6 @@ import itertools
 
 from sqlglot import exp
 
-from millpond.errors import SqlError
 from millpond.sql.planner.context import Context
 from millpond.sql.planner.exprs import conjuncts, unalias
 from millpond.sql.planner.subquery_shapes import (  # noqa: F401
