@@ -20,6 +20,7 @@ ALLOWED = {
     "sql": {"store", "catalog", "log", "engine", "serve"},
     "spark": {"store", "catalog", "log", "engine"},
     "nexmark": set(),
+    "tpch": set(),
 }
 ENTRY = {"__init__", "api", "cli", "shell", "progress", "pgwire", "pgparams", "pipelines", "pgcatalog", "readers"}  # entry points: they wire everything, Spark included
 

@@ -162,6 +162,11 @@ class Builder(Fusing):
         df = df.selectExpr("*", f"{kh} AS {KH}", f"CAST(pmod({kh}, {VNODES}) AS INT) AS {VN}")
         if self.job.parallelism == 1:  # one task holds every vnode: no shuffle, its stage is its input's
             return df.coalesce(1)
+        if not keys:  # every row has vnode 0, which Spark folds into a constant: repartitionById would no
+            # longer satisfy the GROUP BY after it, which then shuffles again by the value columns,
+            # splitting the one group over tasks (a MAX of 60,000 rows had two rows); one partition, by
+            # an exchange (a coalesce would run the stage before it in one task, as slot 0 of them all)
+            return df.repartition(1)
         # task i takes the vnodes v with v mod n = i: an even share (hashing 256 vnode numbers into 2
         # partitions, as repartition(n, vn) does, split a 1M-row join 430,000 / 570,000)
         return df.repartitionById(self.job.parallelism, VN)

@@ -107,7 +107,7 @@ class Fused:
                 if not (self.tasks == 1 or self.share):
                     src = dict(self.combine.keys)
                     hashed = [records.column(src[h]).cast(unkeyed.field(h).type) for h in self.hashed]
-                    records = records.filter(self._mine(hashed, slot)[0])
+                    records = records.filter(self._mine(hashed, slot, records.num_rows)[0])
                 # per (group, MIN/MAX value): about one partial per record, and the operator
                 # consolidates its delta per (group, value) itself — combining here is work done twice
                 table = self.combine(records, unkeyed, grouped=len(self.combine.keys) == len(self.hashed))
@@ -117,7 +117,7 @@ class Fused:
                 keys = {name: records.column(src).cast(t) for name, src, t in side.keys}
                 table = pa.table({**keys, **{name: records.column(src) for name, src in side.columns},
                                   W: records.column(W), SIDE: pa.array(np.full(len(records), side.side, np.int8))})
-            mine, kh = self._mine([table.column(k) for k in self.hashed], slot)
+            mine, kh = self._mine([table.column(k) for k in self.hashed], slot, table.num_rows)
             parts.append(table.filter(mine).append_column(KH, pa.array(kh[mine])))
         if not parts:
             return pl.from_arrow(self.schema.empty_table())
@@ -127,9 +127,10 @@ class Fused:
             delta = delta.filter(pl.any_horizontal([pl.col(c) != 0 for c in self.having]))
         return delta
 
-    def _mine(self, columns: list, slot: int) -> tuple[np.ndarray, np.ndarray]:
-        """Which rows are of this task's vnodes, and every row's key hash."""
-        kh = xxhash64(columns)
+    def _mine(self, columns: list, slot: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
+        """Which of ``rows`` rows are of this task's vnodes, and every row's key hash (no key
+        columns: one group, whose hash is 0 as :func:`millpond.spark.inputs.key_hash` makes it)."""
+        kh = xxhash64(columns) if columns else np.zeros(rows, dtype=np.int64)
         every = self.tasks == 1 or self.share
         return (np.ones(len(kh), dtype=bool) if every else (kh % VNODES) % self.tasks == slot), kh
 

@@ -16,11 +16,46 @@ WINDOW_FN = "MP_WINDOW"  # placeholder for TUMBLE/HOP's window_start/window_end 
 
 
 def conjuncts(e: exp.Expression) -> list[exp.Expression]:
+    """The conditions ANDed in ``e``; a condition common to every branch of an OR is factored out
+    of it, as PostgreSQL and Spark do (``(A AND x) OR (A AND y)`` is ``A AND (x OR y)``, in
+    three-valued logic too), so that an equality every branch repeats becomes a join key (TPC-H's
+    Q19 would otherwise be a cross product).
+
+    >>> import sqlglot
+    >>> [c.sql() for c in conjuncts(sqlglot.parse_one("(a = b AND x > 1) OR (a = b AND y < 2 AND z)"))]
+    ['a = b', 'x > 1 OR (y < 2 AND z)']
+    """
     if isinstance(e, exp.Paren):
         return conjuncts(e.this)
     if isinstance(e, exp.And):
         return conjuncts(e.this) + conjuncts(e.expression)
+    if isinstance(e, exp.Or):
+        return _factored(e)
     return [e]
+
+
+def _disjuncts(e: exp.Expression) -> list[exp.Expression]:
+    if isinstance(e, exp.Paren):
+        return _disjuncts(e.this)
+    if isinstance(e, exp.Or):
+        return _disjuncts(e.this) + _disjuncts(e.expression)
+    return [e]
+
+
+def _factored(e: exp.Or) -> list[exp.Expression]:
+    branches = [conjuncts(d) for d in _disjuncts(e)]
+    common = [c for c in branches[0] if all(any(c == x for x in b) for b in branches[1:])]
+    common = [c for i, c in enumerate(common) if not any(c == d for d in common[:i])]
+    if not common:
+        return [e]
+    rests = [[x for x in b if not any(x == c for c in common)] for b in branches]
+    if any(not rest for rest in rests):  # A OR (A AND y) is A
+        return common
+    ored = [exp.and_(*(x.copy() for x in rest)) if len(rest) > 1 else rest[0].copy() for rest in rests]
+    either = ored[0]
+    for o in ored[1:]:
+        either = exp.or_(either, o)
+    return [c.copy() for c in common] + [either]
 
 
 def comparisons(cond: exp.Expression) -> Iterator[tuple[str, exp.Column, str]]:

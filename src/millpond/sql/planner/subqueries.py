@@ -53,7 +53,7 @@ from millpond.sql.planner.exprs import conjuncts, unalias
 from millpond.sql.planner.subquery_shapes import (  # noqa: F401
     SCALAR_SHAPE, SUPPORTED, _ITEM_PARENTS, _agg_units, _aggregate_columns, _check_scalar_place, _clause, _col,
     _constant_select, _construct, _depth, _derived, _direct_subqueries, _eq, _grouped, _inside_aggregate, _join,
-    _membership_shape, _outer_columns, _position, _put_value, _retable, _rows, _sources, err,
+    _local, _membership_shape, _outer_columns, _position, _put_value, _retable, _rows, _sources, err,
 )
 
 __all__ = ["unnest_subqueries"]
@@ -63,6 +63,7 @@ def unnest_subqueries(ctx: Context | None, query: exp.Expression) -> exp.Express
     """``query`` with every subquery outside FROM joined into its SELECT, or a SqlError naming it."""
     names = _Names(query)
     for select in sorted(query.find_all(exp.Select), key=_depth, reverse=True):  # inner SELECTs first
+        _count_inequalities(select)
         new = _Unnester(select, names).run()
         if select is query:
             query = new
@@ -70,6 +71,52 @@ def unnest_subqueries(ctx: Context | None, query: exp.Expression) -> exp.Express
         if node.parent is not None and not isinstance(node.parent, _ITEM_PARENTS):
             raise err(f"{node.sql('postgres')[:80]}: this subquery is not supported in a materialized view", node)
     return query
+
+
+def _count_inequalities(s: exp.Select) -> None:
+    """``EXISTS (SELECT ... FROM r WHERE <equalities> AND r.b <> t.b AND p)`` in ``s`` (TPC-H's Q21:
+    another supplier of the same order) as counts, which the scalar subqueries below keep as joins
+    on equalities alone: the rows with ``r.b <> t.b`` are those with a ``b`` less those with ``b``
+    equal to ``t.b``, so it is ``t.b IS NOT NULL AND (SELECT count(r.b) ... WHERE <equalities> AND
+    p) > (SELECT count(*) ... WHERE <equalities> AND r.b = t.b AND p)`` — never NULL, as EXISTS;
+    NOT EXISTS is its negation. One such inequality per subquery; more are refused below."""
+    for test in [e for e in s.find_all(exp.Exists) if e.find_ancestor(exp.Select) is s]:
+        q = test.this
+        where = q.args.get("where") if isinstance(q, exp.Select) else None
+        if where is None or any(q.args.get(a) is not None for a in ("group", "having", "limit", "offset", "distinct")) \
+                or any(_agg_units(e) for e in q.expressions):
+            continue
+        parts = conjuncts(where.this)
+        found = [(i, pair) for i, c in enumerate(parts) if (pair := _inequality(c, q)) is not None]
+        if len(found) != 1:
+            continue
+        i, (inner, outer) = found[0]
+        rest = [c for j, c in enumerate(parts) if j != i]
+
+        def counted(item: exp.Expression, extra: list[exp.Expression]) -> exp.Subquery:
+            sub = q.copy()
+            sub.set("expressions", [exp.alias_(item, "n")])
+            sub.set("order", None)
+            sub.set("where", exp.Where(this=exp.and_(*(c.copy() for c in [*rest, *extra]))))
+            return exp.Subquery(this=sub)
+
+        some = counted(exp.Count(this=inner.copy()), [])
+        same = counted(exp.Count(this=exp.Star()), [exp.EQ(this=inner.copy(), expression=outer.copy())])
+        known = exp.Not(this=exp.Is(this=outer.copy(), expression=exp.Null()))
+        test.replace(exp.Paren(this=exp.and_(known, exp.GT(this=some, expression=same))))
+
+
+def _inequality(c: exp.Expression, q: exp.Select) -> tuple[exp.Expression, exp.Expression] | None:
+    """(inner side, outer side) when ``c`` is ``inner <> outer`` (an expression of ``q``'s rows and
+    one of the outer query's)."""
+    if not isinstance(c, exp.NEQ) or c.find(exp.AggFunc, exp.Query, exp.Window):
+        return None
+    sides = [{_local(col, q) for col in e.find_all(exp.Column) if col.table} for e in (c.this, c.expression)]
+    if sides == [{True}, {False}]:
+        return c.this, c.expression
+    if sides == [{False}, {True}]:
+        return c.expression, c.this
+    return None
 
 
 class _Names:

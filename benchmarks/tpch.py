@@ -1,0 +1,175 @@
+"""TPC-H's 22 queries as materialized views against Spark recomputing them, on tpchgen-cli's data.
+
+- **backfill**: per query, a fresh root holding the loaded tables (untimed), then ``CREATE
+  MATERIALIZED VIEW`` + ``flush()`` (timed: the view's first epoch) against Spark running the same
+  query over the same Parquet files (``spark.read.parquet`` + ``collect()``, timed the same way).
+- **refresh**: one root with all 22 views; per round, TPC-H's refresh functions at ``--fraction``
+  of the orders (RF1: new orders and their lineitems; RF2: the oldest orders and theirs deleted by
+  key range): the writes and ``flush()`` timed together, against Spark recomputing all 22 queries
+  from the Parquet files.
+- **memory**: the peak of the resident memory of this process and its children (the JVM, the
+  Python workers) over the run, sampled every 100 ms.
+
+Every view is checked against DuckDB over the same rows after the backfill and after the last
+refresh. Ratios are millpond / Spark (lower is better). ``MILLPOND_DRIVER_RECORDS=0`` runs every
+epoch as a Spark job (a cluster's path).
+
+    .venv/bin/python benchmarks/tpch.py [--scale 0.1] [--queries q1,q6] [--rounds 3] [--fraction 0.001]
+        [--skip backfill|refresh]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import duckdb
+
+import millpond
+from millpond import tpch
+from millpond.tpch import oracle
+from millpond.spark.session import local_session
+
+
+
+class Memory:
+    """The peak resident memory of this process and all its descendants, sampled in a thread."""
+
+    def __init__(self) -> None:
+        self.peak, self._stop = 0, threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    @staticmethod
+    def _tree_rss() -> int:
+        children: dict[int, list[int]] = {}
+        rss: dict[int, int] = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                children.setdefault(int(fields[1]), []).append(int(entry))
+                rss[int(entry)] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
+            except (OSError, IndexError, ValueError):
+                continue
+        total, todo = 0, [os.getpid()]
+        while todo:
+            pid = todo.pop()
+            total += rss.get(pid, 0)
+            todo += children.get(pid, [])
+        return total
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            self.peak = max(self.peak, self._tree_rss())
+
+
+def spark_run(spark, folder: Path, names: list[str], sqls: dict[str, str]) -> float:
+    for table in tpch.TABLES:
+        spark.read.parquet(str(folder / f"{table}.parquet")).createOrReplaceTempView(table)
+    start = time.perf_counter()
+    for name in names:
+        spark.sql(sqls[name]).collect()
+    return time.perf_counter() - start
+
+
+def loaded(spark, root: str, folder: Path) -> millpond.Database:
+    db = millpond.connect(root, spark=spark, interval=None)
+    db.sql(";".join(tpch.DDL))
+    for table in tpch.TABLES:
+        db.insert(table, tpch.read(folder, table))
+    db.flush()
+    return db
+
+
+def backfill(spark, folder: Path, names: list[str], sqls: dict[str, str], tables: dict) -> None:
+    print("backfill: each view's first epoch over the loaded tables vs Spark's batch of the query")
+    print(f"{'query':6} {'millpond s':>10} {'spark s':>8} {'ratio':>6}  check")
+    total_m = total_s = 0.0
+    for name in names:
+        with tempfile.TemporaryDirectory(prefix="tpch-") as root:
+            db = loaded(spark, root, folder)
+            try:
+                start = time.perf_counter()
+                try:
+                    db.sql(f"CREATE MATERIALIZED VIEW {name} AS {sqls[name]}")
+                    db.flush()
+                except millpond.MillpondError as exc:
+                    print(f"{name:6} {'failed':>10}  {str(exc).splitlines()[0][:100]}")
+                    continue
+                mine = time.perf_counter() - start
+                ok = oracle.same(oracle.rows(db.sql(f"SELECT * FROM {name}")), oracle.answer(tables, sqls[name]))
+            finally:
+                db.close()
+        spark_s = min(spark_run(spark, folder, [name], sqls) for _ in range(2))
+        total_m, total_s = total_m + mine, total_s + spark_s
+        print(f"{name:6} {mine:10.2f} {spark_s:8.2f} {mine / spark_s:6.2f}  {'= duckdb' if ok else 'DIFFERS'}",
+              flush=True)
+    print(f"{'all':6} {total_m:10.2f} {total_s:8.2f} {total_m / max(total_s, 1e-9):6.2f}")
+
+
+def refresh(spark, folder: Path, names: list[str], sqls: dict[str, str], tables: dict, rounds: int,
+            fraction: float) -> None:
+    print(f"refresh: RF1 + RF2 at {fraction:g} of the orders, all {len(names)} views, vs Spark recomputing them")
+    with tempfile.TemporaryDirectory(prefix="tpch-") as root:
+        db = loaded(spark, root, folder)
+        try:
+            start = time.perf_counter()
+            for name in names:
+                db.sql(f"CREATE MATERIALIZED VIEW {name} AS {sqls[name]}")
+            db.flush()
+            print(f"  all views' backfill together: {time.perf_counter() - start:.1f} s")
+            rf = tpch.Refresh(tables["orders"], tables["lineitem"], fraction, seed=1)
+            times = []
+            for _ in range(rounds):
+                orders, lines = rf.rf1()
+                start = time.perf_counter()
+                db.insert("orders", orders)
+                db.insert("lineitem", lines)
+                for statement in rf.rf2():
+                    db.sql(statement)
+                db.flush()
+                times.append(time.perf_counter() - start)
+            spark_s = min(spark_run(spark, folder, names, sqls) for _ in range(2))
+            for i, t in enumerate(times):
+                print(f"  round {i + 1}: millpond {t:6.2f} s  spark {spark_s:6.2f} s  speed-up {spark_s / t:5.2f}x")
+            tables = {name: db.read(name) for name in tpch.TABLES}
+            bad = [n for n in names if not oracle.same(oracle.rows(db.sql(f"SELECT * FROM {n}")), oracle.answer(tables, sqls[n]))]
+            print(f"  after {rounds} rounds: {'every view = duckdb' if not bad else f'DIFFER: {bad}'}")
+        finally:
+            db.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--scale", type=float, default=0.1)
+    ap.add_argument("--queries", default=",".join(tpch.queries(1)))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--fraction", type=float, default=0.001)
+    ap.add_argument("--skip", default="")
+    args = ap.parse_args()
+    memory = Memory()
+    folder = tpch.generate(args.scale, Path(tempfile.gettempdir()) / f"tpch-sf{args.scale:g}")
+    sqls = tpch.queries(args.scale)
+    names = args.queries.split(",")
+    tables = {name: tpch.read(folder, name) for name in tpch.TABLES}
+    print(f"TPC-H SF {args.scale:g} ({tables['lineitem'].num_rows:,} lineitems), driver records "
+          f"{os.environ.get('MILLPOND_DRIVER_RECORDS', 'default')}, duckdb {duckdb.__version__}")
+    spark = local_session()
+    try:
+        if "backfill" not in args.skip:
+            backfill(spark, folder, names, sqls, tables)
+        if "refresh" not in args.skip:
+            refresh(spark, folder, names, sqls, tables, args.rounds, args.fraction)
+    finally:
+        print(f"peak memory of every process of the run: {memory.peak / 2**30:.2f} GiB")
+        spark.stop()
+
+
+if __name__ == "__main__":
+    main()
