@@ -188,3 +188,35 @@ def test_millpond_epochs_counts_each_epochs_rows_in_and_out(open_db):
     assert lag == [{"name": "d", "lag": 0}, {"name": "good", "lag": 0}]
     db.sql("INSERT INTO t VALUES (4, 1), (5, 1)")
     assert db.sql("SELECT lag FROM millpond_views WHERE name = 'good'").column(0).to_pylist() == [2]
+
+
+def test_a_bug_in_one_views_operator_fails_that_view_alone(open_db, monkeypatch):
+    """An InvariantError a view's task raises (millpond's bug: TPC-H's Q3 hit one, a count going
+    negative) failed every epoch of every view; it fails that view alone, as an internal error."""
+    from millpond.engine.operators import HashAggregate
+    from millpond.errors import InvariantError
+
+    db = open_db()
+    db.sql("CREATE TABLE t (k INT PRIMARY KEY, v INT)")
+    db.sql("CREATE MATERIALIZED VIEW buggy AS SELECT v, count(*) AS n FROM t GROUP BY v")
+    db.sql("CREATE MATERIALIZED VIEW fine AS SELECT k, v FROM t WHERE v > 0")
+    db.sql("INSERT INTO t VALUES (1, 1)")
+    db.flush()
+    apply = HashAggregate.apply
+
+    def broken(self, delta, states):  # noqa: ANN001, ANN202
+        if self.name.startswith("buggy"):
+            raise InvariantError(f"aggregate {self.name}: a group's row count went negative")
+        return apply(self, delta, states)
+
+    monkeypatch.setattr(HashAggregate, "apply", broken)
+    db.sql("INSERT INTO t VALUES (2, 2)")
+    db.flush()
+    status = {r["name"]: r for r in db.sql("SELECT name, status, error FROM millpond_views").to_pylist()}
+    assert status["fine"]["status"] == "running" and rows(db.sql("SELECT * FROM fine")) == [(1, 1), (2, 2)]
+    assert status["buggy"]["status"] == "failed"
+    assert "internal error (please report it): aggregate buggy" in status["buggy"]["error"]
+    assert "SQLSTATE XX000" in status["buggy"]["error"] and "NULLIF" not in status["buggy"]["error"]
+    db.sql("INSERT INTO t VALUES (3, 3)")
+    db.flush()  # the others go on
+    assert rows(db.sql("SELECT * FROM fine")) == [(1, 1), (2, 2), (3, 3)]

@@ -85,8 +85,9 @@ set, as probe jobs under throwaway attempts), narrows each one's input to the re
 (probes on prefixes of its ranges), and runs the job over the others. The commit (step 5) records
 each failed view in the manifest (:attr:`Manifest.failed`: the error class, the expression, the
 record); from then on the view sits out epochs, its state and offsets stay at its last good epoch,
-until it is dropped. Any other error (storage, a lost executor, a bug) still fails the whole epoch,
-which is then retried as a whole.
+until it is dropped. A bug of millpond's that one view's operator hits (an ``InvariantError`` of
+its task) is isolated the same way, as an internal error (SQLSTATE XX000) of that view. Any other
+error (storage, a lost executor) still fails the whole epoch, which is then retried as a whole.
 """
 
 from __future__ import annotations
@@ -107,6 +108,7 @@ from millpond.engine.changefeed import Change, ChangeFeed, Changelogs, rows_of
 from millpond.engine.executor import Consumer, EpochExecutor, EpochJob, ViewInput, Work
 from millpond.engine.failures import cause as _cause
 from millpond.engine.failures import data_error as _data_error
+from millpond.engine.failures import internal_error as _internal_error
 from millpond.engine.failures import describe_failure
 from millpond.engine.flows import EXPIRED, SINK_OWED, expiry_floors, merge
 from millpond.engine.operators import Materialize
@@ -331,7 +333,7 @@ class Coordinator:
         try:
             return (*self._run(job, run, tables), job, {})
         except Exception as exc:
-            if _data_error(exc) is None:
+            if _data_error(exc) is None and _internal_error(exc) is None:
                 raise
             failures = self._failing(job, run, tables, exc)
             if not failures:  # no part fails alone: not one view's data after all
@@ -365,7 +367,7 @@ class Coordinator:
         try:
             self._run(replace(job, attempt=self.ids()[:12]), run, tables)
         except Exception as exc:
-            if _data_error(exc) is None:
+            if _data_error(exc) is None and _internal_error(exc) is None:
                 raise
             return exc
         return None
@@ -385,6 +387,9 @@ class Coordinator:
         """What a failed consumer's manifest entry says: the error, and the record that raised it
         (the shortest failing prefix of each channel's range, by bisection)."""
         consumer, ranges = work
+        if (internal := _internal_error(exc)) is not None and _data_error(exc) is None:
+            return {"name": consumer.name, "epoch": job.manifest.epoch, "failed_epoch": job.epoch, **internal,
+                    "rows": [], **({"kind": "flow"} if consumer.sink is not None else {})}
         info = _data_error(exc, consumer.schema) or {}
         narrowed, rows = dict(ranges), []
         for channel, (start, stop) in ranges.items():

@@ -14,7 +14,7 @@ from sqlglot import exp
 
 from millpond import pgerrors
 
-__all__ = ["data_error", "describe_failure", "cause", "DATA_ERRORS_AS_NULL"]
+__all__ = ["data_error", "internal_error", "describe_failure", "cause", "DATA_ERRORS_AS_NULL"]
 
 DATA_ERRORS_AS_NULL = ", or WITH (on_error = 'null')"  # a view's other remedy (a flow has no on_error)
 _ERROR = re.compile(r"\[([A-Z][A-Z0-9_.]*)\] ([^\n]*?) ?SQLSTATE: (\w{5})")
@@ -52,6 +52,22 @@ def data_error(exc: BaseException, schema: "pa.Schema | None" = None) -> dict | 
             "column": column}
 
 
+_INTERNAL = re.compile(r"InvariantError: ([^\n]*)")
+
+
+def internal_error(exc: BaseException) -> dict | None:
+    """A bug of millpond's in one view's operator (an :class:`~millpond.errors.InvariantError` its
+    task raised: a count that went negative, a retraction of a row that is not there) as a
+    failure record, SQLSTATE XX000; None for any other error. The coordinator isolates the view as
+    it isolates a data error (it fails alone on a probe, so not a lost executor or storage), so
+    that one view's bug does not stop every other view's epochs."""
+    m = _INTERNAL.search(str(exc))
+    if m is None:
+        return None
+    return {"error_class": "INTERNAL", "sqlstate": "XX000", "expression": None, "column": None,
+            "message": f"internal error (please report it): {m.group(1).strip()}"}
+
+
 def describe_failure(f: dict, sql: str | None = None) -> str:
     """One line: which view failed, where, why, on which input: the failing column's expression as
     written in the view's ``sql`` when it can be found, else the fragment of the SQL millpond generated."""
@@ -62,7 +78,8 @@ def describe_failure(f: dict, sql: str | None = None) -> str:
     state = f" (SQLSTATE {f['sqlstate']})" if f.get("sqlstate") else ""
     return (f"{'flow' if flow else 'view'} {f['name']!r} failed at epoch {f['failed_epoch']} (its rows stay as of "
             f"epoch {f['epoch']}): {f.get('message')}{where}{state}{rows}. Drop it, or drop and "
-            f"recreate it (e.g. with NULLIF{'' if flow else DATA_ERRORS_AS_NULL})")
+            + ("recreate it" if f.get("error_class") == "INTERNAL" else
+               f"recreate it (e.g. with NULLIF{'' if flow else DATA_ERRORS_AS_NULL})"))
 
 
 def _written(sql: str | None, column: str | None) -> str | None:
