@@ -67,6 +67,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/sdp.py --round 50000
 	$(PY) benchmarks/sinks.py
 	$(PY) benchmarks/delta_merge.py
+	$(PY) benchmarks/tpch.py --scale 0.1
 
 clean:
 	rm -rf $(VENV) demo-data flows-data delta-sink-data delta-sink-out .pytest_cache
