@@ -81,8 +81,7 @@ class Builder(Fusing):
         reaches the tasks at run time (:mod:`millpond.spark.task`) or through the scan objects the
         data source reads (:meth:`~millpond.spark.inputs.Inputs.named`, which writes them)."""
         c, job = self.consumer, self.job
-        if (c.key not in job.manifest.offsets or job.batch.get(c.key) or c.key in job.partial or c.partial is not None
-                or c.views or c.merge is not None or self.single):
+        if not self.reusable():
             return None
         reads = []
         for source in P.sources(c.plan):
@@ -95,6 +94,14 @@ class Builder(Fusing):
             reads.append((t.channel, t.channel_id, how))
         return (c, job.root, job.parallelism, self._records() > PRE_AGGREGATE_ROWS, self.fused_tasks(),
                 tuple(sorted(set(reads))))
+
+    def reusable(self) -> bool:
+        """Whether this consumer's DataFrame may be re-run by later epochs as far as the consumer
+        goes (its reads decide the rest, :meth:`reuse_key`): not a first epoch, a partial view, a
+        view over views, a flow's merge or a single-task build."""
+        c, job = self.consumer, self.job
+        return not (c.key not in job.manifest.offsets or job.batch.get(c.key) or c.key in job.partial
+                    or c.partial is not None or c.views or c.merge is not None or self.single)
 
     def check(self) -> None:
         """The checks a build makes of this epoch's inputs (an index read at the view's offset),

@@ -154,8 +154,14 @@ class Inputs:
 
     def _by_driver(self, start: int, stop: int) -> bool:
         """Whether the range is read by the driver, its records embedded in the DataFrame (which
-        is then built anew every epoch): a few records, unless fused tasks read them all."""
-        return 0 < stop - start <= DRIVER_READ_ROWS and not (self.fused_only and self.fused_tasks())
+        is then built anew every epoch): a few records, when the consumer's DataFrame is built anew
+        anyway (a first epoch, a view over views...) or fused tasks read them all. A DataFrame that
+        later epochs re-run reads its range through the data source instead: building one costs
+        0.1–0.3 s of JVM round trips a consumer, and the scan is shared by the epoch's consumers
+        (TPC-H's 22 views, a 0.1% refresh at SF 0.01: 21–26 s an epoch with the ranges read here,
+        13–16 s re-run; one-row epochs of 3 views: 0.06 s, 0.04 s re-run; benchmarks/epochs.py)."""
+        return 0 < stop - start <= DRIVER_READ_ROWS and not (self.fused_only and self.fused_tasks()) \
+            and not self.reusable()
 
     def _load(self, t: TableDef, start: int, stop: int, cols: tuple[str, ...]) -> tuple:
         """Name this epoch's range ``[start, stop)`` of ``t``'s channel for the scan, and return the
