@@ -1,6 +1,6 @@
 """TPC-H's 22 queries as materialized views over tpchgen-cli's data (SF 0.01), each equal to DuckDB
 running the same SQL over the same rows after the backfill and after TPC-H's refresh functions
-(new orders with their lineitems; the oldest orders with theirs deleted by key range)."""
+(new orders with their lineitems; the oldest orders with theirs deleted by key range, 1% each)."""
 
 from __future__ import annotations
 
@@ -33,10 +33,12 @@ def test_every_tpch_query_is_a_view_equal_to_duckdb_through_refreshes(open_db, f
     db.flush()
 
     refresh = tpch.Refresh(tables["orders"], tables["lineitem"], 0.01, seed=7)
-    for step in range(2):
+    for step in ("the backfill", "a refresh"):
         mismatched = [name for name, sql in queries.items()
                       if not oracle.same(oracle.rows(db.sql(f"SELECT * FROM {name}")), oracle.answer(tables, sql))]
-        assert not mismatched, f"after {step} refreshes: {mismatched}"
+        assert not mismatched, f"after {step}: {mismatched}"
+        if step == "a refresh":
+            break
         orders, lines = refresh.rf1()
         db.insert("orders", orders)
         db.insert("lineitem", lines)
