@@ -68,7 +68,7 @@ CLUSTER_NULL = 2**31 - 1  # ... and this for a NULL window (never below an expir
 def cluster_floor(micros: int) -> int:
     """The smallest clustered key of a window at or after ``micros`` (microseconds since 1970) could
     have: every key below it belongs to a window before ``micros``. (Spark computes the keys:
-    ``_cluster_hash`` in :mod:`millpond.spark.build`.)"""
+    ``cluster_hash`` in :mod:`millpond.spark.inputs`.)"""
     return max(CLUSTER_MIN, min(CLUSTER_MAX, micros // CLUSTER_UNIT)) << 32
 
 

@@ -26,7 +26,6 @@ from millpond.columns import KH, ROW_ID, VN, W
 from millpond.engine import plan as P
 from millpond.engine.executor import Consumer, EpochJob, PieceSource, Ranges, ViewInput
 from millpond.engine.expressions import null_on_error, python_calls, to_duckdb, to_spark
-from millpond.engine.flows import CLUSTER_MAX, CLUSTER_MIN, CLUSTER_NULL, CLUSTER_UNIT
 from millpond.engine.operators import Arrange, HashAggregate, HashJoin, Materialize, Operator, Over, TopN
 from millpond.engine.operators.aggregate import VALUE_FUNCS, nonnull_col, sum_col, value_col
 from millpond.engine.operators.join import SIDE
@@ -34,7 +33,8 @@ from millpond.errors import IndexMismatch, InvariantError
 from millpond.spark.combine import Combine, plan_combine
 from millpond.spark.functions import register_calls
 from millpond.spark.fusing import Fusing
-from millpond.spark.inputs import DRIVER_READ_ROWS, arrow_schema, key_hash, quote
+from millpond.spark.inputs import DRIVER_READ_ROWS, arrow_schema, cluster_hash, key_hash, quote
+from millpond.spark.types import common_type, expression_types, over_type
 from millpond.spark.task import CONSUMER, FILE, ROWS, Task
 from millpond.store.sst import VNODES
 
@@ -221,9 +221,9 @@ class Builder(Fusing):
         lcols = [c for c in left.columns if c != W]
         rcols = [c for c in right.columns if c != W]
         lsql, rsql = [self._sql(k) for k in node.left_keys], [self._sql(k) for k in node.right_keys]
-        ltypes, rtypes = _types(left, lsql), _types(right, rsql)
+        ltypes, rtypes = expression_types(left, lsql), expression_types(right, rsql)
         kcols = [f"_k{i}" for i in range(len(lsql))]
-        casts = [_common_type(a, b).simpleString() for a, b in zip(ltypes, rtypes)]
+        casts = [common_type(a, b).simpleString() for a, b in zip(ltypes, rtypes)]
 
         def side(df: DataFrame, n: int, keys: list[str], cols: list[str]) -> DataFrame:
             return df.selectExpr(f"CAST({n} AS TINYINT) AS {SIDE}",
@@ -235,7 +235,7 @@ class Builder(Fusing):
                                T.StructField(W, T.LongType())])
         if node.kind != "inner":  # padded rows: every column may be NULL
             schema = T.StructType([T.StructField(f.name, f.dataType, True) for f in schema])
-        common = [_common_type(a, b) for a, b in zip(ltypes, rtypes)]
+        common = [common_type(a, b) for a, b in zip(ltypes, rtypes)]
         stored = {label: self._shared(node, k, types, common, cols)
                   for k, (label, types, cols) in enumerate((("left", ltypes, lcols), ("right", rtypes, rcols)))
                   if node.shared[k] is not None}
@@ -355,7 +355,7 @@ class Builder(Fusing):
             df = df.coalesce(1)
         m = self.consumer.merge
         kh = key_hash(group) if m is None or m.cluster_group is None else \
-            _cluster_hash(group, m.cluster_group, df.schema[m.cluster_group].dataType)
+            cluster_hash(group, m.cluster_group, df.schema[m.cluster_group].dataType)
         return self._group(df, [*group, *values], measures, having=having).selectExpr(f"{kh} AS {KH}", "*")
 
     def _delta(self, node: P.Aggregate) -> tuple[DataFrame, list[str], list[str], list[str], list[str] | None]:
@@ -422,7 +422,7 @@ class Builder(Fusing):
         cols = [c for c in df.columns if c != W]
         df = self._exchange(df, list(node.partition))
         fields = [*(df.schema[c] for c in cols),
-                  *(T.StructField(c.name, _over_type(c, df.schema[c.arg].dataType if c.arg else None))
+                  *(T.StructField(c.name, over_type(c, df.schema[c.arg].dataType if c.arg else None))
                     for c in node.calls)]
         schema = T.StructType([*fields, T.StructField(W, T.LongType())])
         op = Over(tuple(cols), node.partition, node.order, node.calls, name=f"{self.consumer.name}#{node.node_id}")
@@ -458,52 +458,8 @@ FINAL = T.StructType([T.StructField(CONSUMER, T.StringType()), T.StructField(FIL
                       T.StructField(ROWS, T.LongType())])
 
 
-def _over_type(call: P.OverCall, arg: T.DataType | None) -> T.DataType:
-    """A window call's output type, as :func:`millpond.engine.operators.over.output_type` makes it."""
-    if call.func in ("row_number", "rank", "dense_rank", "count_star", "count"):
-        return T.LongType()
-    assert arg is not None
-    if call.func == "sum":
-        if isinstance(arg, T.IntegralType):
-            return T.LongType()
-        if isinstance(arg, T.DecimalType):
-            return T.DecimalType(38, arg.scale)
-        return T.DoubleType() if isinstance(arg, T.FractionalType) else arg
-    return arg
-
 
 def _over_partials(node: P.Node) -> bool:
     """Whether ``node``'s input rows are already one per key of an eager partial aggregate below
     (``sql/planner/eager.py``): however big the epoch, there are no more of them than keys."""
     return any(isinstance(n, P.Aggregate) and n.eager or _over_partials(n) for n in P.inputs(node))
-
-
-def _cluster_hash(keys: list[str], column: str, dtype: T.DataType) -> str:
-    """The SQL of a flow's key whose high 32 bits are the window ``column``'s minute and low 32 bits
-    ``keys``' hash (:func:`millpond.engine.flows.cluster_floor` has the layout). The minute of a
-    TIMESTAMP (Spark's TIMESTAMP_NTZ) is read from its fields, whatever the session's time zone."""
-    c = quote(column)
-    minute = {T.DateType: f"unix_date({c}) * 1440",
-              T.TimestampNTZType: f"unix_date(CAST({c} AS DATE)) * 1440 + hour({c}) * 60 + minute({c})",
-              T.TimestampType: f"floor(unix_micros({c}) / {CLUSTER_UNIT}D)"}[type(dtype)]
-    bounded = f"coalesce(least(greatest(CAST({minute} AS BIGINT), {CLUSTER_MIN}), {CLUSTER_MAX}), {CLUSTER_NULL})"
-    return f"(shiftleft({bounded}, 32) | ({key_hash(keys)} & 4294967295))"
-
-
-def _types(df: DataFrame, exprs: list[str]) -> list[T.DataType]:
-    """Types of expressions over ``df``; plain column references need no Spark analysis."""
-    fields = {f"`{f.name}`": f.dataType for f in df.schema}
-    if all(e in fields for e in exprs):
-        return [fields[e] for e in exprs]
-    return [f.dataType for f in df.selectExpr(*exprs).schema]
-
-
-def _common_type(a: T.DataType, b: T.DataType) -> T.DataType:
-    if a == b:
-        return a
-    numeric = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
-    if isinstance(a, numeric) and isinstance(b, numeric):
-        return T.LongType()
-    if isinstance(a, T.NumericType) and isinstance(b, T.NumericType):
-        return T.DoubleType()
-    return T.StringType()

@@ -25,6 +25,7 @@ from millpond.columns import COUNT, ROW_ID, W
 from millpond.engine import plan as P
 from millpond.engine.consumers import table_plan
 from millpond.engine.executor import Consumer, EpochJob, PieceSource, Ranges, ViewInput
+from millpond.engine.flows import CLUSTER_MAX, CLUSTER_MIN, CLUSTER_NULL, CLUSTER_UNIT
 from millpond.log import read_pieces
 from millpond.spark.combine import plan_combine
 from millpond.spark.fused import MAX_TASKS
@@ -33,7 +34,7 @@ from millpond.store.manifest import Levels
 from millpond.store.objects import open_store
 from millpond.store.state_table import StateTable
 
-__all__ = ["Inputs", "DRIVER_READ_ROWS", "read_columns", "read_rows", "quote", "arrow_schema", "key_hash"]
+__all__ = ["Inputs", "DRIVER_READ_ROWS", "read_columns", "read_rows", "quote", "arrow_schema", "key_hash", "cluster_hash"]
 
 DRIVER_READ_ROWS = 10_000  # a smaller range is read by the driver and handed to Spark as Arrow
 # a stage whose tasks read the log themselves (spark/fused.py) has one task per this many records:
@@ -346,3 +347,14 @@ def key_hash(keys: list[str], schema: T.StructType | None = None) -> str:
     maps = {f.name for f in schema or () if isinstance(f.dataType, T.MapType)}
     cols = [f"array_sort(map_entries({quote(k)}))" if k in maps else quote(k) for k in keys]
     return f"xxhash64({', '.join(cols)})" if keys else "CAST(0 AS BIGINT)"
+
+def cluster_hash(keys: list[str], column: str, dtype: T.DataType) -> str:
+    """The SQL of a flow's key whose high 32 bits are the window ``column``'s minute and low 32 bits
+    ``keys``' hash (:func:`millpond.engine.flows.cluster_floor` has the layout). The minute of a
+    TIMESTAMP (Spark's TIMESTAMP_NTZ) is read from its fields, whatever the session's time zone."""
+    c = quote(column)
+    minute = {T.DateType: f"unix_date({c}) * 1440",
+              T.TimestampNTZType: f"unix_date(CAST({c} AS DATE)) * 1440 + hour({c}) * 60 + minute({c})",
+              T.TimestampType: f"floor(unix_micros({c}) / {CLUSTER_UNIT}D)"}[type(dtype)]
+    bounded = f"coalesce(least(greatest(CAST({minute} AS BIGINT), {CLUSTER_MIN}), {CLUSTER_MAX}), {CLUSTER_NULL})"
+    return f"(shiftleft({bounded}, 32) | ({key_hash(keys)} & 4294967295))"
