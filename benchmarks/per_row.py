@@ -1,12 +1,17 @@
 """Per changed row: one millpond epoch over a delta of D rows vs Spark's batch over the same D rows.
 
-Four views, each alone on a fresh root, over a table ``ev(k BIGINT, p BIGINT, v BIGINT)``
+Views, each alone on a fresh root, over a table ``ev(k BIGINT, p BIGINT, v BIGINT)``
 (ordinary, then ``APPEND ONLY``) and a 10,000-row dimension ``dim(p BIGINT, name VARCHAR)``:
 
 - ``agg``:    SELECT k, count(*) AS n, sum(v) AS s FROM ev GROUP BY k          (10,000 keys)
 - ``max``:    SELECT k, max(v) AS m FROM ev GROUP BY k
 - ``join``:   SELECT d.name, count(*) AS n, sum(e.v) AS s FROM ev e JOIN dim d ON e.p = d.p GROUP BY d.name
 - ``filter``: SELECT k, p, v FROM ev WHERE v % 10 = 0
+
+and the same shapes over the types real tables have (``ev`` gains ``price``, ``disc`` DECIMAL(12,2),
+``x`` DOUBLE, ``ts`` TIMESTAMP, ``s`` VARCHAR): ``dec`` (a sum of a DECIMAL product per key),
+``dbl`` (a DOUBLE sum and max), ``bucket`` (``date_trunc('hour', ts)`` groups), ``djoin`` (a
+DECIMAL product summed over the join) and ``str`` (``upper``, ``length`` and ``LIKE``).
 
 Per view and D: a warm-up epoch of D rows (state exists, JIT warm), then ``--repeat`` timed
 epochs of D new rows each: ``db.insert`` (untimed, the log append) then ``db.flush()`` (timed:
@@ -27,7 +32,7 @@ Arrow batches: the shuffle read and the transfer; for a task that reads the log 
 ``spark/fused.py``, reading and building its delta; a task chained after another waits for it),
 ``apply`` (the operator in Python) and ``write`` (encoding and writing state). Every view is checked against DuckDB over all rows inserted.
 
-    .venv/bin/python benchmarks/per_row.py [--rows 100000,1000000] [--queries agg,max,join,filter]
+    .venv/bin/python benchmarks/per_row.py [--rows 100000,1000000] [--queries agg,max,join,filter,dec,dbl,bucket,djoin,str]
         [--kinds ordinary,append] [--repeat 3] [--no-eager]
 """
 
@@ -39,13 +44,14 @@ import os
 import statistics
 import tempfile
 import time
+from decimal import Decimal
 
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 import millpond
-from ev_data import delta_files, dimension
+from ev_data import TYPED, delta_files, dimension
 from millpond.spark.session import local_session
 
 PROFILE = os.path.join(tempfile.gettempdir(), f"per-row-tasks-{os.getpid()}.jsonl")
@@ -55,7 +61,14 @@ QUERIES = {
     "max": "SELECT k, max(v) AS m FROM ev GROUP BY k",
     "join": "SELECT d.name, count(*) AS n, sum(e.v) AS s FROM ev e JOIN dim d ON e.p = d.p GROUP BY d.name",
     "filter": "SELECT k, p, v FROM ev WHERE v % 10 = 0",
+    # the same shapes over the columns real tables have (``ev`` then has ev_data.TYPED's columns too)
+    "dec": "SELECT k, count(*) AS n, sum(price * (1 - disc)) AS rev FROM ev GROUP BY k",
+    "dbl": "SELECT k, sum(x) AS sx, max(x) AS mx FROM ev GROUP BY k",
+    "bucket": "SELECT date_trunc('hour', ts) AS h, count(*) AS n, sum(price) AS s FROM ev GROUP BY date_trunc('hour', ts)",
+    "djoin": "SELECT d.name, count(*) AS n, sum(e.price * e.disc) AS s FROM ev e JOIN dim d ON e.p = d.p GROUP BY d.name",
+    "str": "SELECT k, upper(s) AS u, length(s) AS l FROM ev WHERE s LIKE 'a%'",
 }
+TYPED_QUERIES = {"dec", "dbl", "bucket", "djoin", "str"}
 
 
 def du(path: str) -> int:
@@ -63,14 +76,19 @@ def du(path: str) -> int:
 
 
 def rows_of(t: pa.Table, cols: list[str]) -> list[tuple]:
-    return sorted(zip(*(t.column(c).to_pylist() for c in cols)))
+    """``t``'s rows, sorted, numbers as 9 significant digits (a DOUBLE sum's last bits follow the
+    order it was added in; DuckDB types decimal sums otherwise than PostgreSQL)."""
+    def value(v):  # noqa: ANN001, ANN202
+        return f"{float(v):.9g}" if isinstance(v, (float, Decimal)) else v
+    return sorted(tuple(map(value, row)) for row in zip(*(t.column(c).to_pylist() for c in cols)))
 
 
 def run_millpond(spark, query: str, kind: str, batches: list[pa.Table], dim: pa.Table) -> dict:
     with tempfile.TemporaryDirectory(prefix="per-row-") as root:
         db = millpond.connect(root, spark=spark, interval=None)
         try:
-            db.sql(f"CREATE TABLE ev (k BIGINT, p BIGINT, v BIGINT){' APPEND ONLY' if kind == 'append' else ''}; "
+            typed = f", {TYPED}" if query in TYPED_QUERIES else ""
+            db.sql(f"CREATE TABLE ev (k BIGINT, p BIGINT, v BIGINT{typed}){' APPEND ONLY' if kind == 'append' else ''}; "
                    "CREATE TABLE dim (p BIGINT PRIMARY KEY, name VARCHAR)")
             db.insert("dim", dim)
             db.sql(f"CREATE MATERIALIZED VIEW q AS {QUERIES[query]}")
@@ -99,8 +117,9 @@ def run_millpond(spark, query: str, kind: str, batches: list[pa.Table], dim: pa.
     con.register("dim", dim)
     want = con.sql(QUERIES[query]).to_arrow_table()
     cols = want.column_names
-    if rows_of(got, cols) != rows_of(want, cols):
-        raise SystemExit(f"{query} ({kind}): millpond's view differs from DuckDB's")
+    if (a := rows_of(got, cols)) != (b := rows_of(want, cols)):
+        diff = sorted(set(a) ^ set(b))[:4]
+        raise SystemExit(f"{query} ({kind}): millpond's view differs from DuckDB's ({len(a)} vs {len(b)} rows; {diff})")
     return {"time": statistics.median(times), "driver": statistics.median(received), "state": state,
             "parts": {k: statistics.median(p[k] for p in parts) for k in parts[0]}}
 
@@ -157,14 +176,17 @@ def main() -> None:
         dim_file = os.path.join(tmp, "dim.parquet")
         pq.write_table(dim, dim_file)
         for rows in map(int, args.rows.split(",")):
+            queries = args.queries.split(",")
             batches, files = delta_files(tmp, rows, args.repeat + 1)
+            typed = delta_files(tmp, rows, args.repeat + 1, typed=True) if TYPED_QUERIES & set(queries) else None
             floor = run_floor(spark, files)
             print(f"{rows:>9,} rows into Python once (Spark: Parquet -> exchange -> mapInArrow, no output): "
                   f"{floor:.3f} s", flush=True)
-            for query in args.queries.split(","):
-                base = run_spark(spark, query, files, dim_file, os.path.join(tmp, "out"))
+            for query in queries:
+                b, f = typed if query in TYPED_QUERIES else (batches, files)
+                base = run_spark(spark, query, f, dim_file, os.path.join(tmp, "out"))
                 for kind in args.kinds.split(","):
-                    m = run_millpond(spark, query, kind, batches, dim)
+                    m = run_millpond(spark, query, kind, b, dim)
                     p = m["parts"]
                     print(f"{rows:>9,} {query:<7} {kind:<9} {m['time']:>10.3f} {base:>8.3f} "
                           f"{m['time'] / base:>6.2f} {m['driver'] / 1024:>9.1f} {m['state'] / 2**20:>8.1f} | "

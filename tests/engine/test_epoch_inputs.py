@@ -4,6 +4,8 @@ the same views."""
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pyarrow as pa
 import pytest
 
@@ -350,3 +352,65 @@ def test_an_overflow_in_a_task_reading_the_log_fails_its_view_alone(open_db, mon
     with pytest.raises(MillpondError, match="(?i)view 'big' failed.*integer out of range"):
         db.sql("SELECT * FROM big")
     assert any(f is not None for f in fused)
+
+
+@pytest.mark.parametrize("append_only", [False, True])
+def test_decimal_and_timestamp_expressions_in_tasks_reading_the_log_match_duckdb(open_db, monkeypatch, append_only):
+    """DECIMAL arithmetic whose every value is exact (PostgreSQL's casts widening, products of at
+    most 38 digits), CASE over decimals and ``date_trunc`` of a TIMESTAMP are evaluated by DuckDB in
+    tasks reading the log, and DECIMAL sums combined there (:mod:`millpond.spark.combine`): through
+    NULLs, negative amounts, upserts and deletes, every epoch's views equal DuckDB over all rows,
+    epochs alternating with Spark's path (both meet the same state). A cast that rounds is Spark's."""
+    import duckdb
+
+    monkeypatch.setattr(build, "PRE_AGGREGATE_ROWS", 0)
+    monkeypatch.setattr(coordinator, "ROWS_PER_TASK", 1)
+    monkeypatch.setattr(inputs, "FUSED_ROWS_PER_TASK", 10)
+    fused = []
+    for method in ("fuse_aggregate", "fuse_join"):
+        def spy(self, *args, _method=getattr(fusing.Fusing, method)):
+            fused.append(_method(self, *args))
+            return fused[-1]
+        monkeypatch.setattr(fusing.Fusing, method, spy)
+    db = open_db(parallelism=2)
+    key = "" if append_only else " PRIMARY KEY"
+    db.sql(f"CREATE TABLE t (id INT{key}, k SMALLINT, price NUMERIC(12,2), disc NUMERIC(4,2), ts TIMESTAMP)"
+           f"{' APPEND ONLY' if append_only else ''}; CREATE TABLE d (k SMALLINT PRIMARY KEY, name VARCHAR)")
+    db.insert("d", pa.table({"k": pa.array(range(5), pa.int16()), "name": ["a", "b", "a", None, "c"]}))
+    views = {
+        "rev": "SELECT k, COUNT(*) AS n, SUM(price * (1 - disc)) AS rev, SUM(price) AS p FROM t GROUP BY k",
+        "hourly": "SELECT date_trunc('hour', ts) AS h, COUNT(price) AS n, SUM(price) AS total FROM t "
+                  "GROUP BY date_trunc('hour', ts)",
+        "cased": "SELECT k, SUM(CASE WHEN disc > 0.05 THEN price * disc ELSE 0 END) AS s FROM t GROUP BY k",
+        "joined": "SELECT d.name, SUM(t.price * t.disc) AS s, COUNT(*) AS n FROM t JOIN d ON t.k = d.k GROUP BY d.name",
+        "rounded": "SELECT k, SUM(price::numeric(11,1)) AS s FROM t GROUP BY k",  # rounds: Spark's
+    }
+    for name, sql in views.items():
+        db.sql(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
+    con = duckdb.connect()
+    everything = []
+    for i in range(4):
+        monkeypatch.setattr(inputs, "DRIVER_READ_ROWS", 0 if i % 2 == 0 else 10**9)  # odd epochs: Spark's path
+        monkeypatch.setattr(inputs, "MAX_TASKS", 4 if i % 2 == 0 else 0)
+        ids = range(i * 40, i * 40 + 60)  # 20 of them upsert earlier rows (a keyed table)
+        cents = [None if j % 9 == 0 else (j * 7919 % 2_000_000 - 300_000) * (i + 1) for j in ids]
+        batch = pa.table({
+            "id": pa.array(ids, pa.int32()), "k": pa.array([None if j % 11 == 0 else j % 5 for j in ids], pa.int16()),
+            "price": pa.array([None if c is None else Decimal(c) / 100 for c in cents], pa.decimal128(12, 2)),
+            "disc": pa.array([Decimal(j % 11) / 100 for j in ids], pa.decimal128(4, 2)),
+            "ts": pa.array([None if j % 13 == 0 else 1_700_000_000_000_000 + j * 1_234_567_891 for j in ids],
+                           pa.timestamp("us"))})
+        db.insert("t", batch)
+        everything.append(batch)
+        if i == 2 and not append_only:
+            db.sql("DELETE FROM t WHERE price < 0")
+        db.flush()
+        con.register("t", db.sql("SELECT * FROM t") if not append_only else pa.concat_tables(everything))
+        con.register("d", db.sql("SELECT * FROM d"))
+        for name, sql in views.items():
+            assert rows(db.sql(f"SELECT * FROM {name}")) == rows(con.sql(sql).to_arrow_table()), (name, i)
+    queries = [side.query for f in fused if f is not None for side in f[0].sides if side.query]
+    assert any("DATE_TRUNC" in q for q in queries) and any("CASE" in q for q in queries)
+    assert any("DECIMAL(13, 2)" in q for q in queries)  # 1 - disc, exact, in the task
+    assert not any("DECIMAL(11, 1)" in q for q in queries)  # a cast that rounds
+    assert sum(f is not None for f in fused) >= 4

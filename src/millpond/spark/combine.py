@@ -9,13 +9,14 @@ partials and sums them per group (:meth:`millpond.spark.build.Builder._aggregate
 its own partials.
 
 Only what means the same in polars as in Spark is combined here: plain columns of integer,
-string, boolean and date types as keys, integer and ``DECIMAL(38,0)`` columns (or their casts to ``DECIMAL(38,0)``
-and ``BIGINT``) summed exactly as ``DECIMAL(38,0)``, non-NULL counts, and append-only MIN/MAX of
-integers and dates. Anything else is combined by Catalyst (:func:`plan_combine` returns None).
+string, boolean, date and timestamp types as keys, integer and ``DECIMAL`` columns (or integers' casts to
+``DECIMAL(38,0)`` and ``BIGINT``) summed exactly as ``DECIMAL(38,s)``, non-NULL counts, and append-only
+MIN/MAX of integers and dates. Anything else is combined by Catalyst (:func:`plan_combine` returns None).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import polars as pl
@@ -30,7 +31,8 @@ from millpond.errors import MillpondError
 
 __all__ = ["Combine", "plan_combine"]
 
-_KEY_TYPES = ("SMALLINT", "INT", "INTEGER", "BIGINT", "STRING", "BOOLEAN", "DATE")
+_KEY_TYPES = ("SMALLINT", "INT", "INTEGER", "BIGINT", "STRING", "BOOLEAN", "DATE", "TIMESTAMP", "TIMESTAMP_NTZ")
+DECIMAL = "DECIMAL"  # in the types a column may have: DECIMAL(p,s) of any p, s
 _INTEGERS = ("SMALLINT", "INT", "INTEGER", "BIGINT")
 
 
@@ -53,11 +55,13 @@ class Combine:
         w = pl.col(W).cast(pl.Int64)
         weights = _bound(records.column(W)) * len(records)
         products = {}
-        for out, col in self.sums:  # in 64 bits where no sum can overflow them: 2x faster than DECIMAL
-            bound = _bound(records.column(col)) * weights
-            if bound >= 10**38:  # DECIMAL(38,0) might overflow (only a partial of partial sums comes near)
-                raise MillpondError("[NUMERIC_VALUE_OUT_OF_RANGE] a sum exceeds DECIMAL(38,0) SQLSTATE: 22003")
-            exact = pl.Int64 if bound < 2**63 else pl.Decimal(38, 0)
+        for out, col in self.sums:  # integers in 64 bits where no sum can overflow them: 2x faster than DECIMAL
+            type_ = records.schema.field(col).type
+            scale = type_.scale if pa.types.is_decimal(type_) else 0
+            bound = _bound(records.column(col)) * weights * 10**scale
+            if bound >= 10**38:  # DECIMAL(38,s) might overflow (only a partial of partial sums comes near)
+                raise MillpondError(f"[NUMERIC_VALUE_OUT_OF_RANGE] a sum exceeds DECIMAL(38,{scale}) SQLSTATE: 22003")
+            exact = pl.Int64 if bound < 2**63 and not scale else pl.Decimal(38, scale)
             products[out] = pl.col(col).cast(exact) * w
         nonnull = {out: pl.when(pl.col(col).is_not_null()).then(w).otherwise(0) for out, col in self.nonnulls}
         keys = [pl.col(col).alias(out) for out, col in self.keys]
@@ -75,9 +79,9 @@ class Combine:
 
 
 def _bound(column: pa.ChunkedArray) -> int:
-    """The largest absolute value of an integer column (0 when all NULL)."""
+    """An integer no smaller than any absolute value of an integer or DECIMAL column (0 when all NULL)."""
     found = pc.min_max(column)
-    return max(abs(found["min"].as_py() or 0), abs(found["max"].as_py() or 0))
+    return math.ceil(max(abs(found["min"].as_py() or 0), abs(found["max"].as_py() or 0)))
 
 
 def plan_combine(node: P.Aggregate, columns: dict[str, tuple[str, str]]) -> Combine | None:
@@ -97,7 +101,7 @@ def plan_combine(node: P.Aggregate, columns: dict[str, tuple[str, str]]) -> Comb
         if not isinstance(e, exp.Column) or e.table or e.name not in columns:
             return None
         src, type_ = columns[e.name]
-        return src if type_.upper() in allowed else None
+        return src if type_.upper() in allowed or (DECIMAL in allowed and type_.upper().startswith("DECIMAL(")) else None
     keys, sums, nonnulls, extremes = [], [], [], []
     for g in node.group:
         if (src := column(g, _KEY_TYPES)) is None:
@@ -111,12 +115,12 @@ def plan_combine(node: P.Aggregate, columns: dict[str, tuple[str, str]]) -> Comb
                 extremes.append((value_col(i), src, call.func))
             else:  # a multiset of values: each is a key of the partials
                 keys.append((value_col(i), src))
-        if call.func == "sum":  # DECIMAL(38,0): the exact sums of integers an eager partial made
-            if (src := column(call.arg, (*_INTEGERS, "DECIMAL(38,0)"), cast=True)) is None:
+        if call.func == "sum":  # DECIMALs summed exactly (DECIMAL(38,0): the sums of integers an eager partial made)
+            if (src := column(call.arg, (*_INTEGERS, DECIMAL), cast=True)) is None:
                 return None
             sums.append((sum_col(i), src))
         if call.func in ("sum", "count"):
-            if (src := column(call.arg, (*_KEY_TYPES, "DECIMAL(38,0)"), cast=True)) is None:
+            if (src := column(call.arg, (*_KEY_TYPES, DECIMAL), cast=True)) is None:
                 return None
             nonnulls.append((nonnull_col(i), src))
         elif call.func != "count_star" and call.func not in ("min", "max"):

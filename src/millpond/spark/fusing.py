@@ -8,7 +8,7 @@ from). Both are planned only where both engines compute the same values: columns
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Mapping
 
 import pyarrow as pa
@@ -19,7 +19,7 @@ from sqlglot import exp
 from millpond.catalog.types import spark_ddl_type
 from millpond.columns import KH, VN, W
 from millpond.engine import plan as P
-from millpond.engine.expressions import to_duckdb
+from millpond.engine.expressions import is_mp, to_duckdb
 from millpond.spark.combine import Combine, plan_combine
 from millpond.spark.fused import Fused, Side, hashed_here
 from millpond.spark.inputs import Inputs, arrow_schema
@@ -127,7 +127,7 @@ class Fusing(Inputs):
         made = self._made.get(join.node_id) if isinstance(join, P.Join) else None
         if made is None or self._slot_frames.get(id(made[0]), (None, 0))[1] != 1 or node.whole:
             return None
-        columns = {f.name: (f.name, _SPARK.get(f.type, "")) for f in made[1].out_schema if f.name != W}
+        columns = {f.name: (f.name, _spark_name(f.type)) for f in made[1].out_schema if f.name != W}
         arrow = arrow_schema(schema)
         if (combine := plan_combine(node, columns)) is None or not all(
                 hashed_here(arrow.field(g).type) for g in node.group):
@@ -184,8 +184,11 @@ class Fusing(Inputs):
         columns named; None where one may raise a data error or round (:func:`_cannot_raise`: Spark
         reports and rounds those), or DuckDB's dialect cannot spell it."""
         srcs = dict(source.columns)
+        log = self.tables[source.table].log_schema
+        types = {out: log.field(src).type for out, src in srcs.items() if src in log.names}
         if self.consumer.on_error != "fail" or not all(
-                _cannot_raise(e) and all(c.name in srcs and not c.table for c in e.find_all(exp.Column)) for e, _ in exprs):
+                _cannot_raise(e, types) and all(c.name in srcs and not c.table for c in e.find_all(exp.Column))
+                for e, _ in exprs):
             return None
         try:
             cols = [f"{to_duckdb(e.transform(lambda n: exp.column(srcs[n.name], quoted=True) if isinstance(n, exp.Column) else n))} AS {_dq(name)}"
@@ -276,24 +279,115 @@ def _chain_sql(chain: list, sql: str) -> str | None:
 # what a fused task's DuckDB evaluates: nodes that raise no data error (an integer overflow of
 # +, -, * excepted: fused.py reports it as Spark does) and round nothing: no division, but a
 # remainder by a positive literal; no string function (Java and DuckDB case-map and count some
-# characters differently)
+# characters differently); casts and DECIMAL arithmetic only where every value is exact
+# (:func:`_numeric`), date_trunc of a TIMESTAMP column (wall-clock fields in both engines)
 _SAFE = (exp.Column, exp.Identifier, exp.Literal, exp.Null, exp.Boolean, exp.Paren, exp.EQ, exp.NEQ, exp.GT, exp.GTE,
          exp.LT, exp.LTE, exp.And, exp.Or, exp.Not, exp.Is, exp.In, exp.Between, exp.Case, exp.If, exp.Coalesce,
-         exp.Add, exp.Sub, exp.Mul, exp.Neg)
+         exp.Add, exp.Sub, exp.Mul, exp.Neg, exp.DataType, exp.DataTypeParam)
 
 
-def _cannot_raise(e: exp.Expression) -> bool:
+def _cannot_raise(e: exp.Expression, types: Mapping[str, pa.DataType] | None = None) -> bool:
+    """Whether DuckDB evaluates ``e`` as Spark does, raising nothing Spark would not (``types``:
+    the Arrow types of the columns, where known: casts and DECIMAL arithmetic need them)."""
     for n in e.walk():
         if isinstance(n, exp.Mod):
             if not (isinstance(n.expression, exp.Literal) and n.expression.is_int and int(n.expression.this) > 0):
+                return False
+        elif isinstance(n, exp.Cast):
+            if types is None or _numeric(n, types) is None:
+                return False
+        elif isinstance(n, (exp.Add, exp.Sub, exp.Mul)):
+            operands = [_numeric(x, types or {}) for x in (n.this, n.expression)]
+            if any(o is not None and not o.integer for o in operands) and _numeric(n, types or {}) is None:
+                return False
+        elif is_mp(n, "DATE_TRUNC"):
+            arg = n.expressions[1] if len(n.expressions) == 2 else None
+            if not (isinstance(arg, exp.Column) and types and (t := types.get(arg.name)) is not None
+                    and pa.types.is_timestamp(t) and t.tz is None):
                 return False
         elif not isinstance(n, _SAFE):
             return False
     return True
 
 
+@dataclass(frozen=True)
+class _Exact:
+    """A type every value of an integer or DECIMAL expression fits exactly: ``precision`` digits,
+    ``scale`` of them after the point; ``integer``: an integer type's (its overflow is Spark's
+    error, which fused.py reports as Spark does)."""
+
+    precision: int
+    scale: int
+    integer: bool = False
+
+
+_DIGITS = {8: 3, 16: 5, 32: 10, 64: 19}  # an integer type's (by bits) largest value's digits
+_INTEGER_TYPES = {exp.DataType.Type.SMALLINT: 16, exp.DataType.Type.INT: 32, exp.DataType.Type.BIGINT: 64}
+
+
+def _numeric(e: exp.Expression, types: Mapping[str, pa.DataType]) -> _Exact | None:
+    """The exact type of the integer or DECIMAL expression ``e`` (columns typed by ``types``), as
+    both engines compute it — a cast neither narrows the integer digits nor the scale, a sum or a
+    product needs at most 38 digits — or None (not such an expression, or one that may round or
+    overflow)."""
+    if isinstance(e, (exp.Paren, exp.Neg)):
+        return _numeric(e.this, types)
+    if isinstance(e, exp.Column):
+        t = types.get(e.name)
+        if t is not None and pa.types.is_integer(t):
+            return _Exact(_DIGITS[t.bit_width], 0, True)
+        return _Exact(t.precision, t.scale) if t is not None and pa.types.is_decimal(t) else None
+    if isinstance(e, exp.Literal) and e.is_number and e.this.lstrip("-").replace(".", "", 1).isdigit():
+        whole, _, fraction = e.this.lstrip("-").partition(".")
+        return _Exact(len(whole) + len(fraction), len(fraction), not fraction and len(whole) <= 18)
+    if isinstance(e, exp.Cast):
+        inner, to = _numeric(e.this, types), e.to
+        if inner is None:
+            return None
+        if to.this == exp.DataType.Type.DECIMAL and len(to.expressions) == 2:
+            p, s = (int(x.this.this) for x in to.expressions)
+            fits = inner.precision - inner.scale <= p - s and inner.scale <= s
+            return _Exact(p, s) if fits else None
+        bits = _INTEGER_TYPES.get(to.this)
+        # an integer to an integer type that holds its every value
+        fits = bits is not None and inner.integer and inner.precision <= _DIGITS[bits]
+        return _Exact(_DIGITS[bits], 0, True) if fits else None
+    if isinstance(e, (exp.Add, exp.Sub, exp.Mul)):
+        a, b = _numeric(e.this, types), _numeric(e.expression, types)
+        if a is None or b is None:
+            return None
+        if a.integer and b.integer:
+            return _Exact(max(a.precision, b.precision), 0, True)
+        if isinstance(e, exp.Mul):
+            p, s = a.precision + b.precision, a.scale + b.scale
+        else:
+            s = max(a.scale, b.scale)
+            p = max(a.precision - a.scale, b.precision - b.scale) + s + 1
+        return _Exact(p, s) if p <= 38 else None
+    if isinstance(e, (exp.Case, exp.If, exp.Coalesce)):  # the branches' values, in a type that holds each
+        if isinstance(e, exp.Case):
+            values = [x.args.get("true") for x in e.args.get("ifs") or []] + [e.args.get("default")]
+        elif isinstance(e, exp.If):
+            values = [e.args.get("true"), e.args.get("false")]
+        else:
+            values = [e.this, *e.expressions]
+        kinds = [_numeric(v, types) for v in values if v is not None and not isinstance(v, exp.Null)]
+        if not kinds or None in kinds:
+            return None
+        s = max(k.scale for k in kinds)
+        p = max(k.precision - k.scale for k in kinds) + s
+        return _Exact(p, s, all(k.integer for k in kinds)) if p <= 38 else None
+    return None
+
+
 _SPARK = {pa.int16(): "smallint", pa.int32(): "int", pa.int64(): "bigint", pa.string(): "string",
-          pa.large_string(): "string", pa.bool_(): "boolean", pa.date32(): "date", pa.decimal128(38, 0): "decimal(38,0)"}  # Spark's names of Arrow types
+          pa.large_string(): "string", pa.bool_(): "boolean", pa.date32(): "date",
+          pa.timestamp("us"): "timestamp_ntz"}  # Spark's names of Arrow types (and decimals', _spark_name)
+
+
+def _spark_name(t: pa.DataType) -> str:
+    """Spark's name of the Arrow type ``t`` (\"\": one :func:`plan_combine` takes no column of)."""
+    return f"decimal({t.precision},{t.scale})" if pa.types.is_decimal128(t) else _SPARK.get(t, "")
 
 
 def _renamed(e: exp.Expression) -> str | None:
