@@ -355,12 +355,14 @@ def test_an_overflow_in_a_task_reading_the_log_fails_its_view_alone(open_db, mon
 
 
 @pytest.mark.parametrize("append_only", [False, True])
-def test_decimal_and_timestamp_expressions_in_tasks_reading_the_log_match_duckdb(open_db, monkeypatch, append_only):
+def test_decimal_double_and_timestamp_expressions_in_tasks_reading_the_log_match_duckdb(open_db, monkeypatch,
+                                                                                        append_only):
     """DECIMAL arithmetic whose every value is exact (PostgreSQL's casts widening, products of at
     most 38 digits), CASE over decimals and ``date_trunc`` of a TIMESTAMP are evaluated by DuckDB in
-    tasks reading the log, and DECIMAL sums combined there (:mod:`millpond.spark.combine`): through
-    NULLs, negative amounts, upserts and deletes, every epoch's views equal DuckDB over all rows,
-    epochs alternating with Spark's path (both meet the same state). A cast that rounds is Spark's."""
+    tasks reading the log, and DECIMAL and DOUBLE sums and DOUBLE MIN/MAX combined there
+    (:mod:`millpond.spark.combine`): through NULLs, negative amounts, -0.0, upserts and deletes,
+    every epoch's views equal DuckDB over all rows, epochs alternating with Spark's path (both meet
+    the same state). A cast that rounds is Spark's."""
     import duckdb
 
     monkeypatch.setattr(build, "PRE_AGGREGATE_ROWS", 0)
@@ -374,7 +376,8 @@ def test_decimal_and_timestamp_expressions_in_tasks_reading_the_log_match_duckdb
         monkeypatch.setattr(fusing.Fusing, method, spy)
     db = open_db(parallelism=2)
     key = "" if append_only else " PRIMARY KEY"
-    db.sql(f"CREATE TABLE t (id INT{key}, k SMALLINT, price NUMERIC(12,2), disc NUMERIC(4,2), ts TIMESTAMP)"
+    db.sql(f"CREATE TABLE t (id INT{key}, k SMALLINT, price NUMERIC(12,2), disc NUMERIC(4,2), ts TIMESTAMP, "
+           f"x DOUBLE PRECISION)"
            f"{' APPEND ONLY' if append_only else ''}; CREATE TABLE d (k SMALLINT PRIMARY KEY, name VARCHAR)")
     db.insert("d", pa.table({"k": pa.array(range(5), pa.int16()), "name": ["a", "b", "a", None, "c"]}))
     views = {
@@ -383,7 +386,9 @@ def test_decimal_and_timestamp_expressions_in_tasks_reading_the_log_match_duckdb
                   "GROUP BY date_trunc('hour', ts)",
         "cased": "SELECT k, SUM(CASE WHEN disc > 0.05 THEN price * disc ELSE 0 END) AS s FROM t GROUP BY k",
         "joined": "SELECT d.name, SUM(t.price * t.disc) AS s, COUNT(*) AS n FROM t JOIN d ON t.k = d.k GROUP BY d.name",
-        "rounded": "SELECT k, SUM(price::numeric(11,1)) AS s FROM t GROUP BY k",  # rounds: Spark's
+        "rounded": "SELECT k, SUM(price::numeric(11,1)) AS s, SUM(price::numeric(38,0)) AS w, "
+                   "SUM(x::bigint) AS xi FROM t GROUP BY k",  # casts that round: Spark's
+        "dbl": "SELECT k, SUM(x) AS sx, MAX(x) AS hi, MIN(x) AS lo, COUNT(x) AS n FROM t GROUP BY k",
     }
     for name, sql in views.items():
         db.sql(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
@@ -399,7 +404,9 @@ def test_decimal_and_timestamp_expressions_in_tasks_reading_the_log_match_duckdb
             "price": pa.array([None if c is None else Decimal(c) / 100 for c in cents], pa.decimal128(12, 2)),
             "disc": pa.array([Decimal(j % 11) / 100 for j in ids], pa.decimal128(4, 2)),
             "ts": pa.array([None if j % 13 == 0 else 1_700_000_000_000_000 + j * 1_234_567_891 for j in ids],
-                           pa.timestamp("us"))})
+                           pa.timestamp("us")),
+            # quarters: sums exact in any order; -0.0 and 0.0 one group of values
+            "x": [None if j % 10 == 0 else -0.0 if j % 17 == 8 and j % 2 else (j % 17 - 8) * 0.25 for j in ids]})
         db.insert("t", batch)
         everything.append(batch)
         if i == 2 and not append_only:
@@ -412,5 +419,51 @@ def test_decimal_and_timestamp_expressions_in_tasks_reading_the_log_match_duckdb
     queries = [side.query for f in fused if f is not None for side in f[0].sides if side.query]
     assert any("DATE_TRUNC" in q for q in queries) and any("CASE" in q for q in queries)
     assert any("DECIMAL(13, 2)" in q for q in queries)  # 1 - disc, exact, in the task
-    assert not any("DECIMAL(11, 1)" in q for q in queries)  # a cast that rounds
+    assert not any("DECIMAL(11, 1)" in q or "DECIMAL(38, 0)" in q for q in queries)  # casts that round
+    combined = [f[0].combine for f in fused if f is not None and f[0].combine is not None]
+    assert not any(c.keys == (("_g0", "k"),) and len(c.sums) == 3 for c in combined)  # 'rounded' is Spark's
     assert sum(f is not None for f in fused) >= 4
+
+
+def test_a_combine_sums_a_cast_column_only_where_the_cast_is_exact():
+    """A sum's argument cast to ``DECIMAL(38,0)`` or ``BIGINT`` is summed as its column only when
+    the column is an integer (the cast changes no value): a DECIMAL(12,2) or a DOUBLE cast so is
+    rounded first, which only Catalyst does."""
+    from sqlglot import exp, parse_one
+
+    from millpond.engine import plan as P
+    from millpond.spark.combine import plan_combine
+
+    columns = {"i": ("i", "INT"), "p": ("p", "DECIMAL(12,2)"), "x": ("x", "DOUBLE"), "g": ("g", "INT")}
+
+    def combine(arg: str):  # noqa: ANN202
+        project = P.Project(P.Source("t", ()), ((exp.column("g"), "_g0"), (parse_one(arg, read="postgres"), "_a0")))
+        return plan_combine(P.Aggregate(project, ("_g0",), (P.AggCall("sum", "_a0", "_c0"),), 1), columns)
+
+    assert combine("CAST(i AS DECIMAL(38,0))") is not None and combine("CAST(i AS BIGINT)") is not None
+    assert combine("p") is not None and combine("x") is not None  # exact DECIMAL sums, DOUBLE sums
+    for rounds in ("CAST(p AS DECIMAL(38,0))", "CAST(x AS BIGINT)", "CAST(p AS BIGINT)"):
+        assert combine(rounds) is None, rounds
+
+
+def test_a_combine_orders_floats_as_postgresql():
+    """Partials of DOUBLE columns: NaN is the greatest value (a MAX is NaN if any is, a MIN only if
+    all are), -0.0 and 0.0 are one value of a retractable MIN/MAX's multiset, sums weighted."""
+    import math
+
+    from millpond.spark.combine import Combine
+
+    nan = float("nan")
+    records = pa.table({"g": [1, 1, 1, 2, 2, 3], "x": [1.0, nan, -2.0, nan, nan, -0.0],
+                        "_w": pa.array([1, 1, 1, 1, 1, -1], pa.int8())})
+    out = Combine((("g", "g"),), (("s", "x"),), (), (("hi", "x", "max"), ("lo", "x", "min")))(
+        records, pa.schema([("g", pa.int64()), ("_w", pa.int64()), ("s", pa.float64()), ("hi", pa.float64()),
+                            ("lo", pa.float64())])).sort_by("g").to_pylist()
+    assert [(r["g"], r["_w"]) for r in out] == [(1, 3), (2, 2), (3, -1)]
+    assert math.isnan(out[0]["hi"]) and out[0]["lo"] == -2.0 and math.isnan(out[1]["hi"]) and math.isnan(out[1]["lo"])
+    assert math.isnan(out[0]["s"]) and out[2]["s"] == 0.0
+    values = Combine((("g", "g"), ("v", "x")), (), (), ())(
+        pa.table({"g": [1, 1, 1], "x": [-0.0, 0.0, nan], "_w": pa.array([1, 1, 1], pa.int8())}),
+        pa.schema([("g", pa.int64()), ("v", pa.float64()), ("_w", pa.int64())]))
+    assert sorted(values.column("_w").to_pylist()) == [1, 2]  # -0.0 and 0.0: one key
+    assert not any(math.copysign(1, v) < 0 for v in values.column("v").to_pylist() if not math.isnan(v))

@@ -10,8 +10,10 @@ its own partials.
 
 Only what means the same in polars as in Spark is combined here: plain columns of integer,
 string, boolean, date and timestamp types as keys, integer and ``DECIMAL`` columns (or integers' casts to
-``DECIMAL(38,0)`` and ``BIGINT``) summed exactly as ``DECIMAL(38,s)``, non-NULL counts, and append-only
-MIN/MAX of integers and dates. Anything else is combined by Catalyst (:func:`plan_combine` returns None).
+``DECIMAL(38,0)`` and ``BIGINT``) summed exactly as ``DECIMAL(38,s)``, DOUBLEs summed as doubles (Catalyst's partial sums have no fixed
+order either), non-NULL counts, MIN/MAX values of integers, dates and doubles as keys (-0.0 as 0.0, as
+Catalyst groups them), and append-only MIN/MAX of integers, dates and doubles (NaN the greatest).
+Anything else is combined by Catalyst (:func:`plan_combine` returns None).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ __all__ = ["Combine", "plan_combine"]
 _KEY_TYPES = ("SMALLINT", "INT", "INTEGER", "BIGINT", "STRING", "BOOLEAN", "DATE", "TIMESTAMP", "TIMESTAMP_NTZ")
 DECIMAL = "DECIMAL"  # in the types a column may have: DECIMAL(p,s) of any p, s
 _INTEGERS = ("SMALLINT", "INT", "INTEGER", "BIGINT")
+_FLOATS = ("DOUBLE", "FLOAT", "REAL")  # summed as doubles (in an order no engine fixes), MIN/MAX values as keys
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,9 @@ class Combine:
         products = {}
         for out, col in self.sums:  # integers in 64 bits where no sum can overflow them: 2x faster than DECIMAL
             type_ = records.schema.field(col).type
+            if pa.types.is_floating(type_):
+                products[out] = pl.col(col).cast(pl.Float64) * w
+                continue
             scale = type_.scale if pa.types.is_decimal(type_) else 0
             bound = _bound(records.column(col)) * weights * 10**scale
             if bound >= 10**38:  # DECIMAL(38,s) might overflow (only a partial of partial sums comes near)
@@ -64,7 +70,7 @@ class Combine:
             exact = pl.Int64 if bound < 2**63 and not scale else pl.Decimal(38, scale)
             products[out] = pl.col(col).cast(exact) * w
         nonnull = {out: pl.when(pl.col(col).is_not_null()).then(w).otherwise(0) for out, col in self.nonnulls}
-        keys = [pl.col(col).alias(out) for out, col in self.keys]
+        keys = [_normal(pl.col(col), records.schema.field(col).type).alias(out) for out, col in self.keys]
         if not grouped:
             out = df.select(*keys, w.alias(W), *(e.alias(o) for o, e in products.items()),
                             *(e.alias(o) for o, e in nonnull.items()),
@@ -73,9 +79,18 @@ class Combine:
         aggs = [w.sum().alias(W)]
         aggs += [pl.when(e.is_not_null().any()).then(e.sum()).alias(o) for o, e in products.items()]  # SUM of NULLs: NULL
         aggs += [e.sum().alias(o) for o, e in nonnull.items()]
-        aggs += [getattr(pl.col(col), func)().alias(out) for out, col, func in self.extremes]
+        # NaN is the greatest float in PostgreSQL (and Spark): a max is NaN if any is, a min only if all are
+        aggs += [(pl.col(col).nan_max() if func == "max" and pa.types.is_floating(records.schema.field(col).type)
+                  else getattr(pl.col(col), func)()).alias(out) for out, col, func in self.extremes]
         out = df.group_by(keys).agg(aggs) if keys else df.select(aggs)
         return out.to_arrow().select(schema.names).cast(schema)
+
+
+def _normal(value: pl.Expr, type_: pa.DataType) -> pl.Expr:
+    """A key as Catalyst groups it: a float's -0.0 as 0.0, every NaN one."""
+    if not pa.types.is_floating(type_):
+        return value
+    return pl.when(value.is_nan()).then(float("nan")).when(value == 0.0).then(0.0).otherwise(value)
 
 
 def _bound(column: pa.ChunkedArray) -> int:
@@ -97,7 +112,7 @@ def plan_combine(node: P.Aggregate, columns: dict[str, tuple[str, str]]) -> Comb
     def column(name: str | None, allowed: tuple[str, ...], *, cast: bool = False) -> str | None:
         e = exprs.get(name) if name is not None else None
         if cast and isinstance(e, exp.Cast) and e.to.sql("spark").upper() in ("DECIMAL(38, 0)", "BIGINT"):
-            e = e.this
+            e, allowed = e.this, (*_INTEGERS, "DECIMAL(38,0)")  # exact only of integers
         if not isinstance(e, exp.Column) or e.table or e.name not in columns:
             return None
         src, type_ = columns[e.name]
@@ -109,18 +124,18 @@ def plan_combine(node: P.Aggregate, columns: dict[str, tuple[str, str]]) -> Comb
         keys.append((g, src))
     for i, call in enumerate(node.calls):
         if call.func in VALUE_FUNCS:
-            if call.func not in ("min", "max") or (src := column(call.arg, (*_INTEGERS, "DATE"))) is None:
+            if call.func not in ("min", "max") or (src := column(call.arg, (*_INTEGERS, "DATE", *_FLOATS))) is None:
                 return None
             if node.append_only:  # one value per group
                 extremes.append((value_col(i), src, call.func))
             else:  # a multiset of values: each is a key of the partials
                 keys.append((value_col(i), src))
         if call.func == "sum":  # DECIMALs summed exactly (DECIMAL(38,0): the sums of integers an eager partial made)
-            if (src := column(call.arg, (*_INTEGERS, DECIMAL), cast=True)) is None:
+            if (src := column(call.arg, (*_INTEGERS, DECIMAL, *_FLOATS), cast=True)) is None:
                 return None
             sums.append((sum_col(i), src))
         if call.func in ("sum", "count"):
-            if (src := column(call.arg, (*_KEY_TYPES, DECIMAL), cast=True)) is None:
+            if (src := column(call.arg, (*_KEY_TYPES, DECIMAL, *_FLOATS), cast=True)) is None:
                 return None
             nonnulls.append((nonnull_col(i), src))
         elif call.func != "count_star" and call.func not in ("min", "max"):

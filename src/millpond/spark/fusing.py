@@ -382,7 +382,7 @@ def _numeric(e: exp.Expression, types: Mapping[str, pa.DataType]) -> _Exact | No
 
 _SPARK = {pa.int16(): "smallint", pa.int32(): "int", pa.int64(): "bigint", pa.string(): "string",
           pa.large_string(): "string", pa.bool_(): "boolean", pa.date32(): "date",
-          pa.timestamp("us"): "timestamp_ntz"}  # Spark's names of Arrow types (and decimals', _spark_name)
+          pa.timestamp("us"): "timestamp_ntz", pa.float64(): "double", pa.float32(): "float"}  # Spark's names of Arrow types (and decimals', _spark_name)
 
 
 def _spark_name(t: pa.DataType) -> str:
