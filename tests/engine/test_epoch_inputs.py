@@ -359,7 +359,7 @@ def test_decimal_double_and_timestamp_expressions_in_tasks_reading_the_log_match
                                                                                         append_only):
     """DECIMAL arithmetic whose every value is exact (PostgreSQL's casts widening, products of at
     most 38 digits), CASE over decimals and ``date_trunc`` of a TIMESTAMP are evaluated by DuckDB in
-    tasks reading the log, and DECIMAL and DOUBLE sums and DOUBLE MIN/MAX combined there
+    tasks reading the log (below an aggregate, and a view's rows themselves), and DECIMAL and DOUBLE sums and DOUBLE MIN/MAX combined there
     (:mod:`millpond.spark.combine`): through NULLs, negative amounts, -0.0, upserts and deletes,
     every epoch's views equal DuckDB over all rows, epochs alternating with Spark's path (both meet
     the same state). A cast that rounds is Spark's."""
@@ -369,7 +369,7 @@ def test_decimal_double_and_timestamp_expressions_in_tasks_reading_the_log_match
     monkeypatch.setattr(coordinator, "ROWS_PER_TASK", 1)
     monkeypatch.setattr(inputs, "FUSED_ROWS_PER_TASK", 10)
     fused = []
-    for method in ("fuse_aggregate", "fuse_join"):
+    for method in ("fuse_aggregate", "fuse_join", "fuse_materialize"):
         def spy(self, *args, _method=getattr(fusing.Fusing, method)):
             fused.append(_method(self, *args))
             return fused[-1]
@@ -389,6 +389,7 @@ def test_decimal_double_and_timestamp_expressions_in_tasks_reading_the_log_match
         "rounded": "SELECT k, SUM(price::numeric(11,1)) AS s, SUM(price::numeric(38,0)) AS w, "
                    "SUM(x::bigint) AS xi FROM t GROUP BY k",  # casts that round: Spark's
         "dbl": "SELECT k, SUM(x) AS sx, MAX(x) AS hi, MIN(x) AS lo, COUNT(x) AS n FROM t GROUP BY k",
+        "rows": "SELECT id, 0.908 * price AS p, price * disc AS pd FROM t WHERE price > 10.5",  # no aggregate
     }
     for name, sql in views.items():
         db.sql(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
@@ -419,6 +420,7 @@ def test_decimal_double_and_timestamp_expressions_in_tasks_reading_the_log_match
     queries = [side.query for f in fused if f is not None for side in f[0].sides if side.query]
     assert any("DATE_TRUNC" in q for q in queries) and any("CASE" in q for q in queries)
     assert any("DECIMAL(13, 2)" in q for q in queries)  # 1 - disc, exact, in the task
+    assert any("0.908" in q for q in queries)  # a view's NUMERIC rows made in the task reading the log
     assert not any("DECIMAL(11, 1)" in q or "DECIMAL(38, 0)" in q for q in queries)  # casts that round
     combined = [f[0].combine for f in fused if f is not None and f[0].combine is not None]
     assert not any(c.keys == (("_g0", "k"),) and len(c.sums) == 3 for c in combined)  # 'rounded' is Spark's

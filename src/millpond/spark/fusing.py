@@ -168,12 +168,15 @@ class Fusing(Inputs):
             chain.append(source)
             source = source.input
         arrow = arrow_schema(schema)
+        # a DECIMAL is the same value in both engines where every expression making it is exact (_numeric)
         if (self.consumer.on_error != "fail" or not self._fusable([source])
-                or not all(hashed_here(f.type) for f in arrow if f.name not in (W, KH, VN))):
+                or not all(hashed_here(f.type) or pa.types.is_decimal128(f.type)
+                           for f in arrow if f.name not in (W, KH, VN))):
             return None
         t, cols = self.tables[source.table], self.columns(source)
         renamed = f"SELECT {', '.join([*(f'{_dq(src)} AS {_dq(out)}' for out, src in source.columns if src in cols), W])} FROM records"
-        if (sql := _chain_sql(chain, renamed)) is None:  # a data error is Spark's to report (engine.failures)
+        types = {out: t.log_schema.field(src).type for out, src in source.columns if src in t.log_schema.names}
+        if (sql := _chain_sql(chain, renamed, types)) is None:  # a data error is Spark's to report (engine.failures)
             return None
         side = Side(self._load(t, *self.ranges[t.channel], cols)[1], t.log_schema, (), query=sql)
         self.fused_sources.add(id(source))
@@ -258,13 +261,16 @@ class Fusing(Inputs):
         return made[0], Feed(made[1], sql, (), tuple(key), target)
 
 
-def _chain_sql(chain: list, sql: str) -> str | None:
+def _chain_sql(chain: list, sql: str, types: Mapping[str, pa.DataType] | None = None) -> str | None:
     """DuckDB SQL of the filters and projections ``chain`` (outermost first) over the rows of
-    ``sql``; None where one may raise a data error or round (:func:`_cannot_raise`) or DuckDB's
-    dialect cannot spell it."""
-    exprs = [x for n in chain for x in ([n.predicate] if isinstance(n, P.Filter) else [e for e, _ in n.exprs])]
-    if not all(_cannot_raise(e) for e in exprs):
-        return None
+    ``sql`` (whose columns' Arrow types are ``types``, where known); None where one may raise a
+    data error or round (:func:`_cannot_raise`) or DuckDB's dialect cannot spell it."""
+    for n in reversed(chain):
+        exprs = [n.predicate] if isinstance(n, P.Filter) else [e for e, _ in n.exprs]
+        if not all(_cannot_raise(e, types) for e in exprs):
+            return None
+        if isinstance(n, P.Project) and types is not None:  # the types of the projection's columns
+            types = {name: t for e, name in n.exprs if (t := _arrow_type(e, types)) is not None}
     try:
         for n in reversed(chain):
             if isinstance(n, P.Filter):
@@ -325,6 +331,14 @@ _DIGITS = {8: 3, 16: 5, 32: 10, 64: 19}  # an integer type's (by bits) largest v
 _INTEGER_TYPES = {exp.DataType.Type.SMALLINT: 16, exp.DataType.Type.INT: 32, exp.DataType.Type.BIGINT: 64}
 
 
+def _arrow_type(e: exp.Expression, types: Mapping[str, pa.DataType]) -> pa.DataType | None:
+    """The Arrow type of ``e``'s values where it is known here: a column's, or an exact DECIMAL's."""
+    if isinstance(e, exp.Column):
+        return types.get(e.name)
+    exact = _numeric(e, types)
+    return pa.decimal128(exact.precision, exact.scale) if exact is not None and not exact.integer else None
+
+
 def _numeric(e: exp.Expression, types: Mapping[str, pa.DataType]) -> _Exact | None:
     """The exact type of the integer or DECIMAL expression ``e`` (columns typed by ``types``), as
     both engines compute it — a cast neither narrows the integer digits nor the scale, a sum or a
@@ -339,7 +353,8 @@ def _numeric(e: exp.Expression, types: Mapping[str, pa.DataType]) -> _Exact | No
         return _Exact(t.precision, t.scale) if t is not None and pa.types.is_decimal(t) else None
     if isinstance(e, exp.Literal) and e.is_number and e.this.lstrip("-").replace(".", "", 1).isdigit():
         whole, _, fraction = e.this.lstrip("-").partition(".")
-        return _Exact(len(whole) + len(fraction), len(fraction), not fraction and len(whole) <= 18)
+        digits = len(whole.lstrip("0"))  # 0.908: no digit before the point
+        return _Exact(max(digits + len(fraction), 1), len(fraction), not fraction and digits <= 18)
     if isinstance(e, exp.Cast):
         inner, to = _numeric(e.this, types), e.to
         if inner is None:
