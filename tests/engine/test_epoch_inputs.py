@@ -358,7 +358,7 @@ def test_an_overflow_in_a_task_reading_the_log_fails_its_view_alone(open_db, mon
 def test_decimal_double_and_timestamp_expressions_in_tasks_reading_the_log_match_duckdb(open_db, monkeypatch,
                                                                                         append_only):
     """DECIMAL arithmetic whose every value is exact (PostgreSQL's casts widening, products of at
-    most 38 digits), CASE over decimals and ``date_trunc`` of a TIMESTAMP are evaluated by DuckDB in
+    most 38 digits), CASE over decimals, ``date_trunc`` and ``EXTRACT`` of a TIMESTAMP are evaluated by DuckDB in
     tasks reading the log (below an aggregate, and a view's rows themselves), and DECIMAL and DOUBLE sums and DOUBLE MIN/MAX combined there
     (:mod:`millpond.spark.combine`): through NULLs, negative amounts, -0.0, upserts and deletes,
     every epoch's views equal DuckDB over all rows, epochs alternating with Spark's path (both meet
@@ -390,6 +390,9 @@ def test_decimal_double_and_timestamp_expressions_in_tasks_reading_the_log_match
                    "SUM(x::bigint) AS xi FROM t GROUP BY k",  # casts that round: Spark's
         "dbl": "SELECT k, SUM(x) AS sx, MAX(x) AS hi, MIN(x) AS lo, COUNT(x) AS n FROM t GROUP BY k",
         "rows": "SELECT id, 0.908 * price AS p, price * disc AS pd FROM t WHERE price > 10.5",  # no aggregate
+        "parts": "SELECT id, CASE WHEN EXTRACT(HOUR FROM ts) BETWEEN 8 AND 18 THEN 'day' ELSE 'night' END AS part, "
+                 "EXTRACT(MONTH FROM ts) AS m FROM t",
+        "by_hour": "SELECT EXTRACT(HOUR FROM ts) AS h, COUNT(*) AS n FROM t GROUP BY EXTRACT(HOUR FROM ts)",
     }
     for name, sql in views.items():
         db.sql(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
@@ -421,6 +424,7 @@ def test_decimal_double_and_timestamp_expressions_in_tasks_reading_the_log_match
     assert any("DATE_TRUNC" in q for q in queries) and any("CASE" in q for q in queries)
     assert any("DECIMAL(13, 2)" in q for q in queries)  # 1 - disc, exact, in the task
     assert any("0.908" in q for q in queries)  # a view's NUMERIC rows made in the task reading the log
+    assert any("HOUR(" in q and "CASE" in q for q in queries) and any("MONTH(" in q for q in queries)  # EXTRACT
     assert not any("DECIMAL(11, 1)" in q or "DECIMAL(38, 0)" in q for q in queries)  # casts that round
     combined = [f[0].combine for f in fused if f is not None and f[0].combine is not None]
     assert not any(c.keys == (("_g0", "k"),) and len(c.sums) == 3 for c in combined)  # 'rounded' is Spark's

@@ -286,7 +286,8 @@ def _chain_sql(chain: list, sql: str, types: Mapping[str, pa.DataType] | None = 
 # +, -, * excepted: fused.py reports it as Spark does) and round nothing: no division, but a
 # remainder by a positive literal; no string function (Java and DuckDB case-map and count some
 # characters differently); casts and DECIMAL arithmetic only where every value is exact
-# (:func:`_numeric`), date_trunc of a TIMESTAMP column (wall-clock fields in both engines)
+# (:func:`_numeric`), date_trunc and EXTRACT's integer fields of a TIMESTAMP column (wall-clock
+# fields in both engines)
 _SAFE = (exp.Column, exp.Identifier, exp.Literal, exp.Null, exp.Boolean, exp.Paren, exp.EQ, exp.NEQ, exp.GT, exp.GTE,
          exp.LT, exp.LTE, exp.And, exp.Or, exp.Not, exp.Is, exp.In, exp.Between, exp.Case, exp.If, exp.Coalesce,
          exp.Add, exp.Sub, exp.Mul, exp.Neg, exp.DataType, exp.DataTypeParam)
@@ -305,6 +306,9 @@ def _cannot_raise(e: exp.Expression, types: Mapping[str, pa.DataType] | None = N
         elif isinstance(n, (exp.Add, exp.Sub, exp.Mul)):
             operands = [_numeric(x, types or {}) for x in (n.this, n.expression)]
             if any(o is not None and not o.integer for o in operands) and _numeric(n, types or {}) is None:
+                return False
+        elif is_mp(n, "FIELD"):
+            if _numeric(n, types or {}) is None:
                 return False
         elif is_mp(n, "DATE_TRUNC"):
             arg = n.expressions[1] if len(n.expressions) == 2 else None
@@ -327,6 +331,7 @@ class _Exact:
     integer: bool = False
 
 
+_FIELDS = ("year", "quarter", "month", "day", "doy", "hour", "minute")  # spelled alike in both engines (engine/expressions.py)
 _DIGITS = {8: 3, 16: 5, 32: 10, 64: 19}  # an integer type's (by bits) largest value's digits
 _INTEGER_TYPES = {exp.DataType.Type.SMALLINT: 16, exp.DataType.Type.INT: 32, exp.DataType.Type.BIGINT: 64}
 
@@ -355,6 +360,12 @@ def _numeric(e: exp.Expression, types: Mapping[str, pa.DataType]) -> _Exact | No
         whole, _, fraction = e.this.lstrip("-").partition(".")
         digits = len(whole.lstrip("0"))  # 0.908: no digit before the point
         return _Exact(max(digits + len(fraction), 1), len(fraction), not fraction and digits <= 18)
+    if is_mp(e, "FIELD") and len(e.expressions) == 2:  # EXTRACT's integer fields of a TIMESTAMP: the same calendar
+        unit, arg = e.expressions
+        t = types.get(arg.name) if isinstance(arg, exp.Column) else None
+        if unit.name in _FIELDS and t is not None and pa.types.is_timestamp(t) and t.tz is None:
+            return _Exact(10, 0, True)
+        return None
     if isinstance(e, exp.Cast):
         inner, to = _numeric(e.this, types), e.to
         if inner is None:
