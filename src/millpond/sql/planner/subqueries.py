@@ -52,8 +52,8 @@ from millpond.sql.planner.context import Context
 from millpond.sql.planner.exprs import conjuncts, unalias
 from millpond.sql.planner.subquery_shapes import (  # noqa: F401
     SCALAR_SHAPE, SUPPORTED, _ITEM_PARENTS, _agg_units, _aggregate_columns, _check_scalar_place, _clause, _col,
-    _constant_select, _construct, _depth, _derived, _direct_subqueries, _eq, _grouped, _inside_aggregate, _join,
-    _local, _membership_shape, _outer_columns, _position, _put_value, _retable, _rows, _sources, err,
+    _constant_select, _construct, _correlation, _depth, _derived, _direct_subqueries, _eq, _grouped,
+    _inside_aggregate, _join, _local, _membership_shape, _outer_columns, _position, _put_value, _retable, _rows, _sources, err,
 )
 
 __all__ = ["unnest_subqueries"]
@@ -87,7 +87,7 @@ def _count_inequalities(s: exp.Select) -> None:
                 or any(_agg_units(e) for e in q.expressions):
             continue
         parts = conjuncts(where.this)
-        found = [(i, pair) for i, c in enumerate(parts) if (pair := _inequality(c, q)) is not None]
+        found = [(i, pair) for i, c in enumerate(parts) if (pair := _correlation(c, q, exp.NEQ)) is not None]
         if len(found) != 1:
             continue
         i, (inner, outer) = found[0]
@@ -104,19 +104,6 @@ def _count_inequalities(s: exp.Select) -> None:
         same = counted(exp.Count(this=exp.Star()), [exp.EQ(this=inner.copy(), expression=outer.copy())])
         known = exp.Not(this=exp.Is(this=outer.copy(), expression=exp.Null()))
         test.replace(exp.Paren(this=exp.and_(known, exp.GT(this=some, expression=same))))
-
-
-def _inequality(c: exp.Expression, q: exp.Select) -> tuple[exp.Expression, exp.Expression] | None:
-    """(inner side, outer side) when ``c`` is ``inner <> outer`` (an expression of ``q``'s rows and
-    one of the outer query's)."""
-    if not isinstance(c, exp.NEQ) or c.find(exp.AggFunc, exp.Query, exp.Window):
-        return None
-    sides = [{_local(col, q) for col in e.find_all(exp.Column) if col.table} for e in (c.this, c.expression)]
-    if sides == [{True}, {False}]:
-        return c.this, c.expression
-    if sides == [{False}, {True}]:
-        return c.expression, c.this
-    return None
 
 
 class _Names:

@@ -73,9 +73,10 @@ def _split_correlation(q: exp.Select, construct: str, *, scalar: bool = False
     return inner, outer
 
 
-def _correlation(c: exp.Expression, q: exp.Select) -> tuple[exp.Expression, exp.Expression] | None:
-    """(inner side, outer side) when ``c`` is ``inner = outer``."""
-    if not isinstance(c, exp.EQ) or c.find(exp.AggFunc, exp.Query, exp.Window):
+def _correlation(c: exp.Expression, q: exp.Select, op: type[exp.Expression] = exp.EQ
+                 ) -> tuple[exp.Expression, exp.Expression] | None:
+    """(inner side, outer side) when ``c`` is ``inner = outer`` (or ``op``, e.g. ``exp.NEQ``: ``<>``)."""
+    if not isinstance(c, op) or c.find(exp.AggFunc, exp.Query, exp.Window):
         return None
     sides = [{_local(col, q) for col in e.find_all(exp.Column) if col.table} for e in (c.this, c.expression)]
     if sides == [{True}, {False}]:
