@@ -374,6 +374,7 @@ _SPARK: dict[str, Render] = {
     "TS_TO_TZ": lambda a, e: f"TIMESTAMP_MICROS({_SPARK_FIELDS['epoch_us'].format(a[0])})",
     **{name: _numeric(rule, "spark") for name, rule in _NUMERIC.items()},
     "NUMERIC_DIV": _numeric(numerics.defer, "spark"),
+    "NUMERIC_DEFER": _numeric(numerics.defer, "spark"),
 }
 
 def _duckdb_python(a: list[str], e: list[exp.Expression]) -> str:
@@ -415,6 +416,8 @@ _DUCKDB: dict[str, Render] = {
     "TS_TO_TZ": lambda a, e: f"TIMEZONE('UTC', {a[0]})",
     **{name: _numeric(rule, "duckdb") for name, rule in _NUMERIC.items()},
     "NUMERIC_DIV": _numeric(numerics.divide, "duckdb"),
+    # the quotient as Spark keeps it (its operands): a view's rows made by DuckDB in a task (spark/local.py)
+    "NUMERIC_DEFER": _numeric(numerics.defer, "duckdb"),
 }
 
 

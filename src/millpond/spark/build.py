@@ -34,6 +34,7 @@ from millpond.spark.combine import Combine, plan_combine
 from millpond.spark.functions import register_calls
 from millpond.spark.fusing import Fusing
 from millpond.spark.inputs import DRIVER_READ_ROWS, arrow_schema, cluster_hash, key_hash, quote
+from millpond.spark.local_plan import Localizing
 from millpond.spark.types import common_type, expression_types, over_type
 from millpond.spark.task import CONSUMER, FILE, ROWS, Task
 from millpond.store.sst import VNODES
@@ -43,7 +44,7 @@ __all__ = ["Builder", "DRIVER_READ_ROWS", "PRE_AGGREGATE_ROWS", "FINAL", "map_in
 PRE_AGGREGATE_ROWS = 50_000  # a bigger delta is aggregated map-side before the exchange (one more stage)
 
 
-class Builder(Fusing):
+class Builder(Localizing, Fusing):
     """Builds one consumer's DataFrame for one epoch."""
 
     def __init__(self, spark: SparkSession, job: EpochJob, consumer: Consumer, ranges: Ranges,
@@ -61,9 +62,13 @@ class Builder(Fusing):
         self.fused_only, self.fused_sources, self._projected = fused_only, set(), {}
         self._made: dict[int, tuple[DataFrame, Task]] = {}  # stateful tasks by node id, and their input (_feed)
         self._slot_frames, self.one_stage = {}, None
+        self._local, self._noted, self._folded = {}, {}, {}  # (local_plan.Localizing)
 
     def final(self) -> DataFrame:
-        return self.build(self.consumer.plan)
+        df = self.build(self.consumer.plan)
+        if self.one_stage is None:  # a fused stage reads the log in several tasks: kept where it is one
+            self.one_stage = self.local_stage()
+        return df
 
     def all_fused(self) -> bool:
         """After :meth:`final`: whether every table the consumer reads is read by a fused task
@@ -93,7 +98,7 @@ class Builder(Fusing):
                 return None
             reads.append((t.channel, t.channel_id, how))
         return (c, job.root, job.parallelism, self._records() > PRE_AGGREGATE_ROWS, self.fused_tasks(),
-                tuple(sorted(set(reads))))
+                self.localizing(), tuple(sorted(set(reads))))
 
     def reusable(self) -> bool:
         """Whether this consumer's DataFrame may be re-run by later epochs as far as the consumer
@@ -117,8 +122,10 @@ class Builder(Fusing):
             todo.extend(P.inputs(n))
 
     def build(self, node: P.Node) -> DataFrame:
-        method = getattr(self, f"_{type(node).__name__.lower()}")
-        return method(node)
+        df = getattr(self, f"_{type(node).__name__.lower()}")(node)
+        if self.localizing():
+            self.localize(node, df)
+        return df
 
     # -- stateless ----------------------------------------------------------------------------
     def _sql(self, e: exp.Expression) -> str:
@@ -249,7 +256,9 @@ class Builder(Fusing):
                       left_shared=stored["left"][1] if "left" in stored else None,
                       right_shared=stored["right"][1] if "right" in stored else None)
         task = self._task(node.node_id, op, schema, shared={label: sid for label, (sid, _) in stored.items()})
-        if combined is not None:
+        if combined is None:
+            self.note(node.node_id, task, both.schema)
+        else:
             task, schema = replace(task, combine=combined[0], out_schema=arrow_schema(combined[1])), combined[1]
         if fused := self.fuse_join(node, both.schema):
             return self._map(fused[1], replace(task, fused=fused[0]), schema)  # its delta read from the log by itself
@@ -299,7 +308,9 @@ class Builder(Fusing):
                                           *map(quote, cols), W), kcols)
         op = Arrange(tuple(kcols), tuple(cols), name=self.consumer.name)
         out = FINAL
-        return self._map(df, self._task(node.node_id, op, out, final=True, emit=False), out)
+        task = self._task(node.node_id, op, out, final=True, emit=False)
+        self.note(node.node_id, task, df.schema)
+        return self._map(df, task, out)
 
     def _aggregate(self, node: P.Aggregate) -> DataFrame:
         """Built from SQL text, as :meth:`_exchange` (a Column object costs a JVM round trip)."""
@@ -330,6 +341,7 @@ class Builder(Fusing):
         op = HashAggregate(tuple(group), node.calls, name=f"{self.consumer.name}#{node.node_id}", whole=node.whole,
                            append_only=node.append_only)
         task = self._task(node.node_id, op, schema)
+        self.note(node.node_id, task, agged.schema, having)
         if fused := self.fuse_aggregate(node, agged.schema, having):
             return self._map(fused[1], replace(task, fused=fused[0]), schema)  # its delta read from the log by itself
         if fed := self.fuse_join_aggregate(node, agged.schema, having):
@@ -415,7 +427,9 @@ class Builder(Fusing):
         schema = T.StructType([*fields, T.StructField(W, T.LongType())])
         op = TopN(tuple(cols), node.partition, node.order, node.limit, node.offset, node.row_number,
                   name=f"{self.consumer.name}#{node.node_id}")
-        return self._map(df, self._task(node.node_id, op, schema), schema)
+        task = self._task(node.node_id, op, schema)
+        self.note(node.node_id, task, df.schema)
+        return self._map(df, task, schema)
 
     def _over(self, node: P.Over) -> DataFrame:
         df = self.build(node.input)
@@ -426,7 +440,9 @@ class Builder(Fusing):
                     for c in node.calls)]
         schema = T.StructType([*fields, T.StructField(W, T.LongType())])
         op = Over(tuple(cols), node.partition, node.order, node.calls, name=f"{self.consumer.name}#{node.node_id}")
-        return self._map(df, self._task(node.node_id, op, schema), schema)
+        task = self._task(node.node_id, op, schema)
+        self.note(node.node_id, task, df.schema)
+        return self._map(df, task, schema)
 
     def _materialize(self, node: P.Materialize) -> DataFrame:
         df = self.build(node.input)
@@ -439,6 +455,7 @@ class Builder(Fusing):
         op = Materialize(tuple(cols), name=self.consumer.name)
         out = FINAL
         task = self._task(node.node_id, op, out, final=True, emit=self.consumer.name not in self.tables)
+        self.note(node.node_id, task, df.schema)
         if fused := self.fuse_materialize(node, df.schema, key):
             return self._map(fused[1], replace(task, fused=fused[0]), out)  # its rows read from the log by itself
         if fed := self._feed(node.input, key, df.schema):

@@ -9,10 +9,11 @@ partials and sums them per group (:meth:`millpond.spark.build.Builder._aggregate
 its own partials.
 
 Only what means the same in polars as in Spark is combined here: plain columns of integer,
-string, boolean, date and timestamp types as keys, integer and ``DECIMAL`` columns (or integers' casts to
-``DECIMAL(38,0)`` and ``BIGINT``) summed exactly as ``DECIMAL(38,s)``, DOUBLEs summed as doubles (Catalyst's partial sums have no fixed
-order either), non-NULL counts, MIN/MAX values of integers, dates and doubles as keys (-0.0 as 0.0, as
-Catalyst groups them), and append-only MIN/MAX of integers, dates and doubles (NaN the greatest).
+``DECIMAL``, string, boolean, date and timestamp types as keys, integer and ``DECIMAL`` columns (or
+integers' casts to ``DECIMAL(38,0)`` and ``BIGINT``) summed exactly as ``DECIMAL(38,s)``, DOUBLEs
+summed as doubles (Catalyst's partial sums have no fixed order either), non-NULL counts, MIN/MAX
+values of those key types and doubles as keys (-0.0 as 0.0, as Catalyst groups them), and
+append-only MIN/MAX of them (a double's NaN the greatest; strings in UTF-8 byte order, Spark's).
 Anything else is combined by Catalyst (:func:`plan_combine` returns None).
 """
 
@@ -99,13 +100,15 @@ def _bound(column: pa.ChunkedArray) -> int:
     return math.ceil(max(abs(found["min"].as_py() or 0), abs(found["max"].as_py() or 0)))
 
 
-def plan_combine(node: P.Aggregate, columns: dict[str, tuple[str, str]]) -> Combine | None:
+def plan_combine(node: P.Aggregate, columns: dict[str, tuple[str, str]], *, whole: bool = False) -> Combine | None:
     """The combine of ``node``'s delta where its input's rows are, or None where Catalyst must do
     it. ``node`` must read a projection (or nothing) between it and those rows, whose columns it
     uses are ``columns`` (a name in the projection's input -> the rows' column and its Spark
-    type), each kept as it is (or an integer cast to ``DECIMAL(38,0)``/``BIGINT`` for a sum)."""
+    type), each kept as it is (or an integer cast to ``DECIMAL(38,0)``/``BIGINT`` for a sum).
+    ``whole``: an aggregate without groups may be combined (by one combine over all its rows,
+    whose one partial is the group's, even of no rows)."""
     project = node.input
-    if node.whole or not isinstance(project, P.Project):
+    if (node.whole and not whole) or not isinstance(project, P.Project):
         return None
     exprs = {name: e for e, name in project.exprs}
 
@@ -119,12 +122,12 @@ def plan_combine(node: P.Aggregate, columns: dict[str, tuple[str, str]]) -> Comb
         return src if type_.upper() in allowed or (DECIMAL in allowed and type_.upper().startswith("DECIMAL(")) else None
     keys, sums, nonnulls, extremes = [], [], [], []
     for g in node.group:
-        if (src := column(g, _KEY_TYPES)) is None:
+        if (src := column(g, (*_KEY_TYPES, DECIMAL))) is None:
             return None
         keys.append((g, src))
     for i, call in enumerate(node.calls):
         if call.func in VALUE_FUNCS:
-            if call.func not in ("min", "max") or (src := column(call.arg, (*_INTEGERS, "DATE", *_FLOATS))) is None:
+            if call.func not in ("min", "max") or (src := column(call.arg, (*_KEY_TYPES, DECIMAL, *_FLOATS))) is None:
                 return None
             if node.append_only:  # one value per group
                 extremes.append((value_col(i), src, call.func))

@@ -72,8 +72,9 @@ class SparkExecutor:
         self._fused_only: set = set()
         # driver_bytes: what the driver received from epochs' tasks; reused: DataFrames re-run, not
         # built; build_s: seconds building DataFrames; job_s: seconds in their jobs (planning included)
-        # here: epochs whose one-stage consumers ran in this process (DRIVER_RECORDS)
-        self.stats = {"driver_bytes": 0, "reused": 0, "build_s": 0.0, "job_s": 0.0, "here": 0}
+        # here: epochs whose one-stage consumers ran in this process (DRIVER_RECORDS); local: consumers'
+        # epochs run as one task, their whole plan (spark/local.py)
+        self.stats = {"driver_bytes": 0, "reused": 0, "build_s": 0.0, "job_s": 0.0, "here": 0, "local": 0}
         self._beside = ThreadPoolExecutor(1, thread_name_prefix="millpond-job")  # a Spark job beside tasks run here
 
     def run(self, job: EpochJob, work: Sequence[Work], tables: Mapping[str, TableDef], pieces: PieceSource,
@@ -113,6 +114,7 @@ class SparkExecutor:
         if stages and not here:
             frames.append(self._stages(tuple(stages)))
         built = time.perf_counter()
+        self.stats["local"] += sum(task.local is not None for task, _ in stages)
         descriptor = describe_job(job, state_ids)
         if not here:
             batches = self._job(frames, kept, descriptor)

@@ -136,13 +136,18 @@ class Fused:
 
 
 def select_records(query: str, records: pa.Table) -> pa.Table:
-    """DuckDB's answer to ``query`` over ``records``; an integer overflow is reported as Spark reports it."""
+    """DuckDB's answer to ``query`` over ``records``; a data error (an integer overflow, a division by
+    zero) is reported as Spark reports it."""
     con = duck.cursor()
     try:
         con.register("records", records)
         return con.sql(query).to_arrow_table()
-    except duckdb.OutOfRangeException as exc:  # a data error: the view fails alone (engine.failures)
-        pg = pgerrors.translate(str(exc)) or pgerrors.PgError("value out of range: overflow", "22003")
+    except duckdb.Error as exc:  # a data error (PostgreSQL's): the view fails alone (engine.failures)
+        pg = pgerrors.translate(str(exc))
+        if pg is None and isinstance(exc, duckdb.OutOfRangeException):
+            pg = pgerrors.PgError("value out of range: overflow", "22003")
+        if pg is None or not pgerrors.is_data_error(pg.sqlstate):
+            raise
         raise MillpondError(pgerrors.shaped(pg)) from None
     finally:
         con.close()

@@ -3,12 +3,12 @@ half of :mod:`millpond.spark.fused` (a task reading its delta from the log itsel
 :class:`millpond.spark.task.Feed` (a view's rows made in the task of the operator they come
 from). Both are planned only where both engines compute the same values: columns of the types
 :func:`~millpond.spark.fused.hashed_here` takes, and expressions DuckDB evaluates as Spark does
-(:func:`_cannot_raise`); everything else keeps Catalyst's path.
+(:func:`millpond.spark.agreement.cannot_raise`); everything else keeps Catalyst's path.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Mapping
 
 import pyarrow as pa
@@ -19,7 +19,8 @@ from sqlglot import exp
 from millpond.catalog.types import spark_ddl_type
 from millpond.columns import KH, VN, W
 from millpond.engine import plan as P
-from millpond.engine.expressions import is_mp, to_duckdb
+from millpond.engine.expressions import to_duckdb
+from millpond.spark.agreement import arrow_type, cannot_raise
 from millpond.spark.combine import Combine, plan_combine
 from millpond.spark.fused import Fused, Side, hashed_here
 from millpond.spark.inputs import Inputs, arrow_schema
@@ -168,7 +169,7 @@ class Fusing(Inputs):
             chain.append(source)
             source = source.input
         arrow = arrow_schema(schema)
-        # a DECIMAL is the same value in both engines where every expression making it is exact (_numeric)
+        # a DECIMAL is the same value in both engines where every expression making it is exact (agreement.numeric)
         if (self.consumer.on_error != "fail" or not self._fusable([source])
                 or not all(hashed_here(f.type) or pa.types.is_decimal128(f.type)
                            for f in arrow if f.name not in (W, KH, VN))):
@@ -184,13 +185,13 @@ class Fusing(Inputs):
 
     def _computed(self, source: P.Source, exprs: list[tuple[exp.Expression, str]]) -> str | None:
         """DuckDB SQL over a table's ``records`` adding ``exprs`` (over ``source``'s columns) as the
-        columns named; None where one may raise a data error or round (:func:`_cannot_raise`: Spark
+        columns named; None where one may raise a data error or round (:func:`cannot_raise`: Spark
         reports and rounds those), or DuckDB's dialect cannot spell it."""
         srcs = dict(source.columns)
         log = self.tables[source.table].log_schema
         types = {out: log.field(src).type for out, src in srcs.items() if src in log.names}
         if self.consumer.on_error != "fail" or not all(
-                _cannot_raise(e, types) and all(c.name in srcs and not c.table for c in e.find_all(exp.Column))
+                cannot_raise(e, types) and all(c.name in srcs and not c.table for c in e.find_all(exp.Column))
                 for e, _ in exprs):
             return None
         try:
@@ -264,13 +265,13 @@ class Fusing(Inputs):
 def _chain_sql(chain: list, sql: str, types: Mapping[str, pa.DataType] | None = None) -> str | None:
     """DuckDB SQL of the filters and projections ``chain`` (outermost first) over the rows of
     ``sql`` (whose columns' Arrow types are ``types``, where known); None where one may raise a
-    data error or round (:func:`_cannot_raise`) or DuckDB's dialect cannot spell it."""
+    data error or round (:func:`cannot_raise`) or DuckDB's dialect cannot spell it."""
     for n in reversed(chain):
         exprs = [n.predicate] if isinstance(n, P.Filter) else [e for e, _ in n.exprs]
-        if not all(_cannot_raise(e, types) for e in exprs):
+        if not all(cannot_raise(e, types) for e in exprs):
             return None
         if isinstance(n, P.Project) and types is not None:  # the types of the projection's columns
-            types = {name: t for e, name in n.exprs if (t := _arrow_type(e, types)) is not None}
+            types = {name: t for e, name in n.exprs if (t := arrow_type(e, types)) is not None}
     try:
         for n in reversed(chain):
             if isinstance(n, P.Filter):
@@ -280,130 +281,6 @@ def _chain_sql(chain: list, sql: str, types: Mapping[str, pa.DataType] | None = 
     except Exception:  # noqa: BLE001 - an expression DuckDB's dialect cannot spell: Spark evaluates it
         return None
     return sql
-
-
-# what a fused task's DuckDB evaluates: nodes that raise no data error (an integer overflow of
-# +, -, * excepted: fused.py reports it as Spark does) and round nothing: no division, but a
-# remainder by a positive literal; no string function (Java and DuckDB case-map and count some
-# characters differently); casts and DECIMAL arithmetic only where every value is exact
-# (:func:`_numeric`), date_trunc and EXTRACT's integer fields of a TIMESTAMP column (wall-clock
-# fields in both engines)
-_SAFE = (exp.Column, exp.Identifier, exp.Literal, exp.Null, exp.Boolean, exp.Paren, exp.EQ, exp.NEQ, exp.GT, exp.GTE,
-         exp.LT, exp.LTE, exp.And, exp.Or, exp.Not, exp.Is, exp.In, exp.Between, exp.Case, exp.If, exp.Coalesce,
-         exp.Add, exp.Sub, exp.Mul, exp.Neg, exp.DataType, exp.DataTypeParam)
-
-
-def _cannot_raise(e: exp.Expression, types: Mapping[str, pa.DataType] | None = None) -> bool:
-    """Whether DuckDB evaluates ``e`` as Spark does, raising nothing Spark would not (``types``:
-    the Arrow types of the columns, where known: casts and DECIMAL arithmetic need them)."""
-    for n in e.walk():
-        if isinstance(n, exp.Mod):
-            if not (isinstance(n.expression, exp.Literal) and n.expression.is_int and int(n.expression.this) > 0):
-                return False
-        elif isinstance(n, exp.Cast):
-            if types is None or _numeric(n, types) is None:
-                return False
-        elif isinstance(n, (exp.Add, exp.Sub, exp.Mul)):
-            operands = [_numeric(x, types or {}) for x in (n.this, n.expression)]
-            if any(o is not None and not o.integer for o in operands) and _numeric(n, types or {}) is None:
-                return False
-        elif is_mp(n, "FIELD"):
-            if _numeric(n, types or {}) is None:
-                return False
-        elif is_mp(n, "DATE_TRUNC"):
-            arg = n.expressions[1] if len(n.expressions) == 2 else None
-            if not (isinstance(arg, exp.Column) and types and (t := types.get(arg.name)) is not None
-                    and pa.types.is_timestamp(t) and t.tz is None):
-                return False
-        elif not isinstance(n, _SAFE):
-            return False
-    return True
-
-
-@dataclass(frozen=True)
-class _Exact:
-    """A type every value of an integer or DECIMAL expression fits exactly: ``precision`` digits,
-    ``scale`` of them after the point; ``integer``: an integer type's (its overflow is Spark's
-    error, which fused.py reports as Spark does)."""
-
-    precision: int
-    scale: int
-    integer: bool = False
-
-
-_FIELDS = ("year", "quarter", "month", "day", "doy", "hour", "minute")  # spelled alike in both engines (engine/expressions.py)
-_DIGITS = {8: 3, 16: 5, 32: 10, 64: 19}  # an integer type's (by bits) largest value's digits
-_INTEGER_TYPES = {exp.DataType.Type.SMALLINT: 16, exp.DataType.Type.INT: 32, exp.DataType.Type.BIGINT: 64}
-
-
-def _arrow_type(e: exp.Expression, types: Mapping[str, pa.DataType]) -> pa.DataType | None:
-    """The Arrow type of ``e``'s values where it is known here: a column's, or an exact DECIMAL's."""
-    if isinstance(e, exp.Column):
-        return types.get(e.name)
-    exact = _numeric(e, types)
-    return pa.decimal128(exact.precision, exact.scale) if exact is not None and not exact.integer else None
-
-
-def _numeric(e: exp.Expression, types: Mapping[str, pa.DataType]) -> _Exact | None:
-    """The exact type of the integer or DECIMAL expression ``e`` (columns typed by ``types``), as
-    both engines compute it — a cast neither narrows the integer digits nor the scale, a sum or a
-    product needs at most 38 digits — or None (not such an expression, or one that may round or
-    overflow)."""
-    if isinstance(e, (exp.Paren, exp.Neg)):
-        return _numeric(e.this, types)
-    if isinstance(e, exp.Column):
-        t = types.get(e.name)
-        if t is not None and pa.types.is_integer(t):
-            return _Exact(_DIGITS[t.bit_width], 0, True)
-        return _Exact(t.precision, t.scale) if t is not None and pa.types.is_decimal(t) else None
-    if isinstance(e, exp.Literal) and e.is_number and e.this.lstrip("-").replace(".", "", 1).isdigit():
-        whole, _, fraction = e.this.lstrip("-").partition(".")
-        digits = len(whole.lstrip("0"))  # 0.908: no digit before the point
-        return _Exact(max(digits + len(fraction), 1), len(fraction), not fraction and digits <= 18)
-    if is_mp(e, "FIELD") and len(e.expressions) == 2:  # EXTRACT's integer fields of a TIMESTAMP: the same calendar
-        unit, arg = e.expressions
-        t = types.get(arg.name) if isinstance(arg, exp.Column) else None
-        if unit.name in _FIELDS and t is not None and pa.types.is_timestamp(t) and t.tz is None:
-            return _Exact(10, 0, True)
-        return None
-    if isinstance(e, exp.Cast):
-        inner, to = _numeric(e.this, types), e.to
-        if inner is None:
-            return None
-        if to.this == exp.DataType.Type.DECIMAL and len(to.expressions) == 2:
-            p, s = (int(x.this.this) for x in to.expressions)
-            fits = inner.precision - inner.scale <= p - s and inner.scale <= s
-            return _Exact(p, s) if fits else None
-        bits = _INTEGER_TYPES.get(to.this)
-        # an integer to an integer type that holds its every value
-        fits = bits is not None and inner.integer and inner.precision <= _DIGITS[bits]
-        return _Exact(_DIGITS[bits], 0, True) if fits else None
-    if isinstance(e, (exp.Add, exp.Sub, exp.Mul)):
-        a, b = _numeric(e.this, types), _numeric(e.expression, types)
-        if a is None or b is None:
-            return None
-        if a.integer and b.integer:
-            return _Exact(max(a.precision, b.precision), 0, True)
-        if isinstance(e, exp.Mul):
-            p, s = a.precision + b.precision, a.scale + b.scale
-        else:
-            s = max(a.scale, b.scale)
-            p = max(a.precision - a.scale, b.precision - b.scale) + s + 1
-        return _Exact(p, s) if p <= 38 else None
-    if isinstance(e, (exp.Case, exp.If, exp.Coalesce)):  # the branches' values, in a type that holds each
-        if isinstance(e, exp.Case):
-            values = [x.args.get("true") for x in e.args.get("ifs") or []] + [e.args.get("default")]
-        elif isinstance(e, exp.If):
-            values = [e.args.get("true"), e.args.get("false")]
-        else:
-            values = [e.this, *e.expressions]
-        kinds = [_numeric(v, types) for v in values if v is not None and not isinstance(v, exp.Null)]
-        if not kinds or None in kinds:
-            return None
-        s = max(k.scale for k in kinds)
-        p = max(k.precision - k.scale for k in kinds) + s
-        return _Exact(p, s, all(k.integer for k in kinds)) if p <= 38 else None
-    return None
 
 
 _SPARK = {pa.int16(): "smallint", pa.int32(): "int", pa.int64(): "bigint", pa.string(): "string",

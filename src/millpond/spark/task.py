@@ -50,6 +50,7 @@ from millpond.store.objects import open_store
 
 if TYPE_CHECKING:
     from millpond.spark.combine import Combine
+    from millpond.spark.local import Keyed
 
 __all__ = ["Task", "Feed", "Slots", "TaskFailed", "CONSUMER", "FILE", "ROWS", "JOB_PROPERTY", "Run", "describe_job"]
 
@@ -111,6 +112,7 @@ class Task:
     combine: "Combine | None" = None  # emit the aggregate partials of its output (millpond.spark.combine)
     fused: Fused | None = None  # its delta read from the log by the task itself (millpond.spark.fused)
     feed: "Feed | None" = None  # its delta made from the output of the task feeding it, in this task
+    local: "Keyed | None" = None  # its delta made by a tree of tasks and queries, in this task (spark/local.py)
 
     def identity(self) -> tuple:
         """What makes this task's Python UDF (its dict fields spelled out: a task is not hashable)."""
@@ -119,7 +121,7 @@ class Task:
                 self.root, json.dumps(self.storage, sort_keys=True), self.out_schema, self.changes, self.combine,
                 self.fused,
                 feed and (feed.task.identity(), feed.query, feed.columns, feed.key, feed.schema, feed.side, feed.combine,
-                        feed.having))
+                        feed.having), self.local and self.local.identity())
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return self.run(batches, TaskContext.get().partitionId())
@@ -140,9 +142,13 @@ class Task:
         yield pa.RecordBatch.from_pydict({CONSUMER: [self.consumer], FILE: [key], ROWS: [out.height]},
                                          schema=self.out_schema)
 
-    def step(self, batches: list[pa.RecordBatch], partition: int, started: float) -> pl.DataFrame | None:
-        """The operator over this partition's delta (None: there is none): its output changelog."""
-        if self.feed is not None:  # the delta is what the operator feeding this one emits, in this task
+    def step(self, batches: list[pa.RecordBatch], partition: int, started: float, memo: dict | None = None
+             ) -> pl.DataFrame | None:
+        """The operator over this partition's delta (None: there is none): its output changelog.
+        ``memo``: the outputs of a local tree's operators run so far in this task (spark/local.py)."""
+        if self.local is not None:  # the whole plan below it, run here over every vnode
+            delta = self.local.delta(partition, {} if memo is None else memo)
+        elif self.feed is not None:  # the delta is what the operator feeding this one emits, in this task
             up = self.feed.task.step(batches, partition, started)
             delta = None if up is None or up.height == 0 else self.feed(up, self.feed.task.out_schema)
             if self.fused is not None and batches:  # a join's other side, read from the log

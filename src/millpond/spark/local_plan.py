@@ -1,0 +1,231 @@
+"""Where a consumer's whole epoch runs as one Python task (:mod:`millpond.spark.local`): the
+planning half, run beside the build of its Spark DataFrame, whose Catalyst types every value of
+the tree takes.
+
+A consumer's epoch runs so when it is small (at most :data:`LOCAL_RECORDS` records), its
+DataFrame is one later epochs re-run (not a first epoch, a partial view, a view over views, a
+batch read), errors fail it (``on_error = 'fail'``), and every node of its plan is made here:
+
+- a table's columns, read from the log (the range's scan object);
+- filters and projections whose every expression DuckDB evaluates as Spark does
+  (:func:`~millpond.spark.agreement.cannot_raise`), after the constant subexpressions Spark alone
+  may evaluate (an interval added to a date literal) are folded by Spark, once per build;
+- joins on keys of such expressions typed as the join compares them (widened exactly), with no
+  index read; aggregates whose partials :func:`~millpond.spark.combine.plan_combine` combines;
+  top-N, windows (``OVER``), unions of columns widened exactly, a view's rows, an index.
+
+Everything else keeps Spark's path, one stage per operator.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql import types as T
+from sqlglot import exp
+
+from millpond.columns import KH, ROW_ID, VN, W
+from millpond.engine import plan as P
+from millpond.engine.expressions import is_mp, to_duckdb
+from millpond.engine.numerics import is_quotient
+from millpond.spark.agreement import arrow_type, cannot_raise
+from millpond.spark.combine import plan_combine
+from millpond.spark.fusing import _chain_sql, _dq, _spark_name
+from millpond.spark.inputs import Inputs, arrow_schema
+from millpond.spark.local import Concat, Empty, Keyed, Log, Op, Rows, Sql
+from millpond.spark.task import Task
+
+__all__ = ["Localizing", "LOCAL_RECORDS"]
+
+# an epoch reading at most this many records runs each consumer it can as one task (a bigger one
+# spreads its operators over Spark's tasks); $MILLPOND_LOCAL_RECORDS sets it (0: never)
+LOCAL_RECORDS = int(os.environ.get("MILLPOND_LOCAL_RECORDS", 500_000))
+
+
+class Localizing(Inputs):
+    """The local half of a builder (:class:`~millpond.spark.build.Builder`)."""
+
+    _local: dict[int, Rows | None]  # each node's (by id) rows made here, or None
+    _noted: dict[int, tuple[Task, T.StructType, tuple[str, ...]]]  # stateful nodes' tasks, their input, having
+    _folded: dict[str, exp.Expression | None]
+
+    def localizing(self) -> bool:
+        """Whether this epoch of the consumer may run as one task (the module's docstring)."""
+        return (0 < self._records() <= LOCAL_RECORDS and self.consumer.on_error == "fail"
+                and self.consumer.merge is None and self.reusable())
+
+    def note(self, node_id: int, task: Task, schema: T.StructType, having: list[str] | None = None) -> None:
+        """The task of a stateful node and its input as Spark hands it over (``schema``)."""
+        self._noted[node_id] = (task, schema, tuple(having or ()))
+
+    def localize(self, node: P.Node, df: DataFrame) -> None:
+        """Record how ``node``'s rows (``df``'s, as Catalyst types them) are made here, if they can be."""
+        try:
+            self._local[id(node)] = self._rows_of(node, arrow_schema(df.schema))
+        except Exception:  # noqa: BLE001 - an expression DuckDB's dialect cannot spell, a type it has not: Spark's path
+            self._local[id(node)] = None
+
+    def local_stage(self) -> tuple[Task, int] | None:
+        """After the build: the consumer's whole epoch as one task (over one slot), or None."""
+        op = self._local.get(id(self.consumer.plan))
+        if not isinstance(op, Op) or not self.localizing():
+            return None
+        return replace(op.task, local=op.input), 1
+
+    def _rows_of(self, node: P.Node, schema: pa.Schema) -> Rows | None:
+        if not all(_local_type(f.type) for f in schema):
+            return None
+        if isinstance(node, P.Source):
+            return self._log(node, schema)
+        ins = [self._local.get(id(i)) for i in P.inputs(node)]
+        if any(i is None for i in ins):
+            return None
+        if isinstance(node, (P.Filter, P.Project)):
+            types = {f.name: f.type for f in _schema(ins[0])}
+            folded = replace(node, predicate=self._fold(node.predicate)) if isinstance(node, P.Filter) else \
+                replace(node, exprs=tuple((self._fold(e), name) for e, name in node.exprs))
+            sql = _chain_sql([folded], "SELECT * FROM records", types)
+            return None if sql is None else Sql(ins[0], sql, schema)
+        if isinstance(node, P.Union):
+            if not all(_exactly(f.type, schema.field(f.name).type) for i in ins for f in _schema(i)):
+                return None
+            return Concat(tuple(ins), schema)
+        noted = self._noted.get(getattr(node, "node_id", -1))
+        if noted is None:
+            return None
+        task, spark_input, having = noted
+        keyed = _unvnoded(arrow_schema(spark_input))
+        if isinstance(node, P.Join):
+            made = self._join_input(node, ins[0], ins[1], keyed)
+        elif isinstance(node, P.Aggregate):
+            made = self._aggregate_input(node, ins[0], keyed, having)
+        elif isinstance(node, (P.TopN, P.Over)):
+            made = Keyed(ins[0], tuple(node.partition), keyed)
+        elif isinstance(node, P.Materialize):
+            cols = [f.name for f in _schema(ins[0]) if f.name != W]
+            made = Keyed(ins[0], tuple(node.key) or tuple(cols), keyed)
+        elif isinstance(node, P.Arrange):
+            kcols = [f"_k{i}" for i in range(len(node.keys))]
+            cols = [f.name for f in _schema(ins[0]) if f.name not in (W, ROW_ID)]
+            renamed = ", ".join([*(f"{_dq(k)} AS {c}" for k, c in zip(node.keys, kcols)), *map(_dq, cols), W])
+            made = Keyed(Sql(ins[0], f"SELECT {renamed} FROM records", _unkeyed(keyed)), tuple(kcols), keyed)
+        else:  # a time window: Spark's
+            return None
+        return None if made is None else Op(task, made)
+
+    def _log(self, node: P.Source, schema: pa.Schema) -> Rows | None:
+        if node.table not in self.tables:  # a view's changes
+            return None
+        how = self.named(node)
+        if how is None:
+            return None
+        if how == ("empty",):
+            return Empty(schema)
+        t, cols = self.tables[node.table], self.columns(node)
+        return Log(self.job.root, tuple(sorted(self.job.storage.items())), how[1], t.log_schema,
+                   tuple((out, src) for out, src in node.columns if src in cols), schema)
+
+    def _join_input(self, node: P.Join, left: Rows, right: Rows, keyed: pa.Schema) -> Keyed | None:
+        """Both sides' rows with the join's key columns ``_k<i>`` and the side's number, as Spark's
+        exchange hands them to the join's task."""
+        if any(node.lookup) or any(i is not None for i in node.shared):
+            return None
+        kcols = [f"_k{i}" for i in range(len(node.left_keys))]
+        sides = []
+        for rows, keys in ((left, node.left_keys), (right, node.right_keys)):
+            types = {f.name: f.type for f in _schema(rows)}
+            folded = [self._fold(k) for k in keys]
+            if not all(cannot_raise(k, types) for k in folded):
+                return None
+            if not all((t := arrow_type(k, types)) is not None and _exactly(t, keyed.field(c).type)
+                       for k, c in zip(folded, kcols)):
+                return None
+            cols = [f.name for f in _schema(rows) if f.name != W]
+            sql = ", ".join([*(f"{to_duckdb(k)} AS {c}" for k, c in zip(folded, kcols)), *map(_dq, cols), W])
+            side = pa.schema([*(keyed.field(c) for c in kcols), *(_schema(rows).field(c) for c in cols),
+                              pa.field(W, pa.int64())])
+            sides.append(Sql(rows, f"SELECT {sql} FROM records", side))
+        return Keyed(Concat(tuple(sides), _unkeyed(keyed), sides=(0, 1)), tuple(kcols), keyed)
+
+    def _aggregate_input(self, node: P.Aggregate, rows: Rows, keyed: pa.Schema, having: tuple[str, ...]
+                         ) -> Keyed | None:
+        """The aggregate's input rows combined per group (and MIN/MAX value), as Catalyst does
+        before the aggregate's task."""
+        fields = [f for f in _schema(rows) if f.name != W]
+        identity = P.Project(node.input, tuple((exp.column(f.name, quoted=True), f.name) for f in fields))
+        combine = plan_combine(replace(node, input=identity), {f.name: (f.name, _spark_name(f.type)) for f in fields},
+                               whole=True)
+        return None if combine is None else Keyed(rows, tuple(node.group), keyed, combine, having)
+
+    def _fold(self, e: exp.Expression) -> exp.Expression:
+        """``e`` with each constant subexpression DuckDB may not evaluate as Spark does replaced by
+        its value, computed by Spark (a literal both engines read alike), where it has such a literal."""
+        def visit(n: exp.Expression) -> exp.Expression:
+            if is_mp(n, "NUMERIC_DIV"):  # a quotient kept as Spark keeps it: its operands (engine/numerics.py)
+                return exp.Anonymous(this="MP_NUMERIC_DEFER", expressions=[a.transform(visit) for a in n.expressions])
+            if isinstance(n, (exp.Literal, exp.Null, exp.Boolean, exp.DataType, exp.DataTypeParam, exp.Identifier)) \
+                    or any(isinstance(x, exp.Column) for x in n.walk()) or cannot_raise(n, {}):
+                return n
+            key = n.sql()
+            if key not in self._folded:
+                self._folded[key] = self._constant(n)
+            found = self._folded[key]
+            return n if found is None else found.copy()
+        return e.transform(visit)
+
+    def _constant(self, e: exp.Expression) -> exp.Expression | None:
+        try:
+            df = self.spark.sql(f"SELECT {self._sql(e)} AS v")  # type: ignore[attr-defined]
+            value, t = df.collect()[0][0], df.schema[0].dataType
+        except Exception:  # noqa: BLE001 - a constant Spark refuses: its path reports it
+            return None
+        if value is None:
+            return None
+        if isinstance(t, T.DateType):
+            return exp.Cast(this=exp.Literal.string(value.isoformat()), to=exp.DataType.build("DATE"))
+        if isinstance(t, T.TimestampNTZType):
+            return exp.Cast(this=exp.Literal.string(value.isoformat(sep=" ")),
+                            to=exp.DataType(this=exp.DataType.Type.TIMESTAMPNTZ))
+        if isinstance(t, (T.ShortType, T.IntegerType, T.LongType)):
+            return exp.Cast(this=exp.Literal.number(value), to=exp.DataType.build(t.simpleString()))
+        if isinstance(t, T.DecimalType):
+            return exp.Cast(this=exp.Literal.number(format(value, "f")),
+                            to=exp.DataType.build(f"DECIMAL({t.precision}, {t.scale})"))
+        if isinstance(t, T.BooleanType):
+            return exp.Boolean(this=value)
+        if isinstance(t, T.StringType):
+            return exp.Literal.string(value)
+        return None
+
+
+def _schema(rows: Rows) -> pa.Schema:
+    return rows.task.out_schema if isinstance(rows, Op) else rows.schema
+
+
+def _unvnoded(schema: pa.Schema) -> pa.Schema:
+    return schema.remove(schema.get_field_index(VN)) if VN in schema.names else schema
+
+
+def _unkeyed(schema: pa.Schema) -> pa.Schema:
+    return pa.schema([f for f in schema if f.name != KH])
+
+
+def _local_type(t: pa.DataType) -> bool:
+    """A type whose values the tree carries as Spark does."""
+    return (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal128(t) or pa.types.is_string(t)
+            or pa.types.is_large_string(t) or pa.types.is_boolean(t) or pa.types.is_date32(t)
+            or (pa.types.is_timestamp(t) and t.unit == "us") or is_quotient(t))
+
+
+def _exactly(a: pa.DataType, b: pa.DataType) -> bool:
+    """Whether every value of type ``a`` is one of ``b`` unchanged."""
+    if a == b or (pa.types.is_signed_integer(a) and pa.types.is_signed_integer(b) and a.bit_width <= b.bit_width):
+        return True
+    if pa.types.is_decimal(b) and (pa.types.is_decimal(a) or pa.types.is_integer(a)):
+        p, s = (a.precision, a.scale) if pa.types.is_decimal(a) else ({8: 3, 16: 5, 32: 10, 64: 19}[a.bit_width], 0)
+        return p - s <= b.precision - b.scale and s <= b.scale
+    return {a, b} <= {pa.string(), pa.large_string()}
+
