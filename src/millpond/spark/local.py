@@ -30,13 +30,15 @@ from millpond.keyhash import xxhash64
 from millpond.log import Piece, read_pieces
 from millpond.spark.combine import Combine
 from millpond.spark.fused import conform, select_records
+from millpond.spark.inputs import read_rows
 from millpond.spark.log_source import _overlapping
+from millpond.store.manifest import Levels
 from millpond.store.objects import open_store
 
 if TYPE_CHECKING:
     from millpond.spark.task import Task
 
-__all__ = ["Log", "Empty", "Sql", "Concat", "Keyed", "Op", "Rows"]
+__all__ = ["Log", "Committed", "Empty", "Sql", "Concat", "Keyed", "Op", "Rows"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,32 @@ class Log:
             return self.schema.empty_table()
         records = read_pieces(store, spec["channel"], self.log_schema,
                               _overlapping([Piece(*p) for p in spec["pieces"]], start, stop), start, stop)
+        return conform(pa.table({**{out: records.column(src) for out, src in self.columns}, W: records.column(W)}),
+                       self.schema)
+
+
+@dataclass(frozen=True)
+class Committed:
+    """A keyed table's committed rows (its rows state at ``levels``: a view's first epoch in batch
+    mode, then the log from the table's offset), its ``columns`` (name, table column) as ``schema``."""
+
+    root: str
+    storage: tuple[tuple[str, str], ...]
+    levels: Levels
+    all_columns: tuple[str, ...]  # the table's, as its rows state keys them
+    stored: pa.Schema  # their types (and the weight)
+    columns: tuple[tuple[str, str], ...]
+    schema: pa.Schema
+
+    def identity(self) -> tuple:
+        return (self.root, self.storage, self.levels, self.all_columns, self.stored, self.columns, self.schema)
+
+    def rows(self, partition: int, memo: dict) -> pa.Table:
+        batches = list(read_rows(self.root, dict(self.storage), self.levels, self.all_columns, 1, self.stored,
+                                 iter([pa.record_batch([pa.array([0], pa.int64())], names=["id"])])))
+        if not batches:
+            return self.schema.empty_table()
+        records = pa.Table.from_batches(batches)
         return conform(pa.table({**{out: records.column(src) for out, src in self.columns}, W: records.column(W)}),
                        self.schema)
 
@@ -168,4 +196,4 @@ class Op:
         return memo[id(self)]
 
 
-Rows = Union[Log, Empty, Sql, Concat, Op]
+Rows = Union[Log, Committed, Empty, Sql, Concat, Op]

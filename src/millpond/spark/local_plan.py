@@ -27,15 +27,17 @@ from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 from sqlglot import exp
 
+from millpond.catalog import TableDef
 from millpond.columns import KH, ROW_ID, VN, W
 from millpond.engine import plan as P
+from millpond.engine.consumers import table_plan
 from millpond.engine.expressions import is_mp, to_duckdb
 from millpond.engine.numerics import is_quotient
 from millpond.spark.agreement import arrow_type, cannot_raise
 from millpond.spark.combine import plan_combine
 from millpond.spark.fusing import _chain_sql, _dq, _spark_name
 from millpond.spark.inputs import Inputs, arrow_schema
-from millpond.spark.local import Concat, Empty, Keyed, Log, Op, Rows, Sql
+from millpond.spark.local import Committed, Concat, Empty, Keyed, Log, Op, Rows, Sql
 from millpond.spark.task import Task
 
 __all__ = ["Localizing", "LOCAL_RECORDS"]
@@ -54,8 +56,18 @@ class Localizing(Inputs):
 
     def localizing(self) -> bool:
         """Whether this epoch of the consumer may run as one task (the module's docstring)."""
-        return (0 < self._records() <= LOCAL_RECORDS and self.consumer.on_error == "fail"
-                and self.consumer.merge is None and self.reusable())
+        c, job = self.consumer, self.job
+        if c.on_error != "fail" or c.key in job.partial or c.partial is not None or c.views or c.merge is not None \
+                or self.single:
+            return False
+        committed = sum(ref.rows for t in self.tables.values() if self._committed(t) is not None
+                        for ref in job.manifest.state(self._committed(t)).files())
+        return 0 < self._records() + committed <= LOCAL_RECORDS
+
+    def _committed(self, t: TableDef) -> str | None:
+        """The rows state of ``t`` a first epoch in batch mode reads (coordinator, step 1), if any."""
+        key = self.job.batch.get(self.consumer.key, {}).get(t.channel)
+        return None if key is None else P.state_id(int(key[1:]), table_plan(t).node_id, "rows")
 
     def note(self, node_id: int, task: Task, schema: T.StructType, having: list[str] | None = None) -> None:
         """The task of a stateful node and its input as Spark hands it over (``schema``)."""
@@ -119,14 +131,27 @@ class Localizing(Inputs):
     def _log(self, node: P.Source, schema: pa.Schema) -> Rows | None:
         if node.table not in self.tables:  # a view's changes
             return None
-        how = self.named(node)
-        if how is None:
-            return None
-        if how == ("empty",):
-            return Empty(schema)
         t, cols = self.tables[node.table], self.columns(node)
-        return Log(self.job.root, tuple(sorted(self.job.storage.items())), how[1], t.log_schema,
-                   tuple((out, src) for out, src in node.columns if src in cols), schema)
+        named = tuple((out, src) for out, src in node.columns if src in cols)
+        start, stop = self.ranges[t.channel]
+        committed = None
+        if (sid := self._committed(t)) is not None:  # a first epoch in batch mode: the table's rows, then its log
+            stored = pa.schema([*(t.log_schema.field(c.name) for c in t.columns), t.log_schema.field(ROW_ID),
+                                pa.field(W, pa.int64())])
+            committed = Committed(self.job.root, tuple(sorted(self.job.storage.items())), self.job.manifest.state(sid),
+                                  tuple(c.name for c in t.columns), stored, named, schema)
+        if start >= stop:
+            return committed or Empty(schema)
+        if self.reusable():  # the scan object the re-run DataFrame reads too
+            how = self.named(node)
+            if how is None:
+                return None
+            key = how[1]
+        else:  # a first epoch's: a scan object of its own range, numbered among the epoch's others
+            self.scans.setdefault((t.channel, start, stop, "local"), None)
+            key = self._scan_object(t, start, stop)[0]
+        log = Log(self.job.root, tuple(sorted(self.job.storage.items())), key, t.log_schema, named, schema)
+        return log if committed is None else Concat((committed, log), schema)
 
     def _join_input(self, node: P.Join, left: Rows, right: Rows, keyed: pa.Schema) -> Keyed | None:
         """Both sides' rows with the join's key columns ``_k<i>`` and the side's number, as Spark's
