@@ -101,7 +101,9 @@ class SparkExecutor:
                     self._built[key] = (df, used, one)
             if one is not None:
                 stages.append(one)
-                if records is not None:
+                if records is not None and one[0].local is not None:  # a whole plan: its records, committed rows too
+                    records += builder.local_records()
+                elif records is not None:
                     records = None if job.batch.get(c.key) or c.key in job.partial else \
                         records + sum(b - a for a, b in ranges.values())
             else:

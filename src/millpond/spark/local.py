@@ -25,6 +25,7 @@ import polars as pl
 import pyarrow as pa
 
 from millpond.columns import KH, W
+from millpond.errors import MillpondError
 from millpond.engine.operators.join import SIDE
 from millpond.keyhash import xxhash64
 from millpond.log import Piece, read_pieces
@@ -115,15 +116,24 @@ class Sql:
     input: "Rows"
     query: str
     schema: pa.Schema
+    columns: tuple[tuple[str, str], ...] = ()  # a projection's (DuckDB expression, output name): errors name them
 
     def identity(self) -> tuple:
-        return (self.input.identity(), self.query, self.schema)
+        return (self.input.identity(), self.query, self.schema, self.columns)
 
     def rows(self, partition: int, memo: dict) -> pa.Table:
         records = self.input.rows(partition, memo)
         if not records.num_rows:
             return self.schema.empty_table()
-        return conform(select_records(self.query, records), self.schema)
+        try:
+            return conform(select_records(self.query, records), self.schema)
+        except MillpondError as exc:  # a data error: name the column that raised, as Spark's context does
+            for expression, name in self.columns:
+                try:
+                    select_records(f"SELECT {expression} FROM records", records)
+                except MillpondError:
+                    raise MillpondError(f"{exc}\n== SQL (line 1, position 1) ==\n{expression} AS `{name}`") from None
+            raise
 
 
 @dataclass(frozen=True)

@@ -60,9 +60,13 @@ class Localizing(Inputs):
         if c.on_error != "fail" or c.key in job.partial or c.partial is not None or c.views or c.merge is not None \
                 or self.single:
             return False
-        committed = sum(ref.rows for t in self.tables.values() if self._committed(t) is not None
-                        for ref in job.manifest.state(self._committed(t)).files())
-        return 0 < self._records() + committed <= LOCAL_RECORDS
+        return 0 < self.local_records() <= LOCAL_RECORDS
+
+    def local_records(self) -> int:
+        """The records the consumer's epoch reads: its ranges', and the committed rows it reads."""
+        committed = sum(ref.rows for t in self.tables.values() if (sid := self._committed(t)) is not None
+                        for ref in self.job.manifest.state(sid).files())
+        return self._records() + committed
 
     def _committed(self, t: TableDef) -> str | None:
         """The rows state of ``t`` a first epoch in batch mode reads (coordinator, step 1), if any."""
@@ -100,7 +104,10 @@ class Localizing(Inputs):
             folded = replace(node, predicate=self._fold(node.predicate)) if isinstance(node, P.Filter) else \
                 replace(node, exprs=tuple((self._fold(e), name) for e, name in node.exprs))
             sql = _chain_sql([folded], "SELECT * FROM records", types)
-            return None if sql is None else Sql(ins[0], sql, schema)
+            if sql is None:
+                return None
+            named = tuple((to_duckdb(e), name) for e, name in folded.exprs) if isinstance(folded, P.Project) else ()
+            return Sql(ins[0], sql, schema, named)
         if isinstance(node, P.Union):
             if not all(_exactly(f.type, schema.field(f.name).type) for i in ins for f in _schema(i)):
                 return None
