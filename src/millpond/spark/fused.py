@@ -37,10 +37,10 @@ from millpond.engine.operators.join import SIDE
 from millpond.log import Piece, read_pieces
 from millpond.spark.combine import Combine
 from millpond.spark.log_source import _cut, _overlapping
-from millpond.store.objects import open_store
+from millpond.store.objects import ObjectStore, open_store
 from millpond.store.sst import VNODES
 
-__all__ = ["Fused", "Side", "MAX_TASKS", "hashed_here", "select_records", "conform"]
+__all__ = ["Fused", "Side", "MAX_TASKS", "hashed_here", "read_scan", "select_records", "conform"]
 
 MAX_TASKS = 4  # a bigger deployment (a cluster) keeps Spark's exchange: each fused task reads the whole range
 
@@ -93,13 +93,9 @@ class Fused:
         store = open_store(self.root, dict(self.storage))
         parts = []
         for side in self.sides:
-            spec = json.loads(store.get(side.scan))
-            if spec["start"] >= spec["stop"]:
+            records = read_scan(store, side.scan, side.log_schema, (self.tasks, slot) if self.share else None)
+            if records is None:
                 continue
-            start, stop = _cut(spec["start"], spec["stop"], self.tasks, slot) if self.share else \
-                (spec["start"], spec["stop"])
-            records = read_pieces(store, spec["channel"], side.log_schema,
-                                  _overlapping([Piece(*p) for p in spec["pieces"]], start, stop), start, stop)
             unkeyed = pa.schema([f for f in self.schema if f.name != KH])
             if side.query is not None:
                 records = select_records(side.query, records)
@@ -133,6 +129,18 @@ class Fused:
         kh = xxhash64(columns) if columns else np.zeros(rows, dtype=np.int64)
         every = self.tasks == 1 or self.share
         return (np.ones(len(kh), dtype=bool) if every else (kh % VNODES) % self.tasks == slot), kh
+
+
+def read_scan(store: ObjectStore, scan: str, log_schema: pa.Schema, share: tuple[int, int] | None = None
+              ) -> pa.Table | None:
+    """The records of the range the scan object ``scan`` names this epoch (None: an empty range);
+    ``share``: (tasks, slot), that slot's share of it."""
+    spec = json.loads(store.get(scan))
+    if spec["start"] >= spec["stop"]:
+        return None
+    start, stop = _cut(spec["start"], spec["stop"], *share) if share else (spec["start"], spec["stop"])
+    return read_pieces(store, spec["channel"], log_schema,
+                       _overlapping([Piece(*p) for p in spec["pieces"]], start, stop), start, stop)
 
 
 def select_records(query: str, records: pa.Table) -> pa.Table:

@@ -23,7 +23,7 @@ from millpond.engine.expressions import to_duckdb
 from millpond.spark.agreement import arrow_type, cannot_raise
 from millpond.spark.combine import Combine, plan_combine
 from millpond.spark.fused import Fused, Side, hashed_here
-from millpond.spark.inputs import Inputs, arrow_schema
+from millpond.spark.inputs import Inputs, arrow_schema, without_vnode
 from millpond.spark.task import Feed, Task
 
 __all__ = ["Fusing"]
@@ -115,8 +115,7 @@ class Fusing(Inputs):
         up = made[1].out_schema.names
         columns = tuple((f"_k{i}", g) for i, g in enumerate(partial.group)) + tuple((c, c) for c in up if c != W) \
             + ((W, W),)
-        return fused, Feed(made[1], None, columns, hashed, arrow.remove(arrow.get_field_index(VN))
-                           if VN in arrow.names else arrow, side=k), slots
+        return fused, Feed(made[1], None, columns, hashed, without_vnode(arrow), side=k), slots
 
     def fuse_join_aggregate(self, node: P.Aggregate, schema: T.StructType, having: list[str] | None
                             ) -> tuple[DataFrame, Feed] | None:
@@ -133,7 +132,7 @@ class Fusing(Inputs):
         if (combine := plan_combine(node, columns)) is None or not all(
                 hashed_here(arrow.field(g).type) for g in node.group):
             return None
-        keyed = arrow.remove(arrow.get_field_index(VN)) if VN in arrow.names else arrow
+        keyed = without_vnode(arrow)
         return made[0], Feed(made[1], None, (), tuple(node.group), keyed, combine=combine, having=tuple(having or ()))
 
     def _join_side(self, source: P.Source, keys: tuple[exp.Expression, ...], k: int, schema: T.StructType
@@ -221,7 +220,7 @@ class Fusing(Inputs):
                combine: Combine | None = None, having: tuple[str, ...] = (), share: bool = False) -> tuple[Fused, DataFrame]:
         arrow = arrow_schema(schema)
         fused = Fused(self.job.root, tuple(sorted(self.job.storage.items())), sides, hashed, self.fused_tasks(),
-                      arrow.remove(arrow.get_field_index(VN)) if VN in arrow.names else arrow, combine, having,
+                      without_vnode(arrow), combine, having,
                       share)
         slots = self.spark.range(0, fused.tasks, 1, fused.tasks)
         self._slot_frames[id(slots)] = (slots, fused.tasks)

@@ -21,7 +21,7 @@ from sqlglot import exp
 
 from millpond.catalog import TableDef
 from millpond.catalog.types import spark_ddl_type
-from millpond.columns import COUNT, ROW_ID, W
+from millpond.columns import COUNT, ROW_ID, VN, W
 from millpond.engine import plan as P
 from millpond.engine.consumers import table_plan
 from millpond.engine.executor import Consumer, EpochJob, PieceSource, Ranges, ViewInput
@@ -335,6 +335,11 @@ def _renames(columns: tuple[tuple[str, str], ...]) -> list[str]:
 
 def quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
+
+
+def without_vnode(schema: pa.Schema) -> pa.Schema:
+    """``schema`` less the vnode column (a stateful task drops it from its input)."""
+    return schema.remove(schema.get_field_index(VN)) if VN in schema.names else schema
 
 
 def arrow_schema(schema: T.StructType) -> pa.Schema:

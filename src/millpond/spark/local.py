@@ -15,7 +15,6 @@ each stateful task's delta with the key hash Spark's exchange would have compute
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Union
@@ -28,11 +27,9 @@ from millpond.columns import KH, W
 from millpond.errors import MillpondError
 from millpond.engine.operators.join import SIDE
 from millpond.keyhash import xxhash64
-from millpond.log import Piece, read_pieces
 from millpond.spark.combine import Combine
-from millpond.spark.fused import conform, select_records
+from millpond.spark.fused import conform, read_scan, select_records
 from millpond.spark.inputs import read_rows
-from millpond.spark.log_source import _overlapping
 from millpond.store.manifest import Levels
 from millpond.store.objects import open_store
 
@@ -59,13 +56,9 @@ class Log:
         return (self.root, self.storage, self.scan, self.log_schema, self.columns, self.schema)
 
     def rows(self, partition: int, memo: dict) -> pa.Table:
-        store = open_store(self.root, dict(self.storage))
-        spec = json.loads(store.get(self.scan))
-        start, stop = spec["start"], spec["stop"]
-        if start >= stop:
+        records = read_scan(open_store(self.root, dict(self.storage)), self.scan, self.log_schema)
+        if records is None:
             return self.schema.empty_table()
-        records = read_pieces(store, spec["channel"], self.log_schema,
-                              _overlapping([Piece(*p) for p in spec["pieces"]], start, stop), start, stop)
         return conform(pa.table({**{out: records.column(src) for out, src in self.columns}, W: records.column(W)}),
                        self.schema)
 

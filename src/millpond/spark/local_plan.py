@@ -28,15 +28,16 @@ from pyspark.sql import types as T
 from sqlglot import exp
 
 from millpond.catalog import TableDef
-from millpond.columns import KH, ROW_ID, VN, W
+from millpond.columns import KH, ROW_ID, W
 from millpond.engine import plan as P
 from millpond.engine.consumers import table_plan
 from millpond.engine.expressions import is_mp, to_duckdb
 from millpond.engine.numerics import is_quotient
 from millpond.spark.agreement import arrow_type, cannot_raise
 from millpond.spark.combine import plan_combine
-from millpond.spark.fusing import _chain_sql, _dq, _spark_name
-from millpond.spark.inputs import Inputs, arrow_schema
+from millpond.spark.fused import hashed_here
+from millpond.spark.fusing import _chain_sql, _dq, _spark_name, _widens
+from millpond.spark.inputs import Inputs, arrow_schema, without_vnode
 from millpond.spark.local import Committed, Concat, Empty, Keyed, Log, Op, Rows, Sql
 from millpond.spark.task import Task
 
@@ -116,7 +117,7 @@ class Localizing(Inputs):
         if noted is None:
             return None
         task, spark_input, having = noted
-        keyed = _unvnoded(arrow_schema(spark_input))
+        keyed = without_vnode(arrow_schema(spark_input))
         if isinstance(node, P.Join):
             made = self._join_input(node, ins[0], ins[1], keyed)
         elif isinstance(node, P.Aggregate):
@@ -237,24 +238,18 @@ def _schema(rows: Rows) -> pa.Schema:
     return rows.task.out_schema if isinstance(rows, Op) else rows.schema
 
 
-def _unvnoded(schema: pa.Schema) -> pa.Schema:
-    return schema.remove(schema.get_field_index(VN)) if VN in schema.names else schema
-
-
 def _unkeyed(schema: pa.Schema) -> pa.Schema:
     return pa.schema([f for f in schema if f.name != KH])
 
 
 def _local_type(t: pa.DataType) -> bool:
     """A type whose values the tree carries as Spark does."""
-    return (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal128(t) or pa.types.is_string(t)
-            or pa.types.is_large_string(t) or pa.types.is_boolean(t) or pa.types.is_date32(t)
-            or (pa.types.is_timestamp(t) and t.unit == "us") or is_quotient(t))
+    return hashed_here(t) or pa.types.is_floating(t) or pa.types.is_decimal128(t) or is_quotient(t)
 
 
 def _exactly(a: pa.DataType, b: pa.DataType) -> bool:
     """Whether every value of type ``a`` is one of ``b`` unchanged."""
-    if a == b or (pa.types.is_signed_integer(a) and pa.types.is_signed_integer(b) and a.bit_width <= b.bit_width):
+    if _widens(a, b):
         return True
     if pa.types.is_decimal(b) and (pa.types.is_decimal(a) or pa.types.is_integer(a)):
         p, s = (a.precision, a.scale) if pa.types.is_decimal(a) else ({8: 3, 16: 5, 32: 10, 64: 19}[a.bit_width], 0)
