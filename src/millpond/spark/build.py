@@ -25,7 +25,7 @@ from millpond.catalog import TableDef
 from millpond.columns import KH, ROW_ID, VN, W
 from millpond.engine import plan as P
 from millpond.engine.executor import Consumer, EpochJob, PieceSource, Ranges, ViewInput
-from millpond.engine.expressions import null_on_error, python_calls, to_duckdb, to_spark
+from millpond.engine.expressions import for_types, null_on_error, python_calls, to_duckdb, to_spark
 from millpond.engine.operators import Arrange, HashAggregate, HashJoin, Materialize, Operator, Over, TopN
 from millpond.engine.operators.aggregate import VALUE_FUNCS, nonnull_col, sum_col, value_col
 from millpond.engine.operators.join import SIDE
@@ -42,6 +42,10 @@ from millpond.store.sst import VNODES
 __all__ = ["Builder", "DRIVER_READ_ROWS", "PRE_AGGREGATE_ROWS", "FINAL", "map_in_arrow"]
 
 PRE_AGGREGATE_ROWS = 50_000  # a bigger delta is aggregated map-side before the exchange (one more stage)
+
+
+class Unlocal(Exception):
+    """A node of a build for types only is not made in one task: Spark's stages will run it."""
 
 
 class Builder(Localizing, Fusing):
@@ -63,9 +67,16 @@ class Builder(Localizing, Fusing):
         self._made: dict[int, tuple[DataFrame, Task]] = {}  # stateful tasks by node id, and their input (_feed)
         self._slot_frames, self.one_stage = {}, None
         self._local, self._noted, self._folded = {}, {}, {}  # (local_plan.Localizing)
+        self.types_only = False  # the DataFrame's types are read, it never runs (expressions.for_types)
 
     def final(self) -> DataFrame:
-        df = self.build(self.consumer.plan)
+        self.types_only = self.localizing()  # its one task runs it, if every node is made there
+        try:
+            df = self.build(self.consumer.plan)
+        except Unlocal:  # Spark's stages run it: built again, whole
+            self.__init__(self.spark, self.job, self.consumer, self.ranges, self.tables, self.pieces, self.scans,
+                          self.loaded, self.views, self.single, self.udfs, self.fused_only)
+            df = self.build(self.consumer.plan)
         if self.one_stage is None:  # a fused stage reads the log in several tasks: kept where it is one
             self.one_stage = self.local_stage()
         return df
@@ -125,14 +136,17 @@ class Builder(Localizing, Fusing):
         df = getattr(self, f"_{type(node).__name__.lower()}")(node)
         if self.localizing():
             self.localize(node, df)
+            if self.types_only and self._local[id(node)] is None:
+                raise Unlocal(node)
         return df
 
     # -- stateless ----------------------------------------------------------------------------
-    def _sql(self, e: exp.Expression) -> str:
-        """A view's expression as Spark SQL; in an ``on_error = 'null'`` view, errors are NULLs."""
+    def _sql(self, e: exp.Expression, run: bool = False) -> str:
+        """A view's expression as Spark SQL (to be ``run``, whatever :attr:`types_only` says); in an
+        ``on_error = 'null'`` view, errors are NULLs."""
         e = null_on_error(e) if self.consumer.on_error == "null" else e
         register_calls(self.spark, e)  # the Python functions it calls
-        return to_spark(e)
+        return to_spark(for_types(e) if self.types_only and not run else e)
 
     def _filter(self, node: P.Filter) -> DataFrame:
         return self.build(node.input).filter(self._sql(node.predicate))

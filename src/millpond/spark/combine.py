@@ -12,7 +12,8 @@ Only what means the same in polars as in Spark is combined here: plain columns o
 ``DECIMAL``, string, boolean, date and timestamp types as keys, integer and ``DECIMAL`` columns (or
 integers' casts to ``DECIMAL(38,0)`` and ``BIGINT``) summed exactly as ``DECIMAL(38,s)``, DOUBLEs
 summed as doubles (Catalyst's partial sums have no fixed order either), non-NULL counts, MIN/MAX
-values of those key types and doubles as keys (-0.0 as 0.0, as Catalyst groups them), and
+values and ``DISTINCT`` arguments of those key types and doubles as keys (-0.0 as 0.0, as Catalyst
+groups them), and
 append-only MIN/MAX of them (a double's NaN the greatest; strings in UTF-8 byte order, Spark's).
 Anything else is combined by Catalyst (:func:`plan_combine` returns None).
 """
@@ -38,6 +39,7 @@ _KEY_TYPES = ("SMALLINT", "INT", "INTEGER", "BIGINT", "STRING", "BOOLEAN", "DATE
 DECIMAL = "DECIMAL"  # in the types a column may have: DECIMAL(p,s) of any p, s
 _INTEGERS = ("SMALLINT", "INT", "INTEGER", "BIGINT")
 _FLOATS = ("DOUBLE", "FLOAT", "REAL")  # summed as doubles (in an order no engine fixes), MIN/MAX values as keys
+_KEYED = ("min", "max", "count_distinct", "sum_distinct")  # a multiset of values: each value a key of the partials
 
 
 @dataclass(frozen=True)
@@ -127,9 +129,9 @@ def plan_combine(node: P.Aggregate, columns: dict[str, tuple[str, str]], *, whol
         keys.append((g, src))
     for i, call in enumerate(node.calls):
         if call.func in VALUE_FUNCS:
-            if call.func not in ("min", "max") or (src := column(call.arg, (*_KEY_TYPES, DECIMAL, *_FLOATS))) is None:
+            if call.func not in _KEYED or (src := column(call.arg, (*_KEY_TYPES, DECIMAL, *_FLOATS))) is None:
                 return None
-            if node.append_only:  # one value per group
+            if node.append_only and call.func in ("min", "max"):  # one value per group
                 extremes.append((value_col(i), src, call.func))
             else:  # a multiset of values: each is a key of the partials
                 keys.append((value_col(i), src))
@@ -141,6 +143,6 @@ def plan_combine(node: P.Aggregate, columns: dict[str, tuple[str, str]], *, whol
             if (src := column(call.arg, (*_KEY_TYPES, DECIMAL, *_FLOATS), cast=True)) is None:
                 return None
             nonnulls.append((nonnull_col(i), src))
-        elif call.func != "count_star" and call.func not in ("min", "max"):
+        elif call.func != "count_star" and call.func not in _KEYED:
             return None
     return Combine(tuple(keys), tuple(sums), tuple(nonnulls), tuple(extremes))

@@ -204,7 +204,9 @@ class SparkExecutor:
         job = EpochJob(root="", storage={}, epoch=0, attempt="", parallelism=1, manifest=Manifest())
         consumer = Consumer("o0", 0, "", plan, ())
         inputs = {name: ViewInput(schema, "") for name, schema in (views or {}).items()}
-        df = Builder(self.spark, job, consumer, ranges, tables, lambda *_: [], views=inputs).build(plan.input)
+        builder = Builder(self.spark, job, consumer, ranges, tables, lambda *_: [], views=inputs)
+        builder.types_only = True
+        df = builder.build(plan.input)
         return to_arrow_schema(T.StructType([f for f in df.schema if f.name != W]), timezone="UTC")
 
 

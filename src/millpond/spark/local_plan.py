@@ -211,7 +211,7 @@ class Localizing(Inputs):
 
     def _constant(self, e: exp.Expression) -> exp.Expression | None:
         try:
-            df = self.spark.sql(f"SELECT {self._sql(e)} AS v")  # type: ignore[attr-defined]
+            df = self.spark.sql(f"SELECT {self._sql(e, run=True)} AS v")  # type: ignore[attr-defined]
             value, t = df.collect()[0][0], df.schema[0].dataType
         except Exception:  # noqa: BLE001 - a constant Spark refuses: its path reports it
             return None
