@@ -34,12 +34,13 @@ from millpond.spark.combine import Combine, plan_combine
 from millpond.spark.functions import register_calls
 from millpond.spark.fusing import Fusing
 from millpond.spark.inputs import DRIVER_READ_ROWS, arrow_schema, cluster_hash, key_hash, quote
+from millpond.spark.jvm import map_in_arrow, select_expr
 from millpond.spark.local_plan import Localizing
 from millpond.spark.types import common_type, expression_types, over_type
 from millpond.spark.task import CONSUMER, FILE, ROWS, Task
 from millpond.store.sst import VNODES
 
-__all__ = ["Builder", "DRIVER_READ_ROWS", "PRE_AGGREGATE_ROWS", "FINAL", "map_in_arrow"]
+__all__ = ["Builder", "DRIVER_READ_ROWS", "PRE_AGGREGATE_ROWS", "FINAL"]
 
 PRE_AGGREGATE_ROWS = 50_000  # a bigger delta is aggregated map-side before the exchange (one more stage)
 
@@ -152,20 +153,21 @@ class Builder(Localizing, Fusing):
         return self.build(node.input).filter(self._sql(node.predicate))
 
     def _project(self, node: P.Project) -> DataFrame:
-        return self.build(node.input).selectExpr(*[f"{self._sql(e)} AS {quote(n)}" for e, n in node.exprs], W)
+        return select_expr(self.build(node.input), *[f"{self._sql(e)} AS {quote(n)}" for e, n in node.exprs], W)
 
     def _window(self, node: P.Window) -> DataFrame:
         df, ts = self.build(node.input), quote(node.time)
         durations = f"'{node.size_us} microseconds'" + (
             f", '{node.slide_us} microseconds'" if node.slide_us != node.size_us else "")
-        return df.filter(f"{ts} IS NOT NULL").selectExpr("*", f"window({ts}, {durations}) AS _win").selectExpr(
-            *map(quote, df.columns), f"_win.`start` AS {quote(node.start)}", f"_win.`end` AS {quote(node.end)}")
+        windowed = select_expr(df.filter(f"{ts} IS NOT NULL"), "*", f"window({ts}, {durations}) AS _win")
+        return select_expr(windowed, *map(quote, df.columns), f"_win.`start` AS {quote(node.start)}",
+                           f"_win.`end` AS {quote(node.end)}")
 
     def _union(self, node: P.Union) -> DataFrame:
         inputs = [i for i in node.inputs if not self._quiet(i)] or list(node.inputs[:1])
         frames = [self.build(i) for i in inputs]
         cols = list(map(quote, frames[0].columns))
-        return reduce(DataFrame.unionByName, [f.selectExpr(*cols) for f in frames])
+        return reduce(DataFrame.unionByName, [select_expr(f, *cols) for f in frames])
 
     def _quiet(self, node: P.Node) -> bool:
         """Whether ``node`` is a delta join's term whose input delta is empty in this epoch (its
@@ -187,7 +189,7 @@ class Builder(Localizing, Fusing):
         """Rows hashed on ``keys`` (column names) to their vnode, and exchanged on it (SQL text: every
         Column object is a round trip to the JVM, and an epoch builds many exchanges)."""
         kh = key_hash(keys, df.schema)
-        df = df.selectExpr("*", f"{kh} AS {KH}", f"CAST(pmod({kh}, {VNODES}) AS INT) AS {VN}")
+        df = select_expr(df, "*", f"{kh} AS {KH}", f"CAST(pmod({kh}, {VNODES}) AS INT) AS {VN}")
         if self.job.parallelism == 1:  # one task holds every vnode: no shuffle, its stage is its input's
             return df.coalesce(1)
         if not keys:  # every row has vnode 0, which Spark folds into a constant: repartitionById would no
@@ -247,7 +249,7 @@ class Builder(Localizing, Fusing):
         casts = [common_type(a, b).simpleString() for a, b in zip(ltypes, rtypes)]
 
         def side(df: DataFrame, n: int, keys: list[str], cols: list[str]) -> DataFrame:
-            return df.selectExpr(f"CAST({n} AS TINYINT) AS {SIDE}",
+            return select_expr(df, f"CAST({n} AS TINYINT) AS {SIDE}",
                                  *[f"CAST(({k}) AS {t}) AS {c}" for k, t, c in zip(keys, casts, kcols)],
                                  *map(quote, cols), W)
         lsel, rsel = side(left, 0, lsql, lcols), side(right, 1, rsql, rcols)
@@ -318,7 +320,7 @@ class Builder(Localizing, Fusing):
         df = self.build(node.input)
         cols = [c for c in df.columns if c not in (W, ROW_ID)]
         kcols = [f"_k{i}" for i in range(len(node.keys))]
-        df = self._exchange(df.selectExpr(*[f"{quote(k)} AS {c}" for k, c in zip(node.keys, kcols)],
+        df = self._exchange(select_expr(df, *[f"{quote(k)} AS {c}" for k, c in zip(node.keys, kcols)],
                                           *map(quote, cols), W), kcols)
         op = Arrange(tuple(kcols), tuple(cols), name=self.consumer.name)
         out = FINAL
@@ -382,7 +384,7 @@ class Builder(Localizing, Fusing):
         m = self.consumer.merge
         kh = key_hash(group) if m is None or m.cluster_group is None else \
             cluster_hash(group, m.cluster_group, df.schema[m.cluster_group].dataType)
-        return self._group(df, [*group, *values], measures, having=having).selectExpr(f"{kh} AS {KH}", "*")
+        return select_expr(self._group(df, [*group, *values], measures, having=having), f"{kh} AS {KH}", "*")
 
     def _delta(self, node: P.Aggregate) -> tuple[DataFrame, list[str], list[str], list[str], list[str] | None]:
         """An aggregate's input as the columns its partial aggregates are made of; its group and
@@ -406,10 +408,10 @@ class Builder(Localizing, Fusing):
             if call.func in ("sum", "count"):
                 pre.append(f"CAST(CASE WHEN {arg} IS NOT NULL THEN {W} ELSE 0 END AS BIGINT) AS {quote(nonnull_col(i))}")
                 sums.append(nonnull_col(i))
-        df = df.selectExpr(*[quote(g) for g in group], *pre, W)
+        df = select_expr(df, *[quote(g) for g in group], *pre, W)
         if node.whole:  # one zero-weight row per epoch: the single group exists from the first epoch
-            df = df.unionByName(self.spark.range(1).selectExpr(
-                *[f"CAST(NULL AS {f.dataType.simpleString()}) AS {quote(f.name)}" for f in df.schema if f.name != W],
+            df = df.unionByName(select_expr(
+                self.spark.range(1), *[f"CAST(NULL AS {f.dataType.simpleString()}) AS {quote(f.name)}" for f in df.schema if f.name != W],
                 f"CAST(0 AS BIGINT) AS {W}"))
         measures = [f"sum({W}) AS {W}", *[f"sum({quote(c)}) AS {quote(c)}" for c in sums],
                     *[f"{func}({quote(c)}) AS {quote(c)}" for c, func in extremes]]
@@ -463,7 +465,7 @@ class Builder(Localizing, Fusing):
         cols = [c for c in df.columns if c != W]
         key = list(node.key) or cols  # what addresses the rows in state (plan.Materialize)
         if P.keyed_by(node.input) is not None:  # no exchange: the rows stay in the stateful task that made them
-            df = df.selectExpr("*", f"{key_hash(key, df.schema)} AS {KH}")
+            df = select_expr(df, "*", f"{key_hash(key, df.schema)} AS {KH}")
         else:
             df = self._exchange(df, key)
         op = Materialize(tuple(cols), name=self.consumer.name)
@@ -476,12 +478,6 @@ class Builder(Localizing, Fusing):
             return self._map(fed[0], replace(task, feed=fed[1]), out)  # its rows made in the operator's task
         return self._map(df, task, out)
 
-
-
-def map_in_arrow(df: DataFrame, udf) -> DataFrame:  # noqa: ANN001 - a pandas_udf of SQL_MAP_ARROW_ITER_UDF
-    """``df.mapInArrow`` with a UDF made once (see :meth:`Builder._map`)."""
-    column = udf(*[df[c] for c in df.columns])
-    return DataFrame(df._jdf.mapInArrow(column._jc, False, None), df.sparkSession)
 
 
 # a final task's output: one row per changes file it wrote (spark/task.py)

@@ -30,6 +30,7 @@ from millpond.log import read_pieces
 from millpond.spark.combine import plan_combine
 from millpond.spark.fused import MAX_TASKS
 from millpond.spark.log_source import MAX_PARTITION_ROWS, ScanSlots, write_scan
+from millpond.spark.jvm import select_expr
 from millpond.store.manifest import Levels
 from millpond.store.objects import open_store
 from millpond.store.state_table import StateTable
@@ -75,14 +76,14 @@ class Inputs:
         renames = _renames(tuple((out, src) for out, src in node.columns if src in cols))
         for source, column in partial.sources if partial is not None else ():
             if node is source:
-                return self._partial(t, column, self.scans[scan]).selectExpr(*renames, W)
+                return select_expr(self._partial(t, column, self.scans[scan]), *renames, W)
         table = self.job.batch.get(self.consumer.key, {}).get(t.channel)
         if table is not None:  # batch mode (coordinator, step 1): the table's rows, then its log from there
             if (*scan, table) not in self.scans:
-                rows = self._rows(t, table).selectExpr(*map(quote, cols), W)
+                rows = select_expr(self._rows(t, table), *map(quote, cols), W)
                 self.scans[(*scan, table)] = self.scans[scan].unionByName(rows)
             scan = (*scan, table)
-        return self.scans[scan].selectExpr(*renames, W)
+        return select_expr(self.scans[scan], *renames, W)
 
     def columns(self, node: P.Source) -> tuple[str, ...]:
         """The columns of ``node``'s table the consumer's plan uses (its scan reads only those)."""
@@ -111,7 +112,7 @@ class Inputs:
             rows = self._rows(t, step.table_keys[t.name])
             parts.append(among(rows, step.fill))
             if (evicted := among(rows, step.evict)) is not None:
-                parts.append(evicted.selectExpr(*[quote(c) for c in evicted.columns if c != W], f"-{W} AS {W}"))
+                parts.append(select_expr(evicted, *[quote(c) for c in evicted.columns if c != W], f"-{W} AS {W}"))
         parts = [p for p in parts if p is not None]
         return reduce(DataFrame.unionByName, parts) if parts else self.spark.createDataFrame([], _ddl(t))
 
@@ -132,7 +133,7 @@ class Inputs:
                            tuple(view.schema.names), n, arrow_schema(schema), row_id=False)
             parts.append(self.spark.range(0, n, 1, n).mapInArrow(read, schema))
         df = reduce(DataFrame.unionByName, parts) if parts else self.spark.createDataFrame([], schema)
-        return df.selectExpr(*_renames(node.columns), W)
+        return select_expr(df, *_renames(node.columns), W)
 
     def _rows(self, t: TableDef, key: str) -> DataFrame:
         """The committed rows of ``t`` (its consumer ``key``'s rows state in the job's version) as
@@ -177,8 +178,8 @@ class Inputs:
             schema = self.spark.createDataFrame([], _ddl(t, cols, weight=None if ones else "TINYINT")).schema
             read = ScanSlots(self.job.root, tuple(sorted(self.job.storage.items())), key, slots, t.log_schema,
                              arrow_schema(schema))
-            self.loaded[cached] = self.spark.range(0, slots, 1, slots).mapInArrow(read, schema).selectExpr(
-                *map(quote, cols), f"CAST({1 if ones else W} AS BIGINT) AS {W}")
+            self.loaded[cached] = select_expr(self.spark.range(0, slots, 1, slots).mapInArrow(read, schema),
+                                              *map(quote, cols), f"CAST({1 if ones else W} AS BIGINT) AS {W}")
         return cached
 
     def _scan_object(self, t: TableDef, start: int, stop: int) -> tuple[str, int]:

@@ -7,6 +7,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
 from millpond.engine import plan as P
+from millpond.spark.jvm import select_expr
 
 __all__ = ["common_type", "expression_types", "over_type"]
 
@@ -29,7 +30,7 @@ def expression_types(df: DataFrame, exprs: list[str]) -> list[T.DataType]:
     fields = {f"`{f.name}`": f.dataType for f in df.schema}
     if all(e in fields for e in exprs):
         return [fields[e] for e in exprs]
-    return [f.dataType for f in df.selectExpr(*exprs).schema]
+    return [f.dataType for f in select_expr(df, *exprs).schema]
 
 def common_type(a: T.DataType, b: T.DataType) -> T.DataType:
     """The type join keys of types ``a`` and ``b`` are compared in."""
