@@ -93,6 +93,9 @@ class StateTable:
         parts = [p for p in parts if p is not None and p.num_rows]
         if not parts:
             return None
+        if self.additive:  # a read's columns only: the rest would be converted, then dropped by the sums
+            wanted = {KH, EP, COUNT, *self.key_columns}
+            parts = [p.select([c for c in p.column_names if c in wanted]) for p in parts]
         merged = pl.from_arrow(pa.concat_tables(parts, promote_options="permissive"))
         if self.epoch is not None:
             merged = merged.filter(pl.col(EP) <= self.epoch)
