@@ -23,7 +23,7 @@ CREATE TABLE line (ok BIGINT, ln INT, qty DECIMAL(12,2), price DECIMAL(12,2), di
 
 # TPC-H's shapes over DECIMAL, DATE and VARCHAR columns: a join under an aggregate with LIKE and a
 # date literal, an AVG and a share (NUMERIC quotients), an interval added to a date, EXTRACT, a top-N,
-# DISTINCT aggregates (Q16)
+# DISTINCT aggregates (Q16), split_part
 TYPED_VIEWS = {
     "rev": """SELECT o.cust, sum(l.price * (1 - l.disc)) AS revenue, count(*) AS n, avg(l.qty) AS avg_qty,
                      max(l.price) AS top
@@ -39,6 +39,8 @@ TYPED_VIEWS = {
     "dist": """SELECT o.status, count(DISTINCT l.flag) AS flags, count(DISTINCT o.cust) AS custs,
                       sum(DISTINCT l.disc) AS discs, count(*) AS n
                FROM ord o JOIN line l ON o.ok = l.ok GROUP BY o.status""",
+    "parts": """SELECT split_part(o.status, 'X', 1) AS a, split_part(l.flag, 'O', 2) AS b, count(*) AS n
+                FROM ord o JOIN line l ON o.ok = l.ok GROUP BY 1, 2""",
     # upper() is not on the one task's path: its quotient is built again for Spark to run (build.Unlocal)
     "spark": """SELECT upper(status) AS s, avg(total) AS a, count(*) AS n FROM ord GROUP BY upper(status)
                 HAVING avg(total) * 2 > 900 AND sum(total) / count(*) < 700""",
@@ -163,3 +165,25 @@ def test_a_temporal_literal_is_read_alike_by_both_engines(value):
     ok = exp.Cast(this=exp.Literal.string(value), to=exp.DataType(this=exp.DataType.Type[kind]))
     odd = exp.Cast(this=exp.Literal.string(value.replace("-", "/")), to=exp.DataType(this=exp.DataType.Type[kind]))
     assert cannot_raise(ok, {}) and not cannot_raise(odd, {})
+
+
+def test_split_part_gives_duckdb_and_spark_the_same_fields(spark):
+    """The SPLIT_PART calls cannot_raise lets DuckDB evaluate (a non-empty literal delimiter, a
+    position from 1) give Spark's fields, past the last one included; the others stay Spark's."""
+    import duckdb
+    from sqlglot import exp
+
+    from millpond.spark.agreement import cannot_raise
+
+    texts = ["a/b/c", "/a//b/", "", "é/ü/ß", "a//b", "//", None]
+    calls = [(d, n) for d in ("/", "//", "ü") for n in (1, 2, 3, 6)]
+    sql = ", ".join(f"SPLIT_PART(t, '{d}', {n}) AS c{i}" for i, (d, n) in enumerate(calls))
+    values = " UNION ALL ".join("SELECT " + ("CAST(NULL AS STRING)" if t is None else f"'{t}'") + " AS t" for t in texts)
+    want = [tuple(r) for r in spark.sql(f"SELECT {sql} FROM ({values})").collect()]
+    got = duckdb.sql(f"SELECT {sql} FROM ({values.replace('STRING', 'VARCHAR')})").fetchall()
+    assert sorted(got, key=repr) == sorted(want, key=repr)
+
+    def call(delim: str, n: int) -> exp.Expression:
+        return exp.Anonymous(this="SPLIT_PART", expressions=[exp.column("t"), exp.Literal.string(delim),
+                                                              exp.Literal.number(n)])
+    assert cannot_raise(call("/", 2), {}) and not cannot_raise(call("", 1), {}) and not cannot_raise(call("/", -1), {})

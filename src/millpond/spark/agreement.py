@@ -55,6 +55,12 @@ def cannot_raise(e: exp.Expression, types: Mapping[str, pa.DataType] | None = No
             if not (len(n.expressions) == 3 and all(isinstance(x, exp.Literal) and x.is_int and int(x.this) >= i
                                                     for i, x in zip((1, 0), n.expressions[1:]))):
                 return False
+        elif isinstance(n, exp.Anonymous) and n.name.upper() == "SPLIT_PART":  # PostgreSQL's fields in both
+            # ('' past the last; checked against Spark): an empty delimiter is none to Spark, every character
+            # to DuckDB, and a negative position counts from the end in Spark only
+            if not (len(n.expressions) == 3 and isinstance(d := n.expressions[1], exp.Literal) and d.is_string
+                    and d.this and _positive(n.expressions[2])):
+                return False
         elif isinstance(n, exp.Like):  # a pattern of % and other characters: no escape, no _ (one character of
             # what: a UTF-16 unit in Java, a code point in DuckDB)
             p = n.expression
@@ -81,6 +87,13 @@ def cannot_raise(e: exp.Expression, types: Mapping[str, pa.DataType] | None = No
         elif not isinstance(n, _SAFE):
             return False
     return True
+
+
+def _positive(e: exp.Expression) -> bool:
+    """An integer literal of at least 1 (or its cast)."""
+    while isinstance(e, exp.Cast):
+        e = e.this
+    return isinstance(e, exp.Literal) and e.is_int and int(e.this) >= 1
 
 
 _TEXT_TYPES = (exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR)
