@@ -62,21 +62,26 @@ class Builder(Localizing, Fusing):
         self.ranges, self.tables, self.pieces = ranges, tables, pieces
         self.scans = {} if scans is None else scans  # (channel, start, stop) -> DataFrame, shared by an epoch's consumers
         self.loaded = {} if loaded is None else loaded  # data source DataFrames reused across epochs
-        self.state_ids: set[str] = set()  # the states its tasks read (the job's descriptor holds their levels)
         self.udfs = {} if udfs is None else udfs  # stateful tasks' Python UDFs, kept across epochs (see _map)
-        self.fused_only, self.fused_sources, self._projected = fused_only, set(), {}
+        self.fused_only = fused_only
+        self._start(types_only=False)
+
+    def _start(self, *, types_only: bool) -> None:
+        """What a build makes, empty: its DataFrame's types read only (it never runs, see
+        :func:`~millpond.engine.expressions.for_types`) or not."""
+        self.types_only = types_only
+        self.state_ids: set[str] = set()  # the states its tasks read (the job's descriptor holds their levels)
+        self.fused_sources, self._projected = set(), {}
         self._made: dict[int, tuple[DataFrame, Task]] = {}  # stateful tasks by node id, and their input (_feed)
         self._slot_frames, self.one_stage = {}, None
         self._local, self._noted, self._folded = {}, {}, {}  # (local_plan.Localizing)
-        self.types_only = False  # the DataFrame's types are read, it never runs (expressions.for_types)
 
     def final(self) -> DataFrame:
-        self.types_only = self.localizing()  # its one task runs it, if every node is made there
+        self._start(types_only=self.localizing())  # its one task runs it, if every node is made there
         try:
             df = self.build(self.consumer.plan)
         except Unlocal:  # Spark's stages run it: built again, whole
-            self.__init__(self.spark, self.job, self.consumer, self.ranges, self.tables, self.pieces, self.scans,
-                          self.loaded, self.views, self.single, self.udfs, self.fused_only)
+            self._start(types_only=False)
             df = self.build(self.consumer.plan)
         if self.one_stage is None:  # a fused stage reads the log in several tasks: kept where it is one
             self.one_stage = self.local_stage()
