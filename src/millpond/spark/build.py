@@ -64,12 +64,12 @@ class Builder(Localizing, Fusing):
         self.loaded = {} if loaded is None else loaded  # data source DataFrames reused across epochs
         self.udfs = {} if udfs is None else udfs  # stateful tasks' Python UDFs, kept across epochs (see _map)
         self.fused_only = fused_only
-        self._start(types_only=False)
+        self._start(local=False)
 
-    def _start(self, *, types_only: bool) -> None:
-        """What a build makes, empty: its DataFrame's types read only (it never runs, see
-        :func:`~millpond.engine.expressions.for_types`) or not."""
-        self.types_only = types_only
+    def _start(self, *, local: bool) -> None:
+        """What a build makes, empty: ``local``, each node made in one task too, and the DataFrame's
+        types read only (it never runs, see :func:`~millpond.engine.expressions.for_types`)."""
+        self.local = self.types_only = local
         self.state_ids: set[str] = set()  # the states its tasks read (the job's descriptor holds their levels)
         self.fused_sources, self._projected = set(), {}
         self._made: dict[int, tuple[DataFrame, Task]] = {}  # stateful tasks by node id, and their input (_feed)
@@ -77,11 +77,11 @@ class Builder(Localizing, Fusing):
         self._local, self._noted, self._folded = {}, {}, {}  # (local_plan.Localizing)
 
     def final(self) -> DataFrame:
-        self._start(types_only=self.localizing())  # its one task runs it, if every node is made there
+        self._start(local=self.localizing())  # its one task runs it, if every node is made there
         try:
             df = self.build(self.consumer.plan)
         except Unlocal:  # Spark's stages run it: built again, whole
-            self._start(types_only=False)
+            self._start(local=False)
             df = self.build(self.consumer.plan)
         if self.one_stage is None:  # a fused stage reads the log in several tasks: kept where it is one
             self.one_stage = self.local_stage()
@@ -140,9 +140,9 @@ class Builder(Localizing, Fusing):
 
     def build(self, node: P.Node) -> DataFrame:
         df = getattr(self, f"_{type(node).__name__.lower()}")(node)
-        if self.localizing():
+        if self.local:
             self.localize(node, df)
-            if self.types_only and self._local[id(node)] is None:
+            if self._local[id(node)] is None:
                 raise Unlocal(node)
         return df
 

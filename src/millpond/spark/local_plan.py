@@ -53,6 +53,7 @@ LOCAL_RECORDS = int(os.environ.get("MILLPOND_LOCAL_RECORDS", 2_000_000))
 class Localizing(Inputs):
     """The local half of a builder (:class:`~millpond.spark.build.Builder`)."""
 
+    local: bool  # this build makes each node here too (Builder.final: when localizing)
     _local: dict[int, Rows | None]  # each node's (by id) rows made here, or None
     _noted: dict[int, tuple[Task, T.StructType, tuple[str, ...]]]  # stateful nodes' tasks, their input, having
     _folded: dict[str, exp.Expression | None]
@@ -90,7 +91,7 @@ class Localizing(Inputs):
     def local_stage(self) -> tuple[Task, int] | None:
         """After the build: the consumer's whole epoch as one task (over one slot), or None."""
         op = self._local.get(id(self.consumer.plan))
-        if not isinstance(op, Op) or not self.localizing():
+        if not isinstance(op, Op) or not self.local:
             return None
         return replace(op.task, local=op.input), 1
 
