@@ -111,3 +111,33 @@ def test_a_bad_row_a_late_view_reads_in_batch_mode_is_named(open_db):
     assert db.sql("SELECT * FROM fine").to_pylist() == [{"n": 4}]
     error = db.sql("SELECT error FROM millpond_views WHERE name = 'inv'").column("error").to_pylist()[0]
     assert "division by zero" in error.lower() and "t: one of its rows at epoch 1" in error, error
+
+
+def test_a_first_epoch_gets_tasks_for_the_committed_rows_it_reads(open_db, monkeypatch):
+    """Batch mode reads a table's rows, not its log: the epoch's tasks follow those rows too (one
+    task per ``ROWS_PER_TASK``, up to the parallelism), not only the few new records."""
+    import pyarrow as pa
+
+    from millpond.engine.coordinator import ROWS_PER_TASK
+
+    db = open_db(parallelism=2)
+    db.sql("CREATE TABLE t (k BIGINT PRIMARY KEY, v BIGINT)")
+    n = ROWS_PER_TASK + 5_000
+    db.insert("t", pa.table({"k": pa.array(range(n), pa.int64()), "v": pa.array([k % 7 for k in range(n)], pa.int64())}))
+    db.flush()
+    executor, seen = db.runtime.coordinator.executor, []
+    run = executor.run
+
+    def watched(job, *args, **kwargs):  # noqa: ANN001, ANN202
+        seen.append(job.parallelism)
+        return run(job, *args, **kwargs)
+
+    monkeypatch.setattr(executor, "run", watched)
+    db.sql("CREATE MATERIALIZED VIEW per_v AS SELECT v, count(*) AS n FROM t GROUP BY v")
+    db.flush()
+    assert seen == [2], "the first epoch reads n committed rows: two tasks"
+    db.insert("t", pa.table({"k": pa.array([n], pa.int64()), "v": pa.array([0], pa.int64())}))
+    db.flush()
+    assert seen[-1] == 1, "one new record: one task"
+    counts = dict(zip(*db.sql("SELECT v, n FROM per_v").to_pydict().values()))
+    assert counts == {v: sum(1 for k in range(n) if k % 7 == v) + (v == 0) for v in range(7)}

@@ -12,8 +12,8 @@ from millpond.store.objects import ObjectStore
 from millpond.store.state_table import StateTable, write_state
 
 
-def _write(store, epoch, rows, *, keys=("k",), additive=False):
-    return write_state(store, paths.sst_key(0, epoch, "ab", "s", 0), pl.DataFrame(rows), epoch, keys=keys,
+def _write(store, epoch, rows, *, keys=("k",), additive=False, part=0):
+    return write_state(store, paths.sst_key(0, epoch, "ab", "s", part), pl.DataFrame(rows), epoch, keys=keys,
                        additive=additive)
 
 
@@ -137,3 +137,32 @@ def test_a_format_3_sst_reads_as_its_format_4_rewrite(tmp_path):
     for ref in (old, new):
         block_cache().clear()
         assert lookup_sst(store, ref, wanted).column("k").to_pylist() == [0, n - 1]
+
+
+def test_a_multiset_read_unsummed_gives_the_same_rows_and_sums_where_counts_net(tmp_path):
+    """``summed=False`` (a task handing a table's rows to Spark as weighted records): positive
+    counts are read as they are (a row's copies may come apart); a count that nets is summed."""
+    store = ObjectStore(str(tmp_path))
+    kw = dict(keys=("k", "v"), additive=True)
+
+    def multiset(df):
+        return sorted(k for k, count in df.select("k", "_count").rows() for _ in range(count))
+
+    low = _write(store, 1, {"_kh": [1, 2], "k": ["a", "b"], "v": [1, 2], "_count": [1, 2], "_del": [False] * 2}, **kw)
+    high = _write(store, 1, {"_kh": [10, 11], "k": ["a", "c"], "v": [3, 4], "_count": [1, 1], "_del": [False] * 2}, **kw,
+                  part=1)
+    level = Levels((), ((low, high),))  # one deeper level: its files' key ranges are disjoint
+    summed = StateTable(store, level, ("k",), additive=True)
+    apart = StateTable(store, level, ("k",), additive=True, summed=False)
+    assert multiset(apart.scan()) == multiset(summed.scan()) == ["a", "a", "b", "b", "c"]
+    assert apart.scan().height == 4 and summed.scan().height == 4  # (_kh, k) apart in both
+    again = _write(store, 2, {"_kh": [1], "k": ["a"], "v": [1], "_count": [1], "_del": [False]}, **kw)
+    gone = _write(store, 3, {"_kh": [2], "k": ["b"], "v": [2], "_count": [-2], "_del": [False]}, **kw)
+    for l0, height in (((again,), 5), ((gone,), 3), ((gone, again), 3)):  # L0 over the level
+        levels = Levels(l0, ((low, high),))
+        read = StateTable(store, levels, ("k",), additive=True, summed=False).scan()
+        assert multiset(read) == multiset(StateTable(store, levels, ("k",), additive=True).scan())
+        assert read.height == height  # a's two copies apart; b's -2 nets its +2: summed, b gone
+    lone = StateTable(store, Levels((gone,)), ("k",), additive=True, summed=False)
+    with pytest.raises(InvariantError, match="negative"):  # a count that nets against nothing is still caught
+        lone.scan()

@@ -43,6 +43,7 @@ DRIVER_READ_ROWS = 10_000  # a smaller range is read by the driver and handed to
 # records (benchmarks/per_row.py: count/sum 0.47 vs 0.58-0.64 s, a retractable MAX 0.78 vs 1.31 s,
 # a filter 0.17-0.23 vs 0.25-0.30 s, a join the same)
 FUSED_ROWS_PER_TASK = 2_000_000
+BATCH_ROWS = 1 << 17  # rows per Arrow batch a task hands the JVM
 
 
 class Inputs:
@@ -80,7 +81,7 @@ class Inputs:
         table = self.job.batch.get(self.consumer.key, {}).get(t.channel)
         if table is not None:  # batch mode (coordinator, step 1): the table's rows, then its log from there
             if (*scan, table) not in self.scans:
-                rows = select_expr(self._rows(t, table), *map(quote, cols), W)
+                rows = select_expr(self._rows(t, table, cols), *map(quote, cols), W)
                 self.scans[(*scan, table)] = self.scans[scan].unionByName(rows)
             scan = (*scan, table)
         return select_expr(self.scans[scan], *renames, W)
@@ -135,14 +136,18 @@ class Inputs:
         df = reduce(DataFrame.unionByName, parts) if parts else self.spark.createDataFrame([], schema)
         return select_expr(df, *_renames(node.columns), W)
 
-    def _rows(self, t: TableDef, key: str) -> DataFrame:
+    def _rows(self, t: TableDef, key: str, cols: tuple[str, ...] | None = None) -> DataFrame:
         """The committed rows of ``t`` (its consumer ``key``'s rows state in the job's version) as
-        log records weighted by their copies, read by ``parallelism`` tasks in slices of key hashes."""
-        ddl, n = _ddl(t), self.job.parallelism
+        log records weighted by their copies, read by ``parallelism`` tasks in slices of key hashes:
+        its columns ``cols`` only (default all; a Python task's output is never pruned by Catalyst,
+        and every column crossing into the JVM costs)."""
+        names = tuple(c for c in (_all(t) if cols is None else cols) if c != ROW_ID)
+        row_id = cols is None or ROW_ID in cols
+        ddl, n = _ddl(t, (*names, ROW_ID) if row_id else names), self.job.parallelism
         schema = to_arrow_schema(self.spark.createDataFrame([], ddl).schema, timezone="UTC")
         sid = P.state_id(int(key[1:]), table_plan(t).node_id, "rows")
         read = partial(read_rows, self.job.root, self.job.storage, self.job.manifest.state(sid),
-                       tuple(c.name for c in t.columns), n, schema)
+                       names, n, schema, row_id=row_id)
         return self.spark.range(0, n, 1, n).mapInArrow(read, ddl)
 
     def _scan(self, t: TableDef, start: int, stop: int, cols: tuple[str, ...]) -> DataFrame:
@@ -295,7 +300,7 @@ def read_rows(root: str, storage: dict, levels: Levels, columns: tuple[str, ...]
     view's, with no ``_row_id``, for :meth:`Builder._view`)."""
     store = open_store(root, storage)
     extra = (ROW_ID,) if row_id else ()
-    state = StateTable(store, levels, (*columns, *extra), additive=True)
+    state = StateTable(store, levels, (*columns, *extra), additive=True, summed=False)
     width = (1 << 64) // slices
     for batch in batches:
         for i in batch.column(0).to_pylist():
@@ -304,8 +309,9 @@ def read_rows(root: str, storage: dict, levels: Levels, columns: tuple[str, ...]
             found = state.scan(None if i == 0 else lo, hi)
             if found is None or found.height == 0:
                 continue
-            rows = found.select(*columns, *extra, pl.col(COUNT).alias(W)).to_arrow()
-            yield from rows.cast(schema).to_batches()
+            rows = found.select(*columns, *extra, pl.col(COUNT).alias(W)).rechunk().to_arrow()
+            yield from rows.cast(schema).to_batches(max_chunksize=BATCH_ROWS)  # not a batch per block read:
+            # each batch crossing into the JVM costs (a 3M-row slice of 10,000 batches: 8.2 s, of 23: ?)
 
 
 def read_changes(root: str, storage: dict, files: tuple[str, ...], schema: pa.Schema,

@@ -71,17 +71,18 @@ class Committed:
     root: str
     storage: tuple[tuple[str, str], ...]
     levels: Levels
-    all_columns: tuple[str, ...]  # the table's, as its rows state keys them
+    read: tuple[str, ...]  # the table's columns read (a multiset of them: their copies summed)
+    row_id: bool  # and its rows' ids
     stored: pa.Schema  # their types (and the weight)
     columns: tuple[tuple[str, str], ...]
     schema: pa.Schema
 
     def identity(self) -> tuple:
-        return (self.root, self.storage, self.levels, self.all_columns, self.stored, self.columns, self.schema)
+        return (self.root, self.storage, self.levels, self.read, self.row_id, self.stored, self.columns, self.schema)
 
     def rows(self, partition: int, memo: dict) -> pa.Table:
-        batches = list(read_rows(self.root, dict(self.storage), self.levels, self.all_columns, 1, self.stored,
-                                 iter([pa.record_batch([pa.array([0], pa.int64())], names=["id"])])))
+        batches = list(read_rows(self.root, dict(self.storage), self.levels, self.read, 1, self.stored,
+                                 iter([pa.record_batch([pa.array([0], pa.int64())], names=["id"])]), row_id=self.row_id))
         if not batches:
             return self.schema.empty_table()
         records = pa.Table.from_batches(batches)

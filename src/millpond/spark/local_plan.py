@@ -147,10 +147,12 @@ class Localizing(Inputs):
         start, stop = self.ranges[t.channel]
         committed = None
         if (sid := self._committed(t)) is not None:  # a first epoch in batch mode: the table's rows, then its log
-            stored = pa.schema([*(t.log_schema.field(c.name) for c in t.columns), t.log_schema.field(ROW_ID),
+            read = tuple(dict.fromkeys(src for _, src in named if src != ROW_ID))  # only the columns used
+            row_id = any(src == ROW_ID for _, src in named)
+            stored = pa.schema([*(t.log_schema.field(c) for c in read), *([t.log_schema.field(ROW_ID)] if row_id else []),
                                 pa.field(W, pa.int64())])
             committed = Committed(self.job.root, tuple(sorted(self.job.storage.items())), self.job.manifest.state(sid),
-                                  tuple(c.name for c in t.columns), stored, named, schema)
+                                  read, row_id, stored, named, schema)
         if start >= stop:
             return committed or Empty(schema)
         if self.reusable():  # the scan object the re-run DataFrame reads too

@@ -44,6 +44,7 @@ class StateTable:
     epoch: int | None = None  # read as of this epoch (None: everything in the version)
     name: str = "state"
     buffered: tuple[pa.Table, ...] = ()  # a writer's uncommitted rows (shared buffer), with ``_ep``
+    summed: bool = True  # an additive read gives equal rows as one; False: a row's copies may come apart
 
     def lookup(self, kh: np.ndarray) -> pl.DataFrame | None:
         """All live rows whose ``_kh`` is in ``kh`` (batched multi-get); None if no state."""
@@ -68,6 +69,8 @@ class StateTable:
     def scan(self, lo: int | None = None, hi: int | None = None) -> pl.DataFrame | None:
         """Every live row with ``lo <= _kh < hi`` (bounds optional): a snapshot or range read."""
         parts = [scan_sst(self.store, ref, lo, hi) for ref in self.levels.files() if self._visible(ref)]
+        if self.additive and not self.summed and not self.buffered and self.epoch is None:
+            return self._counted(parts)
         for t in self.buffered:
             kh = t.column(KH)
             keep = pc.and_(pc.greater_equal(kh, lo if lo is not None else -(1 << 63)),
@@ -85,6 +88,19 @@ class StateTable:
         step = (1 << 64) // n
         return [(None if i == 0 else -(1 << 63) + i * step, None if i == n - 1 else -(1 << 63) + (i + 1) * step)
                 for i in range(n)]
+
+    def _counted(self, parts: list[pa.Table | None]) -> pl.DataFrame | None:
+        """An additive read whose every count is positive is the multiset already, its copies of a
+        row perhaps apart (in two files): no sums (a scan of a table's rows state, 3M rows: 0.75 of
+        1.2 s went to summing nothing). A count of 0 or less nets against another: sum."""
+        parts = [p.select([c for c in p.column_names if c in {KH, COUNT, *self.key_columns}])
+                 for p in parts if p is not None and p.num_rows]
+        if not parts:
+            return None
+        rows = pl.from_arrow(pa.concat_tables(parts, promote_options="permissive"))
+        if rows.filter(pl.col(COUNT) <= 0).height:  # a count that still nets against another: sum
+            return self._merge(parts)
+        return rows
 
     def _visible(self, ref: SstRef) -> bool:
         return self.epoch is None or ref.min_ep <= self.epoch
