@@ -97,11 +97,11 @@ def test_a_small_epoch_runs_fewer_tasks(open_db, monkeypatch):
     c = db.runtime.coordinator
     consumer = db.runtime.consumers  # no tables yet: ranges are what counts
     assert consumer == []
-    assert c._parallelism([]) == 1
+    assert c._parallelism([], {}, []) == 1
     fake = object()
-    assert c._parallelism([(fake, {"a": (0, 1)})]) == 1
-    assert c._parallelism([(fake, {"a": (0, 250)}), (fake, {"a": (0, 250)})]) == 3  # a channel counts once
-    assert c._parallelism([(fake, {"a": (0, 250), "b": (10, 260)})]) == 4  # ... and never past parallelism
+    assert c._parallelism([(fake, {"a": (0, 1)})], {}, []) == 1
+    assert c._parallelism([(fake, {"a": (0, 250)}), (fake, {"a": (0, 250)})], {}, []) == 3  # a channel counts once
+    assert c._parallelism([(fake, {"a": (0, 250), "b": (10, 260)})], {}, []) == 4  # ... and never past parallelism
 
 
 def test_rows_kept_where_the_operator_made_them_give_a_consolidated_changelog(open_db, monkeypatch):
