@@ -223,3 +223,32 @@ def test_a_flow_calls_python_functions_below_and_above_its_aggregation(open_db):
         db.flush()
         want = oracle.sql("SELECT bucket(g) AS b, half(max(v)) AS h, count(*) AS n FROM ev GROUP BY bucket(g)")
         assert same_rows(canonical(db.sql("SELECT * FROM buckets")), canonical(want.to_arrow_table())), epoch
+
+
+def test_a_view_whose_task_dies_fails_alone_and_says_so(open_db, monkeypatch):
+    """A Spark Python worker killed under a view's task (as the system's out-of-memory killer does)
+    fails that view alone, named as out of memory (SQLSTATE 53200); the other views go on."""
+    import os
+
+    from millpond.spark import executor
+
+    for where in ("local", "cluster"):  # every epoch a Spark job: the function runs in a Python worker
+        monkeypatch.setitem(executor.DRIVER_RECORDS, where, 0)
+    db = open_db()
+    db.sql("CREATE TABLE t (k INT PRIMARY KEY, x BIGINT)")
+    body = ("import os, signal\ndef die(x):\n"
+            f"    if x == 13 and os.getpid() != {os.getpid()}:  # never this test's process\n"
+            "        os.kill(os.getpid(), signal.SIGKILL)\n    return x\n")
+    db.sql(f"CREATE FUNCTION die(x BIGINT) RETURNS BIGINT LANGUAGE python AS $${body}$$")
+    db.sql("CREATE MATERIALIZED VIEW dies AS SELECT k, die(x) AS y FROM t")
+    db.sql("CREATE MATERIALIZED VIEW plain AS SELECT k, x FROM t")
+    db.sql("INSERT INTO t VALUES (1, 4), (2, 13)")
+    (report,) = db.flush()
+    failure = report.failed["dies"]
+    assert failure["sqlstate"] == "53200" and "out of memory: its epoch's task died" in failure["message"]
+    assert sorted(r["k"] for r in db.sql("SELECT k FROM plain").to_pylist()) == [1, 2]
+    with pytest.raises(MillpondError, match=r"view 'dies' failed .*out of memory.*with more memory for Spark's workers"):
+        db.sql("SELECT * FROM dies")
+    db.sql("INSERT INTO t VALUES (3, 5)")
+    db.flush()  # later epochs run without it
+    assert sorted(r["k"] for r in db.sql("SELECT k FROM plain").to_pylist()) == [1, 2, 3]

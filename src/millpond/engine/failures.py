@@ -53,19 +53,27 @@ def data_error(exc: BaseException, schema: "pa.Schema | None" = None) -> dict | 
 
 
 _INTERNAL = re.compile(r"InvariantError: ([^\n]*)")
+# a Python worker killed under the task (the kernel's OOM killer, most often), or Arrow's allocator out of memory
+_DIED = re.compile(r"Python worker exited unexpectedly[^\n]*|org\.apache\.arrow\.memory\.OutOfMemoryException[^\n]*")
 
 
 def internal_error(exc: BaseException) -> dict | None:
-    """A bug of millpond's in one view's operator (an :class:`~millpond.errors.InvariantError` its
-    task raised: a count that went negative, a retraction of a row that is not there) as a
-    failure record, SQLSTATE XX000; None for any other error. The coordinator isolates the view as
-    it isolates a data error (it fails alone on a probe, so not a lost executor or storage), so
-    that one view's bug does not stop every other view's epochs."""
-    m = _INTERNAL.search(str(exc))
-    if m is None:
-        return None
-    return {"error_class": "INTERNAL", "sqlstate": "XX000", "expression": None, "column": None,
-            "message": f"internal error (please report it): {m.group(1).strip()}"}
+    """A failure of one view's tasks that is not its data, as a failure record; None for any
+    other error: a bug of millpond's in its operator (an :class:`~millpond.errors.InvariantError`
+    its task raised: a count that went negative, a retraction of a row that is not there),
+    SQLSTATE XX000; or a task that died or ran out of memory (a Spark Python worker killed under
+    it, Arrow's allocator exhausted), SQLSTATE 53200. The coordinator isolates the view as it
+    isolates a data error when it fails alone on a probe (not a lost executor, storage, or the
+    epoch's views together), so that one view does not stop every other view's epochs."""
+    text = str(exc)
+    if (m := _INTERNAL.search(text)) is not None:
+        return {"error_class": "INTERNAL", "sqlstate": "XX000", "expression": None, "column": None,
+                "message": f"internal error (please report it): {m.group(1).strip()}"}
+    if (m := _DIED.search(text)) is not None:
+        return {"error_class": "OUT_OF_MEMORY", "sqlstate": "53200", "expression": None, "column": None,
+                "message": "out of memory: its epoch's task died (a Spark Python worker killed under it, most often by "
+                           f"the system for lack of memory, or Arrow's allocator exhausted: {m.group(0).strip()[:200]})"}
+    return None
 
 
 def describe_failure(f: dict, sql: str | None = None) -> str:
@@ -79,6 +87,8 @@ def describe_failure(f: dict, sql: str | None = None) -> str:
     return (f"{'flow' if flow else 'view'} {f['name']!r} failed at epoch {f['failed_epoch']} (its rows stay as of "
             f"epoch {f['epoch']}): {f.get('message')}{where}{state}{rows}. Drop it, or drop and "
             + ("recreate it" if f.get("error_class") == "INTERNAL" else
+               "recreate it with more memory for Spark's workers, or over fewer rows"
+               if f.get("error_class") == "OUT_OF_MEMORY" else
                f"recreate it (e.g. with NULLIF{'' if flow else DATA_ERRORS_AS_NULL})"))
 
 
