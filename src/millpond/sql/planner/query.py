@@ -14,7 +14,7 @@ from millpond.engine import plan as P
 from millpond.sql.planner.aggregates import plan_aggregate, plan_distinct
 from millpond.sql.planner.context import Context, err
 from millpond.sql.planner.exprs import aliases, column, conjuncts, rename, unalias
-from millpond.sql.planner.joins import join_kind, plan_join
+from millpond.sql.planner.joins import join_kind, order_joins, plan_join
 from millpond.sql.planner.prepare import prepare
 from millpond.sql.planner.pushdown import padded_aliases, push_filters
 from millpond.sql.planner.over import plan_window_functions
@@ -157,6 +157,7 @@ def _select(ctx: Context, q: exp.Select, ctes: dict, rn_limit: int | None) -> tu
     padded = padded_aliases(items[0].alias_or_name, joins)
     late = push_filters(rels, where, padded)
     first = items[0].alias_or_name
+    joins = order_joins(first, joins, where)
     node, seen = rels[first], {first}
     for j in joins:
         if join_kind(j) in ("inner", "cross"):  # WHERE conjuncts over items no outer join pads may join here
