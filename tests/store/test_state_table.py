@@ -166,3 +166,25 @@ def test_a_multiset_read_unsummed_gives_the_same_rows_and_sums_where_counts_net(
     lone = StateTable(store, Levels((gone,)), ("k",), additive=True, summed=False)
     with pytest.raises(InvariantError, match="negative"):  # a count that nets against nothing is still caught
         lone.scan()
+
+
+def test_a_bulk_scan_leaves_the_block_cache_to_lookups(tmp_path):
+    """A range read of many blocks decodes them without keeping them (each is read once, and would
+    evict the blocks lookups use); a lookup's blocks are kept."""
+    from millpond.store.sst import SCAN_CACHED_BLOCKS, open_sst
+
+    store = ObjectStore(str(tmp_path))
+    n = 60_000
+    ref = _write(store, 1, {"_kh": list(range(n)), "k": [f"key-{i}" for i in range(n)], "_del": [False] * n})
+    cache = block_cache()
+    cache.clear()
+    assert open_sst(store, ref).offsets.size > SCAN_CACHED_BLOCKS
+    footer = cache.used
+    table = StateTable(store, Levels((ref,)), ("k",))
+    assert table.scan().height == n
+    assert cache.used == footer, "a scan of every block keeps none of them"
+    assert table.scan(0, 10).height == 10
+    assert cache.used > footer, "a small range read keeps its block"
+    cache.clear()
+    assert table.lookup(np.array([n // 2])).height == 1
+    assert cache.used > 0, "a lookup keeps its block"

@@ -57,6 +57,7 @@ MAGIC = b"MPOND-S3"
 _TAIL = struct.Struct("<QII8s")  # index length, meta length, crc32(index + meta), magic
 _INDEX_COLUMNS = 8
 BLOCK_BYTES = 64 << 10
+SCAN_CACHED_BLOCKS = 16  # a range read of more blocks leaves the memory cache as it found it
 BLOOM_BITS_PER_KEY = 10
 BLOOM_PROBES = 7
 _FOOTER_GUESS = 64 << 10
@@ -287,8 +288,10 @@ def _footer(store: ObjectStore, key: str, size: int, start: int, tail: bytes) ->
     return SstMeta(ref, index, tuple(meta["keys"]), bool(meta["additive"]), schema)
 
 
-def read_blocks(store: ObjectStore, meta: SstMeta, blocks: np.ndarray) -> list[pa.Table]:
-    """Decoded blocks ``blocks`` of a file: memory cache, then disk cache, then ranged GETs."""
+def read_blocks(store: ObjectStore, meta: SstMeta, blocks: np.ndarray, *, keep: bool = True) -> list[pa.Table]:
+    """Decoded blocks ``blocks`` of a file: memory cache, then disk cache, then ranged GETs.
+    ``keep``: put the blocks decoded here in the memory cache (a bulk read does not: it would evict
+    every block lookups use, for blocks it reads once)."""
     cache, disk = block_cache(), disk_cache(store)
     out: dict[int, pa.Table] = {}
     missing = []
@@ -299,7 +302,7 @@ def read_blocks(store: ObjectStore, meta: SstMeta, blocks: np.ndarray) -> list[p
             continue
         raw = disk.get(meta.ref.key, b) if disk is not None else None
         if raw is not None and zlib.crc32(raw) == meta.crcs[b]:
-            out[b] = _decode(store, meta, b, raw)
+            out[b] = _decode(store, meta, b, raw, keep)
         else:
             missing.append(b)
     if missing:
@@ -311,11 +314,11 @@ def read_blocks(store: ObjectStore, meta: SstMeta, blocks: np.ndarray) -> list[p
                 raise _corrupt(store, meta.ref.key, f"block {b} checksum mismatch")
             if disk is not None:
                 disk.put(meta.ref.key, b, raw)
-            out[b] = _decode(store, meta, b, raw)
+            out[b] = _decode(store, meta, b, raw, keep)
     return [out[b] for b in blocks.tolist()]
 
 
-def _decode(store: ObjectStore, meta: SstMeta, b: int, raw: bytes) -> pa.Table:
+def _decode(store: ObjectStore, meta: SstMeta, b: int, raw: bytes, keep: bool = True) -> pa.Table:
     try:
         if meta.schema is None:  # format 3
             table = pa.ipc.open_stream(raw).read_all()
@@ -325,14 +328,15 @@ def _decode(store: ObjectStore, meta: SstMeta, b: int, raw: bytes) -> pa.Table:
             table = pa.Table.from_batches([pa.ipc.read_record_batch(plain, meta.schema)])
     except (pa.ArrowInvalid, pa.ArrowIOError, struct.error) as exc:
         raise _corrupt(store, meta.ref.key, f"block {b}: {exc}") from None
-    block_cache().put((store.root, meta.ref.key, b), table, table.nbytes)
+    if keep:
+        block_cache().put((store.root, meta.ref.key, b), table, table.nbytes)
     return table
 
 
 def read_all(store: ObjectStore, ref: SstRef) -> pa.Table:
     """Every row of a file (compaction and full scans)."""
     meta = open_sst(store, ref)
-    return pa.concat_tables(read_blocks(store, meta, np.arange(meta.offsets.size)))
+    return pa.concat_tables(read_blocks(store, meta, np.arange(meta.offsets.size), keep=False))
 
 
 def read_blooms(store: ObjectStore, meta: SstMeta, blocks: np.ndarray) -> list[np.ndarray]:
@@ -402,7 +406,7 @@ def scan_sst(store: ObjectStore, ref: SstRef, lo: int | None, hi: int | None) ->
     blocks = np.flatnonzero(keep)
     if blocks.size == 0:
         return None
-    table = pa.concat_tables(read_blocks(store, meta, blocks))
+    table = pa.concat_tables(read_blocks(store, meta, blocks, keep=blocks.size <= SCAN_CACHED_BLOCKS))
     kh = table.column(KH).to_numpy()
     a = 0 if lo is None else int(np.searchsorted(kh, lo, side="left"))
     b = kh.size if hi is None else int(np.searchsorted(kh, hi, side="left"))
