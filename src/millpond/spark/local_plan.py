@@ -46,7 +46,8 @@ __all__ = ["Localizing", "LOCAL_RECORDS"]
 # an epoch reading at most this many records runs each consumer it can as one task (a bigger one
 # spreads its operators over Spark's tasks); $MILLPOND_LOCAL_RECORDS sets it (0: never). Measured
 # (TPC-H SF 0.1, first epochs of 870,000 records, benchmarks/tpch.py): one task 2.9-8.5x Spark's
-# batch at a peak of 5.5 GiB, Spark's stages 12-28x at 9.2 GiB
+# batch at a peak of 5.5 GiB, Spark's stages 12-28x at 9.2 GiB (then in one task: a first epoch's
+# parallelism counted new records only; with two, 8.9-17.7x, q1/q3/q5/q9/q18 41.0 s against 13.2 s)
 LOCAL_RECORDS = int(os.environ.get("MILLPOND_LOCAL_RECORDS", 2_000_000))
 
 
