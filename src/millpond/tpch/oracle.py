@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from decimal import Decimal
+from pathlib import Path
 
 import duckdb
 import pyarrow as pa
@@ -35,12 +36,17 @@ def same(got: list[tuple], want: list[tuple]) -> bool:
                                          for g, w in zip(got, want))
 
 
-def answer(tables: dict[str, pa.Table], sql: str) -> list[tuple]:
-    """DuckDB's rows for ``sql`` over ``tables`` (name -> rows)."""
+def answer(tables: "dict[str, pa.Table] | Path", sql: str) -> list[tuple]:
+    """DuckDB's rows for ``sql`` over ``tables``: name -> rows, or a folder of ``<name>.parquet``
+    files (read by DuckDB where they are: nothing held in this process)."""
     con = duckdb.connect()
     try:
-        for name, t in tables.items():
-            con.register(name, t)
+        if isinstance(tables, Path):
+            for f in sorted(tables.glob("*.parquet")):
+                con.execute(f"CREATE VIEW {f.stem} AS SELECT * FROM read_parquet('{f.as_posix()}')")
+        else:
+            for name, t in tables.items():
+                con.register(name, t)
         return rows(con.sql(sql).to_arrow_table())
     finally:
         con.close()
