@@ -311,7 +311,7 @@ def read_rows(root: str, storage: dict, levels: Levels, columns: tuple[str, ...]
                 continue
             rows = found.select(*columns, *extra, pl.col(COUNT).alias(W)).rechunk().to_arrow()
             yield from rows.cast(schema).to_batches(max_chunksize=BATCH_ROWS)  # not a batch per block read:
-            # each batch crossing into the JVM costs (a 3M-row slice of 10,000 batches: 8.2 s, of 23: ?)
+            # each batch crossing into the JVM costs (TPC-H Q6, SF 1: a 3M-row task 8.2 s in 10,000 batches, 6.8 in 23)
 
 
 def read_changes(root: str, storage: dict, files: tuple[str, ...], schema: pa.Schema,

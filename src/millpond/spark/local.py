@@ -71,7 +71,7 @@ class Committed:
     root: str
     storage: tuple[tuple[str, str], ...]
     levels: Levels
-    read: tuple[str, ...]  # the table's columns read (a multiset of them: their copies summed)
+    read: tuple[str, ...]  # the table's columns read (a multiset of them: a row's copies as its weight)
     row_id: bool  # and its rows' ids
     stored: pa.Schema  # their types (and the weight)
     columns: tuple[tuple[str, str], ...]
