@@ -40,6 +40,9 @@ GROUPS = {
                     FROM visit v CROSS JOIN (SELECT DISTINCT category FROM info) c GROUP BY c.category""",
         "comma_join": """SELECT i.category, v."user" FROM visit v, info i
                     WHERE v.product = i.product AND v.length > 60""",
+        "or_across": """SELECT i.category, v."user", v.length FROM info i, visit v, info j
+                    WHERE v.product = i.product AND j.product = v.product
+                    AND ((i.category = 'c1' AND v.length > 40) OR (i.category <> 'c2' AND v.length < 20 AND j.category IS NULL))""",
     },
     "shapes": {
         "top3": """SELECT product, "user", length FROM visit

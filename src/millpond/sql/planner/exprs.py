@@ -9,7 +9,7 @@ from sqlglot import exp
 
 from millpond.sql.planner.context import err
 
-__all__ = ["conjuncts", "comparisons", "aliases", "has_agg_or_window", "count", "column", "rename", "unalias",
+__all__ = ["conjuncts", "disjuncts", "comparisons", "aliases", "has_agg_or_window", "count", "column", "rename", "unalias",
            "WINDOW_FN"]
 
 WINDOW_FN = "MP_WINDOW"  # placeholder for TUMBLE/HOP's window_start/window_end inside the rewrite
@@ -34,16 +34,17 @@ def conjuncts(e: exp.Expression) -> list[exp.Expression]:
     return [e]
 
 
-def _disjuncts(e: exp.Expression) -> list[exp.Expression]:
+def disjuncts(e: exp.Expression) -> list[exp.Expression]:
+    """The branches ORed in ``e``."""
     if isinstance(e, exp.Paren):
-        return _disjuncts(e.this)
+        return disjuncts(e.this)
     if isinstance(e, exp.Or):
-        return _disjuncts(e.this) + _disjuncts(e.expression)
+        return disjuncts(e.this) + disjuncts(e.expression)
     return [e]
 
 
 def _factored(e: exp.Or) -> list[exp.Expression]:
-    branches = [conjuncts(d) for d in _disjuncts(e)]
+    branches = [conjuncts(d) for d in disjuncts(e)]
     common = [c for c in branches[0] if all(any(c == x for x in b) for b in branches[1:])]
     common = [c for i, c in enumerate(common) if not any(c == d for d in common[:i])]
     if not common:
