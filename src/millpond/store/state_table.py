@@ -98,7 +98,7 @@ class StateTable:
         if not parts:
             return None
         rows = pl.from_arrow(pa.concat_tables(parts, promote_options="permissive"))
-        if rows.filter(pl.col(COUNT) <= 0).height:  # a count that still nets against another: sum
+        if (rows.get_column(COUNT) <= 0).any():  # a count that still nets against another: sum
             return self._merge(parts)
         return rows
 
