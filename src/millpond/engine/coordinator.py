@@ -430,13 +430,18 @@ class Coordinator:
         except MillpondError as exc:
             log.warning("changes: retention could not drop old epochs (retried at the next epoch): %s", exc)
 
-    def rows(self, consumer: Consumer, manifest: Manifest | None = None) -> StateTable:
+    def rows(self, consumer: Consumer, manifest: Manifest | None = None, *,
+             columns: tuple[str, ...] | None = None) -> StateTable:
         """The committed rows of a consumer (its final materialize state) in ``manifest`` (default:
-        the last committed one)."""
+        the last committed one). With ``columns`` (some of ``consumer.columns``), a read of only
+        those: the multiset of the rows' projection, a row's copies perhaps apart (its counts are
+        summed only when one nets against another), which converts none of the other columns."""
         part = Materialize(consumer.columns, consumer.name).parts()["rows"]
         sid = state_id(consumer.object_id, consumer.plan.node_id, "rows")
         levels = (manifest or self.manifest).state(sid)
-        return StateTable(self.store, levels, part.keys, additive=part.additive, name=sid)
+        if columns is None:
+            return StateTable(self.store, levels, part.keys, additive=part.additive, name=sid)
+        return StateTable(self.store, levels, columns, additive=True, name=sid, summed=False)
 
     def _pieces(self, channel: str, start: int, stop: int) -> list[Piece]:
         return self.log.channel(channel).pieces(start, stop)

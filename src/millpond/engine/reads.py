@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Collection, Iterator
 
 import numpy as np
 import polars as pl
@@ -101,14 +101,14 @@ class Reads:
                 self._local.pinned = None
 
 
-    def snapshot(self, name: str, *, hidden: bool = False, pending: bool = False) -> pa.Table:
+    def snapshot(self, name: str, *, hidden: bool = False, pending: bool = False,
+                 columns: Collection[str] | None = None) -> pa.Table:
         """The committed rows of a table or view; ``hidden`` keeps a table's ``_row_id``;
         ``pending`` (tables only) adds the changes appended to its log that no epoch has committed
-        yet: the table as of now, with no epoch to wait for."""
+        yet: the table as of now, with no epoch to wait for. ``columns``: the columns needed (the
+        others may be left out, and are when the rows come from state: :func:`_read_columns`)."""
         if (system := self._system(name)) is not None:
             return system()
-        if self._system(name) is not None:
-            return SYSTEM_VIEWS[name](self)
         rel = self.catalog.relation(name)
         consumer = self._by_name[name]
         if (failure := self._manifest.failed.get(consumer.key)) is not None:
@@ -122,17 +122,20 @@ class Reads:
             table = consolidate_rows(self.channel(rel).read(0, end)).select(list(consumer.columns)).cast(schema)
             return table if hidden else table.drop_columns([ROW_ID])
         fed = self._by_key[consumer.fed_by] if consumer.fed_by is not None else None  # a flow's sink: the flow's rows
-        table = _expand(self.coordinator.rows(fed or consumer, manifest).scan(), (fed or consumer).columns, schema,
-                        row_id=fed is not None)
         if fed is not None:
+            table = _expand(self.coordinator.rows(fed, manifest).scan(), fed.columns, schema, row_id=True)
             return table if hidden else table.drop_columns([ROW_ID])
+        cols = _read_columns(consumer, hidden, columns)
+        schema = pa.schema([schema.field(c) for c in cols])
+        table = _expand(self.coordinator.rows(consumer, manifest, columns=cols).scan_arrow(), cols, schema)
         if pending and isinstance(rel, TableDef):
-            table = _with_changes(table, self.channel(rel).read(stop, None), consumer.columns, schema)
-        if isinstance(rel, TableDef) and not hidden:
+            table = _with_changes(table, self.channel(rel).read(stop, None), cols, schema)
+        if isinstance(rel, TableDef) and not hidden and ROW_ID in table.column_names:
             table = table.drop_columns([ROW_ID])
         return table
 
-    def reader(self, name: str, *, hidden: bool = False, pending: bool = False) -> pa.RecordBatchReader | pa.Table:
+    def reader(self, name: str, *, hidden: bool = False, pending: bool = False,
+               columns: Collection[str] | None = None) -> pa.RecordBatchReader | pa.Table:
         """The committed rows of ``name`` as :meth:`snapshot` reads them, streamed: a table's or
         view's rows state is read in slices of its key-hash space (:meth:`StateTable.slices`), so
         a query over a large relation never holds all of it at once. With ``pending`` (a keyed
@@ -141,18 +144,20 @@ class Reads:
         a flow's sink and system views come whole."""
         consumer = self._by_name.get(name)
         if consumer is None or consumer.log_only or consumer.fed_by is not None or self._system(name) is not None:
-            return self.snapshot(name, hidden=hidden, pending=pending)
+            return self.snapshot(name, hidden=hidden, pending=pending, columns=columns)
         rel = self.catalog.relation(name)
         manifest = self._manifest
         if (failure := manifest.failed.get(consumer.key)) is not None:
             raise MillpondError(self.describe_failure(failure))
-        state = self.coordinator.rows(consumer, manifest)
+        cols = _read_columns(consumer, hidden, columns)
+        state = self.coordinator.rows(consumer, manifest, columns=cols)
         keyed = isinstance(rel, TableDef) and rel.key_hashed
         if sum(ref.rows for ref in state.levels.files()) <= READ_SLICE_ROWS or (pending and not keyed):
-            return self.snapshot(name, hidden=hidden, pending=pending)
+            return self.snapshot(name, hidden=hidden, pending=pending, columns=columns)
         schema = rel.log_schema.remove(rel.log_schema.get_field_index(W)) if isinstance(rel, TableDef) \
             else rel.schema
-        out = schema if hidden or not isinstance(rel, TableDef) else schema.remove(schema.get_field_index(ROW_ID))
+        schema = pa.schema([schema.field(c) for c in cols])
+        out = pa.schema([f for f in schema if hidden or not isinstance(rel, TableDef) or f.name != ROW_ID])
         changes, hashes = None, None
         if pending and keyed:
             stop = manifest.offsets.get(consumer.key, {}).get(rel.channel, 0)
@@ -161,13 +166,12 @@ class Reads:
 
         def batches() -> Iterator[pa.RecordBatch]:
             for lo, hi in state.slices(READ_SLICE_ROWS):
-                found = state.scan(lo, hi)
-                table = _expand(found, consumer.columns, schema)
+                table = _expand(state.scan_arrow(lo, hi), cols, schema)
                 if hashes is not None:  # the changes to this slice's keys
                     mine = (hashes >= (lo if lo is not None else -(1 << 63))) & \
                         (hashes < hi if hi is not None else True)
-                    table = _with_changes(table, changes.filter(pa.array(mine)), consumer.columns, schema)
-                yield from table.select(out.names).to_batches()
+                    table = _with_changes(table, changes.filter(pa.array(mine)), cols, schema)
+                yield from table.select(out.names).combine_chunks().to_batches()  # not a batch per block read
         return pa.RecordBatchReader.from_batches(out, batches())
 
     def key_of(self, name: str) -> tuple[str, ...]:
@@ -217,19 +221,33 @@ def _with_changes(table: pa.Table, changes: pa.Table, columns: tuple[str, ...], 
     """A table's committed rows with the changes appended since (its log's records) applied."""
     if not changes.num_rows:
         return table
+    changes = changes.select([*columns, W])
     ones = pa.array(np.ones(table.num_rows, dtype=np.int64))
     return consolidate_rows(pa.concat_tables([table.append_column(W, ones).cast(changes.schema), changes])
                             ).select(list(columns)).cast(schema)
 
 
-def _expand(found: pl.DataFrame | None, columns: tuple[str, ...], schema: pa.Schema, *, row_id: bool = False
-            ) -> pa.Table:
+def _read_columns(consumer: Consumer, hidden: bool, columns: Collection[str] | None) -> tuple[str, ...]:
+    """The columns of ``consumer``'s rows a read of ``columns`` (None: all) takes from state: the
+    multiset of their projection is what a query over those columns sees. A read of none (``count(*)``)
+    still takes one: its values carry the rows."""
+    if columns is None:
+        return consumer.columns
+    return tuple(c for c in consumer.columns if c in columns and (hidden or c != ROW_ID)) or consumer.columns[:1]
+
+
+def _expand(found: pa.Table | pl.DataFrame | None, columns: tuple[str, ...], schema: pa.Schema, *,
+            row_id: bool = False) -> pa.Table:
     """A rows state's read (a multiset: a row and its count) as a table with one row per copy;
     ``row_id`` adds an empty ``_row_id`` (a flow's rows read as its sink table's)."""
-    if found is None or found.height == 0:
+    if isinstance(found, pl.DataFrame):
+        found = found.to_arrow()
+    if found is None or found.num_rows == 0:
         return schema.empty_table()
-    idx = np.repeat(np.arange(found.height), found[COUNT].to_numpy())
-    table = found.select(list(columns)).to_arrow().take(pa.array(idx))
+    counts = found.column(COUNT)
+    table = found.select(list(columns))
+    if pc.max(counts).as_py() > 1:  # a table's rows are each there once: nothing to repeat
+        table = table.take(pa.array(np.repeat(np.arange(found.num_rows), counts.to_numpy())))
     if row_id:
         table = table.append_column(ROW_ID, pa.nulls(table.num_rows, pa.int64()))
     return table.cast(schema)

@@ -45,6 +45,7 @@ def answer(rt: Runtime, query: exp.Expression, *, hidden: bool = False, pending:
         query, registered = _as_of(rt, query, con, ctes)
         _upqueries(rt, query, ctes)
         refs = Counter(t.name for t in query.find_all(exp.Table) if isinstance(t.this, exp.Identifier))
+        used = _columns_used(query)
         streamed = []
         for name in set(refs) - ctes:
             if name in registered:
@@ -53,10 +54,10 @@ def answer(rt: Runtime, query: exp.Expression, *, hidden: bool = False, pending:
             if keys is not None:
                 con.register(name, rt.rows_by_key(name, keys, hidden=hidden, pending=pending))
             elif refs[name] == 1:  # read once: streamed
-                con.register(name, rt.reader(name, hidden=hidden, pending=pending))
+                con.register(name, rt.reader(name, hidden=hidden, pending=pending, columns=used))
                 streamed.append(name)
             else:
-                con.register(name, rt.snapshot(name, hidden=hidden, pending=pending))
+                con.register(name, rt.snapshot(name, hidden=hidden, pending=pending, columns=used))
         sql = to_duckdb(query)
         try:
             try:
@@ -65,7 +66,7 @@ def answer(rt: Runtime, query: exp.Expression, *, hidden: bool = False, pending:
                 if "already been consumed" not in str(exc):
                     raise
                 for name in streamed:
-                    con.register(name, rt.snapshot(name, hidden=hidden, pending=pending))
+                    con.register(name, rt.snapshot(name, hidden=hidden, pending=pending, columns=used))
                 result = con.sql(sql).to_arrow_table()
         except duckdb.Error as exc:
             if (python := raised(exc)) is not None:  # a Python function raised (SQLSTATE 38000)
@@ -76,6 +77,16 @@ def answer(rt: Runtime, query: exp.Expression, *, hidden: bool = False, pending:
         return _shown(result, intervals=not hidden)
     finally:
         con.close()
+
+
+def _columns_used(query: exp.Expression) -> set[str] | None:
+    """The names of every column the bound query mentions, of any relation (the binder spelled out
+    its stars, ``USING`` and ``NATURAL``): a relation it reads needs none of its other columns, and
+    a read of fewer converts fewer (a sum over one column of a 6M-row table: 7.8 -> s). None (all
+    columns) when a star is left that is not ``count(*)``'s."""
+    if any(not isinstance(star.parent, exp.Count) for star in query.find_all(exp.Star)):
+        return None
+    return {column.name for column in query.find_all(exp.Column)}
 
 
 def _upqueries(rt: Runtime, query: exp.Expression, ctes: set[str]) -> None:

