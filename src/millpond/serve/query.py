@@ -82,7 +82,7 @@ def answer(rt: Runtime, query: exp.Expression, *, hidden: bool = False, pending:
 def _columns_used(query: exp.Expression) -> set[str] | None:
     """The names of every column the bound query mentions, of any relation (the binder spelled out
     its stars, ``USING`` and ``NATURAL``): a relation it reads needs none of its other columns, and
-    a read of fewer converts fewer (a sum over one column of a 6M-row table: 7.8 -> s). None (all
+    a read of fewer converts fewer (a sum over one column of a 6M-row table: 7.8 -> 2.2 s). None (all
     columns) when a star is left that is not ``count(*)``'s."""
     if any(not isinstance(star.parent, exp.Count) for star in query.find_all(exp.Star)):
         return None
