@@ -41,7 +41,7 @@ from millpond.spark.session import LOG_LEVELS, Lease, active_session, local_para
 from millpond.sql import session
 from millpond.sql.plans import bind_plans
 from millpond.store.objects import ObjectStore
-from millpond.store.store import run_in_process
+from millpond.store.compactor import CompactionProcess
 
 __all__ = ["connect", "Database"]
 
@@ -112,7 +112,7 @@ class Database:
         ``INSERT`` run without it."""
         root = _check_root(root)
         if compaction not in ("local", "spark"):
-            raise MillpondError(f"compaction={compaction!r}: use 'local' (a background thread) or 'spark' "
+            raise MillpondError(f"compaction={compaction!r}: use 'local' (a process of its own) or 'spark' "
                                 "(a Spark job over the same root)")
         period = None if read_only else _seconds(interval)
         self.log_level = log_level_from(log_level)
@@ -157,7 +157,7 @@ class Database:
         log = Log(store)
         executor = _OnFirstUse(lambda: SparkExecutor(self.spark))  # 1.
         runner = (lambda store, tasks: spark_runner(self.spark)(store, tasks)) if compaction == "spark" \
-            else run_in_process
+            else CompactionProcess()
         coordinator = Coordinator(executor, store, log, parallelism=parallelism or local_parallelism(),
                                   compaction=runner)
         self.runtime = Runtime(catalogs, catalog, log, coordinator)

@@ -88,3 +88,32 @@ def test_a_state_in_time_order_loses_expired_files_whole_and_rewrites_only_the_o
     later = 25 * 60_000_000
     task = pick("s", levels, Policy(), 1, "c/", ["minute", later, cluster_floor(later)])
     assert task.inputs == (files[2],)
+
+
+def test_a_big_old_run_moves_down_whole_and_small_runs_merge_among_themselves():
+    """Compaction's picks (store/compaction.py): a backfill's big L0 file under an epoch's small
+    ones moves to an L1 it does not overlap without being rewritten; small L0 files over a large
+    L1 merge into one L0 run; L0 files as large as the L1 they overlap merge into it."""
+    from millpond.store.compaction import Policy, apply, pick, run_task
+    from millpond.store.manifest import Levels
+    from millpond.store.sst import SstRef
+
+    def ref(key: str, size: int) -> SstRef:
+        return SstRef(key, -(1 << 62), 1 << 62, 1, 1, 10, size, "ff" * 32)
+
+    policy = Policy(l0_trigger=4)
+    small = tuple(ref(f"s{i}", 1_000) for i in range(3))
+    levels = Levels((*small, ref("big", 10_000_000)), ())
+    task = pick("s", levels, policy, 1, "c/")
+    assert task.move and [r.key for r in task.inputs] == ["big"] and task.target == 1
+    assert run_task(None, task) == task.inputs  # nothing read, nothing written
+    levels = apply(levels, task, task.inputs)
+    assert levels.l0 == small and [r.key for r in levels.levels[0]] == ["big"]
+    levels = Levels((ref("s3", 1_000), *levels.l0), levels.levels)
+    task = pick("s", levels, policy, 1, "c/")
+    assert not task.move and task.target == 0 and len(task.inputs) == 4
+    levels = apply(levels, task, (ref("run", 4_000),))
+    assert [r.key for r in levels.l0] == ["run"] and [r.key for r in levels.levels[0]] == ["big"]
+    levels = Levels((*(ref(f"l{i}", 2_000_000) for i in range(4)), *levels.l0), levels.levels)
+    task = pick("s", levels, policy, 1, "c/")
+    assert task.target == 1 and {r.key for r in task.inputs} == {"l0", "l1", "l2", "l3", "run", "big"}

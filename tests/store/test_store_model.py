@@ -85,7 +85,7 @@ def _bag(keys: list[int], counts: list[int]) -> pl.DataFrame:
 
 
 def _read(store: StateStore, epoch: int | None) -> tuple[dict[int, int], dict[int, int]]:
-    probe = np.arange(KEYS + 1, dtype=np.int64)
+    probe = np.arange(2048, dtype=np.int64)  # every key a test writes
     kv = store.table("kv", epoch=epoch).lookup(probe)
     bag = store.table("bag", ("item",), additive=True, epoch=epoch).lookup(probe)
     scan = store.table("kv", epoch=epoch).scan()
@@ -192,6 +192,30 @@ def test_a_long_run_compacts_into_levels_and_reads_at_retained_epochs(tmp_path):
     assert store.manifest.safe_epoch == store.manifest.epoch - 4
     with pytest.raises(MillpondError, match="no longer readable"):
         store.table("kv", epoch=store.manifest.safe_epoch - 1)
+    store.close()
+
+
+def test_small_l0_runs_merge_among_themselves_over_a_large_l1(tmp_path, monkeypatch):
+    """L0 files small next to the L1 bytes they overlap merge into one L0 run (each file of
+    hashed keys overlaps all of L1: merging into it would rewrite it), larger ones into L1;
+    the store equals the model after every step, at every retained epoch."""
+    targets, real = [], compaction.apply
+
+    def apply(levels, task, outputs):  # noqa: ANN001, ANN202
+        targets.append(task.target)
+        return real(levels, task, outputs)
+    monkeypatch.setattr(compaction, "apply", apply)
+    rng = np.random.default_rng(9)
+    steps = [("put", [(k, 1) for k in range(1000)]), ("seal",), ("put", [(k, 2) for k in range(1000, 2000)]), ("seal",)]
+    for _ in range(40):  # then small changes all over the keys
+        steps.append(("put", [(int(k), int(v)) for k, v in zip(rng.integers(0, 2000, 40), rng.integers(-5, 6, 40))]))
+        steps.append(("delete", [int(k) for k in rng.integers(0, 2000, 5)]))
+        steps.append(("seal",))
+    policy = Policy(l0_trigger=2, l0_stall=6, base_level_bytes=1 << 20, level_ratio=2, target_file_bytes=16_000,
+                    l0_share=3)
+    store = _run(str(tmp_path), steps + [("gc",)], retention=4, faulty=False, policy=policy)
+    assert 0 in targets and 1 in targets, targets
+    assert len(store.manifest.state("kv").l0) <= policy.l0_stall
     store.close()
 
 

@@ -256,15 +256,20 @@ class StateStore:
         return deleted
 
     def close(self) -> None:
+        """Stop: a compaction under way in a runner that can stop (a child process) is dropped,
+        not waited for (its inputs are still live); one that ran to its end is kept."""
         self._uploader.shutdown(wait=True)
-        if self._running is not None:
-            self._running.cancel()
+        running, stop = self._running, getattr(self.runner, "stop", None)
+        if running is not None and not running.cancel() and not running.done() and stop is not None:
+            stop()
         self._pool.shutdown(wait=True)
-        if self._running is not None and not self._running.cancelled():
+        if running is not None and not running.cancelled() and running.exception() is None:
             try:  # a compaction that ran to its end is kept, not redone by the next open
                 self._apply_finished(wait=True)
             except Exception as exc:  # noqa: BLE001 - its inputs are still live: nothing is lost
                 log.debug("state store: a finished compaction was not applied at close: %s", exc)
+        if stop is not None:
+            stop()
 
     # -- reads --------------------------------------------------------------------------------
     def follow(self) -> Manifest:

@@ -1,0 +1,109 @@
+"""Compaction in a process of its own (``connect(compaction="local")``, the default).
+
+Compaction is CPU work in Python and Arrow; run in a thread of the user's process it holds the
+interpreter's lock against the epochs it runs beside (TPC-H SF 0.1, 22 views: a refresh round
+3.2 s alone, 6.3 s with a compaction under way). Here one child process, started at the first
+compaction and kept, runs :func:`millpond.store.compaction.run_task` on the same root; the
+parent sends it tasks and gets back the outputs' manifest entries, as from a Spark task
+(``spark/compact.py``). The child is ``python -m millpond.store.compactor``, not a
+``multiprocessing`` child: that would import the user's main script again in the child.
+:meth:`CompactionProcess.stop` kills it (``Database.close`` does not wait for a merge to end;
+its files, never in a manifest, are garbage collected), and a child that died is started again
+at the next compaction, which fails as any failed compaction does: its inputs stay live.
+
+Frames on the pipes: an 8-byte length, then a pickle.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import threading
+from typing import IO, Any
+
+from millpond.errors import StorageError
+from millpond.store import compaction
+from millpond.store.objects import ObjectStore, open_store
+from millpond.store.sst import SstRef
+
+__all__ = ["CompactionProcess"]
+
+_LEN = struct.Struct("<Q")
+
+
+def _send(out: IO[bytes], value: Any) -> None:
+    data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    out.write(_LEN.pack(len(data)) + data)
+    out.flush()
+
+
+def _receive(source: IO[bytes]) -> Any:
+    head = source.read(_LEN.size)
+    if len(head) < _LEN.size:
+        raise EOFError
+    size = _LEN.unpack(head)[0]
+    data = source.read(size)
+    if len(data) < size:
+        raise EOFError
+    return pickle.loads(data)
+
+
+class CompactionProcess:
+    """A runner (:data:`millpond.store.store.Runner`) whose tasks run in a child process."""
+
+    def __init__(self) -> None:
+        self._child: subprocess.Popen | None = None
+        self._lock = threading.Lock()  # one batch of tasks at a time
+
+    def __call__(self, store: ObjectStore, tasks: list[compaction.Task]) -> list[tuple[SstRef, ...]]:
+        with self._lock:
+            child = self._child
+            if child is None or child.poll() is not None:
+                child = self._child = subprocess.Popen(
+                    [sys.executable, "-m", "millpond.store.compactor"], stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            try:
+                _send(child.stdin, (store.root, store.options, tasks))
+                ok, result = _receive(child.stdout)
+            except (EOFError, OSError):
+                raise StorageError(f"the compaction process of {store.root!r} exited "
+                                   f"(code {child.poll()}): this compaction is retried") from None
+        if not ok:
+            raise StorageError(f"compaction of {store.root!r} failed: {result}")
+        return result
+
+    def stop(self) -> None:
+        """Kill the child, at once: a merge under way is dropped (``close``)."""
+        child, self._child = self._child, None
+        if child is not None and child.poll() is None:
+            child.kill()
+            child.wait()
+        if child is not None:
+            for pipe in (child.stdin, child.stdout):
+                try:
+                    pipe.close()
+                except OSError:
+                    pass
+
+
+def _serve() -> None:
+    """The child: run each batch of tasks it is sent, until its input ends (the parent went)."""
+    requests, replies = sys.stdin.buffer, os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    sys.stdout = sys.stderr  # nothing else may write into the replies
+    while True:
+        try:
+            root, options, tasks = _receive(requests)
+        except EOFError:
+            return
+        try:
+            store = open_store(root, options)
+            _send(replies, (True, [compaction.run_task(store, t) for t in tasks]))
+        except Exception as exc:  # noqa: BLE001 - reported to the parent, which retries later
+            _send(replies, (False, f"{type(exc).__name__}: {exc}"))
+
+
+if __name__ == "__main__":
+    _serve()
