@@ -61,7 +61,7 @@ def connect(root: str, *, spark: Any = None, parallelism: int | None = None,
     ``storage_options``: object-store settings for remote roots (``endpoint``, ``access_key_id``,
     ``secret_access_key``, ``region``, ``allow_http``...); they are shipped to every Spark task.
     ``compaction``: where state compaction runs, in the background between epochs: ``"local"`` (a
-    thread of this process) or ``"spark"`` (a Spark job over the same root: remote compaction).
+    child process of this one) or ``"spark"`` (a Spark job over the same root: remote compaction).
     ``plans``: ``"verify"`` checks every view's stored plan against its SQL and refuses a view this
     version would plan differently; ``"stored"`` runs the stored plans as they are.
     ``read_only``: follow a root another process (or Database) writes: queries answer from its

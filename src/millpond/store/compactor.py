@@ -63,7 +63,7 @@ class CompactionProcess:
             child = self._child
             if child is None or child.poll() is not None:
                 child = self._child = subprocess.Popen(
-                    [sys.executable, "-m", "millpond.store.compactor"], stdin=subprocess.PIPE,
+                    [sys.executable, "-m", "millpond.store.compactor", str(os.getpid())], stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
             try:
                 _send(child.stdin, (store.root, store.options, tasks))
@@ -91,6 +91,7 @@ class CompactionProcess:
 
 def _serve() -> None:
     """The child: run each batch of tasks it is sent, until its input ends (the parent went)."""
+    _die_with_parent()
     requests, replies = sys.stdin.buffer, os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     sys.stdout = sys.stderr  # nothing else may write into the replies
     while True:
@@ -103,6 +104,20 @@ def _serve() -> None:
             _send(replies, (True, [compaction.run_task(store, t) for t in tasks]))
         except Exception as exc:  # noqa: BLE001 - reported to the parent, which retries later
             _send(replies, (False, f"{type(exc).__name__}: {exc}"))
+
+
+def _die_with_parent() -> None:
+    """On Linux, the kernel kills this process when its parent dies (a crashed Database leaves no
+    merge writing on); elsewhere it ends at its next read of the closed pipe."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if sys.argv[1:] and os.getppid() != int(sys.argv[1]):  # the parent died before the call
+        os._exit(0)
 
 
 if __name__ == "__main__":
