@@ -32,6 +32,7 @@ from millpond.store.sst import SstRef
 __all__ = ["CompactionProcess"]
 
 _LEN = struct.Struct("<Q")
+NICE = 10  # the child's scheduling priority below its parent's
 
 
 def _send(out: IO[bytes], value: Any) -> None:
@@ -92,6 +93,7 @@ class CompactionProcess:
 def _serve() -> None:
     """The child: run each batch of tasks it is sent, until its input ends (the parent went)."""
     _die_with_parent()
+    os.nice(NICE)  # the epochs beside it come first; it takes the CPU they leave
     requests, replies = sys.stdin.buffer, os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     sys.stdout = sys.stderr  # nothing else may write into the replies
     while True:
