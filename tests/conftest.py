@@ -17,8 +17,17 @@ def lengths(fast: int, long: int) -> pytest.MarkDecorator:
                                               pytest.param(long, id=f"{long}-epochs", marks=pytest.mark.chaos)])
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _spark_log(tmp_path_factory):
+    """The JVMs of this run (the session's, and subprocesses' that name none) log into the run's
+    temporary folder, not one file per process in the system's: tests write nothing outside it."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MILLPOND_SPARK_LOG", str(tmp_path_factory.mktemp("spark") / "spark.log"))
+        yield
+
+
 @pytest.fixture(scope="session")
-def spark():
+def spark(_spark_log):
     session = local_session(cores="2", shuffle_partitions=2)
     yield session
     session.stop()
