@@ -11,7 +11,6 @@ import io
 from functools import partial, reduce
 from typing import Iterator, Mapping
 
-import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
