@@ -45,6 +45,15 @@ class Model:
         return rows(con.sql(sql).to_arrow_table())
 
 
+def _write_kv(db, model: Model, rng: np.random.Generator, n: int, keys: int) -> None:  # noqa: ANN001
+    """``n`` random rows into kv (keys below ``keys``: upserts and new ones), and into the model."""
+    ks = rng.integers(0, keys, n)
+    batch = {"k": ks.tolist(), "name": [NAMES[int(i)] for i in rng.integers(0, 4, n)],
+             "g": rng.integers(0, 30, n).astype(np.int32).tolist(), "v": rng.integers(-9, 9, n).tolist()}
+    db.insert("kv", pa.table(batch))
+    model.kv.update({(k, name): (g, v) for k, name, g, v in zip(*batch.values())})
+
+
 def _no_scans(monkeypatch) -> None:
     def scan(self, *a, **k):  # noqa: ANN001, ANN002, ANN003
         raise AssertionError(f"{self.name} was scanned by a read by key")
@@ -164,12 +173,7 @@ def test_a_query_streams_a_large_relation_in_slices_and_answers_as_duckdb(open_d
     db.sql(TABLES)
     model, rng = Model(), np.random.default_rng(11)
     for _ in range(3):
-        ks = rng.integers(0, 300, 200)
-        batch = {"k": ks.tolist(), "name": [NAMES[int(i)] for i in rng.integers(0, 4, 200)],
-                 "g": rng.integers(0, 30, 200).astype(np.int32).tolist(), "v": rng.integers(-9, 9, 200).tolist()}
-        db.insert("kv", pa.table(batch))
-        for k, n, g, v in zip(*batch.values()):
-            model.kv[(k, n)] = (g, v)
+        _write_kv(db, model, rng, 200, 300)
         db.flush()
     monkeypatch.setattr(reads, "READ_SLICE_ROWS", 40)
     slices = _count_slices(monkeypatch)
@@ -190,12 +194,7 @@ def test_a_query_streams_a_large_relation_in_slices_and_answers_as_duckdb(open_d
     monkeypatch.setattr(reads.Reads, "snapshot", snapshot)
     slices.clear()
     for step in range(3):
-        ks = rng.integers(0, 400, 60)  # upserts and new keys, no epoch after them
-        batch = {"k": ks.tolist(), "name": [NAMES[int(i)] for i in rng.integers(0, 4, 60)],
-                 "g": rng.integers(0, 30, 60).astype(np.int32).tolist(), "v": rng.integers(-9, 9, 60).tolist()}
-        db.insert("kv", pa.table(batch))
-        for k, n, g, v in zip(*batch.values()):
-            model.kv[(k, n)] = (g, v)
+        _write_kv(db, model, rng, 60, 400)
         g = int(rng.integers(0, 30))
         db.sql(f"UPDATE kv SET v = v + 100 WHERE g = {g}")
         model.kv = {key: (gg, v + 100 if gg == g else v) for key, (gg, v) in model.kv.items()}
@@ -281,11 +280,7 @@ def test_a_query_reads_only_the_columns_it_names_and_a_delete_reads_the_rest_by_
     db.sql(TABLES)
     model, rng = Model(), np.random.default_rng(5)
     for _ in range(2):
-        ks = rng.integers(0, 500, 300)
-        batch = {"k": ks.tolist(), "name": [NAMES[int(i)] for i in rng.integers(0, 4, 300)],
-                 "g": rng.integers(0, 30, 300).astype(np.int32).tolist(), "v": rng.integers(-9, 9, 300).tolist()}
-        db.insert("kv", pa.table(batch))
-        model.kv.update({(k, n): (g, v) for k, n, g, v in zip(*batch.values())})
+        _write_kv(db, model, rng, 300, 500)
         db.flush()
     read, real = [], StateTable.scan_arrow
 
