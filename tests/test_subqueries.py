@@ -229,3 +229,23 @@ def test_refusal_reaches_create_with_its_position(open_db):
         db.sql("CREATE MATERIALIZED VIEW v AS SELECT product FROM visit\n"
                "WHERE length > 3 OR product IN (SELECT product FROM info)")
     assert "v" not in db.catalog.views
+
+
+def test_an_update_or_delete_reads_its_own_table_in_a_subquery_as_any_query_does(open_db):
+    """Only the rows the statement changes carry their hidden ``_row_id``: a NATURAL JOIN or a
+    ``SELECT *`` over the same table in the WHERE sees the table's own columns (it joined on
+    ``_row_id`` too, and this DELETE deleted nothing). Answers from PostgreSQL 15."""
+    db = open_db()
+    db.sql("CREATE TABLE t (a INT, b TEXT); CREATE TABLE u (a INT); CREATE TABLE k (id INT PRIMARY KEY, v INT)")
+    db.sql("INSERT INTO t VALUES (1, 'x'), (2, 'y'), (3, 'z'); INSERT INTO u VALUES (2), (3)")
+    db.sql("INSERT INTO k VALUES (1, 10), (2, 20), (3, 30)")
+    db.flush()
+    db.sql("UPDATE t AS x SET b = 'w' WHERE x.a IN (SELECT a FROM t NATURAL JOIN u WHERE a > 2)")
+    db.sql("DELETE FROM k AS y WHERE y.id IN (SELECT a FROM u) AND y.v > 25")
+    db.sql("UPDATE k SET v = v + 1 WHERE id = 1")
+    db.sql("DELETE FROM t WHERE a IN (SELECT a FROM t NATURAL JOIN u WHERE b = 'y')")
+    db.sql("DELETE FROM u WHERE (a, 'w') IN (SELECT * FROM t)")
+    db.flush()
+    assert _answer(db.sql("SELECT * FROM t")) == [(1, "x"), (3, "w")]
+    assert _answer(db.sql("SELECT * FROM k")) == [(1, 11), (2, 20)]
+    assert _answer(db.sql("SELECT * FROM u")) == [2]

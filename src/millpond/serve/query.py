@@ -32,12 +32,15 @@ from millpond.serve.display import to_decimal
 if TYPE_CHECKING:
     from millpond.engine.runtime import Runtime
 
-__all__ = ["answer"]
+__all__ = ["answer", "TARGET"]
+
+TARGET = "#target"  # the table an UPDATE or DELETE changes is read under its name and this: only it has _row_id
 
 
-def answer(rt: Runtime, query: exp.Expression, *, hidden: bool = False, pending: bool = False) -> pa.Table:
-    """The result of ``query``; ``hidden`` exposes tables' ``_row_id`` (for UPDATE and DELETE);
-    ``pending`` reads tables as of now (:meth:`~millpond.engine.runtime.Runtime.snapshot`). A
+def answer(rt: Runtime, query: exp.Expression, *, stored: bool = False, pending: bool = False) -> pa.Table:
+    """The result of ``query``; a relation named ``<table>#target`` (:data:`TARGET`) is ``<table>``
+    with its ``_row_id`` (the rows an UPDATE or DELETE changes); ``stored``: the result is written
+    back, its columns in their stored forms; ``pending`` reads tables as of now (:meth:`~millpond.engine.runtime.Runtime.snapshot`). A
     relation the query reads only by its key (:func:`_by_key`) is looked up, not scanned."""
     con = duck.cursor()
     try:
@@ -50,14 +53,15 @@ def answer(rt: Runtime, query: exp.Expression, *, hidden: bool = False, pending:
         for name in set(refs) - ctes:
             if name in registered:
                 continue
+            real, hidden = name.removesuffix(TARGET), name.endswith(TARGET)
             keys = _by_key(rt, query, name)
             if keys is not None:
-                con.register(name, rt.rows_by_key(name, keys, hidden=hidden, pending=pending))
+                con.register(name, rt.rows_by_key(real, keys, hidden=hidden, pending=pending))
             elif refs[name] == 1:  # read once: streamed
-                con.register(name, rt.reader(name, hidden=hidden, pending=pending, columns=used))
+                con.register(name, rt.reader(real, hidden=hidden, pending=pending, columns=used))
                 streamed.append(name)
             else:
-                con.register(name, rt.snapshot(name, hidden=hidden, pending=pending, columns=used))
+                con.register(name, rt.snapshot(real, hidden=hidden, pending=pending, columns=used))
         sql = to_duckdb(query)
         try:
             try:
@@ -66,7 +70,8 @@ def answer(rt: Runtime, query: exp.Expression, *, hidden: bool = False, pending:
                 if "already been consumed" not in str(exc):
                     raise
                 for name in streamed:
-                    con.register(name, rt.snapshot(name, hidden=hidden, pending=pending, columns=used))
+                    con.register(name, rt.snapshot(name.removesuffix(TARGET), hidden=name.endswith(TARGET),
+                                                   pending=pending, columns=used))
                 result = con.sql(sql).to_arrow_table()
         except duckdb.Error as exc:
             if (python := raised(exc)) is not None:  # a Python function raised (SQLSTATE 38000)
@@ -74,7 +79,7 @@ def answer(rt: Runtime, query: exp.Expression, *, hidden: bool = False, pending:
             if (pg := pgerrors.translate(str(exc))) is not None:  # a data error, in PostgreSQL's words
                 raise SqlError(pg.message, sqlstate=pg.sqlstate) from None
             raise SqlError(f"query failed: {exc}") from None
-        return _shown(result, intervals=not hidden)
+        return _shown(result, intervals=not stored)
     finally:
         con.close()
 
@@ -113,8 +118,8 @@ def _by_key(rt: Runtime, query: exp.Expression, name: str) -> pa.Table | None:
     key (:meth:`~millpond.engine.runtime.Runtime.key_of`): each key column compared equal to
     constants (``=``, ``IN``) in a conjunct of the WHERE of the SELECT that reads it. Reading
     only those rows answers the query: every other row fails that conjunct. None: scan it."""
-    key = rt.key_of(name)
-    schema = rt.catalog.relation(name).schema if key else None
+    key = rt.key_of(name.removesuffix(TARGET))
+    schema = rt.catalog.relation(name.removesuffix(TARGET)).schema if key else None
     if not key or not all(_exact(schema.field(k).type) for k in key):
         return None
     found: list[pa.Table] = []
@@ -223,7 +228,7 @@ def _epoch(rt: Runtime, when: exp.Expression, con: duckdb.DuckDBPyConnection) ->
 def _shown(table: pa.Table, *, intervals: bool = True) -> pa.Table:
     """``table`` with its quotients as decimals with their display scales
     (:mod:`millpond.serve.display`: no table column holds the stored form), its INTERVAL
-    columns as ``month_day_nano_interval`` and its JSONB columns as ``arrow.json`` text (unless ``intervals`` is False: a ``hidden`` read keeps
+    columns as ``month_day_nano_interval`` and its JSONB columns as ``arrow.json`` text (unless ``intervals`` is False: a ``stored`` read keeps
     them stored, UPDATE and DELETE append the rows they read)."""
     for i, f in enumerate(table.schema):
         if intervals and f.type.equals(INTERVAL):

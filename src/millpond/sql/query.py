@@ -15,6 +15,7 @@ from millpond.columns import ROW_ID
 from millpond.engine.runtime import Runtime
 from millpond.errors import MillpondError
 from millpond.serve import answer
+from millpond.serve.query import TARGET
 from millpond.sql import semantics
 from millpond.sql.desugar import desugar
 from millpond.sql.names import qualify_names
@@ -24,20 +25,25 @@ from millpond.sql.planner.windows import spell_out_table_functions
 __all__ = ["run_query", "bind_query", "bind_select", "tables_read"]
 
 
-def run_query(rt: Runtime, query: exp.Expression, *, hidden: bool = False, pending: bool = False,
+def run_query(rt: Runtime, query: exp.Expression, *, target: exp.Table | None = None, pending: bool = False,
               assign: Sequence[tuple[str, semantics.SqlType]] | None = None) -> pa.Table:
-    """The result of ``query``; ``hidden`` exposes tables' ``_row_id`` (for UPDATE and DELETE);
-    ``pending`` reads tables as of now: the changes appended since the last epoch too; ``assign``:
-    the columns (name, type) an INSERT or UPDATE stores its outputs into."""
-    return answer(rt, bind_query(rt, query, hidden=hidden, assign=assign), hidden=hidden, pending=pending)
+    """The result of ``query``; ``target``: the table an UPDATE or DELETE changes, which ``query``
+    reads FROM (under the target's alias), its rows with their ``_row_id``; ``pending`` reads tables
+    as of now: the changes appended since the last epoch too; ``assign``: the columns (name, type) an
+    INSERT or UPDATE stores its outputs into."""
+    if target is not None:
+        query = query.copy()
+        query.args["from_"].this.replace(exp.Table(this=exp.to_identifier(target.name + TARGET, quoted=True),
+                                                  alias=exp.TableAlias(this=exp.to_identifier(target.alias_or_name))))
+    return answer(rt, bind_query(rt, query, assign=assign), stored=target is not None, pending=pending)
 
 
-def bind_query(rt: Runtime, query: exp.Expression, *, hidden: bool = False,
+def bind_query(rt: Runtime, query: exp.Expression, *,
                assign: Sequence[tuple[str, semantics.SqlType]] | None = None) -> exp.Expression:
     """``query`` qualified and bound: PostgreSQL's meaning, explicit for DuckDB."""
     query, _ = desugar(query.copy(), rt.catalog.functions)
     query = spell_out_table_functions(rt.catalog, query)
-    types = {name: _located(query, name, lambda n=name: _columns(rt, n, hidden=hidden)) for name in tables_read(query)}
+    types = {name: _located(query, name, lambda n=name: _columns(rt, n)) for name in tables_read(query)}
     return bind_select(query, types, assign=assign)
 
 
@@ -65,14 +71,13 @@ def bind_select(query: exp.Expression, types: Mapping[str, Mapping[str, semantic
     return semantics.bind(query, types, view=False, assign=assign)
 
 
-def _columns(rt: Runtime, name: str, *, hidden: bool) -> dict[str, semantics.SqlType]:
+def _columns(rt: Runtime, name: str) -> dict[str, semantics.SqlType]:
     catalog = rt.catalog
+    if name.endswith(TARGET) and name.removesuffix(TARGET) in catalog.tables:
+        return _columns(rt, name.removesuffix(TARGET)) | {ROW_ID: semantics.from_arrow(pa.int64())}
     if name in catalog.tables:
-        cols = {c.name: semantics.from_catalog(c.type) for c in catalog.tables[name].columns}
-        if hidden:
-            cols[ROW_ID] = semantics.from_arrow(pa.int64())
-        return cols
+        return {c.name: semantics.from_catalog(c.type) for c in catalog.tables[name].columns}
     if name in catalog.views:
         return {f.name: semantics.from_arrow(f.type) for f in catalog.views[name].schema}
-    schema = rt.snapshot(name, hidden=hidden).schema  # a system view, or an unknown name (its error)
+    schema = rt.snapshot(name).schema  # a system view, or an unknown name (its error)
     return {f.name: semantics.from_arrow(f.type) for f in schema}
