@@ -213,8 +213,9 @@ def sst_compaction_prefix(base_version: int, task_id: str) -> str:
     return f"{SST_PREFIX}{base_version:020d}-c.{task_id}/"
 
 
-def sst_key(base_version: int, epoch: int, attempt: str, state: str, partition: int) -> str:
-    return f"{sst_attempt_prefix(base_version, epoch, attempt)}{state}/p{partition:05d}.sst"
+def sst_key(base_version: int, epoch: int, attempt: str, state: str, partition: int, step: str = "") -> str:
+    """A task's state file; ``step`` names one of its steps over a slice of its keys (``-00``...)."""
+    return f"{sst_attempt_prefix(base_version, epoch, attempt)}{state}/p{partition:05d}{step}.sst"
 
 
 def parse_sst_version(key: str) -> int:
@@ -264,10 +265,10 @@ def changes_key(view_key: str, epoch: int) -> str:
     return f"changes/{view_key}/{epoch:020d}.parquet"
 
 
-def changes_part_key(view_key: str, epoch: int, attempt: str, partition: int) -> str:
+def changes_part_key(view_key: str, epoch: int, attempt: str, partition: int, step: str = "") -> str:
     """A view's changes in ``epoch`` written by one task of one attempt (its files are listed in
-    the epoch's entry: a failed attempt's never are)."""
-    return f"{changes_epoch_prefix(view_key, epoch)}{attempt}-{partition:05d}.parquet"
+    the epoch's entry: a failed attempt's never are); ``step``: of one of its steps (``-g00``...)."""
+    return f"{changes_epoch_prefix(view_key, epoch)}{attempt}-{partition:05d}{step}.parquet"
 
 
 def changes_epoch_prefix(view_key: str, epoch: int) -> str:

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from millpond import paths
 from millpond.errors import FencedError, MillpondError, StorageError
 from millpond.store import cache
-from millpond.store import compaction
+from millpond.store import compaction, sst
 from millpond.store.compaction import Policy
 from millpond.store.faulty import FaultyStore
 from millpond.store.objects import ObjectStore
@@ -216,6 +216,24 @@ def test_small_l0_runs_merge_among_themselves_over_a_large_l1(tmp_path, monkeypa
     store = _run(str(tmp_path), steps + [("gc",)], retention=4, faulty=False, policy=policy)
     assert 0 in targets and 1 in targets, targets
     assert len(store.manifest.state("kv").l0) <= policy.l0_stall
+    store.close()
+
+
+def test_a_merge_read_one_range_of_keys_at_a_time_equals_the_model(tmp_path, monkeypatch):
+    """Compaction reads and merges its inputs by ranges of key hashes (bounded memory): cut at
+    every block here, the store still equals the model after every step, at every retained epoch."""
+    monkeypatch.setattr(compaction, "MERGE_BYTES", 1)
+    monkeypatch.setattr(sst, "BLOCK_BYTES", 256)  # blocks of 64 rows: files of many blocks
+    cuts, real = [], compaction._ranges
+    monkeypatch.setattr(compaction, "_ranges", lambda metas, budget: cuts.append(r := real(metas, budget)) or r)
+    rng = np.random.default_rng(11)
+    steps = [("put", [(k, 1) for k in range(0, 2000, 3)]), ("seal",)]
+    for _ in range(12):
+        steps.append(("put", [(int(k), int(v)) for k, v in zip(rng.integers(0, 2000, 300), rng.integers(-5, 6, 300))]))
+        steps.append(("delete", [int(k) for k in rng.integers(0, 2000, 40)]))
+        steps.append(("seal",))
+    store = _run(str(tmp_path), steps + [("gc",)], retention=2, faulty=False)
+    assert max(map(len, cuts)) > 5, "no merge was cut into ranges"
     store.close()
 
 

@@ -128,10 +128,10 @@ class Inputs:
             read = partial(read_changes, self.job.root, self.job.storage, files, arrow_schema(schema))
             parts.append(self.spark.range(0, len(files), 1, len(files)).mapInArrow(read, schema))
         if view.state and self.consumer.key not in self.job.manifest.offsets:
-            n = self.job.parallelism
-            read = partial(read_rows, self.job.root, self.job.storage, self.job.manifest.state(view.state),
-                           tuple(view.schema.names), n, arrow_schema(schema), row_id=False)
-            parts.append(self.spark.range(0, n, 1, n).mapInArrow(read, schema))
+            levels, n = self.job.manifest.state(view.state), self.job.parallelism
+            read = partial(read_rows, self.job.root, self.job.storage, levels,
+                           tuple(view.schema.names), read_slices(levels, n), arrow_schema(schema), row_id=False)
+            parts.append(self.spark.range(0, read_slices(levels, n), 1, n).mapInArrow(read, schema))
         df = reduce(DataFrame.unionByName, parts) if parts else self.spark.createDataFrame([], schema)
         return select_expr(df, *_renames(node.columns), W)
 
@@ -145,9 +145,10 @@ class Inputs:
         ddl, n = _ddl(t, (*names, ROW_ID) if row_id else names), self.job.parallelism
         schema = to_arrow_schema(self.spark.createDataFrame([], ddl).schema, timezone="UTC")
         sid = P.state_id(int(key[1:]), table_plan(t).node_id, "rows")
-        read = partial(read_rows, self.job.root, self.job.storage, self.job.manifest.state(sid),
-                       names, n, schema, row_id=row_id)
-        return self.spark.range(0, n, 1, n).mapInArrow(read, ddl)
+        levels = self.job.manifest.state(sid)
+        read = partial(read_rows, self.job.root, self.job.storage, levels, names, read_slices(levels, n), schema,
+                       row_id=row_id)
+        return self.spark.range(0, read_slices(levels, n), 1, n).mapInArrow(read, ddl)
 
     def _scan(self, t: TableDef, start: int, stop: int, cols: tuple[str, ...]) -> DataFrame:
         if start >= stop:  # nothing new on this side: an empty local relation plans in no time
@@ -241,7 +242,7 @@ class Inputs:
         """For a stateless subtree whose every range goes through the data source: name this
         epoch's ranges, and return the loaded DataFrames' keys — a DataFrame built over them
         before reads this epoch's records too (so it is built once). None otherwise."""
-        todo, found = [node], []
+        todo = [node]
         while todo:
             n = todo.pop()
             if not isinstance(n, (P.Source, P.Filter, P.Project, P.Window, P.Union)):
@@ -290,6 +291,16 @@ def read_columns(node: P.Node) -> dict[int, tuple[str, ...]]:
                 need(i, None)
     need(node, None)
     return {id(s): tuple(src for _, src in s.columns if src in out[id(s)]) for s in P.sources(node) if id(s) in out}
+
+
+SLICE_ROWS = 500_000  # a task reads a table's or view's rows state this many stored rows at a time, at most
+
+
+def read_slices(levels: Levels, tasks: int) -> int:
+    """How many slices of key hashes :func:`read_rows` cuts a rows state into: at least one per
+    task, each of at most :data:`SLICE_ROWS` stored rows (a task of TPC-H's backfill at SF 1 read
+    3M lineitems at once: 1.9 GB)."""
+    return tasks * max(1, -(-sum(ref.rows for ref in levels.files()) // (tasks * SLICE_ROWS)))
 
 
 def read_rows(root: str, storage: dict, levels: Levels, columns: tuple[str, ...], slices: int, schema: pa.Schema,

@@ -36,12 +36,13 @@ import pyarrow as pa
 from pyspark import TaskContext
 
 from millpond import paths
+from millpond.spark import spill
 from millpond.columns import KH, VN
 from millpond.engine.changefeed import parquet
 from millpond.engine.executor import EpochJob
 from millpond.engine.operators import Operator
 from millpond.engine.operators.join import SIDE
-from millpond.engine.step import run_step
+from millpond.engine.step import run_steps, step_bytes
 from millpond.errors import InvariantError
 from millpond.keyhash import xxhash64
 from millpond.spark.fused import Fused, conform, select_records
@@ -69,11 +70,13 @@ class Run:
     attempt: str
     base_version: int
     levels: dict[str, Levels]  # state id -> its files at ``base_version``
+    step_bytes: int  # how much delta a task applies at once (millpond.engine.step)
 
 
 def describe_job(job: EpochJob, state_ids: Iterable[str]) -> str:
     """The descriptor of ``job`` for tasks that read ``state_ids`` (JSON: the local property's value)."""
     return json.dumps({"epoch": job.epoch, "attempt": job.attempt, "version": job.manifest.version,
+                       "step_bytes": step_bytes(),
                        "levels": {sid: job.manifest.state(sid).to_json() for sid in sorted(set(state_ids))}})
 
 
@@ -91,7 +94,7 @@ def current_run() -> Run:
     if _last is None or _last[0] != text:
         body = json.loads(text)
         _last = (text, Run(body["epoch"], body["attempt"], body["version"],
-                           {sid: Levels.from_json(v) for sid, v in body["levels"].items()}))
+                           {sid: Levels.from_json(v) for sid, v in body["levels"].items()}, body["step_bytes"]))
     return _last[1]
 
 
@@ -127,8 +130,20 @@ class Task:
         return self.run(batches, TaskContext.get().partitionId())
 
     def run(self, batches: Iterator[pa.RecordBatch], partition: int) -> Iterator[pa.RecordBatch]:
-        """The task of Spark partition ``partition`` over its input ``batches``."""
-        out = self.step([b for b in batches if b.num_rows], partition, time.perf_counter())
+        """The task of Spark partition ``partition`` over its input ``batches``: in groups of disjoint
+        keys of a bounded size when they are its delta (:mod:`millpond.spark.spill`), each group's
+        output emitted before the next is read."""
+        started = time.perf_counter()
+        if self.local is not None or self.feed is not None or self.fused is not None:  # the delta is made here
+            parts: Iterable[list[pa.RecordBatch]] = [[b for b in batches if b.num_rows]]
+        else:
+            parts = spill.groups(batches, current_run().step_bytes)
+        for i, part in enumerate(parts):
+            step = "" if i == 0 else f"-g{i:02d}"
+            yield from self._emit(self.step(part, partition, started, step=step), partition, step)
+            started = time.perf_counter()
+
+    def _emit(self, out: pl.DataFrame | None, partition: int, step: str) -> Iterator[pa.RecordBatch]:
         if out is None or out.height == 0 or not self.emit:
             return
         if self.consumer is None:
@@ -137,15 +152,16 @@ class Task:
             return
         assert self.changes is not None
         run = current_run()
-        key = paths.changes_part_key(self.consumer, run.epoch, run.attempt, partition)
+        key = paths.changes_part_key(self.consumer, run.epoch, run.attempt, partition, step)
         open_store(self.root, self.storage).put(key, parquet(out.to_arrow().select(self.changes.names).cast(self.changes)))
         yield pa.RecordBatch.from_pydict({CONSUMER: [self.consumer], FILE: [key], ROWS: [out.height]},
                                          schema=self.out_schema)
 
-    def step(self, batches: list[pa.RecordBatch], partition: int, started: float, memo: dict | None = None
-             ) -> pl.DataFrame | None:
+    def step(self, batches: list[pa.RecordBatch], partition: int, started: float, memo: dict | None = None,
+             step: str = "") -> pl.DataFrame | None:
         """The operator over this partition's delta (None: there is none): its output changelog.
-        ``memo``: the outputs of a local tree's operators run so far in this task (spark/local.py)."""
+        ``memo``: the outputs of a local tree's operators run so far in this task (spark/local.py);
+        ``step``: which group of the task's input ``batches`` are (:mod:`millpond.spark.spill`)."""
         if self.local is not None:  # the whole plan below it, run here over every vnode
             delta = self.local.delta(partition, {} if memo is None else memo)
         elif self.feed is not None:  # the delta is what the operator feeding this one emits, in this task
@@ -169,9 +185,9 @@ class Task:
         if missing:
             raise InvariantError(f"{self.op.name}: the job's descriptor lacks state {', '.join(missing)}")
         levels = {part: run.levels[sid] for part, sid in self.states.items()}
-        out = run_step(self.op, delta, open_store(self.root, self.storage), levels, epoch=run.epoch,
-                       attempt=run.attempt, base_version=run.base_version, object_id=self.object_id,
-                       node_id=self.node_id, partition=partition, times=times)
+        out = run_steps(self.op, delta, open_store(self.root, self.storage), levels, epoch=run.epoch,
+                        attempt=run.attempt, base_version=run.base_version, object_id=self.object_id,
+                        node_id=self.node_id, partition=partition, times=times, step=step, budget=run.step_bytes)
         if times is not None:
             _profile(self.op.name, partition, delta.height, out.height, times)
         return out

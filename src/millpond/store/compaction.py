@@ -40,7 +40,7 @@ import pyarrow as pa
 from millpond.columns import COUNT, DEL, EP, KH
 from millpond.store.manifest import Levels
 from millpond.store.objects import ObjectStore, open_store
-from millpond.store.sst import SstRef, open_sst, read_all, write_sst
+from millpond.store.sst import SstMeta, SstRef, open_sst, scan_sst, write_sst
 
 __all__ = ["Policy", "Task", "pick", "merge_rows", "run_task", "apply"]
 
@@ -164,22 +164,48 @@ def _split_points(kh: np.ndarray, rows_per_file: int) -> list[int]:
     return [*cuts, kh.size]
 
 
+MERGE_BYTES = 64 << 20  # a merge reads its inputs one range of keys of about this many (compressed) bytes at a time
+
+
 def run_task(store: ObjectStore, task: Task) -> tuple[SstRef, ...]:
-    """Merge ``task.inputs`` and write the outputs; returns their manifest entries."""
+    """Merge ``task.inputs`` and write the outputs; returns their manifest entries. The inputs are
+    read and merged one range of key hashes at a time (:func:`_ranges`), so what a merge holds is
+    bounded whatever the state's size (merging a 6M-row join state at once held 7 GB)."""
     if task.move:
         return task.inputs
     metas = [open_sst(store, ref) for ref in task.inputs]
     keys, additive = metas[0].keys, metas[0].additive
-    tables = [read_all(store, ref) for ref in task.inputs]
-    rows = pl.from_arrow(pa.concat_tables(tables, promote_options="permissive"))
-    merged = merge_rows(rows, keys, additive, task.safe_epoch, task.bottom, task.expiry)
-    if merged.height == 0:
-        return ()
-    per_row = max(1, merged.estimated_size() // merged.height)
-    cuts = _split_points(merged[KH].to_numpy(), max(16, task.target_file_bytes // per_row))
-    return tuple(
-        write_sst(store, f"{task.prefix}{task.state}/{n:05d}.sst", merged.slice(a, b - a), keys=keys, additive=additive)
-        for n, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])))
+    outputs: list[SstRef] = []
+    for lo, hi in _ranges(metas, MERGE_BYTES):  # a loop per range of keys
+        tables = [t for ref in task.inputs if (t := scan_sst(store, ref, lo, hi)) is not None]
+        if not tables:
+            continue
+        rows = pl.from_arrow(pa.concat_tables(tables, promote_options="permissive"))
+        del tables
+        merged = merge_rows(rows, keys, additive, task.safe_epoch, task.bottom, task.expiry)
+        del rows
+        if merged.height == 0:
+            continue
+        per_row = max(1, merged.estimated_size() // merged.height)
+        cuts = _split_points(merged[KH].to_numpy(), max(16, task.target_file_bytes // per_row))
+        outputs += [write_sst(store, f"{task.prefix}{task.state}/{len(outputs) + n:05d}.sst", merged.slice(a, b - a),
+                              keys=keys, additive=additive) for n, (a, b) in enumerate(zip(cuts[:-1], cuts[1:]))]
+    return tuple(outputs)
+
+
+def _ranges(metas: list[SstMeta], budget: int) -> list[tuple[int | None, int | None]]:
+    """Ranges ``[lo, hi)`` of key hashes (None: open) holding about ``budget`` bytes of the files'
+    blocks each, cut at blocks' first keys: a key's versions all fall in one range, in key order."""
+    firsts = np.concatenate([m.first_kh for m in metas])
+    sizes = np.concatenate([m.lengths for m in metas])
+    order = np.argsort(firsts, kind="stable")
+    firsts, total = firsts[order], np.cumsum(sizes[order])
+    n = int(-(-total[-1] // budget)) if total.size else 1
+    if n <= 1:
+        return [(None, None)]
+    cuts = np.unique(firsts[np.searchsorted(total, np.arange(1, n) * (total[-1] / n))])
+    cuts = cuts[cuts > firsts[0]].tolist()
+    return list(zip([None, *cuts], [*cuts, None]))
 
 
 def run_remote_task(root: str, options: dict[str, str], task: Task) -> tuple[SstRef, ...]:

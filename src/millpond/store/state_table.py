@@ -17,7 +17,7 @@ file that can hold it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
 import polars as pl
