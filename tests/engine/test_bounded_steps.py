@@ -118,9 +118,9 @@ def test_key_ranges_cut_at_key_boundaries(budget):
     import polars as pl
 
     from millpond.engine.step import key_ranges
-    delta = pl.DataFrame({"_kh": [5, 5, 5, 1, 1, 9, 9, 9, 9, 3] * 50, "v": list(range(500))})
+    delta = pl.DataFrame({"_kh": [5, 5, 5, 1, 1, 9, 9, 9, 9, 3] * 500, "v": list(range(5000))})
     ranges = key_ranges(delta, budget)
     counts = [delta.filter((pl.col("_kh") >= lo) & (pl.col("_kh") < hi if hi is not None else True)).height
               for lo, hi in ranges]
-    assert sum(counts) == 500
+    assert sum(counts) == 5000 and all(counts)
     assert (len(ranges) > 1) == (budget == 1)

@@ -21,6 +21,8 @@ from typing import Mapping
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from millpond import faults, paths
 from millpond.columns import KH
@@ -30,7 +32,7 @@ from millpond.store.manifest import Levels
 from millpond.store.objects import ObjectStore
 from millpond.store.state_table import StateTable, write_state
 
-__all__ = ["run_step", "run_steps", "step_bytes"]
+__all__ = ["run_step", "run_steps", "step_bytes", "content_bytes"]
 
 
 def step_bytes() -> int:
@@ -84,10 +86,36 @@ def run_steps(op: Operator, delta: pl.DataFrame, store: ObjectStore, levels: Map
     return pl.concat(outs, how="vertical_relaxed")
 
 
+def content_bytes(rows: pa.Table | pa.RecordBatch) -> int:
+    """The bytes of ``rows``' values, from the values alone (:func:`row_bytes`). A task cuts its
+    input by this count, which does not depend on how Spark happened to batch the rows (buffer
+    sizes do), so a retried task cuts it where the first attempt did and writes the same files."""
+    return int(row_bytes(rows).sum())
+
+
+def row_bytes(rows: pa.Table | pa.RecordBatch) -> np.ndarray:
+    """Each row's bytes: fixed-width columns by their width, strings and binaries by their length
+    (and an offset), lists and structs by their share of the column as stored."""
+    out = np.zeros(rows.num_rows, dtype=np.int64)
+    for f, column in zip(rows.schema, rows.columns):  # a loop per column
+        t = f.type
+        if pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t) or pa.types.is_large_binary(t):
+            out += 8 + pc.binary_length(column).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        else:
+            try:
+                out += max(1, t.bit_width // 8)
+            except ValueError:  # a list, a struct, a map
+                out += column.nbytes // max(1, len(column))
+    return out
+
+
 def key_ranges(delta: pl.DataFrame, budget: int) -> list[tuple[int, int | None]]:
     """Ranges ``[lo, hi)`` of ``_kh`` (``hi`` None: unbounded) that split ``delta`` into parts of
-    about ``budget`` bytes; a key's rows all fall in one. One range when it fits, or has no ``_kh``."""
-    n = -(-delta.estimated_size() // budget)
+    about ``budget`` bytes (:func:`content_bytes`); a key's rows all fall in one. One range when it
+    fits, or has no ``_kh``."""
+    if delta.height < 2 or KH not in delta.columns:
+        return [(-(1 << 63), None)]
+    n = -(-content_bytes(delta.to_arrow()) // budget)
     if n <= 1 or KH not in delta.columns or delta.height < 2:
         return [(-(1 << 63), None)]
     kh = np.sort(delta.get_column(KH).to_numpy())

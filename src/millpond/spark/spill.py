@@ -1,7 +1,7 @@
 """A stateful task's input in bounded groups: what a task holds is bounded by a setting, not by data.
 
 A task's input arrives from Spark as Arrow batches. While they add up to at most the budget
-(:data:`millpond.engine.step.STEP_BYTES`), they are one group, applied at once as before. Past it,
+(:func:`millpond.engine.step.step_bytes`), they are one group, applied at once as before. Past it,
 every batch is spilled to a local file per range of its rows' key hashes (the top bits of
 ``_kh``: :data:`BUCKETS` ranges, in key order), one batch in memory at a time; the files are then
 read back in groups of neighbouring ranges of about the budget each. Groups hold disjoint keys,
@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from millpond.columns import KH
+from millpond.engine.step import content_bytes, row_bytes
 
 __all__ = ["groups", "BUCKETS"]
 
@@ -30,13 +31,14 @@ _SHIFT = 64 - 6
 
 def groups(batches: Iterable[pa.RecordBatch], budget: int) -> Iterator[list[pa.RecordBatch]]:
     """``batches`` (the empty ones dropped) as groups of disjoint key hashes, each about ``budget``
-    bytes: one group when they fit, or when they carry no ``_kh``."""
+    bytes (:func:`~millpond.engine.step.content_bytes`): one group when they fit,
+    or when they carry no ``_kh``."""
     it = iter(batches)
     held, size = [], 0
     for batch in it:
         if batch.num_rows:
             held.append(batch)
-            size += batch.nbytes
+            size += content_bytes(batch)
         if size > budget and KH in batch.schema.names:
             break
     else:
@@ -56,6 +58,7 @@ def _spilled(folder: str, held: list[pa.RecordBatch], rest: Iterator[pa.RecordBa
         bucket = (batch.column(KH).to_numpy() >> _SHIFT) + BUCKETS // 2  # signed: ranges in key order
         order = np.argsort(bucket, kind="stable")
         counts = np.bincount(bucket, minlength=BUCKETS)
+        sizes[:] += np.bincount(bucket, weights=row_bytes(batch), minlength=BUCKETS).astype(np.int64)
         batch = batch.take(pa.array(order))
         starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
         for b in np.flatnonzero(counts).tolist():  # a loop per range present in the batch
@@ -63,7 +66,6 @@ def _spilled(folder: str, held: list[pa.RecordBatch], rest: Iterator[pa.RecordBa
             if b not in writers:
                 writers[b] = ipc.new_stream(os.path.join(folder, f"{b:02d}.arrows"), schema)
             writers[b].write_batch(part)
-            sizes[b] += part.nbytes
 
     for batch in held:
         spill(batch)

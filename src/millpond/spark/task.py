@@ -36,7 +36,6 @@ import pyarrow as pa
 from pyspark import TaskContext
 
 from millpond import paths
-from millpond.spark import spill
 from millpond.columns import KH, VN
 from millpond.engine.changefeed import parquet
 from millpond.engine.executor import EpochJob
@@ -45,6 +44,7 @@ from millpond.engine.operators.join import SIDE
 from millpond.engine.step import run_steps, step_bytes
 from millpond.errors import InvariantError
 from millpond.keyhash import xxhash64
+from millpond.spark import spill
 from millpond.spark.fused import Fused, conform, select_records
 from millpond.store.manifest import Levels
 from millpond.store.objects import open_store
