@@ -44,7 +44,8 @@ def groups(batches: Iterable[pa.RecordBatch], budget: int) -> Iterator[list[pa.R
     else:
         yield held
         return
-    with tempfile.TemporaryDirectory(prefix="millpond-spill-") as folder:
+    local = os.environ.get("SPARK_LOCAL_DIRS", "").split(",")[0] or None  # an executor's scratch disk, if named
+    with tempfile.TemporaryDirectory(prefix="millpond-spill-", dir=local) as folder:
         yield from _spilled(folder, held, it, budget)
 
 
