@@ -116,7 +116,7 @@ def key_ranges(delta: pl.DataFrame, budget: int) -> list[tuple[int, int | None]]
     if delta.height < 2 or KH not in delta.columns:
         return [(-(1 << 63), None)]
     n = -(-content_bytes(delta.to_arrow()) // budget)
-    if n <= 1 or KH not in delta.columns or delta.height < 2:
+    if n <= 1:
         return [(-(1 << 63), None)]
     kh = np.sort(delta.get_column(KH).to_numpy())
     cuts = np.unique(kh[(np.arange(1, n) * kh.size) // n])  # the rows' own key hashes: deterministic
