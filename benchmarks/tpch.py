@@ -8,7 +8,8 @@
   key range): the writes and ``flush()`` timed together, against Spark recomputing all 22 queries
   from the Parquet files.
 - **memory**: the peak of the resident memory of this process and its children (the JVM, the
-  Python workers) over the run, sampled every 100 ms.
+  Python workers, the compactor) over the run, sampled every 100 ms; and by phase (loading, the
+  backfills, the refresh rounds, Spark's runs, the checks), to say which part to shrink.
 
 Every view is checked against DuckDB over the same rows after the backfill (DuckDB reading the
 Parquet files: this process holds no copy of the tables) and after the last refresh. Ratios are millpond / Spark (lower is better). ``MILLPOND_DRIVER_RECORDS=0`` runs every
@@ -43,7 +44,14 @@ class Memory:
 
     def __init__(self) -> None:
         self.peak, self._stop = 0, threading.Event()
+        self.phases: dict[str, int] = {}  # the peak within each phase of the run (phase())
+        self._phase, self._phase_peak = "start", 0
         threading.Thread(target=self._run, daemon=True).start()
+
+    def phase(self, name: str) -> None:
+        """Close the phase under way (its peak kept) and start ``name``."""
+        self.phases[self._phase] = max(self.phases.get(self._phase, 0), self._phase_peak)
+        self._phase, self._phase_peak = name, 0
 
     @staticmethod
     def _tree_rss() -> int:
@@ -68,7 +76,16 @@ class Memory:
 
     def _run(self) -> None:
         while not self._stop.wait(0.1):
-            self.peak = max(self.peak, self._tree_rss())
+            rss = self._tree_rss()
+            self.peak, self._phase_peak = max(self.peak, rss), max(self._phase_peak, rss)
+
+
+MEMORY: Memory | None = None  # the run's sampler (main)
+
+
+def phase(name: str) -> None:
+    if MEMORY is not None:
+        MEMORY.phase(name)
 
 
 def spark_run(spark, folder: Path, names: list[str], sqls: dict[str, str]) -> float:
@@ -95,6 +112,7 @@ def backfill(spark, folder: Path, names: list[str], sqls: dict[str, str]) -> Non
     total_m = total_s = 0.0
     with tempfile.TemporaryDirectory(prefix="tpch-") as scratch:
         template = os.path.join(scratch, "loaded")  # loaded once; each view gets a copy of its root
+        phase("load the tables")
         loaded(spark, template, folder).close()
         for name in names:
             total_m, total_s = _backfill_one(spark, folder, name, sqls, template, os.path.join(scratch, name),
@@ -105,6 +123,7 @@ def backfill(spark, folder: Path, names: list[str], sqls: dict[str, str]) -> Non
 def _backfill_one(spark, folder: Path, name: str, sqls: dict[str, str], template: str, root: str,
                   total_m: float, total_s: float) -> tuple[float, float]:
     shutil.copytree(template, root)
+    phase("each view's first epoch")
     try:
         db = millpond.connect(root, spark=spark, interval=None)
         try:
@@ -116,11 +135,13 @@ def _backfill_one(spark, folder: Path, name: str, sqls: dict[str, str], template
                 print(f"{name:6} {'failed':>10}  {str(exc).splitlines()[0][:100]}")
                 return total_m, total_s
             mine = time.perf_counter() - start
+            phase("the check against DuckDB")
             ok = oracle.same(oracle.rows(db.sql(f"SELECT * FROM {name}")), oracle.answer(folder, sqls[name]))
         finally:
             db.close()
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    phase("Spark's batch of each query")
     spark_s = min(spark_run(spark, folder, [name], sqls) for _ in range(2))
     print(f"{name:6} {mine:10.2f} {spark_s:8.2f} {mine / spark_s:6.2f}  {'= duckdb' if ok else 'DIFFERS'}",
           flush=True)
@@ -131,13 +152,16 @@ def refresh(spark, folder: Path, names: list[str], sqls: dict[str, str], rounds:
             fraction: float) -> None:
     print(f"refresh: RF1 + RF2 at {fraction:g} of the orders, all {len(names)} views, vs Spark recomputing them")
     with tempfile.TemporaryDirectory(prefix="tpch-") as root:
+        phase("load the tables")
         db = loaded(spark, root, folder)
         try:
+            phase("the views' backfill together")
             start = time.perf_counter()
             for name in names:
                 db.sql(f"CREATE MATERIALIZED VIEW {name} AS {sqls[name]}")
             db.flush()
             print(f"  all views' backfill together: {time.perf_counter() - start:.1f} s")
+            phase("refresh rounds (the refresh functions' tables in the driver)")
             rf = tpch.Refresh(tpch.read(folder, "orders"), tpch.read(folder, "lineitem"), fraction, seed=1)
             times = []
             for _ in range(rounds):
@@ -149,7 +173,9 @@ def refresh(spark, folder: Path, names: list[str], sqls: dict[str, str], rounds:
                     db.sql(statement)
                 db.flush()
                 times.append(time.perf_counter() - start)
+            phase("Spark recomputing the views")
             spark_s = min(spark_run(spark, folder, names, sqls) for _ in range(2))
+            phase("the check against DuckDB")
             for i, t in enumerate(times):
                 print(f"  round {i + 1}: millpond {t:6.2f} s  spark {spark_s:6.2f} s  speed-up {spark_s / t:5.2f}x")
             tables = {name: db.read(name) for name in tpch.TABLES}
@@ -167,7 +193,8 @@ def main() -> None:
     ap.add_argument("--fraction", type=float, default=0.001)
     ap.add_argument("--skip", default="")
     args = ap.parse_args()
-    memory = Memory()
+    global MEMORY
+    memory = MEMORY = Memory()
     folder = tpch.generate(args.scale, Path(tempfile.gettempdir()) / f"tpch-sf{args.scale:g}")
     sqls = tpch.queries(args.scale)
     names = args.queries.split(",")
@@ -182,6 +209,9 @@ def main() -> None:
             refresh(spark, folder, names, sqls, args.rounds, args.fraction)
     finally:
         print(f"peak memory of every process of the run: {memory.peak / 2**30:.2f} GiB")
+        phase("end")
+        print("  by phase: " + ", ".join(f"{name} {peak / 2**30:.2f} GiB" for name, peak in memory.phases.items()
+                                         if name != "start"))
         spark.stop()
 
 
