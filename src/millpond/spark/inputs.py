@@ -129,9 +129,10 @@ class Inputs:
             parts.append(self.spark.range(0, len(files), 1, len(files)).mapInArrow(read, schema))
         if view.state and self.consumer.key not in self.job.manifest.offsets:
             levels, n = self.job.manifest.state(view.state), self.job.parallelism
+            slices = read_slices(levels, n)
             read = partial(read_rows, self.job.root, self.job.storage, levels,
-                           tuple(view.schema.names), read_slices(levels, n), arrow_schema(schema), row_id=False)
-            parts.append(self.spark.range(0, read_slices(levels, n), 1, n).mapInArrow(read, schema))
+                           tuple(view.schema.names), slices, arrow_schema(schema), row_id=False)
+            parts.append(self.spark.range(0, slices, 1, n).mapInArrow(read, schema))
         df = reduce(DataFrame.unionByName, parts) if parts else self.spark.createDataFrame([], schema)
         return select_expr(df, *_renames(node.columns), W)
 
@@ -146,9 +147,9 @@ class Inputs:
         schema = to_arrow_schema(self.spark.createDataFrame([], ddl).schema, timezone="UTC")
         sid = P.state_id(int(key[1:]), table_plan(t).node_id, "rows")
         levels = self.job.manifest.state(sid)
-        read = partial(read_rows, self.job.root, self.job.storage, levels, names, read_slices(levels, n), schema,
-                       row_id=row_id)
-        return self.spark.range(0, read_slices(levels, n), 1, n).mapInArrow(read, ddl)
+        slices = read_slices(levels, n)
+        read = partial(read_rows, self.job.root, self.job.storage, levels, names, slices, schema, row_id=row_id)
+        return self.spark.range(0, slices, 1, n).mapInArrow(read, ddl)
 
     def _scan(self, t: TableDef, start: int, stop: int, cols: tuple[str, ...]) -> DataFrame:
         if start >= stop:  # nothing new on this side: an empty local relation plans in no time
