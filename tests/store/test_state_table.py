@@ -158,11 +158,14 @@ def test_a_multiset_read_unsummed_gives_the_same_rows_and_sums_where_counts_net(
     assert apart.scan().height == 4 and summed.scan().height == 4  # (_kh, k) apart in both
     again = _write(store, 2, {"_kh": [1], "k": ["a"], "v": [1], "_count": [1], "_del": [False]}, **kw)
     gone = _write(store, 3, {"_kh": [2], "k": ["b"], "v": [2], "_count": [-2], "_del": [False]}, **kw)
-    for l0, height in (((again,), 5), ((gone,), 3), ((gone, again), 3)):  # L0 over the level
+    half = _write(store, 4, {"_kh": [2], "k": ["b"], "v": [2], "_count": [-1], "_del": [False]}, **kw)
+    for l0, height in (((again,), 5), ((gone,), 3), ((gone, again), 4), ((half, again), 5)):  # L0 over the level
         levels = Levels(l0, ((low, high),))
         read = StateTable(store, levels, ("k",), additive=True, summed=False).scan()
         assert multiset(read) == multiset(StateTable(store, levels, ("k",), additive=True).scan())
-        assert read.height == height  # a's two copies apart; b's -2 nets its +2: summed, b gone
+        # a's two copies stay apart; b's -2 nets its +2: only b's key hash is summed, and b is gone
+        assert read.height == height and ("b" in read["k"].to_list()) == (gone not in l0)
+        assert read.filter(pl.col("k") == "b")["_count"].to_list() == ([] if gone in l0 else [1] if half in l0 else [2])
     lone = StateTable(store, Levels((gone,)), ("k",), additive=True, summed=False)
     with pytest.raises(InvariantError, match="negative"):  # a count that nets against nothing is still caught
         lone.scan()

@@ -78,7 +78,8 @@ class StateTable:
         is the multiset already, its copies of a row perhaps apart (in two files): its columns are
         neither summed nor converted (a scan of a table's rows state, 6M rows of 16 columns: the
         sums and the round trip through polars were 7.5 of 9 s). A count of 0 or less nets against
-        another: then the rows are summed."""
+        another: then only the rows of those key hashes are summed (a table after a DELETE of 6,000
+        of its 6M rows: a slice's 500,000 rows were summed, 0.9 of a 4.5 s DELETE)."""
         parts = self._parts(lo, hi)
         if self._unsummed():
             kept = {KH, COUNT, *self.key_columns}
@@ -86,8 +87,18 @@ class StateTable:
             if not parts:
                 return None
             rows = pa.concat_tables(parts, promote_options="permissive")
-            if pc.min(rows.column(COUNT)).as_py() > 0:
+            counts = rows.column(COUNT).to_numpy()
+            if counts.min() > 0:
                 return rows
+            kh = rows.column(KH).to_numpy()  # (numpy: Arrow's kernels over thousands of blocks' chunks were 10x slower)
+            negative = np.unique(kh[counts <= 0])
+            netted = negative[np.minimum(np.searchsorted(negative, kh), negative.size - 1)] == kh
+            rows = rows.combine_chunks()
+            summed = self._merge([rows.filter(netted)])
+            rows = rows.filter(~netted)
+            if summed is None:
+                return rows if rows.num_rows else None
+            return pa.concat_tables([rows, summed.to_arrow().select(rows.column_names).cast(rows.schema)])
         merged = self._merge(parts)
         return None if merged is None else merged.to_arrow()
 
