@@ -157,7 +157,8 @@ def write_sst(store: ObjectStore, key: str, rows: pl.DataFrame, *, keys: tuple[s
     order = [KH, *[c for c in rows.columns if c != KH]]
     # nulls first (polars' default): measured here, nulls_last makes a multi-column sort ~10x slower
     # (0.25 s vs 0.025 s for 570,000 rows of 6 columns)
-    table = rows.sort(order).to_arrow()
+    table = rows.sort(order).to_arrow().combine_chunks()
+    batch = table.to_batches()[0]  # one batch sliced per block (a slice of the table combined per block took 4x longer)
     kh = table.column(KH).to_numpy()
     eps = table.column(EP).to_numpy()
     per_row = max(1, table.nbytes // table.num_rows)
@@ -166,7 +167,7 @@ def write_sst(store: ObjectStore, key: str, rows: pl.DataFrame, *, keys: tuple[s
     index = []
     for start in range(0, table.num_rows, step):  # a loop per block, not per row
         stop = min(start + step, table.num_rows)
-        plain = table.slice(start, stop - start).combine_chunks().to_batches()[0].serialize()
+        plain = batch.slice(start, stop - start).serialize()
         data = _LEN.pack(plain.size) + _LZ4.compress(plain, asbytes=True)
         block_at = out.tell()
         out.write(data)
