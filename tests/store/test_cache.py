@@ -4,14 +4,16 @@ the caches stay within budget; a restart reads lazily; backpressure bounds L0.""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 import numpy as np
 import polars as pl
 import pytest
 
+from millpond import paths
 from millpond.store import cache
-from millpond.store.compaction import Policy
+from millpond.store.compaction import Policy, l0_runs
 from millpond.store.objects import ObjectStore
 from millpond.store.store import StateStore, run_in_process
 
@@ -104,10 +106,42 @@ def test_commits_stall_while_l0_is_past_its_bound(tmp_path, caplog):
         for e in range(1, 16):
             store.ingest("kv", pl.DataFrame({"_kh": [e], "v": [e], "_del": [False]}), e)
             store.seal(e).result()
-            deepest = max(deepest, len(store.manifest.state("kv").l0))
+            deepest = max(deepest, l0_runs(store.manifest.state("kv").l0))
     assert store.stats["stalls"] > 0
     assert deepest <= policy.l0_stall
     assert "waiting for compaction" in caplog.text
     got = store.table("kv").scan()
     assert sorted(got["_kh"].to_list()) == list(range(1, 16))
+    store.close()
+
+
+def test_an_epochs_many_files_are_one_l0_run_for_backpressure(tmp_path):
+    """A backfill cut in steps commits many files of one epoch (disjoint keys): they count as one
+    run, so their number does not bring the bound closer (counting files, the first commit here
+    would have waited); separate epochs' files still do."""
+    from millpond.store.state_table import write_state
+
+    release = threading.Event()
+
+    def held(store, tasks):  # noqa: ANN001, ANN202  (a compaction that runs until released)
+        release.wait(60)
+        return run_in_process(store, tasks)
+
+    policy = Policy(l0_trigger=4, l0_stall=4)
+    store = StateStore(ObjectStore(str(tmp_path)), policy=policy, background=True, runner=held)
+    files = [write_state(store.store, paths.sst_key(0, 1, "a", "kv", i % 2, f"-{i:02d}"), pl.DataFrame({"_kh": [10 * i, 10 * i + 1], "v": [i, i],
+                                                                          "_del": [False, False]}), 1, keys=(),
+                         additive=False) for i in range(12)]
+    store.commit(1, {"kv": files}, {})
+    assert len(store.manifest.state("kv").l0) == 12 and l0_runs(store.manifest.state("kv").l0) == 1
+    for e in (2, 3):
+        store.ingest("kv", pl.DataFrame({"_kh": [1000 + e], "v": [e], "_del": [False]}), e)
+        store.seal(e).result()
+    assert l0_runs(store.manifest.state("kv").l0) == 3 and store.stats["stalls"] == 0
+    release.set()
+    store.ingest("kv", pl.DataFrame({"_kh": [1004], "v": [4], "_del": [False]}), 4)
+    store.seal(4).result()  # a fourth run: at the bound, so this commit waited for the compaction
+    assert store.stats["stalls"] > 0 and store.stats["compactions"] > 0
+    assert sorted(store.table("kv").scan()["_kh"].to_list()) == sorted([10 * i + j for i in range(12) for j in (0, 1)]
+                                                                        + [1002, 1003, 1004])
     store.close()

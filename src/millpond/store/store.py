@@ -11,8 +11,10 @@ Commit of epoch ``e`` (:meth:`StateStore.commit`; steps 5 and 6 of the epoch pro
 2. write version ``v + 1`` = {epoch ``e``, the new files on top of L0, the commit metadata}
    with put-if-absent — the one atomic step; a second writer is fenced here;
 3. apply finished compactions (each a version of its own) and start the next one;
-4. backpressure: while a state table has ``l0_stall`` L0 files, wait for compaction (counted in
-   ``stats["stalls"]`` and logged) instead of letting reads slow down without bound.
+4. backpressure: while a state table has ``l0_stall`` L0 runs, wait for compaction (counted in
+   ``stats["stalls"]`` and logged) instead of letting reads slow down without bound. A run is one
+   epoch's files (:func:`~millpond.store.compaction.l0_runs`): its tasks' and steps' files hold
+   disjoint keys, so a read meets one of them per key.
 
 A plain key-value API sits on the same machinery (used by tests and benchmarks): :meth:`ingest`
 puts sorted puts/deletes of epoch ``e`` into the *shared buffer*, readable by this writer at once;
@@ -117,7 +119,7 @@ class StateStore:
             self._apply_finished(wait=True)  # inline mode: one compaction round per commit
         while self._l0_depth() >= self.policy.l0_stall and self._running is not None:
             self.stats["stalls"] += 1
-            log.warning("state store: L0 holds %d files (bound %d); waiting for compaction",
+            log.warning("state store: L0 holds %d runs (bound %d); waiting for compaction",
                         self._l0_depth(), self.policy.l0_stall)
             self._apply_finished(wait=True)
             self._start()
@@ -129,7 +131,7 @@ class StateStore:
             self._apply_finished(wait=True)
 
     def _l0_depth(self) -> int:
-        return max((len(lv.l0) for lv in self.manifest.states.values()), default=0)
+        return max((compaction.l0_runs(lv.l0) for lv in self.manifest.states.values()), default=0)
 
     def safe_epoch(self) -> int:
         pinned = [p["epoch"] for p in self.pins()]
