@@ -138,8 +138,8 @@ def test_an_epochs_many_files_are_one_l0_run_for_backpressure(tmp_path):
         store.ingest("kv", pl.DataFrame({"_kh": [1000 + e], "v": [e], "_del": [False]}), e)
         store.seal(e).result()
     assert l0_runs(store.manifest.state("kv").l0) == 3 and store.stats["stalls"] == 0
-    release.set()
     store.ingest("kv", pl.DataFrame({"_kh": [1004], "v": [4], "_del": [False]}), 4)
+    threading.Timer(0.5, release.set).start()  # the compaction ends after the commit has stalled
     store.seal(4).result()  # a fourth run: at the bound, so this commit waited for the compaction
     assert store.stats["stalls"] > 0 and store.stats["compactions"] > 0
     assert sorted(store.table("kv").scan()["_kh"].to_list()) == sorted([10 * i + j for i in range(12) for j in (0, 1)]

@@ -339,3 +339,29 @@ def test_seal_uploads_off_the_writer_path_and_buffered_rows_are_readable_meanwhi
     store.seal(2).result()
     assert store.manifest.epoch == 2 and _read(store, None)[0] == {1: 10} and _read(store, 1)[0] == {1: 10, 2: 20}
     store.close()
+
+
+def test_a_compaction_round_takes_the_deepest_l0_first_and_a_bounded_size(monkeypatch):
+    """One round's merges are applied together when its last one ends, so a round is bounded
+    (``BATCH_BYTES``): the states with the most L0 runs first, every trivial move, and always at
+    least one merge however large."""
+    from types import SimpleNamespace
+
+    from millpond.store import store as store_module
+    from millpond.store.manifest import Levels
+
+    monkeypatch.setattr(store_module, "BATCH_BYTES", 100)
+
+    def ref(name: str, epoch: int, size: int) -> sst.SstRef:
+        return sst.SstRef(name, 0, 10, epoch, epoch, 1, size, "00" * 32)
+
+    runs = {"deep": 5, "mid": 3, "shallow": 2, "moved": 1}
+    states = {sid: Levels(tuple(ref(f"{sid}{e}", e, 10) for e in range(n))) for sid, n in runs.items()}
+    fake = SimpleNamespace(manifest=SimpleNamespace(states=states))
+
+    def task(sid: str, size: int, move: bool = False) -> compaction.Task:
+        return compaction.Task(sid, 0, 1, (ref(sid, 1, size),), 0, False, "p/", 1 << 20, move=move)
+
+    tasks = [task("shallow", 40), task("mid", 70), task("moved", 500, move=True), task("deep", 60)]
+    assert [t.state for t in StateStore._batch(fake, tasks)] == ["moved", "deep", "shallow"]  # mid: past 100
+    assert [t.state for t in StateStore._batch(fake, [task("mid", 900), task("deep", 1000)])] == ["deep"]
