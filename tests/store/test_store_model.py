@@ -365,3 +365,5 @@ def test_a_compaction_round_takes_the_deepest_l0_first_and_a_bounded_size(monkey
     tasks = [task("shallow", 40), task("mid", 70), task("moved", 500, move=True), task("deep", 60)]
     assert [t.state for t in StateStore._batch(fake, tasks)] == ["moved", "deep", "shallow"]  # mid: past 100
     assert [t.state for t in StateStore._batch(fake, [task("mid", 900), task("deep", 1000)])] == ["deep"]
+    states["twin"] = states["deep"]  # of equal depth, the smaller merge first
+    assert [t.state for t in StateStore._batch(fake, [task("deep", 80), task("twin", 30)])] == ["twin"]
