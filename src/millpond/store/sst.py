@@ -39,7 +39,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from millpond.columns import DEL, EP, KH
+from millpond.columns import EP, KH
 from millpond.errors import StorageError
 from millpond.store.cache import block_cache, disk_cache
 from millpond.store.objects import ObjectStore
