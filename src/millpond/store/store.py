@@ -164,14 +164,16 @@ class StateStore:
         task ends, so a round of every state's merges kept each one waiting for all (after TPC-H
         SF 1's backfill: 43 merges of 5.7 GB, not one applied through 20 refreshes at the
         compactor's lower priority)."""
+        def cost(task: compaction.Task) -> int:
+            return 0 if task.move else sum(ref.size for ref in task.inputs)
+
         depth = {sid: compaction.l0_runs(lv.l0) for sid, lv in self.manifest.states.items()}
-        cost = {id(t): 0 if t.move else sum(ref.size for ref in t.inputs) for t in tasks}
         batch, size = [], 0
-        for task in sorted(tasks, key=lambda t: (not t.move, -depth.get(t.state, 0), cost[id(t)], t.state)):
-            if cost[id(task)] and size and size + cost[id(task)] > BATCH_BYTES:  # the first merge always goes
+        for task in sorted(tasks, key=lambda t: (not t.move, -depth.get(t.state, 0), cost(t), t.state)):
+            if cost(task) and size and size + cost(task) > BATCH_BYTES:  # the first merge always goes
                 continue
             batch.append(task)
-            size += cost[id(task)]
+            size += cost(task)
         return batch
 
     def _run(self, tasks: list[compaction.Task]):  # noqa: ANN202
