@@ -60,7 +60,8 @@ class Side:
     column), for a join side its number and key columns (name, log column, the Arrow type
     both sides compare them as), and the DuckDB SQL over ``records`` (the log's columns) that
     makes the columns named from the records (a view's filters and projections, expressions an
-    aggregate groups by or a join compares) — None: the records as they are."""
+    aggregate groups by or a join compares) — None: the records as they are (for a view's rows,
+    with ``columns`` renamed)."""
 
     scan: str
     log_schema: pa.Schema
@@ -99,6 +100,9 @@ class Fused:
             unkeyed = pa.schema([f for f in self.schema if f.name != KH])
             if side.query is not None:
                 records = select_records(side.query, records)
+            elif side.side is None and side.columns:  # a view's rows: the table's columns renamed
+                records = pa.table([*(records.column(src) for _, src in side.columns), records.column(W)],
+                                   names=[*(out for out, _ in side.columns), W])
             if self.combine is not None:  # this task's groups kept first, then combined: each task combines its share
                 if not (self.tasks == 1 or self.share):
                     src = dict(self.combine.keys)

@@ -174,11 +174,15 @@ class Fusing(Inputs):
                            for f in arrow if f.name not in (W, KH, VN))):
             return None
         t, cols = self.tables[source.table], self.columns(source)
-        renamed = f"SELECT {', '.join([*(f'{_dq(src)} AS {_dq(out)}' for out, src in source.columns if src in cols), W])} FROM records"
-        types = {out: t.log_schema.field(src).type for out, src in source.columns if src in t.log_schema.names}
-        if (sql := _chain_sql(chain, renamed, types)) is None:  # a data error is Spark's to report (engine.failures)
-            return None
-        side = Side(self._load(t, *self.ranges[t.channel], cols)[1], t.log_schema, (), query=sql)
+        renamed = tuple((out, src) for out, src in source.columns if src in cols)
+        if not chain:  # a table's columns as they are (its own rows): renamed in the task, no query to copy them
+            side = Side(self._load(t, *self.ranges[t.channel], cols)[1], t.log_schema, renamed)
+        else:
+            types = {out: t.log_schema.field(src).type for out, src in source.columns if src in t.log_schema.names}
+            sql = f"SELECT {', '.join([*(f'{_dq(src)} AS {_dq(out)}' for out, src in renamed), W])} FROM records"
+            if (sql := _chain_sql(chain, sql, types)) is None:  # a data error is Spark's to report (engine.failures)
+                return None
+            side = Side(self._load(t, *self.ranges[t.channel], cols)[1], t.log_schema, (), query=sql)
         self.fused_sources.add(id(source))
         return self._fused((side,), tuple(key), schema, share=t.append_only)
 
