@@ -89,6 +89,17 @@ def test_upserts_resolve_against_changes_no_epoch_has_committed(open_db):
     assert rows(db.sql("SELECT * FROM result")) == [("Fruit", 40), ("Vegetable", 60)]
 
 
+def test_a_key_repeated_within_one_insert_keeps_its_last_row(open_db):
+    """Within one batch the last row of a key wins (and a batch whose keys do not repeat is stored as
+    given); a key repeated by the next insert replaces the row before it."""
+    db = open_db()
+    db.sql("CREATE TABLE kv (k INT, j INT, v VARCHAR, PRIMARY KEY (k, j))")
+    db.insert("kv", pa.table({"k": [1, 2, 1, 3, 2, 1], "j": [0, 0, 0, 0, 0, 1], "v": ["a", "b", "c", "d", "e", "f"]}))
+    db.insert("kv", pa.table({"k": [4, 3], "j": [0, 0], "v": ["g", "h"]}))
+    db.flush()
+    assert rows(db.sql("SELECT * FROM kv")) == [(1, 0, "c"), (1, 1, "f"), (2, 0, "e"), (3, 0, "h"), (4, 0, "g")]
+
+
 def test_flush_statement_and_nothing_to_do(open_db):
     db = open_db()
     seed(db)

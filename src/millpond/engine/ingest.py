@@ -62,7 +62,8 @@ def insert(rt: Runtime, table: TableDef, rows: pa.Table, *, producer: tuple[str,
     ``producer`` (id, seq) makes the append idempotent (a retry is applied once)."""
     if table.primary_key:
         key = list(table.primary_key)
-        rows = pl.from_arrow(rows).unique(subset=key, keep="last", maintain_order=True).to_arrow().cast(rows.schema)
+        if pl.from_arrow(rows.select(key)).is_duplicated().any():  # the last of a key's rows wins (no copy when none repeat)
+            rows = pl.from_arrow(rows).unique(subset=key, keep="last", maintain_order=True).to_arrow().cast(rows.schema)
         current = _current(rt, table, rows)  # committed rows and changes not yet in an epoch
         old = pl.from_arrow(current).join(pl.from_arrow(rows).select(key), on=key, how="semi").to_arrow()
         return append_changes(rt, table, old, rows.append_column(ROW_ID, pa.nulls(rows.num_rows, pa.int64())),
@@ -91,7 +92,8 @@ def append_changes(rt: Runtime, table: TableDef, old: pa.Table | None, new: pa.T
     batch = pa.concat_tables(parts)
     if table.primary_key and new is not None:
         current = current if current is not None else _current(rt, table, batch)
-        _check_unique(table, pl.from_arrow(current).select(table.primary_key), pl.from_arrow(batch))
+        _check_unique(table, pl.from_arrow(current.select(list(table.primary_key))),
+                      pl.from_arrow(batch.select([*table.primary_key, W])))
     return rt.channel(table).append(batch, producer=producer)
 
 
