@@ -65,7 +65,7 @@ def insert(rt: Runtime, table: TableDef, rows: pa.Table, *, producer: tuple[str,
         if pl.from_arrow(rows.select(key)).is_duplicated().any():  # the last of a key's rows wins (no copy when none repeat)
             rows = pl.from_arrow(rows).unique(subset=key, keep="last", maintain_order=True).to_arrow().cast(rows.schema)
         current = _current(rt, table, rows)  # committed rows and changes not yet in an epoch
-        old = pl.from_arrow(current).join(pl.from_arrow(rows).select(key), on=key, how="semi").to_arrow()
+        old = pl.from_arrow(current).join(pl.from_arrow(rows.select(key)), on=key, how="semi").to_arrow()
         return append_changes(rt, table, old, rows.append_column(ROW_ID, pa.nulls(rows.num_rows, pa.int64())),
                               current=current, producer=producer)
     # A key-less row's id is its sequence number: the log fills it in while it numbers the records

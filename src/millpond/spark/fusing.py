@@ -175,14 +175,13 @@ class Fusing(Inputs):
             return None
         t, cols = self.tables[source.table], self.columns(source)
         renamed = tuple((out, src) for out, src in source.columns if src in cols)
-        if not chain:  # a table's columns as they are (its own rows): renamed in the task, no query to copy them
-            side = Side(self._load(t, *self.ranges[t.channel], cols)[1], t.log_schema, renamed)
-        else:
+        sql = None  # a table's columns as they are (its own rows): renamed in the task, no query to copy them
+        if chain:
             types = {out: t.log_schema.field(src).type for out, src in source.columns if src in t.log_schema.names}
             sql = f"SELECT {', '.join([*(f'{_dq(src)} AS {_dq(out)}' for out, src in renamed), W])} FROM records"
             if (sql := _chain_sql(chain, sql, types)) is None:  # a data error is Spark's to report (engine.failures)
                 return None
-            side = Side(self._load(t, *self.ranges[t.channel], cols)[1], t.log_schema, (), query=sql)
+        side = Side(self._load(t, *self.ranges[t.channel], cols)[1], t.log_schema, () if sql else renamed, query=sql)
         self.fused_sources.add(id(source))
         return self._fused((side,), tuple(key), schema, share=t.append_only)
 
