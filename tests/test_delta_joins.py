@@ -12,6 +12,7 @@ import random
 
 import duckdb
 
+from millpond.spark import local_plan
 from tests.conftest import canonical, lengths
 from tests.test_indexes import _upsert
 
@@ -65,7 +66,7 @@ def _check(db, ref, views: dict[str, str], epoch: int) -> None:  # noqa: ANN001
 
 
 @lengths(3, 7)
-def test_delta_joins_equal_duckdb_and_keep_no_join_state(open_db, epochs):
+def test_delta_joins_equal_duckdb_and_keep_no_join_state(open_db, epochs, monkeypatch):
     db, ref, rng, next_id = open_db(), duckdb.connect(), random.Random(3), [0]
     for t in TABLES:
         db.sql(t)
@@ -84,10 +85,16 @@ def test_delta_joins_equal_duckdb_and_keep_no_join_state(open_db, epochs):
     db.flush()
     _check(db, ref, VIEWS, -1)
     for epoch in range(epochs):
+        here = epoch % 2 == 1  # epochs alternate: each view's whole epoch one task, or Spark's stages
+        monkeypatch.setattr(local_plan, "LOCAL_RECORDS", 10**9 if here else 0)
         for s in _statements(rng, next_id):
             db.sql(s)
             ref.sql(_upsert(s))
+        stats = db.runtime.coordinator.executor.stats
+        before = stats["local"]
         db.flush()
+        # every view (and table) ran as one task where epochs may (spark/local.py), none elsewhere
+        assert (stats["local"] - before >= len(VIEWS)) if here else stats["local"] == before, (epoch, here)
         _check(db, ref, VIEWS, epoch)
         if epoch == epochs - 3:
             db.close()

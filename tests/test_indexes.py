@@ -13,6 +13,7 @@ import duckdb
 import pytest
 
 from millpond.errors import CatalogError, SqlError
+from millpond.spark import local_plan
 from tests.conftest import canonical, lengths
 
 TABLES = ["CREATE TABLE info (product VARCHAR PRIMARY KEY, category VARCHAR, price INT)",
@@ -77,7 +78,7 @@ def _own_sides(db, view: str) -> set[str]:
 
 
 @lengths(5, 14)
-def test_views_reading_an_index_equal_duckdb_under_random_changes_and_restarts(open_db, epochs):
+def test_views_reading_an_index_equal_duckdb_under_random_changes_and_restarts(open_db, epochs, monkeypatch):
     db, ref, rng, next_id = open_db(), duckdb.connect(), random.Random(5), [0]
     for t in TABLES:
         db.sql(t)
@@ -98,10 +99,16 @@ def test_views_reading_an_index_equal_duckdb_under_random_changes_and_restarts(o
         "info_product": "agg, filtered, full_j, inner_j, left_j, right_j",
         "visit_product": "agg, cte, filtered, full_j, inner_j, left_j, left_on, right_j"}
     for epoch in range(epochs):
+        here = epoch % 2 == 1  # epochs alternate: each view's whole epoch one task, or Spark's stages
+        monkeypatch.setattr(local_plan, "LOCAL_RECORDS", 10**9 if here else 0)
         for s in _statements(rng, next_id):
             db.sql(s)
             ref.sql(_upsert(s))
+        stats = db.runtime.coordinator.executor.stats
+        before = stats["local"]
         db.flush()
+        # every view (and table) ran as one task where epochs may (spark/local.py), none elsewhere
+        assert (stats["local"] - before >= len(views)) if here else stats["local"] == before, (epoch, here)
         _check(db, ref, views, epoch)
         if epoch == epochs // 2 - 1:  # a restart: the views go on reading the indexes from the committed version
             db.close()

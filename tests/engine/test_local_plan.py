@@ -127,7 +127,7 @@ def test_the_workload_matches_duckdb_with_epochs_on_either_path(open_db, monkeyp
         db.flush()
         ran.append(stats["local"] - before)
         assert workload.mismatches(db, ref) == [], f"after step {i}, epoch {db.epoch} ({'one task' if here else 'Spark'})"
-    # the views the other paths take no further (a join read from indexes, a view over a view,
+    # the views the other paths take no further (a view over a view,
     # percentiles, a fused stage) keep them; the self-join and its like ran as one task
     assert sum(n > 0 for n in ran) >= 2, ran
 

@@ -10,8 +10,8 @@ batch read), errors fail it (``on_error = 'fail'``), and every node of its plan 
 - filters and projections whose every expression DuckDB evaluates as Spark does
   (:func:`~millpond.spark.agreement.cannot_raise`), after the constant subexpressions Spark alone
   may evaluate (an interval added to a date literal) are folded by Spark, once per build;
-- joins on keys of such expressions typed as the join compares them (widened exactly), with no
-  index read; aggregates whose partials :func:`~millpond.spark.combine.plan_combine` combines;
+- joins on keys of such expressions typed as the join compares them (widened exactly), their
+  sides read from indexes and delta joins' probes included; aggregates whose partials :func:`~millpond.spark.combine.plan_combine` combines;
   top-N, windows (``OVER``), unions of columns widened exactly, a view's rows, an index.
 
 Everything else keeps Spark's path, one stage per operator.
@@ -170,8 +170,8 @@ class Localizing(Inputs):
     def _join_input(self, node: P.Join, left: Rows, right: Rows, keyed: pa.Schema) -> Keyed | None:
         """Both sides' rows with the join's key columns ``_k<i>`` and the side's number, as Spark's
         exchange hands them to the join's task."""
-        if any(node.lookup) or any(i is not None for i in node.shared):
-            return None
+        if node.lookup[1] == "old":  # a delta join's probe of an index as of before the epoch: no delta (as Spark's)
+            right = Empty(_schema(right))
         kcols = [f"_k{i}" for i in range(len(node.left_keys))]
         sides = []
         for rows, keys in ((left, node.left_keys), (right, node.right_keys)):
