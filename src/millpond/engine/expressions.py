@@ -19,6 +19,7 @@ from typing import Callable
 from sqlglot import exp
 
 from millpond.engine import array_rules as arrays, numerics
+from millpond import casemap
 from millpond.jsonb import FIELD as JSONB_FIELD, udf_name as jsonb_udf
 from millpond.pyfunctions import Spec, udf_name
 
@@ -368,6 +369,8 @@ _SPARK: dict[str, Render] = {
     "ERROR": lambda a, e: f"RAISE_ERROR({a[0]})",
     "TEXT_TO_BOOL": lambda a, e: _text_to_bool(a[0], "RAISE_ERROR"),
     "OCTET_LENGTH": lambda a, e: f"OCTET_LENGTH({a[0]})",
+    # PostgreSQL's case mapping: an Arrow function running DuckDB's (millpond.casemap; millpond.spark.functions registers it)
+    **{f: (lambda f: lambda a, e: f"{casemap.udf_name(f)}({a[0]})")(f) for f in casemap.FUNCTIONS},
     "STRPOS": lambda a, e: f"LOCATE({a[1]}, {a[0]})",
     "TRIM": lambda a, e: f"TRIM({_str(e[2])} {a[1]} FROM {a[0]})",
     "CONCAT": lambda a, e: f"CONCAT_WS('', {', '.join(a)})",
@@ -411,6 +414,7 @@ _DUCKDB: dict[str, Render] = {
     "ERROR": lambda a, e: f"error({a[0]})",
     "TEXT_TO_BOOL": lambda a, e: _text_to_bool(a[0], "error"),
     "OCTET_LENGTH": lambda a, e: f"STRLEN({a[0]})",
+    **{f: (lambda f: lambda a, e: casemap.duckdb_sql(f, a[0]))(f) for f in casemap.FUNCTIONS},
     "STRPOS": lambda a, e: f"CAST(STRPOS({a[0]}, {a[1]}) AS INTEGER)",
     "TRIM": lambda a, e: f"{ {'BOTH': 'TRIM', 'LEADING': 'LTRIM', 'TRAILING': 'RTRIM'}[_str(e[2])]}({a[0]}, {a[1]})",
     "CONCAT": lambda a, e: f"CONCAT({', '.join(a)})",

@@ -26,8 +26,8 @@ __all__ = ["cannot_raise", "numeric", "arrow_type", "Exact"]
 
 # what a fused task's DuckDB evaluates: nodes that raise no data error (an integer overflow of
 # +, -, * excepted: fused.py reports it as Spark does) and round nothing: no division, but a
-# remainder by a positive literal; no string function (Java and DuckDB case-map and count some
-# characters differently); casts and DECIMAL arithmetic only where every value is exact
+# remainder by a positive literal; of string functions, those both count or map alike (the case
+# mapping is DuckDB's in both: millpond.casemap); casts and DECIMAL arithmetic only where every value is exact
 # (:func:`numeric`), date_trunc and EXTRACT's integer fields of a TIMESTAMP column (wall-clock
 # fields in both engines)
 _SAFE = (exp.Column, exp.Identifier, exp.Literal, exp.Null, exp.Boolean, exp.Paren, exp.EQ, exp.NEQ, exp.GT, exp.GTE,
@@ -43,7 +43,7 @@ def cannot_raise(e: exp.Expression, types: Mapping[str, pa.DataType] | None = No
             if not (isinstance(n.expression, exp.Literal) and n.expression.is_int and int(n.expression.this) > 0):
                 return False
         elif isinstance(n, exp.Cast):
-            if not (_temporal(n, types or {}) or (types is not None and numeric(n, types) is not None)
+            if not (_temporal(n, types or {}) or _count_to_int(n) or (types is not None and numeric(n, types) is not None)
                     or (n.to.this in _TEXT_TYPES and numeric(n.this, types or {}) is not None)):  # plain digits
                 return False
         elif is_mp(n, "NUMERIC_DEFER"):  # a quotient's operands kept (texts; division by zero raised by both)
@@ -69,7 +69,9 @@ def cannot_raise(e: exp.Expression, types: Mapping[str, pa.DataType] | None = No
         elif isinstance(n, exp.Escape):
             if not isinstance(n.this, exp.Like):
                 return False
-        elif isinstance(n, exp.Anonymous) and n.name.upper() == "COALESCE":
+        elif isinstance(n, exp.Anonymous) and n.name.upper() in ("COALESCE", "LENGTH"):  # code points in both
+            pass
+        elif is_mp(n, "UPPER") or is_mp(n, "LOWER"):  # DuckDB's SQL in both (millpond.casemap)
             pass
         elif isinstance(n, (exp.Add, exp.Sub, exp.Mul)):
             operands = [numeric(x, types or {}) for x in (n.this, n.expression)]
@@ -87,6 +89,13 @@ def cannot_raise(e: exp.Expression, types: Mapping[str, pa.DataType] | None = No
         elif not isinstance(n, _SAFE):
             return False
     return True
+
+
+def _count_to_int(n: exp.Cast) -> bool:
+    """A string's length (code points in both engines; Spark's an INT, DuckDB's a BIGINT) cast to an
+    integer type: exact (a string holds fewer than 2**31 of them)."""
+    return isinstance(n.this, exp.Anonymous) and n.this.name.upper() == "LENGTH" and \
+        n.to.this in (exp.DataType.Type.INT, exp.DataType.Type.BIGINT)
 
 
 def _positive(e: exp.Expression) -> bool:

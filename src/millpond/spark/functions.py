@@ -15,7 +15,7 @@ from pyspark.sql.types import _parse_datatype_string
 from sqlglot import exp
 
 from millpond.catalog.types import spark_ddl_type
-from millpond import jsonb
+from millpond import casemap, jsonb
 from millpond.engine.expressions import is_mp, python_calls
 from millpond.pyfunctions import Spec, evaluate, udf_name
 
@@ -30,6 +30,16 @@ def register_calls(spark: SparkSession, e: exp.Expression) -> None:
         _register(spark, spec, mode)
     for operation in {n.expressions[0].name for n in e.walk() if is_mp(n, "JSONB")}:
         _register_jsonb(spark, operation)
+    for func in {f for n in e.walk() for f in casemap.FUNCTIONS if is_mp(n, f)}:
+        _register_case(spark, func)
+
+
+def _register_case(spark: SparkSession, func: str) -> None:
+    name = casemap.udf_name(func)
+    if name in _registered.setdefault(spark, set()):
+        return
+    spark.udf.register(name, arrow_udf(lambda values: casemap.evaluate(func, values), "string"))
+    _registered[spark].add(name)
 
 
 _SPARK_KINDS = {"jsonb": "STRUCT<pg_jsonb: STRING>", "text": "STRING", "int": "INT", "bool": "BOOLEAN",

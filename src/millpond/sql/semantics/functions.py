@@ -76,8 +76,8 @@ def _octet_length(b: Binder, node: exp.Expression) -> Typed:
 
 
 def _case_fn(name: str) -> Callable[[Binder, exp.Expression], Typed]:
-    def rule(b: Binder, node: exp.Expression) -> Typed:
-        return _call(name, _text(b, node.this, node)), T.TEXT
+    def rule(b: Binder, node: exp.Expression) -> Typed:  # PostgreSQL's simple case mapping (millpond.casemap)
+        return mp(name, _text(b, node.this, node)), T.TEXT
     return rule
 
 
