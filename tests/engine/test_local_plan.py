@@ -41,8 +41,8 @@ TYPED_VIEWS = {
                FROM ord o JOIN line l ON o.ok = l.ok GROUP BY o.status""",
     "parts": """SELECT split_part(o.status, 'X', 1) AS a, split_part(l.flag, 'O', 2) AS b, count(*) AS n
                 FROM ord o JOIN line l ON o.ok = l.ok GROUP BY 1, 2""",
-    # upper() is not on the one task's path: its quotient is built again for Spark to run (build.Unlocal)
-    "spark": """SELECT upper(status) AS s, avg(total) AS a, count(*) AS n FROM ord GROUP BY upper(status)
+    # reverse() is not on the one task's path: its quotient is built again for Spark to run (build.Unlocal)
+    "spark": """SELECT reverse(status) AS s, avg(total) AS a, count(*) AS n FROM ord GROUP BY reverse(status)
                 HAVING avg(total) * 2 > 900 AND sum(total) / count(*) < 700""",
 }
 ON_SPARK = 1  # of TYPED_VIEWS
