@@ -32,7 +32,8 @@ __all__ = ["cannot_raise", "numeric", "arrow_type", "Exact"]
 # fields in both engines)
 _SAFE = (exp.Column, exp.Identifier, exp.Literal, exp.Null, exp.Boolean, exp.Paren, exp.EQ, exp.NEQ, exp.GT, exp.GTE,
          exp.LT, exp.LTE, exp.And, exp.Or, exp.Not, exp.Is, exp.In, exp.Between, exp.Case, exp.If, exp.Coalesce,
-         exp.Add, exp.Sub, exp.Mul, exp.Neg, exp.DataType, exp.DataTypeParam)
+         exp.Add, exp.Sub, exp.Mul, exp.Neg, exp.DataType, exp.DataTypeParam,
+         exp.DPipe)  # text || text (NULL with a NULL in both; other operands arrive cast, checked as casts)
 
 
 def cannot_raise(e: exp.Expression, types: Mapping[str, pa.DataType] | None = None) -> bool:
@@ -68,6 +69,11 @@ def cannot_raise(e: exp.Expression, types: Mapping[str, pa.DataType] | None = No
                 return False
         elif isinstance(n, exp.Escape):
             if not isinstance(n.this, exp.Like):
+                return False
+        elif isinstance(n, exp.Anonymous) and n.name.upper() in ("LPAD", "RPAD"):  # to_char's padding: code points,
+            # cut on the right past the width, in both (checked against Spark); a fill of one character given
+            if not (len(n.expressions) == 3 and isinstance(f := n.expressions[2], exp.Literal) and f.is_string
+                    and len(f.this) == 1 and _positive(n.expressions[1])):
                 return False
         elif isinstance(n, exp.Anonymous) and n.name.upper() in ("COALESCE", "LENGTH"):  # code points in both
             pass
