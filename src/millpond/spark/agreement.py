@@ -33,7 +33,8 @@ __all__ = ["cannot_raise", "numeric", "arrow_type", "Exact"]
 _SAFE = (exp.Column, exp.Identifier, exp.Literal, exp.Null, exp.Boolean, exp.Paren, exp.EQ, exp.NEQ, exp.GT, exp.GTE,
          exp.LT, exp.LTE, exp.And, exp.Or, exp.Not, exp.Is, exp.In, exp.Between, exp.Case, exp.If, exp.Coalesce,
          exp.Add, exp.Sub, exp.Mul, exp.Neg, exp.DataType, exp.DataTypeParam,
-         exp.DPipe)  # text || text (NULL with a NULL in both; other operands arrive cast, checked as casts)
+         exp.DPipe,  # text || text (NULL with a NULL in both; other operands arrive cast, checked as casts)
+         exp.Nullif)  # CASE WHEN a = b THEN NULL ELSE a END in both
 
 
 def cannot_raise(e: exp.Expression, types: Mapping[str, pa.DataType] | None = None) -> bool:
