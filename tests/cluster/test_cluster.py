@@ -143,7 +143,9 @@ def test_a_relative_local_root_on_a_shared_filesystem(cluster_spark, tmp_path, m
 
 
 # -- Nexmark -------------------------------------------------------------------------------------
-VIEWS = ("q4", "q17")  # q4: a join, then two aggregations; q17: COUNT and SUM per auction (a doubled bid shows)
+VIEWS = ("q4", "q17", "q7")  # q4: a join, then two aggregations; q17: COUNT and SUM per auction (a doubled bid
+# shows); q7: a window's maximum joined back to the bids (stages of its own on a cluster, where the others
+# are now one stage of tasks that read the log: an executor is killed while they run)
 EVENTS = 4_000  # per small epoch
 BIG_EPOCH = 260_000  # events of the epoch that loses an executor: four stateful tasks per stage
 
