@@ -34,7 +34,8 @@ _SAFE = (exp.Column, exp.Identifier, exp.Literal, exp.Null, exp.Boolean, exp.Par
          exp.LT, exp.LTE, exp.And, exp.Or, exp.Not, exp.Is, exp.In, exp.Between, exp.Case, exp.If, exp.Coalesce,
          exp.Add, exp.Sub, exp.Mul, exp.Neg, exp.DataType, exp.DataTypeParam,
          exp.DPipe,  # text || text (NULL with a NULL in both; other operands arrive cast, checked as casts)
-         exp.Nullif)  # CASE WHEN a = b THEN NULL ELSE a END in both
+         exp.Nullif,  # CASE WHEN a = b THEN NULL ELSE a END in both
+         exp.StartsWith)
 
 
 def cannot_raise(e: exp.Expression, types: Mapping[str, pa.DataType] | None = None) -> bool:
@@ -80,6 +81,8 @@ def cannot_raise(e: exp.Expression, types: Mapping[str, pa.DataType] | None = No
             pass
         elif is_mp(n, "UPPER") or is_mp(n, "LOWER"):  # DuckDB's SQL in both (millpond.casemap)
             pass
+        elif any(is_mp(n, f) for f in _SAME_TEXT_MP) or (isinstance(n, exp.Anonymous) and n.name.upper() in _SAME_TEXT):
+            pass
         elif isinstance(n, (exp.Add, exp.Sub, exp.Mul)):
             operands = [numeric(x, types or {}) for x in (n.this, n.expression)]
             if any(o is not None and not o.integer for o in operands) and numeric(n, types or {}) is None and not (
@@ -96,6 +99,13 @@ def cannot_raise(e: exp.Expression, types: Mapping[str, pa.DataType] | None = No
         elif not isinstance(n, _SAFE):
             return False
     return True
+
+
+# text functions of text arguments both engines compute alike, checked over NULLs, empty strings,
+# combining characters, emoji and multi-character arguments (``reverse`` is not: DuckDB reverses
+# grapheme clusters, Spark and PostgreSQL code points)
+_SAME_TEXT_MP = ("STRPOS", "TRIM", "CONCAT")  # position/strpos; trim/btrim/ltrim/rtrim; concat
+_SAME_TEXT = ("CONCAT_WS", "REPLACE", "TRANSLATE", "MD5")
 
 
 def _count_to_int(n: exp.Cast) -> bool:
