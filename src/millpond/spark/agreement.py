@@ -19,6 +19,7 @@ from typing import Mapping
 import pyarrow as pa
 from sqlglot import exp
 
+from millpond import casemap
 from millpond.engine.expressions import is_mp
 
 __all__ = ["cannot_raise", "numeric", "arrow_type", "Exact"]
@@ -77,11 +78,7 @@ def cannot_raise(e: exp.Expression, types: Mapping[str, pa.DataType] | None = No
             if not (len(n.expressions) == 3 and isinstance(f := n.expressions[2], exp.Literal) and f.is_string
                     and len(f.this) == 1 and _positive(n.expressions[1])):
                 return False
-        elif isinstance(n, exp.Anonymous) and n.name.upper() in ("COALESCE", "LENGTH"):  # code points in both
-            pass
-        elif is_mp(n, "UPPER") or is_mp(n, "LOWER"):  # DuckDB's SQL in both (millpond.casemap)
-            pass
-        elif any(is_mp(n, f) for f in _SAME_TEXT_MP) or (isinstance(n, exp.Anonymous) and n.name.upper() in _SAME_TEXT):
+        elif any(is_mp(n, f) for f in _SAME_MP) or (isinstance(n, exp.Anonymous) and n.name.upper() in _SAME):
             pass
         elif isinstance(n, (exp.Add, exp.Sub, exp.Mul)):
             operands = [numeric(x, types or {}) for x in (n.this, n.expression)]
@@ -101,11 +98,13 @@ def cannot_raise(e: exp.Expression, types: Mapping[str, pa.DataType] | None = No
     return True
 
 
-# text functions of text arguments both engines compute alike, checked over NULLs, empty strings,
-# combining characters, emoji and multi-character arguments (``reverse`` is not: DuckDB reverses
-# grapheme clusters, Spark and PostgreSQL code points)
-_SAME_TEXT_MP = ("STRPOS", "TRIM", "CONCAT")  # position/strpos; trim/btrim/ltrim/rtrim; concat
-_SAME_TEXT = ("CONCAT_WS", "REPLACE", "TRANSLATE", "MD5")
+# functions both engines compute alike whatever their arguments: COALESCE; the text functions,
+# checked over NULLs, empty strings, combining characters, emoji and multi-character arguments
+# (``length`` counts code points in both; ``reverse`` is not here: DuckDB reverses grapheme
+# clusters, Spark and PostgreSQL code points); internal calls (``MP_...``): position/strpos,
+# trim/btrim/ltrim/rtrim, concat, and the case mapping, DuckDB's SQL in both (millpond.casemap)
+_SAME = ("COALESCE", "LENGTH", "CONCAT_WS", "REPLACE", "TRANSLATE", "MD5")
+_SAME_MP = ("STRPOS", "TRIM", "CONCAT", *casemap.FUNCTIONS)
 
 
 def _count_to_int(n: exp.Cast) -> bool:

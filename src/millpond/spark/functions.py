@@ -35,10 +35,14 @@ def register_calls(spark: SparkSession, e: exp.Expression) -> None:
 
 
 def _register_case(spark: SparkSession, func: str) -> None:
-    name = casemap.udf_name(func)
+    _register_arrow(spark, casemap.udf_name(func), lambda values: casemap.evaluate(func, values), "string")
+
+
+def _register_arrow(spark: SparkSession, name: str, fn, returns) -> None:  # noqa: ANN001
+    """``fn`` (Arrow arrays in, one out) as ``name`` in ``spark``'s SQL, once per session."""
     if name in _registered.setdefault(spark, set()):
         return
-    spark.udf.register(name, arrow_udf(lambda values: casemap.evaluate(func, values), "string"))
+    spark.udf.register(name, arrow_udf(fn, returns))
     _registered[spark].add(name)
 
 
@@ -47,12 +51,9 @@ _SPARK_KINDS = {"jsonb": "STRUCT<pg_jsonb: STRING>", "text": "STRING", "int": "I
 
 
 def _register_jsonb(spark: SparkSession, operation: str) -> None:
-    name = jsonb.udf_name(operation)
-    if name in _registered.setdefault(spark, set()):
-        return
     fn, _, result = jsonb.OPERATIONS[operation]
-    spark.udf.register(name, arrow_udf(lambda *columns: fn(*columns), _parse_datatype_string(_SPARK_KINDS[result])))
-    _registered[spark].add(name)
+    _register_arrow(spark, jsonb.udf_name(operation), lambda *columns: fn(*columns),
+                    _parse_datatype_string(_SPARK_KINDS[result]))
 
 
 def _register(spark: SparkSession, spec: Spec, mode: str) -> None:
