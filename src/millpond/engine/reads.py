@@ -183,6 +183,25 @@ class Reads:
             return ()
         return consumer.plan.key if isinstance(consumer.plan, P.Materialize) else ()
 
+    def key_bounds(self, name: str, column: str, *, pending: bool = False) -> tuple[int, int] | None:
+        """The least and greatest value integer key ``column`` of ``name`` may have (every row's
+        value lies within; :meth:`StateTable.bounds`), with ``pending`` the changes appended since
+        the last epoch too; ``(0, -1)`` when there is none; None when unknown (an older file). What lets a query whose WHERE fixes only some of a
+        key's columns read by key (TPC-H's ``DELETE FROM lineitem WHERE l_orderkey …``: each
+        order's line numbers lie between 1 and 7)."""
+        consumer = self._by_name[name]
+        manifest = self._manifest
+        bounds = self.coordinator.rows(consumer, manifest).bounds(column)
+        rel = self.catalog.relation(name)
+        if bounds is not None and pending and isinstance(rel, TableDef):
+            stop = manifest.offsets.get(consumer.key, {}).get(rel.channel, 0)
+            values = self.channel(rel).read(stop, None).column(column)
+            if len(values) and values.null_count < len(values):
+                low, high = pc.min_max(values).values()
+                bounds = (min(low.as_py(), bounds[0]), max(high.as_py(), bounds[1])) if bounds[0] <= bounds[1] \
+                    else (low.as_py(), high.as_py())
+        return bounds
+
     def rows_by_key(self, name: str, keys: pa.Table, *, hidden: bool = False, pending: bool = False) -> pa.Table:
         """The committed rows of ``name`` whose key (:meth:`key_of`, ``keys``' columns in that
         order) equals a row of ``keys``: a lookup of only their hashes' blocks in state (the SSTs'

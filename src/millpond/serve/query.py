@@ -11,7 +11,9 @@ scale (stored, and in DuckDB, it is its PostgreSQL text: :mod:`millpond.serve.di
 
 from __future__ import annotations
 
+import math
 from collections import Counter
+from decimal import Decimal
 from datetime import timezone
 from typing import TYPE_CHECKING
 
@@ -32,7 +34,7 @@ from millpond.serve.display import to_decimal
 if TYPE_CHECKING:
     from millpond.engine.runtime import Runtime
 
-__all__ = ["answer", "TARGET"]
+__all__ = ["answer", "by_key", "TARGET"]
 
 TARGET = "#target"  # the table an UPDATE or DELETE changes is read under its name and this: only it has _row_id
 
@@ -41,7 +43,7 @@ def answer(rt: Runtime, query: exp.Expression, *, stored: bool = False, pending:
     """The result of ``query``; a relation named ``<table>#target`` (:data:`TARGET`) is ``<table>``
     with its ``_row_id`` (the rows an UPDATE or DELETE changes); ``stored``: the result is written
     back, its columns in their stored forms; ``pending`` reads tables as of now (:meth:`~millpond.engine.runtime.Runtime.snapshot`). A
-    relation the query reads only by its key (:func:`_by_key`) is looked up, not scanned."""
+    relation the query reads only by its key (:func:`by_key`) is looked up, not scanned."""
     con = duck.cursor()
     try:
         ctes = {c.alias_or_name for c in query.find_all(exp.CTE)}
@@ -54,7 +56,7 @@ def answer(rt: Runtime, query: exp.Expression, *, stored: bool = False, pending:
             if name in registered:
                 continue
             real, hidden = name.removesuffix(TARGET), name.endswith(TARGET)
-            keys = _by_key(rt, query, name)
+            keys = by_key(rt, query, name, pending=pending)
             if keys is not None:
                 con.register(name, rt.rows_by_key(real, keys, hidden=hidden, pending=pending))
             elif refs[name] == 1:  # read once: streamed
@@ -102,7 +104,7 @@ def _upqueries(rt: Runtime, query: exp.Expression, ctes: set[str]) -> None:
         if table.name in ctes or view is None or not view.partial:
             continue
         column, select = view.partial["key"], table.find_ancestor(exp.Select)
-        keys = _keys(select, table.alias_or_name, column) if select is not None else None
+        keys = _constraint(select, table.alias_or_name, column, integer=False) if select is not None else None
         if keys is None:
             raise SqlError(f"{table.name!r} is a partial view: it is read by its key {column!r} — add "
                            f"WHERE {column} = <value> or {column} IN (<values>) (a condition the WHERE ANDs "
@@ -110,25 +112,52 @@ def _upqueries(rt: Runtime, query: exp.Expression, ctes: set[str]) -> None:
         rt.fill(table.name, keys)
 
 
-MAX_KEYS = 10_000  # more key combinations than this in one query: the relation is scanned
+MAX_KEYS = 100_000  # more key combinations than this in one query: the relation is scanned
 
 
-def _by_key(rt: Runtime, query: exp.Expression, name: str) -> pa.Table | None:
+def by_key(rt: Runtime, query: exp.Expression, name: str, *, pending: bool = False) -> pa.Table | None:
     """The keys to read ``name`` by, when every reference to it in ``query`` is filtered by its
-    key (:meth:`~millpond.engine.runtime.Runtime.key_of`): each key column compared equal to
-    constants (``=``, ``IN``) in a conjunct of the WHERE of the SELECT that reads it. Reading
-    only those rows answers the query: every other row fails that conjunct. None: scan it."""
-    key = rt.key_of(name.removesuffix(TARGET))
-    schema = rt.catalog.relation(name.removesuffix(TARGET)).schema if key else None
+    key (:meth:`~millpond.engine.runtime.Runtime.key_of`): key columns compared equal to constants
+    (``=``, ``IN``) or, integer ones, bounded (``<``, ``<=``, ``>``, ``>=``, ``BETWEEN``) in
+    conjuncts of the WHERE of the SELECT that reads it, at least one key column so. An integer key
+    column the WHERE leaves open (or half open) takes the values between the least and greatest it
+    has in state (:meth:`~millpond.engine.reads.Reads.key_bounds`: an order's line numbers, 1 to 7).
+    Reading only those keys' rows answers the query: every other row fails a conjunct. None (scan
+    it) when that is more than :data:`MAX_KEYS` keys."""
+    real = name.removesuffix(TARGET)
+    key = rt.key_of(real)
+    schema = rt.catalog.relation(real).schema if key else None
     if not key or not all(_exact(schema.field(k).type) for k in key):
         return None
+    bounds: dict[str, tuple[int, int] | None] = {}
     found: list[pa.Table] = []
     for table in query.find_all(exp.Table):
         if table.name != name:
             continue
         select = table.find_ancestor(exp.Select)
-        columns = [_keys(select, table.alias_or_name, k) if select is not None else None for k in key]
-        if any(c is None for c in columns) or np.prod([len(c) for c in columns]) > MAX_KEYS:
+        if select is None:
+            return None
+        constraints = [_constraint(select, table.alias_or_name, k, pa.types.is_integer(schema.field(k).type))
+                       for k in key]
+        if all(c is None for c in constraints):
+            return None
+        columns = []
+        for k, c in zip(key, constraints):
+            if not isinstance(c, pa.Array):
+                if not pa.types.is_integer(schema.field(k).type):
+                    return None
+                if k not in bounds:
+                    bounds[k] = rt.key_bounds(real, k, pending=pending)
+                if bounds[k] is None:
+                    return None
+                low, high = c or (None, None)
+                low = bounds[k][0] if low is None else max(low, bounds[k][0])
+                high = bounds[k][1] if high is None else min(high, bounds[k][1])
+                if high - low >= MAX_KEYS:
+                    return None
+                c = pa.array(np.arange(low, max(low, high + 1), dtype=np.int64))
+            columns.append(c)
+        if math.prod(len(c) for c in columns) > MAX_KEYS:
             return None
         combos = pa.table({k: c for k, c in zip(key, columns[:1])})
         for k, c in zip(key[1:], columns[1:]):
@@ -154,8 +183,11 @@ def _cross(left: pa.Table, name: str, values: pa.Array) -> pa.Table:
                                                   if left.num_rows else values.slice(0, 0))
 
 
-def _keys(select: exp.Select, alias: str, column: str) -> pa.Array | None:
-    """The values ``alias.column`` is compared equal to in a conjunct of ``select``'s WHERE."""
+def _constraint(select: exp.Select, alias: str, column: str, integer: bool
+                ) -> pa.Array | tuple[int | None, int | None] | None:
+    """What conjuncts of ``select``'s WHERE say of ``alias.column``: the values it is compared equal
+    to (an array), else, for an ``integer`` column, the least and greatest value its comparisons
+    with constants leave (either None: open), else None."""
     where = select.args.get("where")
     conjuncts = list(where.this.flatten()) if where is not None and isinstance(where.this, exp.And) else \
         [where.this] if where is not None else []
@@ -171,6 +203,15 @@ def _keys(select: exp.Select, alias: str, column: str) -> pa.Array | None:
         if isinstance(e, exp.Literal):
             return e.to_py()
         raise ValueError(e)
+
+    def number(e: exp.Expression) -> Decimal:
+        v = value(e)
+        if isinstance(v, bool) or not isinstance(v, (int, float, Decimal)) or (isinstance(v, float) and not
+                                                                                math.isfinite(v)):
+            raise ValueError(e)
+        return Decimal(str(v))
+    low = high = None
+    flipped = {exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE}
     for c in conjuncts:
         while isinstance(c, exp.Paren):
             c = c.this
@@ -179,9 +220,25 @@ def _keys(select: exp.Select, alias: str, column: str) -> pa.Array | None:
                 return pa.array([value(c.expression if ours(c.this) else c.this)])
             if isinstance(c, exp.In) and ours(c.this) and c.expressions:
                 return pa.array([value(e) for e in c.expressions])
+            if not integer:
+                continue
+            bounds: list[tuple[type, Decimal]] = []
+            if isinstance(c, exp.Between) and ours(c.this):
+                bounds = [(exp.GTE, number(c.args["low"])), (exp.LTE, number(c.args["high"]))]
+            elif type(c) in flipped and ours(c.this):
+                bounds = [(type(c), number(c.expression))]
+            elif type(c) in flipped and ours(c.expression):
+                bounds = [(flipped[type(c)], number(c.this))]
+            for op, v in bounds:
+                if op in (exp.GT, exp.GTE):
+                    v = math.floor(v) + 1 if op is exp.GT else math.ceil(v)
+                    low = v if low is None else max(low, v)
+                else:
+                    v = math.ceil(v) - 1 if op is exp.LT else math.floor(v)
+                    high = v if high is None else min(high, v)
         except (ValueError, pa.ArrowInvalid, pa.ArrowTypeError):
             continue
-    return None
+    return None if low is None and high is None else (low, high)
 
 
 def _as_of(rt: Runtime, query: exp.Expression, con: duckdb.DuckDBPyConnection, ctes: set[str]

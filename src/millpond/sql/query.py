@@ -15,14 +15,14 @@ from millpond.columns import ROW_ID
 from millpond.engine.runtime import Runtime
 from millpond.errors import MillpondError
 from millpond.serve import answer
-from millpond.serve.query import TARGET
+from millpond.serve.query import TARGET, by_key
 from millpond.sql import semantics
 from millpond.sql.desugar import desugar
 from millpond.sql.names import qualify_names
 from millpond.sql.statements import position
 from millpond.sql.planner.windows import spell_out_table_functions
 
-__all__ = ["run_query", "bind_query", "bind_select", "tables_read"]
+__all__ = ["run_query", "reads_by_key", "bind_query", "bind_select", "tables_read"]
 
 
 def run_query(rt: Runtime, query: exp.Expression, *, target: exp.Table | None = None, pending: bool = False,
@@ -32,10 +32,21 @@ def run_query(rt: Runtime, query: exp.Expression, *, target: exp.Table | None = 
     as of now: the changes appended since the last epoch too; ``assign``: the columns (name, type) an
     INSERT or UPDATE stores its outputs into."""
     if target is not None:
-        query = query.copy()
-        query.args["from_"].this.replace(exp.Table(this=exp.to_identifier(target.name + TARGET, quoted=True),
-                                                  alias=exp.TableAlias(this=exp.to_identifier(target.alias_or_name))))
+        query = _targeted(query, target)
     return answer(rt, bind_query(rt, query, assign=assign), stored=target is not None, pending=pending)
+
+
+def reads_by_key(rt: Runtime, query: exp.Expression, target: exp.Table, *, pending: bool = False) -> bool:
+    """Whether ``run_query(query, target=target)`` reads the target's rows by their key (a lookup,
+    :func:`millpond.serve.query.by_key`), not a scan."""
+    return by_key(rt, bind_query(rt, _targeted(query, target)), target.name + TARGET, pending=pending) is not None
+
+
+def _targeted(query: exp.Expression, target: exp.Table) -> exp.Expression:
+    query = query.copy()
+    query.args["from_"].this.replace(exp.Table(this=exp.to_identifier(target.name + TARGET, quoted=True),
+                                              alias=exp.TableAlias(this=exp.to_identifier(target.alias_or_name))))
+    return query
 
 
 def bind_query(rt: Runtime, query: exp.Expression, *,

@@ -15,8 +15,9 @@ the key itself for the plain key-value API), ``_ep`` (the epoch that wrote the r
   need, never one filter of the whole file);
 - the *index* is ``n × 8`` little-endian int64 per block: offset, length, first ``_kh``, last
   ``_kh``, crc32 of the block, and offset, length, crc32 of its bloom filter;
-- *meta* holds the format version, row count, key and epoch ranges, the vnode bitmap and the
-  identity columns; the crc covers index + meta.
+- *meta* holds the format version, row count, key and epoch ranges, the vnode bitmap, the
+  identity columns and the least and greatest value of each integer column (``bounds``: what a
+  query's key enumeration needs, :meth:`StateTable.bounds`); the crc covers index + meta.
 
 A read fetches the footer once (cached; its size grows with the number of blocks, not keys), then
 the filters of the blocks whose key range holds a wanted key, then only the blocks whose filter
@@ -38,8 +39,9 @@ from functools import lru_cache
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from millpond.columns import EP, KH
+from millpond.columns import COUNT, DEL, EP, KH
 from millpond.errors import StorageError
 from millpond.store.cache import block_cache, disk_cache
 from millpond.store.objects import ObjectStore
@@ -61,6 +63,7 @@ SCAN_CACHED_BLOCKS = 16  # a range read of more blocks leaves the memory cache a
 BLOOM_BITS_PER_KEY = 10
 BLOOM_PROBES = 7
 _FOOTER_GUESS = 64 << 10
+_SYSTEM = frozenset((KH, EP, DEL, COUNT))
 
 
 @dataclass(frozen=True)
@@ -177,12 +180,17 @@ def write_sst(store: ObjectStore, key: str, rows: pl.DataFrame, *, keys: tuple[s
                       out.tell(), len(bloom), zlib.crc32(bloom)))
         out.write(bloom)
     distinct = kh[np.concatenate(([True], kh[1:] != kh[:-1]))]
+    bounds = {}
+    for name, column in zip(table.column_names, table.columns):
+        if name not in _SYSTEM and pa.types.is_integer(column.type) and column.null_count < len(column):
+            low, high = pc.min_max(column).values()
+            bounds[name] = [low.as_py(), high.as_py()]
     index_bytes = np.asarray(index, dtype="<i8").tobytes()
     vnodes = bitmap_hex(vnode_bitmap(distinct))
     meta = json.dumps({
         "format": FORMAT, "rows": table.num_rows, "blocks": len(index), "min_kh": int(kh[0]), "max_kh": int(kh[-1]),
         "min_ep": int(eps.min()), "max_ep": int(eps.max()), "vnodes": vnodes, "keys": list(keys),
-        "additive": additive, "schema": base64.b64encode(table.schema.serialize()).decode(),
+        "additive": additive, "bounds": bounds, "schema": base64.b64encode(table.schema.serialize()).decode(),
     }, sort_keys=True).encode()
     footer = index_bytes + meta
     out.write(footer)
@@ -204,6 +212,7 @@ class SstMeta:
     keys: tuple[str, ...]
     additive: bool
     schema: pa.Schema | None = None  # format 4: the blocks' (format 3 blocks carry their own)
+    bounds: dict[str, tuple[int, int]] | None = None  # integer column -> (least, greatest); None: not recorded
 
     @property
     def offsets(self) -> np.ndarray:
@@ -286,7 +295,8 @@ def _footer(store: ObjectStore, key: str, size: int, start: int, tail: bytes) ->
     ref = SstRef(key, meta["min_kh"], meta["max_kh"], meta["min_ep"], meta["max_ep"], meta["rows"], size,
                  meta["vnodes"])
     schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(meta["schema"]))) if "schema" in meta else None
-    return SstMeta(ref, index, tuple(meta["keys"]), bool(meta["additive"]), schema)
+    bounds = {c: (lo, hi) for c, (lo, hi) in meta["bounds"].items()} if "bounds" in meta else None
+    return SstMeta(ref, index, tuple(meta["keys"]), bool(meta["additive"]), schema, bounds)
 
 
 def read_blocks(store: ObjectStore, meta: SstMeta, blocks: np.ndarray, *, keep: bool = True) -> list[pa.Table]:

@@ -28,7 +28,7 @@ from millpond.columns import COUNT, DEL, EP, KH
 from millpond.errors import InvariantError, MillpondError
 from millpond.store.manifest import Levels
 from millpond.store.objects import ObjectStore
-from millpond.store.sst import SstRef, lookup_sst, scan_sst, vnode_bitmap, write_sst
+from millpond.store.sst import SstRef, lookup_sst, open_sst, scan_sst, vnode_bitmap, write_sst
 
 __all__ = ["StateTable", "write_state"]
 
@@ -110,6 +110,27 @@ class StateTable:
                            pc.less(kh, hi) if hi is not None else pc.is_valid(kh))
             parts.append(t.filter(keep))
         return parts
+
+    def bounds(self, column: str) -> tuple[int, int] | None:
+        """The least and greatest value integer ``column`` has in any stored row (older versions and
+        tombstones included: every live value lies within), from the files' footers, no block read;
+        ``(0, -1)`` (empty) when no row has a value; None when a file did not record it (an older format)."""
+        lows, highs = [], []
+        for ref in self.levels.files():
+            if not self._visible(ref):
+                continue
+            bounds = open_sst(self.store, ref).bounds
+            if bounds is None:
+                return None
+            if column in bounds:
+                lows.append(bounds[column][0])
+                highs.append(bounds[column][1])
+        for t in self.buffered:
+            if t.num_rows and t.column(column).null_count < t.num_rows:
+                low, high = pc.min_max(t.column(column)).values()
+                lows.append(low.as_py())
+                highs.append(high.as_py())
+        return (min(lows), max(highs)) if lows else (0, -1)
 
     def _unsummed(self) -> bool:
         return self.additive and not self.summed and not self.buffered and self.epoch is None
