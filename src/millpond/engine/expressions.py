@@ -373,6 +373,7 @@ _SPARK: dict[str, Render] = {
     "UPPER": lambda a, e: f"{casemap.udf_name('UPPER')}({a[0]})",
     "LOWER": lambda a, e: f"{casemap.udf_name('LOWER')}({a[0]})",
     "STRPOS": lambda a, e: f"LOCATE({a[1]}, {a[0]})",
+    "REVERSE": lambda a, e: f"REVERSE({a[0]})",
     "TRIM": lambda a, e: f"TRIM({_str(e[2])} {a[1]} FROM {a[0]})",
     "CONCAT": lambda a, e: f"CONCAT_WS('', {', '.join(a)})",
     "REGEXP_REPLACE": _spark_regexp_replace,
@@ -418,6 +419,8 @@ _DUCKDB: dict[str, Render] = {
     "UPPER": lambda a, e: casemap.duckdb_sql("UPPER", a[0]),
     "LOWER": lambda a, e: casemap.duckdb_sql("LOWER", a[0]),
     "STRPOS": lambda a, e: f"CAST(STRPOS({a[0]}, {a[1]}) AS INTEGER)",
+    # code points reversed, as PostgreSQL (DuckDB's REVERSE reverses grapheme clusters)
+    "REVERSE": lambda a, e: f"ARRAY_TO_STRING(LIST_REVERSE(REGEXP_EXTRACT_ALL({a[0]}, '(?s).')), '')",
     "TRIM": lambda a, e: f"{ {'BOTH': 'TRIM', 'LEADING': 'LTRIM', 'TRAILING': 'RTRIM'}[_str(e[2])]}({a[0]}, {a[1]})",
     "CONCAT": lambda a, e: f"CONCAT({', '.join(a)})",
     "REGEXP_REPLACE": _duckdb_regexp_replace,

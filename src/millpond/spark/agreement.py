@@ -100,11 +100,12 @@ def cannot_raise(e: exp.Expression, types: Mapping[str, pa.DataType] | None = No
 
 # functions both engines compute alike whatever their arguments: COALESCE; the text functions,
 # checked over NULLs, empty strings, combining characters, emoji and multi-character arguments
-# (``length`` counts code points in both; ``reverse`` is not here: DuckDB reverses grapheme
-# clusters, Spark and PostgreSQL code points); internal calls (``MP_...``): position/strpos,
-# trim/btrim/ltrim/rtrim, concat, and the case mapping, DuckDB's SQL in both (millpond.casemap)
+# (``length`` counts code points in both); internal calls (``MP_...``): position/strpos,
+# trim/btrim/ltrim/rtrim, concat, reverse (code points: DuckDB's own REVERSE reverses grapheme
+# clusters, so engine/expressions spells it out), and the case mapping, DuckDB's SQL in both
+# (millpond.casemap)
 _SAME = ("COALESCE", "LENGTH", "CONCAT_WS", "REPLACE", "TRANSLATE", "MD5")
-_SAME_MP = ("STRPOS", "TRIM", "CONCAT", *casemap.FUNCTIONS)
+_SAME_MP = ("STRPOS", "TRIM", "CONCAT", "REVERSE", *casemap.FUNCTIONS)
 
 
 def _count_to_int(n: exp.Cast) -> bool:

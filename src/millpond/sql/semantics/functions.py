@@ -202,6 +202,15 @@ def _simple_text(name: str, arity: int) -> Callable[[Binder, exp.Expression], Ty
     return rule
 
 
+def _reverse(b: Binder, node: exp.Expression) -> Typed:
+    """PostgreSQL reverses code points (a combining accent moves), as Spark does; DuckDB's own
+    ``reverse`` reverses grapheme clusters (engine/expressions spells it out)."""
+    args = _args(node)
+    if len(args) != 1:
+        raise _refuse("reverse takes 1 argument(s)", node)
+    return mp("REVERSE", _text(b, args[0], node)), T.TEXT
+
+
 def _repeat(b: Binder, node: exp.Expression) -> Typed:
     return _call("REPEAT", _text(b, node.this, node), _int(b, node.args.get("times"), node)), T.TEXT
 
@@ -429,7 +438,7 @@ _BY_CLASS: dict[type, Callable] = {
     exp.Length: _length, exp.Lower: _case_fn("LOWER"), exp.Upper: _case_fn("UPPER"), exp.StrPosition: _strpos,
     exp.Substring: _substring, exp.Trim: _trim, exp.Concat: _concat, exp.ConcatWs: _concat_ws, exp.DPipe: _dpipe,
     exp.Replace: _replace, exp.Left: _left_right, exp.Right: _left_right, exp.Pad: _pad,
-    exp.Reverse: _simple_text("REVERSE", 1), exp.MD5: _simple_text("MD5", 1), exp.Repeat: _repeat,
+    exp.Reverse: _reverse, exp.MD5: _simple_text("MD5", 1), exp.Repeat: _repeat,
     exp.SplitPart: _split_part, exp.StartsWith: _starts_with, exp.Ascii: _ascii, exp.Chr: _chr,
     exp.Translate: _translate, exp.Like: _like, exp.ILike: _like, exp.Escape: _like,
     exp.RegexpLike: regexp_like, exp.RegexpILike: regexp_like, exp.RegexpReplace: regexp_replace,
