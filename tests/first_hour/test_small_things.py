@@ -183,3 +183,35 @@ def test_pipeline_run_and_dry_run_count_every_dataset_in_the_singular_or_the_plu
     (tmp_path / "transformations" / "ids.py").unlink()
     (tmp_path / "transformations" / "big.sql").write_text("CREATE MATERIALIZED VIEW big AS SELECT id FROM t")
     assert pipelines.check(pipelines.load(spec), {"t"})[0] == "pipeline 'shop': 1 dataset"
+
+
+def test_generate_series_in_from_is_postgresql_s_in_queries_and_dml(open_db):
+    """``generate_series(start, stop [, step])`` in FROM: inclusive, a step either way, the column
+    named as PostgreSQL names it, integer unless a bound needs bigint; it loads a table and feeds
+    DML; a zero step and a view over it are refused by name."""
+    db = open_db()
+    cases = {
+        "SELECT * FROM generate_series(1, 3)": [{"generate_series": i} for i in (1, 2, 3)],
+        "SELECT x FROM generate_series(-1, 1) AS x": [{"x": i} for i in (-1, 0, 1)],
+        "SELECT t.y * 2 AS d FROM generate_series(10, 1, -4) AS t(y)": [{"d": d} for d in (20, 12, 4)],
+        "SELECT count(*) AS n, sum(g) AS s FROM generate_series(1, 100000) g": [{"n": 100000, "s": 5000050000}],
+        "SELECT a.x, b.y FROM generate_series(1, 2) a(x), generate_series(5, 6) AS b(y) WHERE a.x + b.y > 6 "
+        "ORDER BY 1, 2": [{"x": 1, "y": 6}, {"x": 2, "y": 5}, {"x": 2, "y": 6}],
+        "SELECT * FROM generate_series(3, 1)": [],
+    }
+    for sql, want in cases.items():
+        assert db.sql(sql).to_pylist() == want, sql
+    assert str(db.sql("SELECT * FROM generate_series(1, 2) g").schema.field("g").type) == "int32"
+    big = db.sql("SELECT * FROM generate_series(1, 5000000000, 2000000000) AS g")
+    assert str(big.schema.field("g").type) == "int64" and big.column("g").to_pylist() == [1, 2000000001, 4000000001]
+    db.sql("CREATE TABLE t (k INT PRIMARY KEY, v TEXT); "
+           "INSERT INTO t SELECT i, 'v' || i FROM generate_series(1, 6) AS i; FLUSH; "
+           "DELETE FROM t WHERE k IN (SELECT x FROM generate_series(2, 6, 2) AS x); FLUSH")
+    assert rows(db.sql("SELECT * FROM t")) == [(1, "v1"), (3, "v3"), (5, "v5")]
+    with pytest.raises(millpond.SqlError, match="step size cannot equal zero") as e:
+        db.sql("SELECT * FROM generate_series(1, 3, 0)")
+    assert e.value.sqlstate == "22023"
+    with pytest.raises(millpond.SqlError, match="generate_series takes integer constants"):
+        db.sql("SELECT * FROM generate_series(1, (SELECT 3))")
+    with pytest.raises(millpond.SqlError, match="generate_series in a materialized view is not supported"):
+        db.sql("CREATE MATERIALIZED VIEW v AS SELECT * FROM generate_series(1, 3)")

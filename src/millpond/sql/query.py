@@ -21,6 +21,7 @@ from millpond.sql.desugar import desugar
 from millpond.sql.names import qualify_names
 from millpond.sql.statements import position
 from millpond.sql.planner.windows import spell_out_table_functions
+from millpond.sql.series import placeholders, spell_out
 
 __all__ = ["run_query", "reads_by_key", "bind_query", "bind_select", "tables_read"]
 
@@ -53,9 +54,11 @@ def bind_query(rt: Runtime, query: exp.Expression, *,
                assign: Sequence[tuple[str, semantics.SqlType]] | None = None) -> exp.Expression:
     """``query`` qualified and bound: PostgreSQL's meaning, explicit for DuckDB."""
     query, _ = desugar(query.copy(), rt.catalog.functions)
+    query, series = placeholders(query)
     query = spell_out_table_functions(rt.catalog, query)
-    types = {name: _located(query, name, lambda n=name: _columns(rt, n)) for name in tables_read(query)}
-    return bind_select(query, types, assign=assign)
+    types = {name: {series[name].column: series[name].type} if name in series else
+             _located(query, name, lambda n=name: _columns(rt, n)) for name in tables_read(query)}
+    return spell_out(bind_select(query, types, assign=assign), series)
 
 
 def _located(query: exp.Expression, name: str, columns: Callable[[], dict[str, semantics.SqlType]]) \

@@ -16,6 +16,7 @@ from millpond.catalog import Catalog
 from millpond.engine import plan as P
 from millpond.sql.planner.context import Context, err
 from millpond.sql.planner.exprs import WINDOW_FN, column
+from millpond.sql.series import is_series
 
 __all__ = ["expand_table_functions", "spell_out_table_functions", "place_windows", "interval_us"]
 
@@ -73,6 +74,9 @@ def _micros(us: int) -> exp.Interval:
 def _window_call(catalog: Catalog, node: exp.Expression) -> tuple[str, exp.Column, int, int] | None:
     """``(table, time column, size, slide)`` (in microseconds) of a TUMBLE/HOP in FROM, checked, or
     None when ``node`` is not a table function."""
+    if is_series(node):
+        raise err("generate_series in a materialized view is not supported: a series never changes, so "
+                  "insert it into a table (INSERT INTO t SELECT ... FROM generate_series(...)) and read that", node)
     if not (isinstance(node, exp.Table) and isinstance(node.this, exp.Anonymous)):
         return None
     fn = node.this
