@@ -224,7 +224,10 @@ def _constraint(select: exp.Select, alias: str, column: str, integer: bool
                 continue
             bounds: list[tuple[type, Decimal]] = []
             if isinstance(c, exp.Between) and ours(c.this):
-                bounds = [(exp.GTE, number(c.args["low"])), (exp.LTE, number(c.args["high"]))]
+                ends = [number(c.args["low"]), number(c.args["high"])]
+                if c.args.get("symmetric"):  # BETWEEN SYMMETRIC: either order
+                    ends.sort()
+                bounds = [(exp.GTE, ends[0]), (exp.LTE, ends[1])]
             elif type(c) in flipped and ours(c.this):
                 bounds = [(type(c), number(c.expression))]
             elif type(c) in flipped and ours(c.expression):
