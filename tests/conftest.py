@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import math
+import os
 import socket
 
 import pyarrow as pa
 import pytest
 
 import millpond
+from millpond.spark.class_archive import ARCHIVE_ENV
 from millpond.spark.session import local_session
 
 
@@ -21,14 +23,20 @@ def lengths(fast: int, long: int) -> pytest.MarkDecorator:
 def _spark_log(tmp_path_factory):
     """The JVMs of this run (the session's, and subprocesses' that name none) log into the run's
     temporary folder, not one file per process in the system's: tests write nothing outside it."""
+    run = tmp_path_factory.getbasetemp()
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MILLPOND_SPARK_LOG", str(tmp_path_factory.mktemp("spark") / "spark.log"))
+        # the processes tests start map one class-data archive of this run's (millpond.spark.class_archive),
+        # shared by the run's workers (xdist's basetemp is one folder per worker, inside the run's)
+        mp.setenv(ARCHIVE_ENV, str((run.parent if os.environ.get("PYTEST_XDIST_WORKER") else run) / "jvm-archive"))
         yield
 
 
 @pytest.fixture(scope="session")
 def spark(_spark_log):
-    session = local_session(cores="2", shuffle_partitions=2)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(ARCHIVE_ENV, "0")  # this JVM lives as long as the run: it would write the archive only at its end
+        session = local_session(cores="2", shuffle_partitions=2)
     yield session
     session.stop()
 

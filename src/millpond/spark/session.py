@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from millpond.errors import MillpondError
+from millpond.spark import class_archive
 
 __all__ = ["ensure_java", "local_session", "local_parallelism", "active_session", "lease", "Lease", "LOG_LEVELS",
            "log_level_from", "set_log_level", "spark_log_path"]
@@ -190,6 +191,8 @@ def local_session(*, cores: str = "*", shuffle_partitions: int | None = None, lo
     }
     with SparkContext._lock:
         fresh_jvm = SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ
+    if fresh_jvm and (archive := class_archive.java_options()):  # (a JVM already running keeps its options)
+        settings["spark.driver.extraJavaOptions"] = archive
     if fresh_jvm and level in QUIET and SparkContext._active_spark_context is None:
         conf = SparkConf()
         for k, v in settings.items():
