@@ -21,7 +21,10 @@ from millpond.engine.readonly import ReadOnlyRuntime
 from millpond.shell import Printer, interactive
 from millpond.store.cache import block_cache
 
-QUIET_ENV = {k: v for k, v in os.environ.items() if k not in ("MILLPOND_LOG_LEVEL", "MILLPOND_CRASH_AT")}
+def quiet_env() -> dict[str, str]:
+    """This process's environment (as the run's fixtures set it: the JVM archive, the Spark log),
+    without a log level or a crash point."""
+    return {k: v for k, v in os.environ.items() if k not in ("MILLPOND_LOG_LEVEL", "MILLPOND_CRASH_AT")}
 
 
 def _files(root: str) -> dict[str, int]:
@@ -78,7 +81,7 @@ def test_sessions_millpond_starts_are_shared_quiet_and_stopped_by_the_last_user(
         print(SparkContext._active_spark_context is None)
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
-                          env=QUIET_ENV | {"MILLPOND_SPARK_LOG": str(tmp_path / "spark.log")})
+                          env=quiet_env() | {"MILLPOND_SPARK_LOG": str(tmp_path / "spark.log")})
     assert (done.returncode, done.stderr) == (0, ""), done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert lines[:4] == ["CREATE TABLE", "INSERT", "CREATE MATERIALIZED VIEW", "FLUSH"]  # the CLI's -c
@@ -104,7 +107,7 @@ def test_a_failing_view_prints_nothing_of_pyspark_s_query_errors(tmp_path):
             db.close()
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
-                          env=QUIET_ENV | {"MILLPOND_SPARK_LOG": str(tmp_path / "spark.log")})
+                          env=quiet_env() | {"MILLPOND_SPARK_LOG": str(tmp_path / "spark.log")})
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.splitlines() == ["[{'status': 'failed'}]"] * 2
     assert "QueryContextLogger" not in done.stderr and "DIVIDE_BY_ZERO" not in done.stderr, done.stderr[-3000:]
@@ -357,7 +360,7 @@ def test_a_session_whose_workers_lack_millpond_is_refused_with_the_fix_or_shippe
         db.close()
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
-                          env=QUIET_ENV | {"PYSPARK_PYTHON": str(wrapper)})  # the workers' Python
+                          env=quiet_env() | {"PYSPARK_PYTHON": str(wrapper)})  # the workers' Python
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert lines[0].startswith("REFUSED Spark's Python workers") and "cannot import millpond" in lines[0], lines
