@@ -55,9 +55,16 @@ def test_a_write_cut_short_is_dropped_and_a_stale_claim_taken_over(folder):
 
 
 def test_off_when_asked_or_when_the_jvm_options_are_the_users(folder, monkeypatch):
+    monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
     monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--driver-java-options '-Xss4m' pyspark-shell")
     assert class_archive.java_options() == ""
     monkeypatch.delenv("PYSPARK_SUBMIT_ARGS")
+    conf = folder.parent / "conf"
+    conf.mkdir()
+    (conf / "spark-defaults.conf").write_text("spark.driver.extraJavaOptions -Dmine=1\n")
+    monkeypatch.setenv("SPARK_CONF_DIR", str(conf))
+    assert class_archive.java_options() == "", "the user's own driver options are not replaced"
+    monkeypatch.delenv("SPARK_CONF_DIR")
     for off in ("0", "off"):
         monkeypatch.setenv(class_archive.ARCHIVE_ENV, off)
         assert class_archive.java_options() == ""

@@ -15,7 +15,8 @@ It is written by the first JVM started without one, as it exits: that start clai
 the process ends — unless the claim is 15 minutes old), and a later start that finds the write
 done (untouched for a minute) renames it into place. An archive the JVM cannot use (cut short by a kill) is ignored by the JVM,
 which then starts as it would have: the archive only ever saves time. Sessions millpond does not
-start, and JVMs given options of their own (``$PYSPARK_SUBMIT_ARGS``), are left alone.
+start, and JVMs given options of their own (``$PYSPARK_SUBMIT_ARGS``, or
+``spark.driver.extraJavaOptions`` in the ``spark-defaults.conf`` Spark reads), are left alone.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ _QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 def java_options() -> str:
     """The options for a JVM millpond starts: map the archive, or write one at exit; "" when off."""
     folder = _folder()
-    if folder is None or os.environ.get("PYSPARK_SUBMIT_ARGS"):
+    if folder is None or os.environ.get("PYSPARK_SUBMIT_ARGS") or _configured():
         return ""
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -52,6 +53,19 @@ def java_options() -> str:
         return f"-XX:ArchiveClassesAtExit={final.with_suffix(f'.{os.getpid()}.part')} {_QUIET}"
     except OSError:  # a cache folder we cannot write: start as before
         return ""
+
+
+def _configured() -> bool:
+    """Whether the ``spark-defaults.conf`` Spark reads sets the driver's Java options (the archive's
+    would replace them)."""
+    import pyspark
+
+    home = os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
+    folder = os.environ.get("SPARK_CONF_DIR") or os.path.join(home, "conf")
+    try:
+        return "spark.driver.extraJavaOptions" in Path(folder, "spark-defaults.conf").read_text(errors="replace")
+    except OSError:
+        return False
 
 
 def _folder() -> Path | None:
