@@ -21,6 +21,7 @@ from millpond.engine.readonly import ReadOnlyRuntime
 from millpond.shell import Printer, interactive
 from millpond.store.cache import block_cache
 
+
 def quiet_env() -> dict[str, str]:
     """This process's environment (as the run's fixtures set it: the JVM archive, the Spark log),
     without a log level or a crash point."""

@@ -3,9 +3,9 @@
 A fresh process's JVM spends seconds loading and verifying Spark's classes. The JDK can write the
 classes a run loaded to an archive when it exits (``-XX:ArchiveClassesAtExit``, AppCDS) and map
 that archive at the next start (``-XX:SharedArchiveFile``). Measured here (a fresh process: a
-``local[2]`` session, then one table, one view and an epoch of two rows): the session 6.0–7.0 s →
-3.6–3.9 s, the first epoch 7.0–7.6 s → 4.9–5.9 s — about 4 s of every ``millpond`` command, script
-or test process that starts its own Spark.
+``local[2]`` session, then one table, one view and an epoch of two rows; three runs each): the
+session 6.0–7.0 s → 3.5–3.9 s, the first epoch 7.0–8.3 s → 4.9–5.9 s — about 4.5 s of every
+``millpond`` command, script or test process that starts its own Spark.
 
 The archive lives in ``$MILLPOND_JVM_ARCHIVE`` (a folder; ``0`` turns this off), else
 ``$XDG_CACHE_HOME/millpond/jvm`` or ``~/.cache/millpond/jvm``: one file (~160 MB) per Java, PySpark
@@ -13,10 +13,11 @@ and install, named by a hash of them (an archive of another JDK or classpath is 
 It is written by the first JVM started without one, as it exits: that start claims the writing
 (a file made exclusively; no other JVM writes one meanwhile — the dump costs ~30 s of CPU after
 the process ends — unless the claim is 15 minutes old), and a later start that finds the write
-done (untouched for a minute) renames it into place. An archive the JVM cannot use (cut short by a kill) is ignored by the JVM,
-which then starts as it would have: the archive only ever saves time. Sessions millpond does not
-start, and JVMs given options of their own (``$PYSPARK_SUBMIT_ARGS``, or
-``spark.driver.extraJavaOptions`` in the ``spark-defaults.conf`` Spark reads), are left alone.
+done (untouched for a minute) renames it into place. An archive the JVM cannot use (cut short by
+a kill) is ignored by the JVM, which then starts as it would have: the archive only ever saves
+time. Sessions millpond does not start, and JVMs given options of their own
+(``$PYSPARK_SUBMIT_ARGS``, or ``spark.driver.extraJavaOptions`` in the ``spark-defaults.conf``
+Spark reads), are left alone.
 """
 
 from __future__ import annotations
