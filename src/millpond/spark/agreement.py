@@ -30,7 +30,7 @@ __all__ = ["cannot_raise", "numeric", "arrow_type", "Exact"]
 # remainder by a positive literal; of string functions, those both count or map alike (the case
 # mapping is DuckDB's in both: millpond.casemap); casts and DECIMAL arithmetic only where every value is exact
 # (:func:`numeric`), date_trunc and EXTRACT's integer fields of a TIMESTAMP column (wall-clock
-# fields in both engines)
+# fields in both engines), and a TIMESTAMP column plus an interval of days and time
 _SAFE = (exp.Column, exp.Identifier, exp.Literal, exp.Null, exp.Boolean, exp.Paren, exp.EQ, exp.NEQ, exp.GT, exp.GTE,
          exp.LT, exp.LTE, exp.And, exp.Or, exp.Not, exp.Is, exp.In, exp.Between, exp.Case, exp.If, exp.Coalesce,
          exp.Add, exp.Sub, exp.Mul, exp.Neg, exp.DataType, exp.DataTypeParam,
@@ -87,6 +87,12 @@ def cannot_raise(e: exp.Expression, types: Mapping[str, pa.DataType] | None = No
                 return False
         elif is_mp(n, "FIELD"):
             if numeric(n, types or {}) is None:
+                return False
+        elif is_mp(n, "ADD_INTERVAL"):  # a TIMESTAMP plus days and time: microseconds added in both (months:
+            # each engine's calendar, not checked here)
+            ts, months = n.expressions[0], n.expressions[1]
+            if not (isinstance(ts, exp.Column) and types and types.get(ts.name) == pa.timestamp("us")
+                    and isinstance(months, exp.Literal) and months.this == "0"):
                 return False
         elif is_mp(n, "DATE_TRUNC"):
             arg = n.expressions[1] if len(n.expressions) == 2 else None

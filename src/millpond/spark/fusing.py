@@ -46,9 +46,14 @@ class Fusing(Inputs):
         evaluate, :meth:`_computed`) combined as :func:`plan_combine` can, or its group is of a
         type not hashed in Python (:func:`hashed_here`)."""
         project = node.input
-        source = project.input if isinstance(project, P.Project) else None
+        chain, source = [], project.input if isinstance(project, P.Project) else None
+        while isinstance(source, (P.Filter, P.Project, P.Window)):
+            chain.append(source)
+            source = source.input
         if not self._fusable([source]):
             return None
+        if chain:
+            return self._fuse_chain_aggregate(node, [project, *chain], source, schema, having)
         t = self.tables[source.table]
         types = {c.name: spark_ddl_type(c.type) for c in t.columns}
         columns = {out: (src, types.get(src, "")) for out, src in source.columns}
@@ -68,6 +73,29 @@ class Fusing(Inputs):
         if combine is None or not all(hashed_here(arrow.field(g).type) for g in node.group):
             return None
         side = Side(self._load(t, *self.ranges[t.channel], self.columns(source))[1], t.log_schema, (), query=query)
+        self.fused_sources.add(id(source))
+        return self._fused((side,), tuple(node.group), schema, combine, tuple(having or ()))
+
+    def _fuse_chain_aggregate(self, node: P.Aggregate, chain: list, source: P.Source, schema: T.StructType,
+                              having: list[str] | None) -> tuple[Fused, DataFrame] | None:
+        """As :meth:`fuse_aggregate`, for an aggregate over filters, projections and time windows
+        ``chain`` (its own projection first) of a table's columns: the whole chain one DuckDB query
+        over the records (:func:`_chain_sql`), whose columns the aggregate then takes as they are."""
+        if self.consumer.on_error != "fail":  # a data error is Spark's to report (engine.failures)
+            return None
+        t, cols, project = self.tables[source.table], self.columns(source), chain[0]
+        renamed = tuple((out, src) for out, src in source.columns if src in cols)
+        types = {out: t.log_schema.field(src).type for out, src in renamed}
+        sql = f"SELECT {', '.join([*(f'{_dq(src)} AS {_dq(out)}' for out, src in renamed), W])} FROM records"
+        if (sql := _chain_sql(chain, sql, types)) is None:
+            return None
+        projected = self._projected[id(node)]
+        columns = {name: (name, projected[name].dataType.simpleString()) for _, name in project.exprs}
+        plain = replace(project, exprs=tuple((exp.column(name, quoted=True), name) for _, name in project.exprs))
+        combine = plan_combine(replace(node, input=plain), columns)
+        if combine is None or not all(hashed_here(arrow_schema(schema).field(g).type) for g in node.group):
+            return None
+        side = Side(self._load(t, *self.ranges[t.channel], cols)[1], t.log_schema, (), query=sql)
         self.fused_sources.add(id(source))
         return self._fused((side,), tuple(node.group), schema, combine, tuple(having or ()))
 
@@ -265,10 +293,16 @@ class Fusing(Inputs):
 
 
 def _chain_sql(chain: list, sql: str, types: Mapping[str, pa.DataType] | None = None) -> str | None:
-    """DuckDB SQL of the filters and projections ``chain`` (outermost first) over the rows of
-    ``sql`` (whose columns' Arrow types are ``types``, where known); None where one may raise a
-    data error or round (:func:`cannot_raise`) or DuckDB's dialect cannot spell it."""
+    """DuckDB SQL of the filters, projections and time windows ``chain`` (outermost first) over the
+    rows of ``sql`` (whose columns' Arrow types are ``types``, where known); None where one may
+    raise a data error or round (:func:`cannot_raise`), a window's time is not known to be a
+    ``TIMESTAMP`` (:func:`_window_sql`), or DuckDB's dialect cannot spell it."""
     for n in reversed(chain):
+        if isinstance(n, P.Window):
+            if types is None or types.get(n.time) != pa.timestamp("us"):
+                return None
+            types = {**types, n.start: types[n.time], n.end: types[n.time]}
+            continue
         exprs = [n.predicate] if isinstance(n, P.Filter) else [e for e, _ in n.exprs]
         if not all(cannot_raise(e, types) for e in exprs):
             return None
@@ -276,13 +310,31 @@ def _chain_sql(chain: list, sql: str, types: Mapping[str, pa.DataType] | None = 
             types = {name: t for e, name in n.exprs if (t := arrow_type(e, types)) is not None}
     try:
         for n in reversed(chain):
-            if isinstance(n, P.Filter):
+            if isinstance(n, P.Window):
+                sql = _window_sql(n, sql)
+            elif isinstance(n, P.Filter):
                 sql = f"SELECT * FROM ({sql}) WHERE {to_duckdb(n.predicate)}"
             else:
                 sql = f"SELECT {', '.join([*(f'{to_duckdb(e)} AS {_dq(name)}' for e, name in n.exprs), W])} FROM ({sql})"
     except Exception:  # noqa: BLE001 - an expression DuckDB's dialect cannot spell: Spark evaluates it
         return None
     return sql
+
+
+def _window_sql(n: P.Window, sql: str) -> str:
+    """DuckDB SQL adding ``n``'s windows to the rows of ``sql`` as Spark's ``window()`` makes them
+    (:meth:`millpond.spark.build.Builder._window`): one row per window of ``size_us`` starting at a
+    multiple of ``slide_us`` (counted from 1970, the remainder floored for earlier times) that holds
+    the row's time, none for a NULL time. In microseconds, as both engines keep a ``TIMESTAMP``."""
+    us, size, slide = f"epoch_us({_dq(n.time)})", n.size_us, n.slide_us
+    last = f"{us} - ((({us} % {slide}) + {slide}) % {slide})"  # the latest window start at or before the time
+    ends = f"make_timestamp(_mpw_s) AS {_dq(n.start)}, make_timestamp(_mpw_s + {size}) AS {_dq(n.end)}"
+    if size == slide:  # a tumbling window: exactly one
+        return f"SELECT * EXCLUDE (_mpw_s), {ends} FROM (SELECT *, {last} AS _mpw_s FROM ({sql}) WHERE {_dq(n.time)} IS NOT NULL)"
+    return (f"SELECT * EXCLUDE (_mpw_s, _mpw_us), {ends} FROM ("
+            f"SELECT * EXCLUDE (_mpw_k), {us} AS _mpw_us, {last} - _mpw_k * {slide} AS _mpw_s "
+            f"FROM ({sql}) CROSS JOIN range(0, {-(-size // slide)}) AS _mpw(_mpw_k) WHERE {_dq(n.time)} IS NOT NULL) "
+            f"WHERE _mpw_s + {size} > _mpw_us")
 
 
 _SPARK = {pa.int16(): "smallint", pa.int32(): "int", pa.int64(): "bigint", pa.string(): "string",

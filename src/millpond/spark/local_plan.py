@@ -104,10 +104,11 @@ class Localizing(Inputs):
         ins = [self._local.get(id(i)) for i in P.inputs(node)]
         if any(i is None for i in ins):
             return None
-        if isinstance(node, (P.Filter, P.Project)):
+        if isinstance(node, (P.Filter, P.Project, P.Window)):
             types = {f.name: f.type for f in _schema(ins[0])}
             folded = replace(node, predicate=self._fold(node.predicate)) if isinstance(node, P.Filter) else \
-                replace(node, exprs=tuple((self._fold(e), name) for e, name in node.exprs))
+                replace(node, exprs=tuple((self._fold(e), name) for e, name in node.exprs)) \
+                if isinstance(node, P.Project) else node
             sql = _chain_sql([folded], "SELECT * FROM records", types)
             if sql is None:
                 return None
@@ -136,7 +137,7 @@ class Localizing(Inputs):
             cols = [f.name for f in _schema(ins[0]) if f.name not in (W, ROW_ID)]
             renamed = ", ".join([*(f"{_dq(k)} AS {c}" for k, c in zip(node.keys, kcols)), *map(_dq, cols), W])
             made = Keyed(Sql(ins[0], f"SELECT {renamed} FROM records", _unkeyed(keyed)), tuple(kcols), keyed)
-        else:  # a time window: Spark's
+        else:
             return None
         return None if made is None else Op(task, made)
 
