@@ -110,7 +110,9 @@ class Sql:
     input: "Rows"
     query: str
     schema: pa.Schema
-    columns: tuple[tuple[str, str], ...] = ()  # a projection's (DuckDB expression, output name): errors name them
+    # projections' (DuckDB expression, output name, the query over ``records`` whose rows it reads):
+    # errors name them
+    columns: tuple[tuple[str, str, str], ...] = ()
 
     def identity(self) -> tuple:
         return (self.input.identity(), self.query, self.schema, self.columns)
@@ -122,9 +124,9 @@ class Sql:
         try:
             return conform(select_records(self.query, records), self.schema)
         except MillpondError as exc:  # a data error: name the column that raised, as Spark's context does
-            for expression, name in self.columns:
+            for expression, name, rows in self.columns:
                 try:
-                    select_records(f"SELECT {expression} FROM records", records)
+                    select_records(f"SELECT {expression} FROM ({rows})", records)
                 except MillpondError:
                     raise MillpondError(f"{exc}\n== SQL (line 1, position 1) ==\n{expression} AS `{name}`") from None
             raise

@@ -109,11 +109,16 @@ class Localizing(Inputs):
             folded = replace(node, predicate=self._fold(node.predicate)) if isinstance(node, P.Filter) else \
                 replace(node, exprs=tuple((self._fold(e), name) for e, name in node.exprs)) \
                 if isinstance(node, P.Project) else node
-            sql = _chain_sql([folded], "SELECT * FROM records", types)
+            # filters, projections and windows in a row are one query (DuckDB reads only the columns
+            # the last one needs: a window's rows are not copied whole for each projection above it)
+            below, rows, named = (ins[0].input, ins[0].query, ins[0].columns) if isinstance(ins[0], Sql) else \
+                (ins[0], "SELECT * FROM records", ())
+            sql = _chain_sql([folded], rows, types)
             if sql is None:
                 return None
-            named = tuple((to_duckdb(e), name) for e, name in folded.exprs) if isinstance(folded, P.Project) else ()
-            return Sql(ins[0], sql, schema, named)
+            if isinstance(folded, P.Project):
+                named += tuple((to_duckdb(e), name, rows) for e, name in folded.exprs)
+            return Sql(below, sql, schema, named)
         if isinstance(node, P.Union):
             if not all(_exactly(f.type, schema.field(f.name).type) for i in ins for f in _schema(i)):
                 return None
