@@ -186,13 +186,13 @@ class Fusing(Inputs):
 
     def fuse_materialize(self, node: P.Materialize, schema: T.StructType, key: list[str]
                          ) -> tuple[Fused, DataFrame] | None:
-        """As :meth:`fuse_aggregate`, for a view's rows made of one table's by filters and
-        projections, evaluated by DuckDB in the task (``schema``: the task's input). Only where
+        """As :meth:`fuse_aggregate`, for a view's rows made of one table's by filters,
+        projections and time windows, evaluated by DuckDB in the task (``schema``: the task's input). Only where
         both engines give the same values (columns of the types :func:`hashed_here` takes, errors
         failing the view) and every expression translates; an ``APPEND ONLY`` table's rows are
         not exchanged at all."""
         chain, source = [], node.input
-        while isinstance(source, (P.Filter, P.Project)):
+        while isinstance(source, (P.Filter, P.Project, P.Window)):
             chain.append(source)
             source = source.input
         arrow = arrow_schema(schema)
