@@ -57,6 +57,8 @@ class Combine:
     def __call__(self, records: pa.Table, schema: pa.Schema, *, grouped: bool = True) -> pa.Table:
         """The partials of ``records`` as ``schema``; ``grouped=False``: one partial per record (the
         same columns, not combined), for an operator that combines them itself anyway."""
+        used = {W, *(c for _, c in (*self.keys, *self.sums, *self.nonnulls)), *(c for _, c, _ in self.extremes)}
+        records = records.select([c for c in records.column_names if c in used])  # a log's other columns: not converted
         df = pl.from_arrow(records)
         w = pl.col(W).cast(pl.Int64)
         weights = _bound(records.column(W)) * len(records)
