@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+import re
 
-import duckdb
 import pyarrow as pa
+import pytest
 
+from millpond import duck
 from millpond.engine import plan as P
 from millpond.spark import local_plan
 from millpond.spark.fusing import _chain_sql
@@ -31,22 +33,33 @@ def _times(rng: random.Random, n: int) -> list[dt.datetime | None]:
     return out
 
 
-def test_a_window_s_rows_are_those_of_spark_s_window_function(spark):
+@pytest.mark.parametrize("zone", [None, "UTC"], ids=["timestamp", "timestamptz"])
+def test_a_window_s_rows_are_those_of_spark_s_window_function(spark, zone):
+    """Spark's ``window()`` of a TIMESTAMP (its ``TIMESTAMP_NTZ``) or a TIMESTAMPTZ (its
+    ``TIMESTAMP``, in UTC microseconds) against DuckDB's windows in millpond's DuckDB."""
     rng = random.Random(11)
     times = _times(rng, 400)
-    table = pa.table({"id": list(range(len(times))), "ts": pa.array(times, pa.timestamp("us")), "_w": [1] * len(times)})
-    df = spark.createDataFrame(table.to_pandas()[["id", "ts"]].astype({"ts": "datetime64[us]"}), "id long, ts timestamp_ntz")
+    kind = pa.timestamp("us", tz=zone)
+    table = pa.table({"id": list(range(len(times))), "ts": pa.array(times, pa.timestamp("us")).cast(kind),
+                      "_w": [1] * len(times)})
+    df = spark.createDataFrame(table.select(["id", "ts"]).to_pandas(),
+                               f"id long, ts {'timestamp' if zone else 'timestamp_ntz'}")
     for size, slide in SPANS:
         durations = f"'{size} microseconds'" + (f", '{slide} microseconds'" if size != slide else "")
-        want = sorted(tuple(r) for r in df.filter("ts IS NOT NULL").selectExpr(
-            "id", f"window(ts, {durations}) AS w").selectExpr("id", "w.start", "w.end").collect())
+        want = df.filter("ts IS NOT NULL").selectExpr("id", f"window(ts, {durations}) AS w").selectExpr(
+            "id", "unix_micros(CAST(w.start AS TIMESTAMP)) AS s", "unix_micros(CAST(w.end AS TIMESTAMP)) AS e")
         node = P.Window(P.Source("t", ()), "ts", size, slide, "s", "e")
-        sql = _chain_sql([node], "SELECT * FROM records", {"id": pa.int64(), "ts": pa.timestamp("us")})
-        con = duckdb.connect()
-        con.register("records", table)
-        got = sorted(con.sql(f"SELECT id, s, e FROM ({sql})").fetchall())
-        assert got == want, (size, slide)
-        assert len(got) > len(times) * (size // slide) * 0.8
+        sql = _chain_sql([node], "SELECT * FROM records", {"id": pa.int64(), "ts": kind})
+        con = duck.cursor()
+        try:
+            con.register("records", table)
+            got = con.sql(f"SELECT id, s, e FROM ({sql})").to_arrow_table()
+        finally:
+            con.close()
+        assert got.schema.field("s").type == kind
+        micros = [(i, s, e) for i, s, e in zip(*(got.column(c).cast(pa.int64()).to_pylist() for c in ("id", "s", "e")))]
+        assert sorted(micros) == sorted(tuple(r) for r in want.collect()), (size, slide)
+        assert len(micros) > len(times) * (size // slide) * 0.8
 
 
 VIEWS = {  # every window kind: a tumbling one, hops (four per row), a MAX
@@ -60,36 +73,36 @@ VIEWS = {  # every window kind: a tumbling one, hops (four per row), a MAX
                JOIN (SELECT max(v) AS m, window_end FROM TUMBLE(ev, ts, INTERVAL '5' SECOND) GROUP BY window_end) w
                  ON e.v = w.m
                WHERE e.ts BETWEEN w.window_end - INTERVAL '5' SECOND AND w.window_end""",
+    # a TIMESTAMPTZ's windows: UTC instants
+    "zone": """SELECT g, window_end, count(*) AS n, max(tz) AS last
+               FROM HOP(ev, tz, INTERVAL '3' SECOND, INTERVAL '6' SECOND) GROUP BY g, window_end""",
 }
-SPANS_OF = {"tum": (7, 7), "hop": (12, 3), "rows": (4, 2), "near": (5, 5)}
+SPANS_OF = {"tum": (7, 7), "hop": (12, 3), "rows": (4, 2), "near": (5, 5), "zone": (6, 3)}
+EV = pa.schema([("k", pa.int64()), ("g", pa.int32()), ("v", pa.int64()), ("ts", pa.timestamp("us")),
+                ("tz", pa.timestamp("us", tz="UTC"))])
 
 
-def _windowed(rows: list[dict], size_s: int, slide_s: int) -> pa.Table:
-    """``rows`` with a row per window holding each one's time, spelled out here."""
-    size, slide, out = size_s * 1_000_000, slide_s * 1_000_000, []
+def _windowed(name: str, rows: list[dict]) -> pa.Table:
+    """``rows`` with a row per window of view ``name`` holding each one's time, spelled out here."""
+    (size, slide), time = (s * 1_000_000 for s in SPANS_OF[name]), "tz" if name == "zone" else "ts"
+    epoch = EPOCH.replace(tzinfo=dt.timezone.utc) if time == "tz" else EPOCH
+    out = []
     for r in rows:
-        if r["ts"] is None:
+        if r[time] is None:
             continue
-        us = (r["ts"] - EPOCH) // dt.timedelta(microseconds=1)
+        us = (r[time] - epoch) // dt.timedelta(microseconds=1)
         start = us // slide * slide  # Python floors
         while start + size > us:
-            out.append({**r, "window_start": EPOCH + dt.timedelta(microseconds=start),
-                        "window_end": EPOCH + dt.timedelta(microseconds=start + size)})
+            out.append({**r, "window_start": epoch + dt.timedelta(microseconds=start),
+                        "window_end": epoch + dt.timedelta(microseconds=start + size)})
             start -= slide
-    schema = pa.schema([("k", pa.int64()), ("g", pa.int32()), ("v", pa.int64()), ("ts", pa.timestamp("us")),
-                        ("window_start", pa.timestamp("us")), ("window_end", pa.timestamp("us"))])
-    return pa.Table.from_pylist(out, schema)
+    kind = EV.field(time).type
+    return pa.Table.from_pylist(out, pa.schema([*EV, ("window_start", kind), ("window_end", kind)]))
 
 
 def _oracle(name: str, rows: list[dict]) -> list[tuple]:
-    spelled = {name: f"{name}_windows" for name in VIEWS}
-    sql = VIEWS[name]
-    for fn in ("TUMBLE(ev, ts, INTERVAL '7' SECOND)", "HOP(ev, ts, INTERVAL '3' SECOND, INTERVAL '12' SECOND)",
-               "HOP(ev, ts, INTERVAL '2' SECOND, INTERVAL '4' SECOND)", "TUMBLE(ev, ts, INTERVAL '5' SECOND)"):
-        sql = sql.replace(fn, spelled[name])
-    ev = pa.Table.from_pylist(rows, pa.schema([("k", pa.int64()), ("g", pa.int32()), ("v", pa.int64()),
-                                               ("ts", pa.timestamp("us"))]))
-    return oracle.answer({"ev": ev, spelled[name]: _windowed(rows, *SPANS_OF[name])}, sql)
+    sql = re.sub(r"(TUMBLE|HOP)\(ev, [^)]*\)", f"{name}_windows", VIEWS[name])
+    return oracle.answer({"ev": pa.Table.from_pylist(rows, EV), f"{name}_windows": _windowed(name, rows)}, sql)
 
 
 def test_views_over_windows_match_duckdb_with_epochs_on_every_path(open_db, monkeypatch):
@@ -99,14 +112,14 @@ def test_views_over_windows_match_duckdb_with_epochs_on_every_path(open_db, monk
     stale group)."""
     rng = random.Random(4)
     db = open_db()
-    db.sql("CREATE TABLE ev (k BIGINT PRIMARY KEY, g INT, v BIGINT, ts TIMESTAMP)")
-    schema = pa.schema([("k", pa.int64()), ("g", pa.int32()), ("v", pa.int64()), ("ts", pa.timestamp("us"))])
+    db.sql("CREATE TABLE ev (k BIGINT PRIMARY KEY, g INT, v BIGINT, ts TIMESTAMP, tz TIMESTAMPTZ)")
     live: dict[int, dict] = {}
 
     def write(keys: list[int]) -> None:
-        for k, ts in zip(keys, _times(rng, len(keys))):
-            live[k] = {"k": k, "g": rng.randrange(3), "v": rng.randrange(20), "ts": ts}
-        db.insert("ev", pa.Table.from_pylist([live[k] for k in keys], schema))
+        for k, ts, tz in zip(keys, _times(rng, len(keys)), _times(rng, len(keys))):
+            live[k] = {"k": k, "g": rng.randrange(3), "v": rng.randrange(20), "ts": ts,
+                       "tz": tz and tz.replace(tzinfo=dt.timezone.utc)}
+        db.insert("ev", pa.Table.from_pylist([live[k] for k in keys], EV))
     write(list(range(60)))
     db.flush()
     for name, sql in VIEWS.items():
@@ -133,4 +146,4 @@ def test_views_over_windows_match_duckdb_with_epochs_on_every_path(open_db, monk
     # the join over a window ran as one task whenever allowed, never otherwise; the windows'
     # aggregates read the log themselves (their whole epoch one stage of Python tasks)
     assert all((n > 0) == here for here, n in paths), paths
-    assert {c.name for c, _ in executor._fused_only} >= {"tum", "hop", "rows"}
+    assert {c.name for c, _ in executor._fused_only} >= {"tum", "hop", "rows", "zone"}

@@ -297,10 +297,12 @@ def _chain_sql(chain: list, sql: str, types: Mapping[str, pa.DataType] | None = 
     rows of ``sql`` (whose columns' Arrow types are ``types``, where known); None where one may
     raise a data error or round (:func:`cannot_raise`), a window's time is not known to be a
     ``TIMESTAMP`` (:func:`_window_sql`), or DuckDB's dialect cannot spell it."""
+    types_in: dict[int, pa.DataType] = {}  # each window's time type
     for n in reversed(chain):
         if isinstance(n, P.Window):
-            if types is None or types.get(n.time) != pa.timestamp("us"):
+            if types is None or types.get(n.time) not in _WINDOWED:
                 return None
+            types_in[id(n)] = types[n.time]
             types = {**types, n.start: types[n.time], n.end: types[n.time]}
             continue
         exprs = [n.predicate] if isinstance(n, P.Filter) else [e for e, _ in n.exprs]
@@ -311,7 +313,7 @@ def _chain_sql(chain: list, sql: str, types: Mapping[str, pa.DataType] | None = 
     try:
         for n in reversed(chain):
             if isinstance(n, P.Window):
-                sql = _window_sql(n, sql)
+                sql = _window_sql(n, sql, zoned=types_in[id(n)].tz is not None)
             elif isinstance(n, P.Filter):
                 sql = f"SELECT * FROM ({sql}) WHERE {to_duckdb(n.predicate)}"
             else:
@@ -321,14 +323,21 @@ def _chain_sql(chain: list, sql: str, types: Mapping[str, pa.DataType] | None = 
     return sql
 
 
-def _window_sql(n: P.Window, sql: str) -> str:
+_WINDOWED = (pa.timestamp("us"), pa.timestamp("us", tz="UTC"))  # a window's time: TIMESTAMP, TIMESTAMPTZ
+
+
+def _window_sql(n: P.Window, sql: str, *, zoned: bool = False) -> str:
     """DuckDB SQL adding ``n``'s windows to the rows of ``sql`` as Spark's ``window()`` makes them
     (:meth:`millpond.spark.build.Builder._window`): one row per window of ``size_us`` starting at a
     multiple of ``slide_us`` (counted from 1970, the remainder floored for earlier times) that holds
-    the row's time, none for a NULL time. In microseconds, as both engines keep a ``TIMESTAMP``."""
+    the row's time, none for a NULL time. In microseconds, as both engines keep a ``TIMESTAMP``
+    (and a ``TIMESTAMPTZ``: ``zoned``, UTC microseconds, whatever the session's time zone)."""
     us, size, slide = f"epoch_us({_dq(n.time)})", n.size_us, n.slide_us
     last = f"{us} - ((({us} % {slide}) + {slide}) % {slide})"  # the latest window start at or before the time
-    ends = f"make_timestamp(_mpw_s) AS {_dq(n.start)}, make_timestamp(_mpw_s + {size}) AS {_dq(n.end)}"
+
+    def at(micros: str) -> str:  # DuckDB's TimeZone is UTC (millpond.duck): the cast keeps the instant
+        return f"CAST(make_timestamp({micros}) AS TIMESTAMPTZ)" if zoned else f"make_timestamp({micros})"
+    ends = f"{at('_mpw_s')} AS {_dq(n.start)}, {at(f'_mpw_s + {size}')} AS {_dq(n.end)}"
     if size == slide:  # a tumbling window: exactly one
         return f"SELECT * EXCLUDE (_mpw_s), {ends} FROM (SELECT *, {last} AS _mpw_s FROM ({sql}) WHERE {_dq(n.time)} IS NOT NULL)"
     return (f"SELECT * EXCLUDE (_mpw_s, _mpw_us), {ends} FROM ("
