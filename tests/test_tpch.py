@@ -100,3 +100,16 @@ def test_a_whole_input_aggregate_of_a_big_epoch_is_one_row(open_db):
     db.sql("CREATE MATERIALIZED VIEW top AS SELECT max(v) AS m, count(DISTINCT v) AS d FROM t")
     db.flush()
     assert db.sql("SELECT * FROM top").to_pylist() == [{"m": 12, "d": 13}]
+
+
+def test_the_refresh_functions_over_the_files_hold_keys_and_copy_the_same_rows(tmp_path):
+    """:class:`tpch.Refresh` given the Parquet files (what ``benchmarks/tpch.py`` passes, so its
+    process holds no table) makes the rows and statements it makes given the tables."""
+    folder = tpch.generate(0.01, tmp_path / "data")
+    tables = tpch.Refresh(tpch.read(folder, "orders"), tpch.read(folder, "lineitem"), 0.01, seed=3)
+    files = tpch.Refresh(folder / "orders.parquet", folder / "lineitem.parquet", 0.01, seed=3)
+    for _ in range(2):
+        (orders, lines), (orders2, lines2) = tables.rf1(), files.rf1()
+        assert orders.num_rows == 150 and lines.num_rows > orders.num_rows
+        assert orders.equals(orders2) and lines.equals(lines2)
+        assert tables.rf2() == files.rf2()

@@ -22,6 +22,7 @@ own attempt's prefix).
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import threading
@@ -127,7 +128,8 @@ class Task:
                         feed.having), self.local and self.local.identity())
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return self.run(batches, TaskContext.get().partitionId())
+        yield from self.run(batches, TaskContext.get().partitionId())
+        release_memory()
 
     def run(self, batches: Iterator[pa.RecordBatch], partition: int) -> Iterator[pa.RecordBatch]:
         """The task of Spark partition ``partition`` over its input ``batches``: in groups of disjoint
@@ -193,6 +195,24 @@ class Task:
         return out
 
 
+def release_memory() -> None:
+    """What a Spark worker's task freed, given back to the system: the worker lives on, idle
+    between epochs, and Arrow's allocator and the C heap keep freed pages for reuse otherwise."""
+    pa.default_memory_pool().release_unused()
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _libc():  # noqa: ANN202
+    try:
+        return ctypes.CDLL("libc.so.6")  # glibc: malloc_trim
+    except OSError:
+        return None
+
+
+_LIBC = _libc()
+
+
 class TaskFailed(RuntimeError):
     """A task run in the driver's process (:meth:`Slots.here`) raised: what a failed Spark job is to
     the coordinator (not a :class:`~millpond.errors.MillpondError` of the caller's own)."""
@@ -217,6 +237,8 @@ class Slots:
                         yield from task.run(iter([pa.record_batch([pa.array([i], pa.int64())], names=["id"])]), partition)
                         break
                     i -= n
+        if TaskContext.get() is not None:  # a Spark worker's (run here, the epoch's memory is the caller's)
+            release_memory()
 
     def here(self, descriptor: str, threads: int = 1) -> list[pa.RecordBatch]:
         """Every slot's task run in this process, as the Spark job over ``range(total)`` would run

@@ -46,33 +46,50 @@ def generate(scale: float, folder: str | Path) -> Path:
 
 def read(folder: str | Path, table: str) -> pa.Table:
     """A table's rows, its strings as plain strings (tpchgen-cli writes string views)."""
-    t = pq.read_table(Path(folder) / f"{table}.parquet")
-    schema = pa.schema([pa.field(f.name, pa.string() if pa.types.is_string_view(f.type) else f.type)
-                        for f in t.schema])
-    return t.cast(schema)
+    return _plain_strings(pq.read_table(Path(folder) / f"{table}.parquet"))
+
+
+def _plain_strings(t: pa.Table) -> pa.Table:
+    return t.cast(pa.schema([pa.field(f.name, pa.string() if pa.types.is_string_view(f.type) else f.type)
+                             for f in t.schema]))
+
+
+def _rows(source: pa.Table | Path, column: str, keys: np.ndarray) -> pa.Table:
+    """The rows of a table (or its Parquet file, as :func:`read` types it) whose ``column`` is in ``keys``."""
+    if isinstance(source, pa.Table):
+        return source.filter(pc.is_in(source[column], value_set=pa.array(keys)))
+    wanted, parts = pa.array(keys), []
+    with pq.ParquetFile(source) as f:  # a row group at a time: the file is never held whole
+        for g in range(f.num_row_groups):
+            t = _plain_strings(f.read_row_group(g))
+            parts.append(t.filter(pc.is_in(t[column], value_set=wanted)))
+    return pa.concat_tables(parts)
 
 
 class Refresh:
     """TPC-H's refresh functions over a loaded database: :meth:`rf1` the new orders and lineitems
     to insert, :meth:`rf2` the statements deleting the oldest orders. ``fraction`` of the orders
-    each (0.001 is TPC-H's)."""
+    each (0.001 is TPC-H's). ``orders`` and ``lineitem``: the tables, or their Parquet files
+    (then only their keys are held, and each :meth:`rf1` reads the rows it copies: at SF 1 the
+    tables are ~1.4 GB a benchmark's process would otherwise hold)."""
 
-    def __init__(self, orders: pa.Table, lineitem: pa.Table, fraction: float, *, seed: int = 0):
+    def __init__(self, orders: pa.Table | Path, lineitem: pa.Table | Path, fraction: float, *, seed: int = 0):
         self.orders, self.lineitem = orders, lineitem
-        self.count = max(1, int(round(orders.num_rows * fraction)))
-        self.next_key = int(pc.max(orders["o_orderkey"]).as_py()) + 1
-        self.oldest = int(pc.min(orders["o_orderkey"]).as_py())
-        self.keys = np.sort(orders["o_orderkey"].to_numpy())
+        self.order_keys = (orders["o_orderkey"] if isinstance(orders, pa.Table) else
+                           pq.read_table(orders, columns=["o_orderkey"])["o_orderkey"]).to_numpy()
+        self.count = max(1, int(round(len(self.order_keys) * fraction)))
+        self.keys = np.sort(self.order_keys)
+        self.next_key, self.oldest = int(self.keys[-1]) + 1, int(self.keys[0])
         self.rng = np.random.default_rng(seed)
 
     def rf1(self) -> tuple[pa.Table, pa.Table]:
         """New orders (copies of random ones under fresh keys) and their lineitems."""
-        picked = self.rng.choice(self.orders.num_rows, self.count, replace=False)
-        orders = self.orders.take(pa.array(np.sort(picked)))
+        picked = self.order_keys[np.sort(self.rng.choice(len(self.order_keys), self.count, replace=False))]
+        orders = _rows(self.orders, "o_orderkey", picked)
         fresh = np.arange(self.next_key, self.next_key + self.count, dtype=np.int64)
         self.next_key += self.count
         picked_keys = orders["o_orderkey"].to_numpy()  # ascending, as the orders are
-        lines = self.lineitem.filter(pc.is_in(self.lineitem["l_orderkey"], value_set=orders["o_orderkey"]))
+        lines = _rows(self.lineitem, "l_orderkey", picked_keys)
         old = lines["l_orderkey"].to_numpy()
         lines = lines.set_column(0, "l_orderkey", pa.array(fresh[np.searchsorted(picked_keys, old)]))
         orders = orders.set_column(0, "o_orderkey", pa.array(fresh))
