@@ -187,10 +187,10 @@ class Fusing(Inputs):
     def fuse_materialize(self, node: P.Materialize, schema: T.StructType, key: list[str]
                          ) -> tuple[Fused, DataFrame] | None:
         """As :meth:`fuse_aggregate`, for a view's rows made of one table's by filters,
-        projections and time windows, evaluated by DuckDB in the task (``schema``: the task's input). Only where
-        both engines give the same values (columns of the types :func:`hashed_here` takes, errors
-        failing the view) and every expression translates; an ``APPEND ONLY`` table's rows are
-        not exchanged at all."""
+        projections and time windows, evaluated by DuckDB in the task (``schema``: the task's
+        input). Only where both engines give the same values (columns of the types
+        :func:`hashed_here` takes, errors failing the view) and every expression translates; an
+        ``APPEND ONLY`` table's rows are not exchanged at all."""
         chain, source = [], node.input
         while isinstance(source, (P.Filter, P.Project, P.Window)):
             chain.append(source)
@@ -339,7 +339,8 @@ def _window_sql(n: P.Window, sql: str, *, zoned: bool = False) -> str:
         return f"CAST(make_timestamp({micros}) AS TIMESTAMPTZ)" if zoned else f"make_timestamp({micros})"
     ends = f"{at('_mpw_s')} AS {_dq(n.start)}, {at(f'_mpw_s + {size}')} AS {_dq(n.end)}"
     if size == slide:  # a tumbling window: exactly one
-        return f"SELECT * EXCLUDE (_mpw_s), {ends} FROM (SELECT *, {last} AS _mpw_s FROM ({sql}) WHERE {_dq(n.time)} IS NOT NULL)"
+        return (f"SELECT * EXCLUDE (_mpw_s), {ends} FROM ("
+                f"SELECT *, {last} AS _mpw_s FROM ({sql}) WHERE {_dq(n.time)} IS NOT NULL)")
     return (f"SELECT * EXCLUDE (_mpw_s, _mpw_us), {ends} FROM ("
             f"SELECT * EXCLUDE (_mpw_k), {us} AS _mpw_us, {last} - _mpw_k * {slide} AS _mpw_s "
             f"FROM ({sql}) CROSS JOIN range(0, {-(-size // slide)}) AS _mpw(_mpw_k) WHERE {_dq(n.time)} IS NOT NULL) "
