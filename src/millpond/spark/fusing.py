@@ -84,10 +84,7 @@ class Fusing(Inputs):
         if self.consumer.on_error != "fail":  # a data error is Spark's to report (engine.failures)
             return None
         t, cols, project = self.tables[source.table], self.columns(source), chain[0]
-        renamed = tuple((out, src) for out, src in source.columns if src in cols)
-        types = {out: t.log_schema.field(src).type for out, src in renamed}
-        sql = f"SELECT {', '.join([*(f'{_dq(src)} AS {_dq(out)}' for out, src in renamed), W])} FROM records"
-        if (sql := _chain_sql(chain, sql, types)) is None:
+        if (sql := self._over_table(chain, source)) is None:
             return None
         projected = self._projected[id(node)]
         columns = {name: (name, projected[name].dataType.simpleString()) for _, name in project.exprs}
@@ -204,14 +201,19 @@ class Fusing(Inputs):
         t, cols = self.tables[source.table], self.columns(source)
         renamed = tuple((out, src) for out, src in source.columns if src in cols)
         sql = None  # a table's columns as they are (its own rows): renamed in the task, no query to copy them
-        if chain:
-            types = {out: t.log_schema.field(src).type for out, src in source.columns if src in t.log_schema.names}
-            sql = f"SELECT {', '.join([*(f'{_dq(src)} AS {_dq(out)}' for out, src in renamed), W])} FROM records"
-            if (sql := _chain_sql(chain, sql, types)) is None:  # a data error is Spark's to report (engine.failures)
-                return None
+        if chain and (sql := self._over_table(chain, source)) is None:  # a data error is Spark's (engine.failures)
+            return None
         side = Side(self._load(t, *self.ranges[t.channel], cols)[1], t.log_schema, () if sql else renamed, query=sql)
         self.fused_sources.add(id(source))
         return self._fused((side,), tuple(key), schema, share=t.append_only)
+
+    def _over_table(self, chain: list, source: P.Source) -> str | None:
+        """DuckDB SQL of ``chain`` (:func:`_chain_sql`) over ``source``'s records, its columns named
+        as the source names them; None where the chain cannot be made so."""
+        t, cols = self.tables[source.table], self.columns(source)
+        renamed = [(out, src) for out, src in source.columns if src in cols]
+        sql = f"SELECT {', '.join([*(f'{_dq(src)} AS {_dq(out)}' for out, src in renamed), W])} FROM records"
+        return _chain_sql(chain, sql, {out: t.log_schema.field(src).type for out, src in renamed})
 
     def _computed(self, source: P.Source, exprs: list[tuple[exp.Expression, str]]) -> str | None:
         """DuckDB SQL over a table's ``records`` adding ``exprs`` (over ``source``'s columns) as the
