@@ -26,6 +26,10 @@ epochs one more, untimed micro-batch carries one far-future event per stream, wh
 nothing and closes every window of the measured events. Spark refuses the other queries; the
 script tries each in append and in update mode and prints Spark's reason.
 
+millpond runs on each path of ``--paths`` (both by default; ``paths.py``): ``default`` (an epoch of
+up to 2,000,000 records runs its tasks in the driver's process) and ``cluster`` (every epoch a Spark
+job, its tasks in Spark's Python workers, as on a cluster), each printed with its ratio to Spark.
+
 Every result (millpond's view, Spark's driver-side copy) is checked equal to DuckDB running the
 query over all events (``nexmark.duckdb_sql``, its AVG PostgreSQL's numeric quotient:
 ``tests/pg_numeric.averages_as_text``), as multisets: numerics as PostgreSQL prints them
@@ -34,7 +38,7 @@ texts must be equal), floats (Spark's AVG is a double) to 1e-9 relative; the scr
 differs.
 
     .venv/bin/python benchmarks/nexmark.py [--queries q0,q1,...] [--events-per-epoch 200000]
-        [--epochs 3] [--systems millpond,spark] [--seed 0]
+        [--epochs 3] [--systems millpond,spark] [--paths default,cluster] [--seed 0]
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ import pyarrow.parquet as pq
 import sqlglot
 
 import millpond
+import paths
 from millpond import nexmark
 from millpond.serve.display import texts
 from millpond.spark.session import local_session
@@ -323,8 +328,10 @@ def main() -> None:
     ap.add_argument("--events-per-epoch", type=int, default=200_000, help="events per epoch / micro-batch")
     ap.add_argument("--epochs", type=int, default=3, help="measured epochs, after one warm-up epoch")
     ap.add_argument("--systems", default="millpond,spark")
+    ap.add_argument("--paths", default=",".join(paths.PATHS), help="millpond's, comma-separated, of " + ",".join(paths.PATHS))
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
+    on_paths = paths.parse(args.paths, ap)
     queries = args.queries.split(",")
     if unknown := [q for q in queries if q not in nexmark.QUERIES]:
         ap.error(f"unknown queries {unknown}; millpond.nexmark.QUERIES has {list(nexmark.QUERIES)}")
@@ -345,10 +352,12 @@ def main() -> None:
         for q in queries:
             want = oracle(q, ev)
             runs[q] = {}
-            for system in systems:
-                with tempfile.TemporaryDirectory(prefix=f"{q}-{system}-", dir=work) as workdir:
-                    if system == "millpond":
-                        run = run_millpond(spark, q, ev, workdir)
+            for system in (s for name in systems for s in (
+                    [f"millpond/{p}" for p in on_paths] if name == "millpond" else [name])):
+                with tempfile.TemporaryDirectory(prefix=f"{q}-{system.replace('/', '-')}-", dir=work) as workdir:
+                    if system.startswith("millpond/"):
+                        with paths.on(system.split("/")[1]):
+                            run = run_millpond(spark, q, ev, workdir)
                     elif system == "spark":
                         run = run_spark(spark, q, ev, workdir)
                     else:
@@ -364,19 +373,24 @@ def main() -> None:
                           + f" ({want.num_rows:,} rows)")
     print(f"\n{args.epochs} epochs of {per:,} events after a warm-up epoch (events/s: events per epoch / "
           "median epoch time; millpond: insert + flush, insert s its part; Spark: the micro-batch's triggerExecution)")
-    print(f"{'query':<6} {'millpond s':>10} {'insert s':>8} {'events/s':>11} {'spark s':>8} {'events/s':>11} {'ratio':>6}")
+    print(f"{'query':<6} {'path':<8} {'millpond s':>10} {'insert s':>8} {'events/s':>11} {'spark s':>8} {'events/s':>11} "
+          f"{'ratio':>6} {'vs default':>10}")
     only = []
     for q, by in runs.items():
         med = {system: statistics.median(r.epochs) for system, r in by.items() if r.epochs}
-        insert = statistics.median(by["millpond"].ingest) if "millpond" in med else None
-        cells = [f"{med['millpond']:>10.2f} {insert:>8.2f} {per / med['millpond']:>11,.0f}" if "millpond" in med
-                 else f"{'-':>10} {'-':>8} {'-':>11}",
-                 f"{med['spark']:>8.2f} {per / med['spark']:>11,.0f}" if "spark" in med else f"{'-':>8} {'-':>11}",
-                 f"{med['spark'] / med['millpond']:>6.2f}" if len(med) == 2 else f"{'-':>6}"]
-        print(f"{q:<6} " + " ".join(cells))
+        spark_cells = f"{med['spark']:>8.2f} {per / med['spark']:>11,.0f}" if "spark" in med else f"{'-':>8} {'-':>11}"
+        for system in [s for s in by if s.startswith("millpond/")] or ["millpond/-"]:
+            path = system.split("/")[1]
+            insert = statistics.median(by[system].ingest) if system in med else None
+            cells = [f"{med[system]:>10.2f} {insert:>8.2f} {per / med[system]:>11,.0f}" if system in med
+                     else f"{'-':>10} {'-':>8} {'-':>11}", spark_cells,
+                     f"{med['spark'] / med[system]:>6.2f}" if system in med and "spark" in med else f"{'-':>6}",
+                     f"{med[system] / med['millpond/default']:>10.2f}" if path == "cluster" and system in med
+                     and "millpond/default" in med else f"{'':>10}"]
+            print(f"{q:<6} {path:<8} " + " ".join(cells))
         if "spark" in by and by["spark"].refused:
             only.append(f"  {q}: {by['spark'].refused}")
-    print("(ratio: millpond events/s / Spark events/s)")
+    print("(ratio: millpond events/s / Spark events/s; vs default: the cluster path's epoch / the default path's)")
     if only:
         print("only millpond runs (Spark's refusal):")
         print("\n".join(only))

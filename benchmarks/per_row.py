@@ -22,6 +22,11 @@ better; ≤ 1.0 means maintaining costs no more per changed row than recomputing
 a floor is printed first: Spark handing the D rows to a Python task that keeps nothing — what any
 design pays that moves every changed row from the JVM into Python once.
 
+Each millpond figure is printed per path (``--paths``, both by default: ``paths.py``): ``default``
+(an epoch of up to 2,000,000 records runs its tasks in the driver's process) and ``cluster`` (every
+epoch a Spark job, as on a cluster), each against the same Spark baseline; ``vs default`` is a
+cluster epoch's time over the default path's.
+
 Also printed, per timed epoch (medians): the bytes the driver received from the epoch's tasks, the
 state kept (bytes of SSTs under the root at the end: a retractable ``max`` keeps every value, an
 ``APPEND ONLY`` one a value per group), and where the epoch's time went: ``build`` (the driver
@@ -33,7 +38,7 @@ Arrow batches: the shuffle read and the transfer; for a task that reads the log 
 ``apply`` (the operator in Python) and ``write`` (encoding and writing state). Every view is checked against DuckDB over all rows inserted.
 
     .venv/bin/python benchmarks/per_row.py [--rows 100000,1000000] [--queries agg,max,join,filter,dec,dbl,bucket,djoin,str]
-        [--kinds ordinary,append] [--repeat 3] [--no-eager]
+        [--kinds ordinary,append] [--paths default,cluster] [--repeat 3] [--no-eager]
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import millpond
+import paths
 from ev_data import TYPED, delta_files, dimension
 from millpond.spark.session import local_session
 
@@ -159,17 +165,19 @@ def main() -> None:
     ap.add_argument("--rows", default="100000,1000000")
     ap.add_argument("--queries", default=",".join(QUERIES))
     ap.add_argument("--kinds", default="ordinary,append")
+    ap.add_argument("--paths", default=",".join(paths.PATHS), help="comma-separated, of " + ",".join(paths.PATHS))
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-eager", action="store_true",
                     help="plan the views without eager aggregation (sql/planner/eager.py): the A/B baseline")
     args = ap.parse_args()
+    on_paths = paths.parse(args.paths, ap)
     if args.no_eager:  # as CREATE planned them before (a stored plan's choice; see sql/plans.py)
         from millpond.sql import ddl
         plan_view = ddl.plan_view
         ddl.plan_view = lambda *a, **k: plan_view(*a, **{**k, "eager": False})
     spark = local_session(cores="2")
     dim = dimension()
-    print(f"{'D':>9} {'query':<7} {'table':<9} {'millpond s':>10} {'spark s':>8} {'ratio':>6} "
+    print(f"{'D':>9} {'query':<7} {'table':<9} {'path':<8} {'millpond s':>10} {'spark s':>8} {'ratio':>6} {'vs default':>10} "
           f"{'driver KB':>9} {'state MB':>8} | {'build':>5} {'job':>5} {'post':>5} | tasks: {'input':>5} "
           f"{'apply':>5} {'write':>5}")
     with tempfile.TemporaryDirectory(prefix="per-row-spark-") as tmp:
@@ -186,12 +194,18 @@ def main() -> None:
                 b, f = typed if query in TYPED_QUERIES else (batches, files)
                 base = run_spark(spark, query, f, dim_file, os.path.join(tmp, "out"))
                 for kind in args.kinds.split(","):
-                    m = run_millpond(spark, query, kind, b, dim)
-                    p = m["parts"]
-                    print(f"{rows:>9,} {query:<7} {kind:<9} {m['time']:>10.3f} {base:>8.3f} "
-                          f"{m['time'] / base:>6.2f} {m['driver'] / 1024:>9.1f} {m['state'] / 2**20:>8.1f} | "
-                          f"{p['build']:>5.2f} {p['job']:>5.2f} {p['post']:>5.2f} | tasks: {p['input']:>5.2f} "
-                          f"{p['apply']:>5.2f} {p['write']:>5.2f}", flush=True)
+                    times = {}
+                    for path in on_paths:
+                        with paths.on(path):
+                            m = run_millpond(spark, query, kind, b, dim)
+                        times[path] = m["time"]
+                        p = m["parts"]
+                        versus = f"{m['time'] / times['default']:>10.2f}" if path == "cluster" and "default" in times \
+                            else f"{'':>10}"
+                        print(f"{rows:>9,} {query:<7} {kind:<9} {path:<8} {m['time']:>10.3f} {base:>8.3f} "
+                              f"{m['time'] / base:>6.2f} {versus} {m['driver'] / 1024:>9.1f} {m['state'] / 2**20:>8.1f} | "
+                              f"{p['build']:>5.2f} {p['job']:>5.2f} {p['post']:>5.2f} | tasks: {p['input']:>5.2f} "
+                              f"{p['apply']:>5.2f} {p['write']:>5.2f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -16,11 +16,15 @@
   each round copies from the Parquet files (untimed).
 
 Every view is checked against DuckDB over the same rows after the backfill (DuckDB reading the
-Parquet files: this process holds no copy of the tables) and after the last refresh. Ratios are millpond / Spark (lower is better). ``MILLPOND_DRIVER_RECORDS=0`` runs every
-epoch as a Spark job (a cluster's path).
+Parquet files: this process holds no copy of the tables) and after the last refresh. Ratios are millpond / Spark (lower is better).
+
+millpond runs on each path of ``--paths`` (both by default; ``paths.py``): ``default`` (an epoch of
+up to 2,000,000 records runs its tasks in the driver's process) and ``cluster`` (every epoch a Spark
+job, as on a cluster): each view's first epoch on both (each over its own copy of the loaded root),
+and ``--rounds`` refresh rounds on each, the second path's going on from the first's in one root.
 
     .venv/bin/python benchmarks/tpch.py [--scale 0.1] [--queries q1,q6] [--rounds 3] [--fraction 0.001]
-        [--skip backfill|refresh] [--driver-memory 1g]
+        [--skip backfill|refresh] [--paths default,cluster] [--driver-memory 1g]
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import duckdb
 import pyarrow.parquet as pq
 
 import millpond
+import paths
 from millpond import tpch
 from millpond.tpch import oracle
 from millpond.spark.session import local_session
@@ -144,22 +149,36 @@ def loaded(spark, root: str, folder: Path) -> millpond.Database:
     return db
 
 
-def backfill(spark, folder: Path, names: list[str], sqls: dict[str, str]) -> None:
+def backfill(spark, folder: Path, names: list[str], sqls: dict[str, str], on_paths: list[str]) -> None:
     print("backfill: each view's first epoch over the loaded tables vs Spark's batch of the query")
-    print(f"{'query':6} {'millpond s':>10} {'spark s':>8} {'ratio':>6}  check")
-    total_m = total_s = 0.0
+    print(f"{'query':6} " + " ".join(f"{path + ' s':>10} {'ratio':>6}" for path in on_paths) + f" {'spark s':>8}  check")
+    totals, total_s = dict.fromkeys(on_paths, 0.0), 0.0
     with tempfile.TemporaryDirectory(prefix="tpch-") as scratch:
         template = os.path.join(scratch, "loaded")  # loaded once; each view gets a copy of its root
         phase("load the tables")
         loaded(spark, template, folder).close()
         for name in names:
-            total_m, total_s = _backfill_one(spark, folder, name, sqls, template, os.path.join(scratch, name),
-                                             total_m, total_s)
-    print(f"{'all':6} {total_m:10.2f} {total_s:8.2f} {total_m / max(total_s, 1e-9):6.2f}")
+            mine, checks = {}, []
+            for path in on_paths:
+                with paths.on(path):
+                    mine[path], check = _first_epoch(spark, folder, name, sqls, template, os.path.join(scratch, name))
+                checks.append(f"{path}: {check}")
+            phase("Spark's batch of each query")
+            spark_s = min(spark_run(spark, folder, [name], sqls) for _ in range(2))
+            print(f"{name:6} " + " ".join(f"{mine[p]:10.2f} {mine[p] / spark_s:6.2f}" if mine[p] is not None
+                                          else f"{'failed':>10} {'-':>6}" for p in on_paths)
+                  + f" {spark_s:8.2f}  {'; '.join(checks)}", flush=True)
+            if all(t is not None for t in mine.values()):
+                totals = {p: totals[p] + mine[p] for p in on_paths}
+                total_s += spark_s
+    print(f"{'all':6} " + " ".join(f"{totals[p]:10.2f} {totals[p] / max(total_s, 1e-9):6.2f}" for p in on_paths)
+          + f" {total_s:8.2f}")
 
 
-def _backfill_one(spark, folder: Path, name: str, sqls: dict[str, str], template: str, root: str,
-                  total_m: float, total_s: float) -> tuple[float, float]:
+def _first_epoch(spark, folder: Path, name: str, sqls: dict[str, str], template: str, root: str
+                 ) -> tuple[float | None, str]:
+    """A view's first epoch over a copy of the loaded root, timed, and its check against DuckDB
+    (None and the error when it failed)."""
     shutil.copytree(template, root)
     phase("each view's first epoch")
     try:
@@ -170,8 +189,7 @@ def _backfill_one(spark, folder: Path, name: str, sqls: dict[str, str], template
                 db.sql(f"CREATE MATERIALIZED VIEW {name} AS {sqls[name]}")
                 db.flush()
             except millpond.MillpondError as exc:
-                print(f"{name:6} {'failed':>10}  {str(exc).splitlines()[0][:100]}")
-                return total_m, total_s
+                return None, f"failed: {str(exc).splitlines()[0][:100]}"
             mine = time.perf_counter() - start
             phase("the check against DuckDB")
             ok = oracle.same(oracle.rows(db.sql(f"SELECT * FROM {name}")), oracle.answer(folder, sqls[name]))
@@ -179,15 +197,11 @@ def _backfill_one(spark, folder: Path, name: str, sqls: dict[str, str], template
             db.close()
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    phase("Spark's batch of each query")
-    spark_s = min(spark_run(spark, folder, [name], sqls) for _ in range(2))
-    print(f"{name:6} {mine:10.2f} {spark_s:8.2f} {mine / spark_s:6.2f}  {'= duckdb' if ok else 'DIFFERS'}",
-          flush=True)
-    return total_m + mine, total_s + spark_s
+    return mine, "= duckdb" if ok else "DIFFERS"
 
 
 def refresh(spark, folder: Path, names: list[str], sqls: dict[str, str], rounds: int,
-            fraction: float) -> None:
+            fraction: float, on_paths: list[str]) -> None:
     print(f"refresh: RF1 + RF2 at {fraction:g} of the orders, all {len(names)} views, vs Spark recomputing them")
     with tempfile.TemporaryDirectory(prefix="tpch-") as root:
         phase("load the tables")
@@ -199,19 +213,22 @@ def refresh(spark, folder: Path, names: list[str], sqls: dict[str, str], rounds:
                 db.sql(f"CREATE MATERIALIZED VIEW {name} AS {sqls[name]}")
             db.flush()
             print(f"  all views' backfill together: {time.perf_counter() - start:.1f} s")
-            phase("refresh rounds")
             rf = tpch.Refresh(folder / "orders.parquet", folder / "lineitem.parquet", fraction, seed=1)
-            times = []
-            for i in range(rounds):
-                orders, lines = rf.rf1()
-                start = time.perf_counter()
-                db.insert("orders", orders)
-                db.insert("lineitem", lines)
-                for statement in rf.rf2():
-                    db.sql(statement)
-                db.flush()
-                times.append(time.perf_counter() - start)
-                print(f"  round {i + 1}: millpond {times[-1]:6.2f} s", flush=True)
+            times: dict[str, list[float]] = {}
+            for path in on_paths:  # each path's rounds go on from the last's
+                phase(f"refresh rounds ({path} path)")
+                times[path] = []
+                with paths.on(path):
+                    for i in range(rounds):
+                        orders, lines = rf.rf1()
+                        start = time.perf_counter()
+                        db.insert("orders", orders)
+                        db.insert("lineitem", lines)
+                        for statement in rf.rf2():
+                            db.sql(statement)
+                        db.flush()
+                        times[path].append(time.perf_counter() - start)
+                        print(f"  round {i + 1} ({path} path): millpond {times[path][-1]:6.2f} s", flush=True)
             del rf, orders, lines
             phase("the check against DuckDB")
             bad = _differing(db, names, sqls, Path(root) / "check")
@@ -221,8 +238,9 @@ def refresh(spark, folder: Path, names: list[str], sqls: dict[str, str], rounds:
     phase("Spark recomputing the views")
     spark_s = _spark_or_failure(spark, folder, names, sqls)
     if spark_s is not None:
-        print(f"  Spark recomputing the {len(names)} views: {spark_s:.2f} s; speed-up by round: "
-              + " ".join(f"{spark_s / t:.2f}x" for t in times))
+        print(f"  Spark recomputing the {len(names)} views: {spark_s:.2f} s; speed-up by round:")
+        for path, ts in times.items():
+            print(f"    {path} path: " + " ".join(f"{spark_s / t:.2f}x" for t in ts))
 
 
 def _differing(db: millpond.Database, names: list[str], sqls: dict[str, str], folder: Path) -> list[str]:
@@ -258,8 +276,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--fraction", type=float, default=0.001)
     ap.add_argument("--skip", default="")
+    ap.add_argument("--paths", default=",".join(paths.PATHS), help="millpond's, comma-separated, of " + ",".join(paths.PATHS))
     ap.add_argument("--driver-memory", help="the session's driver memory (MILLPOND_DRIVER_MEMORY; default 4g)")
     args = ap.parse_args()
+    on_paths = paths.parse(args.paths, ap)
     if args.driver_memory:
         os.environ["MILLPOND_DRIVER_MEMORY"] = args.driver_memory
     global MEMORY
@@ -274,9 +294,9 @@ def main() -> None:
     spark = local_session()
     try:
         if "backfill" not in args.skip:
-            backfill(spark, folder, names, sqls)
+            backfill(spark, folder, names, sqls, on_paths)
         if "refresh" not in args.skip:
-            refresh(spark, folder, names, sqls, args.rounds, args.fraction)
+            refresh(spark, folder, names, sqls, args.rounds, args.fraction, on_paths)
     finally:
         phase("end")
         print(f"peak memory of every process of the run: {memory.peak / 2**30:.2f} GiB; of millpond's phases "
