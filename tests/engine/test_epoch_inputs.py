@@ -4,13 +4,16 @@ the same views."""
 
 from __future__ import annotations
 
+import pickle
 from decimal import Decimal
 
 import pyarrow as pa
 import pytest
+from pyspark import cloudpickle
 
 from millpond.engine import coordinator
 from millpond.spark import build, executor, fusing, inputs
+from millpond.spark.task import Packed, Slots, Task
 from tests.conftest import rows
 
 VIEWS = """
@@ -163,6 +166,42 @@ def test_a_view_built_once_is_re_run_by_later_epochs(open_db, monkeypatch):
     kept.append({"k": 7, "v": 99})
     db.flush()
     check()
+
+
+def test_a_stage_of_several_views_ships_each_task_apart(open_db, monkeypatch):
+    """On a cluster's path several views' one-stage tasks are one UDF that every Spark task of the
+    stage receives whole: each view's task is pickled apart, a Spark task unpickles the one its
+    slot runs, and a Python worker keeps it for the next epoch's; the views stay exact."""
+    monkeypatch.setattr(executor, "DRIVER_RECORDS", dict.fromkeys(("local", "cluster"), 0))  # every epoch a Spark job
+    shipped: list = []
+    stages_of = executor.SparkExecutor._stages
+    monkeypatch.setattr(executor.SparkExecutor, "_stages", lambda self, stages: shipped.append(stages) or stages_of(self, stages))
+    db = open_db(parallelism=2)
+    db.sql("CREATE TABLE t (k INT, v INT); "
+           "CREATE MATERIALIZED VIEW per AS SELECT k % 4 AS g, COUNT(*) AS n, MAX(v) AS hi FROM t GROUP BY k % 4; "
+           "CREATE MATERIALIZED VIEW big AS SELECT k, v FROM t WHERE v > 50")
+    kept = []
+    for i in range(3):
+        batch = pa.table({"k": pa.array(range(i * 100, i * 100 + 100), pa.int32()),
+                          "v": pa.array([(k * 37) % 101 for k in range(i * 100, i * 100 + 100)], pa.int32())})
+        db.insert("t", batch)
+        kept += batch.to_pylist()
+        db.flush()
+        groups: dict[int, list[int]] = {}
+        for r in kept:
+            groups.setdefault(r["k"] % 4, []).append(r["v"])
+        assert rows(db.sql("SELECT * FROM per")) == sorted((g, len(vs), max(vs)) for g, vs in groups.items())
+        assert rows(db.sql("SELECT * FROM big")) == sorted((r["k"], r["v"]) for r in kept if r["v"] > 50)
+    stages = shipped[-1]
+    assert len(stages) == 2 and all(isinstance(t, Task) for t, _ in stages)
+    command = cloudpickle.dumps(Slots(stages))  # what PySpark ships with every task of the stage
+    one, two = pickle.loads(command), pickle.loads(command)  # two Spark tasks in one Python worker
+    assert all(isinstance(t, Packed) for t, _ in one.stages)
+    assert [n for _, n in one.stages] == [n for _, n in stages]
+    for (packed, _), (again, _), (task, _) in zip(one.stages, two.stages, stages):
+        assert len(packed.blob) < len(command)  # a task's own bytes, not the stage's
+        assert packed.task() is again.task()  # unpickled once per worker
+        assert packed.task().identity() == task.identity()
 
 
 @pytest.mark.parametrize("append_only", [False, True])
