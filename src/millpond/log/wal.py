@@ -23,12 +23,12 @@ from __future__ import annotations
 import json
 import os
 import struct
-import zlib
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 
 from millpond import paths
+from millpond.crc import crc32
 from millpond.errors import FencedError
 from millpond.store.objects import AlreadyExists, ObjectStore
 
@@ -78,7 +78,7 @@ def encode_frame(tick: int, entries: list[tuple[str, int, pa.Table]], *,
         if sink.tell() != n:
             raise AssertionError(f"an IPC stream of {n} bytes measured wrote {sink.tell()}")
         pos += n
-    crc = zlib.crc32(view[HEADER.size:])  # meta, then the bodies
+    crc = crc32(view[HEADER.size:])  # meta, then the bodies
     HEADER.pack_into(frame, 0, MAGIC, len(meta), sum(sizes), crc)
     return frame
 
@@ -102,7 +102,7 @@ def scan(data: bytes | memoryview, base: int = 0, *, chunk: int = 0) -> tuple[li
         if magic != MAGIC or end > len(view):
             break
         meta_bytes = view[pos + HEADER.size:pos + HEADER.size + meta_len]
-        if zlib.crc32(view[pos + HEADER.size:end]) != crc:
+        if crc32(view[pos + HEADER.size:end]) != crc:
             break
         try:
             meta = json.loads(bytes(meta_bytes))

@@ -32,7 +32,6 @@ import base64
 import io
 import json
 import struct
-import zlib
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -42,6 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from millpond.columns import COUNT, DEL, EP, KH
+from millpond.crc import crc32
 from millpond.errors import StorageError
 from millpond.store.cache import block_cache, disk_cache
 from millpond.store.objects import ObjectStore
@@ -176,8 +176,8 @@ def write_sst(store: ObjectStore, key: str, rows: pl.DataFrame, *, keys: tuple[s
         out.write(data)
         block_kh = kh[start:stop]
         bloom = _bloom_build(block_kh[np.concatenate(([True], block_kh[1:] != block_kh[:-1]))])
-        index.append((block_at, len(data), int(kh[start]), int(kh[stop - 1]), zlib.crc32(data),
-                      out.tell(), len(bloom), zlib.crc32(bloom)))
+        index.append((block_at, len(data), int(kh[start]), int(kh[stop - 1]), crc32(data),
+                      out.tell(), len(bloom), crc32(bloom)))
         out.write(bloom)
     distinct = kh[np.concatenate(([True], kh[1:] != kh[:-1]))]
     bounds = {}
@@ -194,7 +194,7 @@ def write_sst(store: ObjectStore, key: str, rows: pl.DataFrame, *, keys: tuple[s
     }, sort_keys=True).encode()
     footer = index_bytes + meta
     out.write(footer)
-    out.write(_TAIL.pack(len(index_bytes), len(meta), zlib.crc32(footer), MAGIC))
+    out.write(_TAIL.pack(len(index_bytes), len(meta), crc32(footer), MAGIC))
     data = out.getvalue()
     store.put(key, data)
     return SstRef(key=key, min_kh=int(kh[0]), max_kh=int(kh[-1]), min_ep=int(eps.min()), max_ep=int(eps.max()),
@@ -285,7 +285,7 @@ def _footer(store: ObjectStore, key: str, size: int, start: int, tail: bytes) ->
     if footer_len + _TAIL.size > len(tail):
         tail = store.get_range(key, size - footer_len - _TAIL.size, size)
     footer = tail[len(tail) - _TAIL.size - footer_len:len(tail) - _TAIL.size]
-    if zlib.crc32(footer) != crc:
+    if crc32(footer) != crc:
         raise _corrupt(store, key, "footer checksum mismatch")
     meta = json.loads(footer[index_len:])
     if meta.get("format") not in READS:
@@ -312,7 +312,7 @@ def read_blocks(store: ObjectStore, meta: SstMeta, blocks: np.ndarray, *, keep: 
             out[b] = hit
             continue
         raw = disk.get(meta.ref.key, b) if disk is not None else None
-        if raw is not None and zlib.crc32(raw) == meta.crcs[b]:
+        if raw is not None and crc32(raw) == meta.crcs[b]:
             out[b] = _decode(store, meta, b, raw, keep)
         else:
             missing.append(b)
@@ -321,7 +321,7 @@ def read_blocks(store: ObjectStore, meta: SstMeta, blocks: np.ndarray, *, keep: 
         ends = [int(meta.offsets[b] + meta.lengths[b]) for b in missing]
         for b, raw in zip(missing, store.get_ranges(meta.ref.key, starts, ends)):
             raw = bytes(raw)
-            if len(raw) != meta.lengths[b] or zlib.crc32(raw) != meta.crcs[b]:
+            if len(raw) != meta.lengths[b] or crc32(raw) != meta.crcs[b]:
                 raise _corrupt(store, meta.ref.key, f"block {b} checksum mismatch")
             if disk is not None:
                 disk.put(meta.ref.key, b, raw)
@@ -367,7 +367,7 @@ def read_blooms(store: ObjectStore, meta: SstMeta, blocks: np.ndarray) -> list[n
         starts = [int(meta.index[b, 5]) for b in missing]
         ends = [int(meta.index[b, 5] + meta.index[b, 6]) for b in missing]
         for b, raw in zip(missing, store.get_ranges(meta.ref.key, starts, ends)):
-            if len(raw) != meta.index[b, 6] or zlib.crc32(raw) != meta.index[b, 7]:
+            if len(raw) != meta.index[b, 6] or crc32(raw) != meta.index[b, 7]:
                 raise _corrupt(store, meta.ref.key, f"bloom filter of block {b} checksum mismatch")
             out[b] = np.frombuffer(raw, dtype=np.uint8)
             cache.put((store.root, meta.ref.key, ("bloom", b)), out[b], len(raw))
