@@ -3,6 +3,7 @@
 import pytest
 
 from millpond.errors import StorageError
+from millpond.store import objects
 from millpond.store.objects import AlreadyExists, ObjectStore
 
 
@@ -65,3 +66,24 @@ def test_a_relative_local_root_is_made_absolute(tmp_path, monkeypatch):
     store.put("k", b"v")
     monkeypatch.chdir("/")
     assert ObjectStore(store.root).get("k") == b"v"
+
+
+def test_large_ranges_of_a_local_file_are_mapped_not_copied(store, monkeypatch):
+    """``get_ranges_mapped``: the same bytes as ``get_ranges``; on a local folder spans of
+    ``MAPPED_BYTES`` or more are views of the mapped file (they outlive its deletion), smaller ones
+    and a file shorter than asked are read as ``get_ranges`` reads them (on S3 every one is); a
+    missing object is the same named error."""
+    monkeypatch.setattr(objects, "MAPPED_BYTES", 1 << 16)
+    data = bytes(range(256)) * 1024  # 256 KiB
+    store.put("seg/a", data)
+    starts, ends = [5, 70_000, 200_000], [60_000, 70_100, 262_144]
+    mapped = store.get_ranges_mapped("seg/a", starts, ends)
+    assert [bytes(m) for m in mapped] == store.get_ranges("seg/a", starts, ends) == [data[s:e] for s, e in zip(starts, ends)]
+    assert all(isinstance(m, memoryview if store.local_path("seg/a") else bytes) for m in mapped)
+    small = store.get_ranges_mapped("seg/a", [10], [1000])
+    assert small == [data[10:1000]] and isinstance(small[0], bytes)
+    assert store.get_ranges_mapped("seg/a", [0], [300_000]) == store.get_ranges("seg/a", [0], [300_000])  # past its end
+    store.delete("seg/a")
+    assert bytes(mapped[2]) == data[200_000:]  # the mapping holds the pages of a deleted file
+    with pytest.raises(StorageError, match="seg/a"):
+        store.get_ranges_mapped("seg/a", [0], [100_000])

@@ -189,14 +189,15 @@ def read_pieces(store: ObjectStore, channel_id: str, schema: pa.Schema, pieces: 
     Runs on Spark workers too: everything it needs is in its arguments. A WAL piece whose
     segment was flushed and deleted meanwhile is read from the channel's Parquet files."""
     wanted = [p for p in pieces if max(start, p.first) < min(stop, p.end)]
-    frames: dict[int, bytes | None] = {}
+    frames: dict[int, bytes | memoryview | None] = {}
     by_key: dict[str, list[int]] = defaultdict(list)
     for i, p in enumerate(wanted):
         if p.offset >= 0:
             by_key[p.key].append(i)
     for key, idx in by_key.items():  # one ranged read per object
         try:
-            got = store.get_ranges(key, [wanted[i].offset for i in idx], [wanted[i].offset + wanted[i].length for i in idx])
+            got = store.get_ranges_mapped(key, [wanted[i].offset for i in idx],
+                                           [wanted[i].offset + wanted[i].length for i in idx])
         except StorageError:
             got = [None] * len(idx)
         frames.update(zip(idx, got))

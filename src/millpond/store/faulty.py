@@ -64,6 +64,9 @@ class FaultyStore(ObjectStore):
     def _get_ranges(self, key: str, starts: list[int], ends: list[int]) -> list[bytes]:
         return self._inject(key, lambda: ObjectStore._get_ranges(self, key, starts, ends))
 
+    def _get_mapped(self, key: str, starts: list[int], ends: list[int]) -> list[bytes | memoryview]:
+        return self._inject(key, lambda: ObjectStore._get_mapped(self, key, starts, ends))
+
     def _get_suffix(self, key: str, length: int) -> tuple[bytes, int]:
         return self._inject(key, lambda: ObjectStore._get_suffix(self, key, length))
 

@@ -7,6 +7,7 @@ put is followed by an fsync of the file and its directory, so a returned put is 
 
 from __future__ import annotations
 
+import mmap
 import os
 import tempfile
 import threading
@@ -120,6 +121,15 @@ class ObjectStore:
     def get_ranges(self, key: str, starts: list[int], ends: list[int]) -> list[bytes]:
         return self._retry("read", key, lambda: self._get_ranges(key, starts, ends))
 
+    def get_ranges_mapped(self, key: str, starts: list[int], ends: list[int]) -> list[bytes | memoryview]:
+        """:meth:`get_ranges`, as read-only views of the file mapped into memory where the root is a
+        local folder and the ranges span :data:`MAPPED_BYTES` or more: the pages come from the page
+        cache as they are touched, never copied (a log frame of 1M rows read by an epoch: 100 MB
+        copied and checksummed in 60-76 ms, mapped and checksummed in 4 ms). The views keep the
+        mapping; only ranges a reader knows whole (a log frame) may be read so: a file cut
+        shorter under a mapped page would fault."""
+        return self._retry("read", key, lambda: self._get_mapped(key, starts, ends))
+
     def get_suffix(self, key: str, length: int) -> tuple[bytes, int]:
         """The last ``length`` bytes of ``key`` (fewer if it is shorter) and its size."""
         return self._retry("read", key, lambda: self._get_suffix(key, length))
@@ -156,6 +166,17 @@ class ObjectStore:
             finally:
                 os.close(fd)
         return [bytes(b) for b in obstore.get_ranges(self._store, key, starts=starts, ends=ends)]
+
+    def _get_mapped(self, key: str, starts: list[int], ends: list[int]) -> list[bytes | memoryview]:
+        lo, hi = min(starts, default=0), max(ends, default=0)
+        if self._local_dir is None or hi - lo < MAPPED_BYTES:  # (the raw read itself: a fault wrapper counts one)
+            return ObjectStore._get_ranges(self, key, starts, ends)
+        base = lo - lo % mmap.ALLOCATIONGRANULARITY
+        with open(self._local_dir / key, "rb") as f:
+            if os.fstat(f.fileno()).st_size < hi:  # shorter than asked: read as it is (the reader finds the cut)
+                return ObjectStore._get_ranges(self, key, starts, ends)
+            mapped = memoryview(mmap.mmap(f.fileno(), hi - base, access=mmap.ACCESS_READ, offset=base))
+        return [mapped[s - base:e - base] for s, e in zip(starts, ends)]
 
     def _get_suffix(self, key: str, length: int) -> tuple[bytes, int]:
         result = obstore.get(self._store, key, options={"range": {"suffix": length}})
@@ -228,6 +249,7 @@ def _make_folder(root: str, folder: Path, create: bool) -> None:
 
 
 RETRY_ATTEMPTS = 6
+MAPPED_BYTES = 1 << 20  # get_ranges_mapped maps spans of at least this many bytes (smaller: copied)
 RETRY_BASE_SECONDS = 0.05
 # obstore's own retries inside each of ours (connection errors, 5xx, timeouts of safe requests):
 # few and short, so an unreachable store is reported in seconds (with obstore's defaults, 10 retries
