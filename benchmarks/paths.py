@@ -24,7 +24,7 @@ PATHS = ("default", "cluster")
 def parse(text: str, ap: argparse.ArgumentParser) -> list[str]:
     """``--paths``' value as a list (an unknown path is the parser's error)."""
     paths = [p for p in text.split(",") if p]
-    if not paths or (unknown := [p for p in paths if p not in PATHS]):
+    if not paths or any(p not in PATHS for p in paths):
         ap.error(f"--paths: a comma-separated list of {', '.join(PATHS)}")
     return paths
 

@@ -249,8 +249,8 @@ def _make_folder(root: str, folder: Path, create: bool) -> None:
 
 
 RETRY_ATTEMPTS = 6
-MAPPED_BYTES = 1 << 20  # get_ranges_mapped maps spans of at least this many bytes (smaller: copied)
 RETRY_BASE_SECONDS = 0.05
+MAPPED_BYTES = 1 << 20  # get_ranges_mapped maps spans of at least this many bytes (smaller: copied)
 # obstore's own retries inside each of ours (connection errors, 5xx, timeouts of safe requests):
 # few and short, so an unreachable store is reported in seconds (with obstore's defaults, 10 retries
 # backing off to 15 s, inside our 6 attempts, it took 29 s to say "cannot")
