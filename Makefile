@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test chaos cluster bench clean
+.PHONY: setup demo test slow chaos cluster bench clean
 
 setup: $(STAMP)
 
@@ -34,7 +34,11 @@ demo: $(STAMP)
 # two test processes, each with its own local[2] session: an epoch is mostly waiting (Spark's job
 # latency, Python workers), so two overlap (README, Development: measured)
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist worksteal -m "not chaos and not cluster" tests
+	$(PY) -m pytest -q -n 2 --dist worksteal -m "not chaos and not cluster and not slow" tests
+
+# end-to-end runs of minutes each, kept out of make test's ten minutes (CI runs them after it)
+slow: $(STAMP)
+	$(PY) -m pytest -q -n 2 --dist worksteal -m "slow and not chaos and not cluster" tests
 
 chaos: $(STAMP)
 	$(PY) -m pytest -q -m "chaos and not cluster" tests

@@ -251,6 +251,7 @@ QUICK = [  # the first five in make test, the rest in make chaos
 ]
 
 
+@pytest.mark.slow
 def test_sigkill_chain_recovers_exactly_once(open_db, root):
     """Quick: a kill during ingest, inside a task, before the commit, while an epoch's changes are
     half kept and between a file's record and its append, and recovery after each (every other

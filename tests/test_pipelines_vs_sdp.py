@@ -7,6 +7,8 @@ import random
 import subprocess
 import sys
 
+import pytest
+
 SAME_SOURCE = """
 from pyspark import pipelines as dp
 from pyspark.sql import SparkSession
@@ -42,6 +44,7 @@ CREATE MATERIALIZED VIEW per_name AS SELECT d.name, count(*) AS n FROM raw_event
 SAME_DATASETS = ("raw_events", "clean", "big", "agg", "joined", "per_who", "spark_sql", "dim_py", "per_name")
 
 
+@pytest.mark.slow
 def test_the_same_project_on_spark_pipelines_and_on_millpond_gives_the_same_rows(tmp_path):
     """One SDP project, unchanged -- a Python ``@dp.table`` over ``spark.readStream`` and a Python
     ``@dp.materialized_view``, streaming tables
@@ -116,6 +119,7 @@ def _canon(rows_: list[dict]) -> list[tuple]:
     return sorted(tuple(value(v) for v in r.values()) for r in rows_)
 
 
+@pytest.mark.slow
 def test_the_project_spark_pipelines_init_writes_runs_unchanged(tmp_path):
     """``spark-pipelines init``'s project (a Python materialized view over ``spark.range``, a SQL one
     reading it) runs on millpond as it is, a second run with nothing new commits no epoch."""

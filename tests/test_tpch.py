@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 
 from millpond import tpch
 from millpond.tpch import oracle
@@ -71,6 +72,7 @@ print("after close", spark.range(7).count())
 """
 
 
+@pytest.mark.slow
 def test_a_notebook_session_with_1_gb_of_driver_memory_runs_every_view_and_lives_on(tmp_path):
     """A user's own session with a notebook's 1 GB of driver memory, in a process of its own: TPC-H's
     22 views over SF 0.05 (300,000 lineitems) with tasks applying 4 MiB of delta at a time (so epochs
