@@ -11,6 +11,7 @@ import pytest
 
 from millpond.engine import coordinator
 from millpond.spark import build, executor, fusing, inputs
+from millpond.spark import fused as fused_tasks
 from tests.conftest import rows
 
 VIEWS = """
@@ -192,9 +193,10 @@ def test_stateful_tasks_reading_the_log_themselves_match_duckdb(open_db, monkeyp
     an expression that may round (a division) is left to Spark; a view's rows made in the task of
     the aggregate or join they come from (renamed, or filtered and computed by DuckDB). Every other epoch
     goes through Spark's exchange instead: both paths meet the same state, so their key hashes
-    are equal."""
+    are equal. A task takes its records 7 at a time (an epoch's 60-odd in slices)."""
     import duckdb
 
+    monkeypatch.setattr(fused_tasks, "SLICE_RECORDS", 7)
     monkeypatch.setattr(build, "PRE_AGGREGATE_ROWS", 0)
     monkeypatch.setattr(coordinator, "ROWS_PER_TASK", 1)  # an epoch of the parallelism asked for
     monkeypatch.setattr(inputs, "FUSED_ROWS_PER_TASK", 10)  # as many fused tasks: each keeps its vnodes

@@ -42,6 +42,7 @@ from millpond.store.sst import VNODES
 
 __all__ = ["Fused", "Side", "MAX_TASKS", "hashed_here", "read_scan", "select_records", "conform"]
 
+SLICE_RECORDS = 500_000  # records a task takes at a time from its range (Fused.delta)
 MAX_TASKS = 4  # a bigger deployment (a cluster) keeps Spark's exchange: each fused task reads the whole range
 
 
@@ -90,42 +91,54 @@ class Fused:
     share: bool = False  # each task reads its share of the range and keeps every row (inserts only: no exchange)
 
     def delta(self, slot: int) -> pl.DataFrame:
-        """The delta of the vnodes of task ``slot`` (of :attr:`tasks`)."""
+        """The delta of the vnodes of task ``slot`` (of :attr:`tasks`). Without a combine, the
+        records are taken :data:`SLICE_RECORDS` at a time, so what a task holds beyond its own
+        rows is one slice's copies, not the whole range's (each task of a table's load of 6M
+        ``lineitem`` rows read all of them and kept half)."""
         store = open_store(self.root, dict(self.storage))
         parts = []
         for side in self.sides:
             records = read_scan(store, side.scan, side.log_schema, (self.tasks, slot) if self.share else None)
             if records is None:
                 continue
-            unkeyed = pa.schema([f for f in self.schema if f.name != KH])
-            if side.query is not None:
-                records = select_records(side.query, records)
-            elif side.side is None and side.columns:  # a view's rows: the table's columns renamed
-                records = pa.table([*(records.column(src) for _, src in side.columns), records.column(W)],
-                                   names=[*(out for out, _ in side.columns), W])
-            if self.combine is not None:  # this task's groups kept first, then combined: each task combines its share
-                if not (self.tasks == 1 or self.share):
-                    src = dict(self.combine.keys)
-                    hashed = [records.column(src[h]).cast(unkeyed.field(h).type) for h in self.hashed]
-                    records = records.filter(self._mine(hashed, slot, records.num_rows)[0])
-                # per (group, MIN/MAX value): about one partial per record, and the operator
-                # consolidates its delta per (group, value) itself — combining here is work done twice
-                table = self.combine(records, unkeyed, grouped=len(self.combine.keys) == len(self.hashed))
-            elif side.side is None:  # a view's rows
-                table = conform(records, unkeyed)
-            else:  # a join side
-                keys = {name: records.column(src).cast(t) for name, src, t in side.keys}
-                table = pa.table({**keys, **{name: records.column(src) for name, src in side.columns},
-                                  W: records.column(W), SIDE: pa.array(np.full(len(records), side.side, np.int8))})
-            mine, kh = self._mine([table.column(k) for k in self.hashed], slot, table.num_rows)
-            parts.append(table.filter(mine).append_column(KH, pa.array(kh[mine])))
+            if self.combine is not None:  # its partials are combined over the whole range at once
+                parts.extend(self._mine_of(side, records, slot))
+                continue
+            for start in range(0, records.num_rows, SLICE_RECORDS):  # a loop per slice of records
+                parts.extend(self._mine_of(side, records.slice(start, SLICE_RECORDS), slot))
+            del records
         if not parts:
             return pl.from_arrow(self.schema.empty_table())
-        table = pa.concat_tables(parts, promote_options="default") if len(parts) > 1 else parts[0]
-        delta = pl.from_arrow(conform(table, self.schema))
+        delta = pl.concat(parts, how="vertical_relaxed", rechunk=False) if len(parts) > 1 else parts[0]
         if self.having:
             delta = delta.filter(pl.any_horizontal([pl.col(c) != 0 for c in self.having]))
         return delta
+
+    def _mine_of(self, side: Side, records: pa.Table, slot: int) -> list[pl.DataFrame]:
+        """The rows of this task's vnodes of ``records`` (one side's), as the operator takes them."""
+        unkeyed = pa.schema([f for f in self.schema if f.name != KH])
+        if side.query is not None:
+            records = select_records(side.query, records)
+        elif side.side is None and side.columns:  # a view's rows: the table's columns renamed
+            records = pa.table([*(records.column(src) for _, src in side.columns), records.column(W)],
+                               names=[*(out for out, _ in side.columns), W])
+        if self.combine is not None:  # this task's groups kept first, then combined: each task combines its share
+            if not (self.tasks == 1 or self.share):
+                src = dict(self.combine.keys)
+                hashed = [records.column(src[h]).cast(unkeyed.field(h).type) for h in self.hashed]
+                records = records.filter(self._mine(hashed, slot, records.num_rows)[0])
+            # per (group, MIN/MAX value): about one partial per record, and the operator
+            # consolidates its delta per (group, value) itself — combining here is work done twice
+            table = self.combine(records, unkeyed, grouped=len(self.combine.keys) == len(self.hashed))
+        elif side.side is None:  # a view's rows
+            table = conform(records, unkeyed)
+        else:  # a join side
+            keys = {name: records.column(src).cast(t) for name, src, t in side.keys}
+            table = pa.table({**keys, **{name: records.column(src) for name, src in side.columns},
+                              W: records.column(W), SIDE: pa.array(np.full(len(records), side.side, np.int8))})
+        mine, kh = self._mine([table.column(k) for k in self.hashed], slot, table.num_rows)
+        table = table.filter(mine).append_column(KH, pa.array(kh[mine]))
+        return [pl.from_arrow(conform(table, self.schema))] if table.num_rows else []
 
     def _mine(self, columns: list, slot: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
         """Which of ``rows`` rows are of this task's vnodes, and every row's key hash (no key
