@@ -21,13 +21,16 @@ records and task, which is why a fused stage has few tasks (one per
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
+from typing import Iterator
 
 import duckdb
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from millpond import duck, pgerrors
 from millpond.columns import KH, W
@@ -91,30 +94,32 @@ class Fused:
     share: bool = False  # each task reads its share of the range and keeps every row (inserts only: no exchange)
 
     def delta(self, slot: int) -> pl.DataFrame:
-        """The delta of the vnodes of task ``slot`` (of :attr:`tasks`). Without a combine, the
-        records are taken :data:`SLICE_RECORDS` at a time, so what a task holds beyond its own
-        rows is one slice's copies, not the whole range's (each task of a table's load of 6M
-        ``lineitem`` rows read all of them and kept half)."""
+        """The delta of the vnodes of task ``slot`` (of :attr:`tasks`), whole (:meth:`slices`)."""
+        parts = list(self.slices(slot))
+        return pl.from_arrow(pa.concat_tables(parts) if len(parts) > 1 else parts[0] if parts
+                             else self.schema.empty_table())
+
+    def slices(self, slot: int) -> Iterator[pa.Table]:
+        """The delta of task ``slot`` a slice at a time, as :attr:`schema` has it: without a
+        combine, the records are taken :data:`SLICE_RECORDS` at a time, so what the task holds
+        while it reads is one slice's copies (the projection, the key hashes, its vnodes' rows),
+        not the whole range's — each task of a table's load of 6M ``lineitem`` rows read all of
+        them and kept half; an aggregate's partials are combined over the whole range at once."""
         store = open_store(self.root, dict(self.storage))
-        parts = []
         for side in self.sides:
             records = read_scan(store, side.scan, side.log_schema, (self.tasks, slot) if self.share else None)
             if records is None:
                 continue
-            if self.combine is not None:  # its partials are combined over the whole range at once
-                parts.extend(self._mine_of(side, records, slot))
-                continue
-            for start in range(0, records.num_rows, SLICE_RECORDS):  # a loop per slice of records
-                parts.extend(self._mine_of(side, records.slice(start, SLICE_RECORDS), slot))
-            del records
-        if not parts:
-            return pl.from_arrow(self.schema.empty_table())
-        delta = pl.concat(parts, how="vertical_relaxed", rechunk=False) if len(parts) > 1 else parts[0]
-        if self.having:
-            delta = delta.filter(pl.any_horizontal([pl.col(c) != 0 for c in self.having]))
-        return delta
+            step = max(1, records.num_rows) if self.combine is not None else SLICE_RECORDS
+            for start in range(0, records.num_rows, step):  # a loop per slice of records
+                table = self._mine_of(side, records.slice(start, step), slot)
+                if self.having:
+                    table = table.filter(functools.reduce(pc.or_kleene, [pc.not_equal(table.column(c), 0)
+                                                                          for c in self.having]))
+                if table.num_rows:
+                    yield table
 
-    def _mine_of(self, side: Side, records: pa.Table, slot: int) -> list[pl.DataFrame]:
+    def _mine_of(self, side: Side, records: pa.Table, slot: int) -> pa.Table:
         """The rows of this task's vnodes of ``records`` (one side's), as the operator takes them."""
         unkeyed = pa.schema([f for f in self.schema if f.name != KH])
         if side.query is not None:
@@ -138,7 +143,7 @@ class Fused:
                               W: records.column(W), SIDE: pa.array(np.full(len(records), side.side, np.int8))})
         mine, kh = self._mine([table.column(k) for k in self.hashed], slot, table.num_rows)
         table = table.filter(mine).append_column(KH, pa.array(kh[mine]))
-        return [pl.from_arrow(conform(table, self.schema))] if table.num_rows else []
+        return conform(table, self.schema)
 
     def _mine(self, columns: list, slot: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
         """Which of ``rows`` rows are of this task's vnodes, and every row's key hash (no key

@@ -138,13 +138,18 @@ class Task:
         keys of a bounded size when they are its delta (:mod:`millpond.spark.spill`), each group's
         output emitted before the next is read."""
         started = time.perf_counter()
-        if self.local is not None or self.feed is not None or self.fused is not None:  # the delta is made here
-            parts: Iterable[list[pa.RecordBatch]] = [[b for b in batches if b.num_rows]]
+        read = self.fused is not None and self.local is None and self.feed is None
+        if read:  # its input is its slot's number: the delta is read here, a slice at a time, and spilled
+            slot = next((b.column(0)[0].as_py() for b in batches if b.num_rows), None)
+            parts: Iterable[list[pa.RecordBatch]] = [] if slot is None else spill.groups(
+                (b for t in self.fused.slices(slot) for b in t.to_batches()), current_run().step_bytes)
+        elif self.local is not None or self.feed is not None:  # the delta is made here
+            parts = [[b for b in batches if b.num_rows]]
         else:
             parts = spill.groups(batches, current_run().step_bytes)
         for i, part in enumerate(parts):
             step = "" if i == 0 else f"-g{i:02d}"
-            yield from self._emit(self.step(part, partition, started, step=step), partition, step)
+            yield from self._emit(self.step(part, partition, started, step=step, given=read), partition, step)
             started = time.perf_counter()
 
     def _emit(self, out: pl.DataFrame | None, partition: int, step: str) -> Iterator[pa.RecordBatch]:
@@ -162,11 +167,14 @@ class Task:
                                          schema=self.out_schema)
 
     def step(self, batches: list[pa.RecordBatch], partition: int, started: float, memo: dict | None = None,
-             step: str = "") -> pl.DataFrame | None:
+             step: str = "", given: bool = False) -> pl.DataFrame | None:
         """The operator over this partition's delta (None: there is none): its output changelog.
         ``memo``: the outputs of a local tree's operators run so far in this task (spark/local.py);
-        ``step``: which group of the task's input ``batches`` are (:mod:`millpond.spark.spill`)."""
-        if self.local is not None:  # the whole plan below it, run here over every vnode
+        ``step``: which group of the task's input ``batches`` are (:mod:`millpond.spark.spill`);
+        ``given``: ``batches`` are the delta (else, for a task that reads its own, its slot's number)."""
+        if given:
+            delta = pl.from_arrow(pa.Table.from_batches(batches)) if batches else None
+        elif self.local is not None:  # the whole plan below it, run here over every vnode
             delta = self.local.delta(partition, {} if memo is None else memo)
         elif self.feed is not None:  # the delta is what the operator feeding this one emits, in this task
             up = self.feed.task.step(batches, partition, started)
