@@ -45,7 +45,7 @@ from millpond.store.sst import VNODES
 
 __all__ = ["Fused", "Side", "MAX_TASKS", "hashed_here", "read_scan", "select_records", "conform"]
 
-SLICE_RECORDS = 500_000  # records a task takes at a time from its range (Fused.delta)
+SLICE_RECORDS = 500_000  # records a task takes at a time from its range (Fused.slices)
 MAX_TASKS = 4  # a bigger deployment (a cluster) keeps Spark's exchange: each fused task reads the whole range
 
 
@@ -96,8 +96,7 @@ class Fused:
     def delta(self, slot: int) -> pl.DataFrame:
         """The delta of the vnodes of task ``slot`` (of :attr:`tasks`), whole (:meth:`slices`)."""
         parts = list(self.slices(slot))
-        return pl.from_arrow(pa.concat_tables(parts) if len(parts) > 1 else parts[0] if parts
-                             else self.schema.empty_table())
+        return pl.from_arrow(pa.concat_tables(parts) if parts else self.schema.empty_table())
 
     def slices(self, slot: int) -> Iterator[pa.Table]:
         """The delta of task ``slot`` a slice at a time, as :attr:`schema` has it: without a
