@@ -66,8 +66,10 @@ def test_canonical_form_ignores_numbering_only():
     ("SELECT product, sum(length) AS s FROM visit WHERE user <> 'bot' GROUP BY product",
      {"visit": ("product", "user", "length")}),
     ("SELECT user FROM visit WHERE length > 3", {"visit": ("user", "length")}),
-    ("SELECT v.user, i.category FROM visit v JOIN info i ON v.product = i.product",  # a join side keeps whole rows
-     {"visit": ("product", "user", "length"), "info": ("product", "category")}),
+    ("SELECT v.user, i.category FROM visit v JOIN info i ON v.product = i.product",  # a join side: its keys, and
+     {"visit": ("product", "user"), "info": ("product", "category")}),  # the columns used above it
+    ("SELECT x.user FROM (SELECT * FROM visit ORDER BY length LIMIT 2) x",  # top-N breaks ties by every column
+     {"visit": ("product", "user", "length")}),
     ("SELECT product, n FROM (SELECT product, count(*) AS n FROM visit GROUP BY product) s WHERE n > 1",
      {"visit": ("product",)}),
 ])

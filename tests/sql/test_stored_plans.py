@@ -85,6 +85,28 @@ def test_a_view_the_planner_now_plans_differently_is_refused_by_name(open_db, ro
     assert open_db().sql("SELECT count(*) AS n FROM result").column("n").to_pylist() == [2]
 
 
+def test_a_view_created_before_columns_were_pruned_runs_its_stored_plan(open_db, monkeypatch):
+    db = open_db()
+    plan_view = ddl.plan_view  # as a millpond of then planned it: every column of visit through the join
+    monkeypatch.setattr(ddl, "plan_view", lambda *a, **k: plan_view(*a, **{**k, "prune": False}))
+    before = _seed(db)
+    monkeypatch.undo()
+    db.close()
+    again = open_db()  # its plan verified against the unpruned derivation, and run as stored
+    kept = again.catalog.views["result"].plan
+    assert '"user"' in json.dumps(kept)
+    assert rows(again.sql("SELECT * FROM result")) == before
+    again.sql("DELETE FROM visit WHERE length = 21")  # its join state, with every column, still updates
+    again.insert("visit", pa.table({"product": ["Apple"], "user": ["e"], "length": [30]}))
+    again.flush()
+    assert rows(again.sql("SELECT * FROM result")) == [("Fruit", 30, 2, 20.0), ("Vegetable", 50, 1, 50.0)]
+    assert again.catalog.views["result"].plan == kept
+    again.sql(VIEW.replace("result", "pruned"))  # created now: the join keeps the columns used above it
+    again.flush()
+    assert rows(again.sql("SELECT * FROM pruned")) == rows(again.sql("SELECT * FROM result"))
+    assert '"user"' not in json.dumps(again.catalog.views["pruned"].plan)
+
+
 def test_an_unreadable_stored_plan_is_a_clear_error(open_db, root, spark):
     db = open_db()
     _seed(db)
@@ -100,7 +122,7 @@ def test_an_unreadable_stored_plan_is_a_clear_error(open_db, root, spark):
 def test_a_catalog_written_before_plans_were_stored_still_opens(open_db, root, monkeypatch):
     db = open_db()
     plan_view = ddl.plan_view  # as a millpond of then planned it: no eager aggregation (sql/planner/eager.py)
-    monkeypatch.setattr(ddl, "plan_view", lambda *a, **k: plan_view(*a, **{**k, "eager": False}))
+    monkeypatch.setattr(ddl, "plan_view", lambda *a, **k: plan_view(*a, **{**k, "eager": False, "prune": False}))
     before = _seed(db)
     monkeypatch.undo()
     db.close()

@@ -204,7 +204,8 @@ def _flatten(node: P.Node, *, lift: bool) -> tuple[P.Source, list[exp.Expression
     """A join side as the table it reads, when it is one: a :class:`~millpond.engine.plan.Source`
     under projections that only rename or drop columns (a subquery's or CTE's ``SELECT a, b``) and,
     if ``lift``, filters — as a Source with the side's own column names, and the filters over those
-    names (bottom first). None when the side computes anything, or filters on a column it drops."""
+    names (bottom first); a column a filter reads that the side drops is one more of the Source's
+    (named as below the projections). None when the side computes anything."""
     names = {c: c for c in _columns(node)}  # this level's name -> the side's name
     predicates: list[exp.Expression] = []
     while not isinstance(node, P.Source):
@@ -216,8 +217,9 @@ def _flatten(node: P.Node, *, lift: bool) -> tuple[P.Source, list[exp.Expression
             names = below
         elif isinstance(node, P.Filter) and lift:
             cols = {c.name for c in node.predicate.find_all(exp.Column)}
-            if not cols <= set(names) or any(c.table for c in node.predicate.find_all(exp.Column)):
+            if any(c.table for c in node.predicate.find_all(exp.Column)) or set(names.values()) & (cols - set(names)):
                 return None
+            names.update({c: c for c in cols - set(names)})  # a column the side drops: the side keeps it
             predicates.insert(0, node.predicate.transform(
                 lambda n: exp.column(names[n.name], quoted=True) if isinstance(n, exp.Column) else n))
         else:

@@ -11,6 +11,9 @@ the stored one, node numbering aside (:func:`millpond.engine.plan.canonical`):
   (``connect(..., plans="stored")``); dropping and recreating the view adopts the new plan;
 - missing (a catalog written before plans were stored): the derived plan is used, and stored
   with the next catalog version.
+
+A plan stored before sources read only the columns used above them (:mod:`millpond.sql.planner.prune`)
+is compared with the plan derived without pruning: its state holds every column, and it runs as stored.
 """
 
 from __future__ import annotations
@@ -41,9 +44,8 @@ def bind_plans(catalog: Catalog, *, mode: str = "verify") -> Catalog:
         if v.plan is not None and mode == "stored":
             continue
         found, kind = (flows, "flow") if isinstance(v, FlowDef) else (views, "view")
-        try:  # a view pre-aggregates below its joins if its stored plan does (a choice made at CREATE)
-            derived = flow_plan(parse_flow(v.sql), catalog)[0] if kind == "flow" else \
-                plan_view(view_query(v.sql), catalog, views=_reads_views(v, catalog), eager=_eager(v))[0]
+        try:  # a catalog without plans was written before columns were pruned
+            derived = _derive(v, catalog, prune=v.plan is not None)
         except MillpondError as exc:
             if v.plan is None:
                 raise CatalogError(f"{kind} {v.name!r} cannot be planned by this millpond ({exc}); open the root "
@@ -58,17 +60,32 @@ def bind_plans(catalog: Catalog, *, mode: str = "verify") -> Catalog:
         except (ValueError, TypeError, KeyError) as exc:
             raise CatalogError(f"{kind} {v.name!r}: its stored plan cannot be read ({exc}); open the root with "
                                "the millpond version that created it") from None
-        if isinstance(stored, P.Materialize) and not stored.key:  # made before rows were addressed by key
-            derived = replace(derived, key=())
-        if kind == "view":  # the indexes it was created reading (a choice made at CREATE: sql/indexes.py)
-            derived, _ = share(derived, catalog, only=P.indexes_read(stored))
-        diff = P.first_difference(P.canonical(stored), P.canonical(derived))
+        diff = _difference(stored, derived, catalog, kind)
+        if diff is not None and _difference(stored, _derive(v, catalog, prune=False), catalog, kind) is None:
+            diff = None  # created before columns were pruned: its state holds every column, and it runs as stored
         if diff is not None:
             raise CatalogError(
                 f"{kind} {v.name!r}: its stored plan differs from the plan this millpond derives from its SQL "
                 f"(at {diff}); its state was built by the stored plan. Open with connect(..., plans='stored') to "
                 f"keep running the stored plan, or drop and recreate the {kind} to adopt the new one")
     return catalog.with_views(views, flows)
+
+
+def _derive(v, catalog: Catalog, *, prune: bool) -> P.Materialize:  # noqa: ANN001
+    """The plan this millpond derives from the SQL of view or flow ``v``; a view pre-aggregates below
+    its joins if its stored plan does (a choice made at CREATE)."""
+    if isinstance(v, FlowDef):
+        return flow_plan(parse_flow(v.sql), catalog, prune=prune)[0]
+    return plan_view(view_query(v.sql), catalog, views=_reads_views(v, catalog), eager=_eager(v), prune=prune)[0]
+
+
+def _difference(stored: P.Node, derived: P.Materialize, catalog: Catalog, kind: str) -> str | None:
+    """Where ``derived`` differs from the ``stored`` plan, node numbering aside (None: nowhere)."""
+    if isinstance(stored, P.Materialize) and not stored.key:  # made before rows were addressed by key
+        derived = replace(derived, key=())
+    if kind == "view":  # the indexes it was created reading (a choice made at CREATE: sql/indexes.py)
+        derived, _ = share(derived, catalog, only=P.indexes_read(stored))
+    return P.first_difference(P.canonical(stored), P.canonical(derived))
 
 
 def _eager(v) -> bool:  # noqa: ANN001

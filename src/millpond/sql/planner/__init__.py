@@ -22,7 +22,8 @@ The stages, one concern per module:
 - :mod:`~millpond.sql.planner.aggregates` — the aggregate rewrite, DISTINCT;
 - :mod:`~millpond.sql.planner.eager` — an aggregate over a join pre-aggregating one side (views only);
 - :mod:`~millpond.sql.planner.topn` — ORDER BY ... LIMIT and ROW_NUMBER;
-- :mod:`~millpond.sql.planner.windows` — TUMBLE and HOP.
+- :mod:`~millpond.sql.planner.windows` — TUMBLE and HOP;
+- :mod:`~millpond.sql.planner.prune` — each node keeps only the columns used above it.
 
 Plans keep sqlglot expressions; no engine's SQL is generated here. A last pass marks each
 aggregation whose input can only grow (every source an APPEND ONLY table, through filters,
@@ -43,23 +44,28 @@ from millpond.engine import plan as P
 from millpond.sql.planner.context import Context
 from millpond.sql.planner.eager import eager as eager_aggregation
 from millpond.sql.planner.prepare import prepare
+from millpond.sql.planner.prune import prune as prune_columns
 from millpond.sql.planner.query import plan_query
 
 __all__ = ["plan_view"]
 
 
 def plan_view(select: exp.Expression, catalog: Catalog, *, views: bool = False, fixed_outputs: bool = False,
-              eager: bool = False) -> tuple[P.Materialize, tuple[str, ...]]:
+              eager: bool = False, prune: bool = True) -> tuple[P.Materialize, tuple[str, ...]]:
     """Plan a view's query; return the plan and the tables and views it reads directly. With
     ``views``, a view it reads (not a partial one) is a :class:`~millpond.engine.plan.Source` of
     the view's changes, which the epoch computes first; else the view's query is inlined (as
     views created before millpond read views did). ``fixed_outputs``: its quotient columns are
     ``numeric(38,16)`` (a flow's, written to a table). ``eager``: aggregates over joins
-    pre-aggregate a side where they can (:mod:`~millpond.sql.planner.eager`; a view's choice)."""
+    pre-aggregate a side where they can (:mod:`~millpond.sql.planner.eager`; a view's choice).
+    ``prune``: sources read only the columns used above them (:mod:`~millpond.sql.planner.prune`;
+    off only to derive again a plan stored before pruning, whose state holds every column)."""
     ctx = Context(catalog, views=views, fixed_outputs=fixed_outputs)
     node, _ = plan_query(ctx, prepare(ctx, select), {})
     if eager:
         node = eager_aggregation(ctx, node)
+    if prune:
+        node = prune_columns(node)
     node = _mark_append_only(node, {t.name for t in catalog.tables.values() if t.append_only})
     return P.Materialize(node, ctx.next_id(), key=P.row_key(node)), tuple(sorted(ctx.depends))
 
