@@ -88,7 +88,7 @@ def test_a_view_the_planner_now_plans_differently_is_refused_by_name(open_db, ro
 def test_a_view_created_before_columns_were_pruned_runs_its_stored_plan(open_db, monkeypatch):
     db = open_db()
     plan_view = ddl.plan_view  # as a millpond of then planned it: every column of visit through the join
-    monkeypatch.setattr(ddl, "plan_view", lambda *a, **k: plan_view(*a, **{**k, "prune": False}))
+    monkeypatch.setattr(ddl, "plan_view", lambda *a, **k: plan_view(*a, **{**k, "legacy": True}))
     before = _seed(db)
     monkeypatch.undo()
     db.close()
@@ -122,7 +122,7 @@ def test_an_unreadable_stored_plan_is_a_clear_error(open_db, root, spark):
 def test_a_catalog_written_before_plans_were_stored_still_opens(open_db, root, monkeypatch):
     db = open_db()
     plan_view = ddl.plan_view  # as a millpond of then planned it: no eager aggregation (sql/planner/eager.py)
-    monkeypatch.setattr(ddl, "plan_view", lambda *a, **k: plan_view(*a, **{**k, "eager": False, "prune": False}))
+    monkeypatch.setattr(ddl, "plan_view", lambda *a, **k: plan_view(*a, **{**k, "eager": False, "legacy": True}))
     before = _seed(db)
     monkeypatch.undo()
     db.close()

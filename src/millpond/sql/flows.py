@@ -120,10 +120,10 @@ def _micros(flow: str, written: str, text: str) -> int:
     return fields[1] * 86_400_000_000 + fields[2]
 
 
-def flow_plan(spec: FlowSpec, catalog: Catalog, *, prune: bool = True
+def flow_plan(spec: FlowSpec, catalog: Catalog, *, legacy: bool = False
               ) -> tuple[P.Materialize, tuple[str, ...], tuple[str, ...]]:
     """The flow's plan, the tables and views it reads, and its group keys as output columns
-    (``prune``: as :func:`~millpond.sql.planner.plan_view`'s)."""
+    (``legacy``: as :func:`~millpond.sql.planner.plan_view`'s)."""
     q = spec.query
     group = q.args.get("group")
     if group is None or not group.expressions:
@@ -136,7 +136,7 @@ def flow_plan(spec: FlowSpec, catalog: Catalog, *, prune: bool = True
     if q.find(exp.Window):
         raise SqlError(f"flow {spec.name!r}: window functions (OVER) are not supported in a flow", sql=spec.sql)
     keys = tuple(_key_column(spec, q, g) for g in group.expressions)
-    plan, depends = plan_view(q, catalog, fixed_outputs=True, prune=prune)  # a quotient as numeric(38,16): the sink's type
+    plan, depends = plan_view(q, catalog, fixed_outputs=True, legacy=legacy)  # a quotient as numeric(38,16): the sink's type
     return plan, depends, keys
 
 

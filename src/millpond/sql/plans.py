@@ -12,8 +12,9 @@ the stored one, node numbering aside (:func:`millpond.engine.plan.canonical`):
 - missing (a catalog written before plans were stored): the derived plan is used, and stored
   with the next catalog version.
 
-A plan stored before sources read only the columns used above them (:mod:`millpond.sql.planner.prune`)
-is compared with the plan derived without pruning: its state holds every column, and it runs as stored.
+A plan stored before 2026-11-30 — every column of every table through joins (before
+:mod:`millpond.sql.planner.prune`), eager partials by any group — is compared with the plan derived as
+then (``plan_view(..., legacy=True)``): its state was built by it, and it runs as stored.
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ def bind_plans(catalog: Catalog, *, mode: str = "verify") -> Catalog:
         if v.plan is not None and mode == "stored":
             continue
         found, kind = (flows, "flow") if isinstance(v, FlowDef) else (views, "view")
-        try:  # a catalog without plans was written before columns were pruned
-            derived = _derive(v, catalog, prune=v.plan is not None)
+        try:  # a catalog without plans was written by a millpond that planned as before 2026-11-30
+            derived = _derive(v, catalog, legacy=v.plan is None)
         except MillpondError as exc:
             if v.plan is None:
                 raise CatalogError(f"{kind} {v.name!r} cannot be planned by this millpond ({exc}); open the root "
@@ -61,8 +62,8 @@ def bind_plans(catalog: Catalog, *, mode: str = "verify") -> Catalog:
             raise CatalogError(f"{kind} {v.name!r}: its stored plan cannot be read ({exc}); open the root with "
                                "the millpond version that created it") from None
         diff = _difference(stored, derived, catalog, kind)
-        if diff is not None and _difference(stored, _derive(v, catalog, prune=False), catalog, kind) is None:
-            diff = None  # created before columns were pruned: its state holds every column, and it runs as stored
+        if diff is not None and _difference(stored, _derive(v, catalog, legacy=True), catalog, kind) is None:
+            diff = None  # created as planned before 2026-11-30 (every column through joins): it runs as stored
         if diff is not None:
             raise CatalogError(
                 f"{kind} {v.name!r}: its stored plan differs from the plan this millpond derives from its SQL "
@@ -71,12 +72,12 @@ def bind_plans(catalog: Catalog, *, mode: str = "verify") -> Catalog:
     return catalog.with_views(views, flows)
 
 
-def _derive(v, catalog: Catalog, *, prune: bool) -> P.Materialize:  # noqa: ANN001
+def _derive(v, catalog: Catalog, *, legacy: bool) -> P.Materialize:  # noqa: ANN001
     """The plan this millpond derives from the SQL of view or flow ``v``; a view pre-aggregates below
     its joins if its stored plan does (a choice made at CREATE)."""
     if isinstance(v, FlowDef):
-        return flow_plan(parse_flow(v.sql), catalog, prune=prune)[0]
-    return plan_view(view_query(v.sql), catalog, views=_reads_views(v, catalog), eager=_eager(v), prune=prune)[0]
+        return flow_plan(parse_flow(v.sql), catalog, legacy=legacy)[0]
+    return plan_view(view_query(v.sql), catalog, views=_reads_views(v, catalog), eager=_eager(v), legacy=legacy)[0]
 
 
 def _difference(stored: P.Node, derived: P.Materialize, catalog: Catalog, kind: str) -> str | None:

@@ -51,20 +51,21 @@ __all__ = ["plan_view"]
 
 
 def plan_view(select: exp.Expression, catalog: Catalog, *, views: bool = False, fixed_outputs: bool = False,
-              eager: bool = False, prune: bool = True) -> tuple[P.Materialize, tuple[str, ...]]:
+              eager: bool = False, legacy: bool = False) -> tuple[P.Materialize, tuple[str, ...]]:
     """Plan a view's query; return the plan and the tables and views it reads directly. With
     ``views``, a view it reads (not a partial one) is a :class:`~millpond.engine.plan.Source` of
     the view's changes, which the epoch computes first; else the view's query is inlined (as
     views created before millpond read views did). ``fixed_outputs``: its quotient columns are
     ``numeric(38,16)`` (a flow's, written to a table). ``eager``: aggregates over joins
     pre-aggregate a side where they can (:mod:`~millpond.sql.planner.eager`; a view's choice).
-    ``prune``: sources read only the columns used above them (:mod:`~millpond.sql.planner.prune`;
-    off only to derive again a plan stored before pruning, whose state holds every column)."""
+    ``legacy``: as views created before 2026-11-30 were planned, to derive their stored plans again
+    (their state was built by them): every column through joins (no
+    :mod:`~millpond.sql.planner.prune`), every eager partial."""
     ctx = Context(catalog, views=views, fixed_outputs=fixed_outputs)
     node, _ = plan_query(ctx, prepare(ctx, select), {})
     if eager:
-        node = eager_aggregation(ctx, node)
-    if prune:
+        node = eager_aggregation(ctx, node, wide=legacy)
+    if not legacy:
         node = prune_columns(node)
     node = _mark_append_only(node, {t.name for t in catalog.tables.values() if t.append_only})
     return P.Materialize(node, ctx.next_id(), key=P.row_key(node)), tuple(sorted(ctx.depends))
