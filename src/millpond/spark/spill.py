@@ -3,7 +3,8 @@
 A task's input arrives from Spark as Arrow batches. While they add up to at most the budget
 (:func:`millpond.engine.step.step_bytes`), they are one group, applied at once as before. Past it,
 every batch is spilled to a local file per range of its rows' key hashes (the top bits of
-``_kh``: :data:`BUCKETS` ranges, in key order), one batch in memory at a time; the files are then
+``_kh``: :data:`BUCKETS` ranges, in key order), :data:`GATHER` bytes of batches in memory at a time
+(cut into ranges together, so that each range gets one large write); the files are then
 read back in groups of neighbouring ranges of about the budget each. Groups hold disjoint keys,
 so the operator applies them one after the other as it would apply partitions
 (:mod:`millpond.engine.step`), and which rows a group holds follows from the rows alone (a retried
@@ -27,6 +28,7 @@ __all__ = ["groups", "BUCKETS"]
 
 BUCKETS = 64  # ranges of key hashes a spilled input is cut into: the top 6 bits of _kh
 _SHIFT = 64 - 6
+GATHER = 16 << 20  # bytes of input batches cut into ranges at once, so that each range's write is large
 
 
 def groups(batches: Iterable[pa.RecordBatch], budget: int) -> Iterator[list[pa.RecordBatch]]:
@@ -55,25 +57,37 @@ def _spilled(folder: str, held: list[pa.RecordBatch], rest: Iterator[pa.RecordBa
     sizes = np.zeros(BUCKETS, dtype=np.int64)
     schema = held[0].schema
 
-    def spill(batch: pa.RecordBatch) -> None:
-        bucket = (batch.column(KH).to_numpy() >> _SHIFT) + BUCKETS // 2  # signed: ranges in key order
+    def spill(batches: list[pa.RecordBatch]) -> None:
+        rows = pa.Table.from_batches(batches, schema)
+        bucket = (rows.column(KH).to_numpy() >> _SHIFT) + BUCKETS // 2  # signed: ranges in key order
         order = np.argsort(bucket, kind="stable")
         counts = np.bincount(bucket, minlength=BUCKETS)
-        sizes[:] += np.bincount(bucket, weights=row_bytes(batch), minlength=BUCKETS).astype(np.int64)
-        batch = batch.take(pa.array(order))
+        sizes[:] += np.bincount(bucket, weights=row_bytes(rows), minlength=BUCKETS).astype(np.int64)
+        rows = rows.take(pa.array(order))
         starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-        for b in np.flatnonzero(counts).tolist():  # a loop per range present in the batch
-            part = batch.slice(int(starts[b]), int(counts[b]))
+        for b in np.flatnonzero(counts).tolist():  # a loop per range present in the batches
             if b not in writers:
                 writers[b] = ipc.new_stream(os.path.join(folder, f"{b:02d}.arrows"), schema)
-            writers[b].write_batch(part)
+            writers[b].write_table(rows.slice(int(starts[b]), int(counts[b])))
 
-    for batch in held:
-        spill(batch)
-    held.clear()
-    for batch in rest:  # one batch in memory at a time
+    def incoming() -> Iterator[pa.RecordBatch]:
+        held.reverse()
+        while held:  # each held batch let go once gathered
+            yield held.pop()
+        yield from rest
+
+    # Spark's batches are ~10,000 rows: each cut alone in 64 ranges made thousands of writes of a few
+    # KB (TPC-H Q21's first epoch at SF 1: its join tasks spent about half their time spilling)
+    gathered, size = [], 0
+    for batch in incoming():
         if batch.num_rows:
-            spill(batch)
+            gathered.append(batch)
+            size += batch.nbytes
+        if size >= GATHER:
+            spill(gathered)
+            gathered, size = [], 0
+    if gathered:
+        spill(gathered)
     for writer in writers.values():
         writer.close()
     group: list[int] = []
