@@ -20,9 +20,10 @@ an index (``CREATE INDEX``: the join reads it, :mod:`millpond.sql.indexes`). A p
 columns of its side besides a join key that is part of the side's primary key (a few rows per
 key, as lineitems per order) keeps about a group per row — TPC-H's Q5 pre-aggregated ``lineitem``
 by order and supplier, 6M rows into 6M groups, and its first epoch at SF 1 took 43 s against 23 s
-without — so it is not made, unless a partial deeper under it (whose reduction it carries up) is. A whole-input aggregate with a
-COUNT is left alone (over no rows its COUNT is 0, a sum of partial counts NULL). Nested joins
-(``fact JOIN d1 JOIN d2``) pre-aggregate again below each join the aggregate's side is in.
+without — so it is not made, unless a partial deeper under it (whose reduction it carries up) is.
+A whole-input aggregate with a COUNT is left alone (over no rows its COUNT is 0, a sum of partial
+counts NULL). Nested joins (``fact JOIN d1 JOIN d2``) pre-aggregate again below each join the
+aggregate's side is in.
 
 It is a choice made when a view is created, stored in its plan (``Aggregate.eager``), so a view
 created before keeps its plan (:mod:`millpond.sql.plans`). Flows do not take it: a flow merges its
