@@ -25,6 +25,7 @@ from millpond.engine.explain import columns
 
 __all__ = ["prune"]
 
+
 def prune(node: P.Node, need: frozenset[str] | None = None) -> P.Node:
     """``node`` whose every input makes only the columns used above it (``need``, None: all)."""
     if isinstance(node, P.Source):
