@@ -149,6 +149,7 @@ VIEWS = ("q4", "q17", "q7", "q5")  # q4: a join, then two aggregations; q17: COU
 # killed while it runs)
 EVENTS = 4_000  # per small epoch
 BIG_EPOCH = 260_000  # events of the epoch that loses an executor: four stateful tasks per stage
+BUSY = 0.5  # seconds both executors run the big epoch's tasks before one is killed, if none has finished
 
 
 class NexmarkOracle:
@@ -182,7 +183,8 @@ class NexmarkOracle:
 # -- an executor killed mid-epoch -----------------------------------------------------------------
 class ExecutorKiller(threading.Thread):
     """SIGKILLs the executor JVM of ``worker`` once a stage has finished since :meth:`start` (its
-    shuffle output is on both executors), or some tasks of the stage under way have, and a stage
+    shuffle output is on both executors), or some tasks of the stage under way have (or both
+    executors have run its tasks for :data:`BUSY` seconds), and a stage
     runs tasks on both executors, then records
     the jobs that run until :attr:`done` is set. (With adaptive execution every shuffle stage is a
     job of its own, so this watches stages, not one job.)"""
@@ -206,6 +208,7 @@ class ExecutorKiller(threading.Thread):
         tracker = self.spark.sparkContext.statusTracker()
         deadline = time.monotonic() + self.timeout
         watched: set[int] = set()
+        both: float | None = None  # since when tasks run on both executors
         while not self.done.is_set() and time.monotonic() < deadline:
             self.jobs.update(tracker.getActiveJobsIds())
             active = [s for s in map(tracker.getStageInfo, tracker.getActiveStageIds()) if s]
@@ -214,9 +217,12 @@ class ExecutorKiller(threading.Thread):
                                for s in map(tracker.getStageInfo, watched - {s.stageId for s in active}))
                 watched.update(s.stageId for s in active)
                 # an epoch of one stage (every view's tasks read the log themselves): once some of its
-                # tasks are done and others run on both executors
+                # tasks are done and others run on both executors, or both have run for BUSY seconds
+                # (the listener's counts lag: a fast machine's stage can end before they show a task done)
                 finished = finished or any(s.numCompletedTasks > 0 for s in active)
-                if finished and any(s.numActiveTasks >= EXECUTORS for s in active):
+                busy = [s.stageId for s in active if s.numActiveTasks >= EXECUTORS]
+                both = both if both is not None and busy else (time.monotonic() if busy else None)
+                if busy and (finished or time.monotonic() - both >= BUSY):
                     pids = self.cluster.executor_pids(self.worker)
                     assert len(pids) == 1, f"{self.worker.name} runs executors {pids}"
                     self.cluster.track()  # its Python workers, checked for leaks at the end
