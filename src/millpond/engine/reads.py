@@ -101,6 +101,17 @@ class Reads:
                 self._local.pinned = None
 
 
+    def table_sizes(self) -> dict[str, int]:
+        """Each table's rows as last committed, roughly: its rows state's stored rows (versions an
+        update left uncompacted count too), or a key-less table's log records. What orders a new
+        view's joins (:mod:`millpond.sql.planner.order`)."""
+        manifest, out = self._manifest, {}
+        for t in self.catalog.tables.values():
+            consumer = self._by_name[t.name]
+            stored = sum(ref.rows for ref in self.coordinator.rows(consumer, manifest).levels.files())
+            out[t.name] = stored or manifest.offsets.get(consumer.key, {}).get(t.channel, 0)
+        return out
+
     def snapshot(self, name: str, *, hidden: bool = False, pending: bool = False,
                  columns: Collection[str] | None = None) -> pa.Table:
         """The committed rows of a table or view; ``hidden`` keeps a table's ``_row_id``;

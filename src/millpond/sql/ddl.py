@@ -122,7 +122,9 @@ def _create_view(rt: Runtime, s: exp.Create) -> None:
     if s.args.get("exists") and name in rt.catalog.views:
         return
     on_error, options = _view_options(name, props, rt.on_error)
-    plan, depends = plan_view(view_definition(s), rt.catalog, views=True, eager=True)
+    sizes = rt.table_sizes()  # its joins' order (planner.order), stored with the plan: derived again on open
+    plan, depends = plan_view(view_definition(s), rt.catalog, views=True, eager=True, sizes=sizes)
+    sizes = {t: sizes[t] for t in sorted({src.table for src in P.sources(plan)}) if t in sizes}
     # the indexes its joins read (a partial view reads none: its inputs are restricted to its keys)
     plan, schema, indexes = choose(plan, rt.catalog, rt.coordinator.executor,
                                    skip=frozenset(i.id for i in rt.catalog.indexes.values()) if options.get("partial")
@@ -132,8 +134,8 @@ def _create_view(rt: Runtime, s: exp.Create) -> None:
         raise SqlError(f"view {name!r}: too many column names were specified ({len(s.this.expressions)} "
                        f"for {len(schema)} columns)")
     partial = _partial(rt, name, plan, schema, options)
-    rt.commit_catalog(rt.catalog.with_view(name, source(s), schema, depends, P.encode(plan), on_error=on_error,
-                                           partial=partial))
+    rt.commit_catalog(rt.catalog.with_view(name, source(s), schema, depends, {**P.encode(plan), "sizes": sizes},
+                                           on_error=on_error, partial=partial))
 
 
 ON_ERROR = ("fail", "null")

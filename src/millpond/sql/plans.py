@@ -12,6 +12,10 @@ the stored one, node numbering aside (:func:`millpond.engine.plan.canonical`):
 - missing (a catalog written before plans were stored): the derived plan is used, and stored
   with the next catalog version.
 
+A view's joins are ordered by the sizes of its tables at CREATE (:mod:`millpond.sql.planner.order`),
+stored with its plan and used again here; a plan stored without them (before 2026-12-01) is derived
+in FROM order, as it was made.
+
 A plan stored before 2026-11-30 — every column of every table through joins (before
 :mod:`millpond.sql.planner.prune`), eager partials by any group — is compared with the plan derived as
 then (``plan_view(..., legacy=True)``): its state was built by it, and it runs as stored.
@@ -77,7 +81,8 @@ def _derive(v, catalog: Catalog, *, legacy: bool) -> P.Materialize:  # noqa: ANN
     its joins if its stored plan does (a choice made at CREATE)."""
     if isinstance(v, FlowDef):
         return flow_plan(parse_flow(v.sql), catalog, legacy=legacy)[0]
-    return plan_view(view_query(v.sql), catalog, views=_reads_views(v, catalog), eager=_eager(v), legacy=legacy)[0]
+    return plan_view(view_query(v.sql), catalog, views=_reads_views(v, catalog), eager=_eager(v), legacy=legacy,
+                     sizes=(v.plan or {}).get("sizes"))[0]
 
 
 def _difference(stored: P.Node, derived: P.Materialize, catalog: Catalog, kind: str) -> str | None:

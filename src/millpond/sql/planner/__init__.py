@@ -18,6 +18,7 @@ The stages, one concern per module:
   NOT IN with PostgreSQL's NULL rules, scalar aggregates joined on their correlation keys;
 - :mod:`~millpond.sql.planner.query` — the driver over queries, UNIONs, FROM items and SELECTs;
 - :mod:`~millpond.sql.planner.pushdown` — WHERE conjuncts below the joins;
+- :mod:`~millpond.sql.planner.order` — the order of inner joins, by estimated intermediate rows;
 - :mod:`~millpond.sql.planner.joins` — join keys from ON and WHERE, residual conditions;
 - :mod:`~millpond.sql.planner.aggregates` — the aggregate rewrite, DISTINCT;
 - :mod:`~millpond.sql.planner.eager` — an aggregate over a join pre-aggregating one side (views only);
@@ -51,7 +52,8 @@ __all__ = ["plan_view"]
 
 
 def plan_view(select: exp.Expression, catalog: Catalog, *, views: bool = False, fixed_outputs: bool = False,
-              eager: bool = False, legacy: bool = False) -> tuple[P.Materialize, tuple[str, ...]]:
+              eager: bool = False, legacy: bool = False,
+              sizes: dict[str, int] | None = None) -> tuple[P.Materialize, tuple[str, ...]]:
     """Plan a view's query; return the plan and the tables and views it reads directly. With
     ``views``, a view it reads (not a partial one) is a :class:`~millpond.engine.plan.Source` of
     the view's changes, which the epoch computes first; else the view's query is inlined (as
@@ -60,8 +62,10 @@ def plan_view(select: exp.Expression, catalog: Catalog, *, views: bool = False, 
     pre-aggregate a side where they can (:mod:`~millpond.sql.planner.eager`; a view's choice).
     ``legacy``: as views created before 2026-11-30 were planned, to derive their stored plans again
     (their state was built by them): every column through joins (no
-    :mod:`~millpond.sql.planner.prune`), every eager partial."""
-    ctx = Context(catalog, views=views, fixed_outputs=fixed_outputs)
+    :mod:`~millpond.sql.planner.prune`), every eager partial. ``sizes``: the rows of the tables it reads,
+    by which inner joins are ordered (:mod:`~millpond.sql.planner.order`; None: FROM order, as
+    views created before 2026-12-01 were planned)."""
+    ctx = Context(catalog, views=views, fixed_outputs=fixed_outputs, sizes=None if legacy else sizes)
     node, _ = plan_query(ctx, prepare(ctx, select), {})
     if eager:
         node = eager_aggregation(ctx, node, wide=legacy)

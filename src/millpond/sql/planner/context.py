@@ -10,14 +10,19 @@ from millpond.catalog import Catalog
 from millpond.errors import SqlError
 from millpond.sql.statements import position
 
-__all__ = ["Context", "err", "FIRST_NODE_ID"]
+__all__ = ["Context", "err", "FIRST_NODE_ID", "DEFAULT_ROWS"]
 
+DEFAULT_ROWS = 1000.0  # an empty table's, a subquery's or a view's rows, for ordering joins
 FIRST_NODE_ID = 1  # node ids, and so state ids, of a new plan count from here
 
 
 class Context:
-    def __init__(self, catalog: Catalog, *, views: bool = False, fixed_outputs: bool = False):
+    def __init__(self, catalog: Catalog, *, views: bool = False, fixed_outputs: bool = False,
+                 sizes: dict[str, int] | None = None):
         self.catalog = catalog
+        # tables' rows at CREATE, which order joins (planner.order); None: FROM order (a plan derived as
+        # before sizes were kept)
+        self.sizes = sizes
         self.views = views  # a view read is a source of its changes (else its query is inlined)
         # the planned query's quotient columns as numeric(38,16) (a flow's sink); its own only, not
         # an inlined view's: the first binding takes it
@@ -28,6 +33,11 @@ class Context:
 
     def next_id(self) -> int:
         return next(self._ids)
+
+    def size(self, table: str) -> float:
+        """``table``'s rows at CREATE, for ordering joins (an empty or unknown one: ``DEFAULT_ROWS``)."""
+        rows = (self.sizes or {}).get(table, 0)
+        return float(rows) if rows > 0 else DEFAULT_ROWS
 
 
 def err(message: str, node: exp.Expression | None = None, *, sqlstate: str | None = None) -> SqlError:

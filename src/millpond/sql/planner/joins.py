@@ -11,7 +11,7 @@ from millpond.engine import plan as P
 from millpond.sql.planner.context import Context, err
 from millpond.sql.planner.exprs import aliases, conjuncts, has_agg_or_window, rename
 
-__all__ = ["plan_join", "join_kind", "order_joins"]
+__all__ = ["plan_join", "join_kind"]
 
 
 def join_kind(j: exp.Join) -> str:
@@ -24,33 +24,6 @@ def join_kind(j: exp.Join) -> str:
     if kind == "cross":
         return "cross"
     raise err(f"{kind.upper()} JOIN is not supported", j)
-
-
-def order_joins(first: str, joins: list[exp.Join], where: list[exp.Expression]) -> list[exp.Join]:
-    """Comma-separated FROM items (every join a cross join with no ON) in an order where each item
-    joins the ones before it on an equality of ``where`` when one can, in FROM order otherwise, as
-    PostgreSQL's planner never takes a cross product an equality avoids: ``FROM part, supplier,
-    lineitem WHERE p_partkey = l_partkey AND s_suppkey = l_suppkey`` joins lineitem second, not
-    part × supplier (TPC-H Q2, Q8, Q9: millions of pairs at SF 1, and a worker out of memory).
-    ``first`` is the first FROM item (it stays first). Only the leading run of such items moves:
-    from the first join with an ON (an outer join, a decorrelated subquery's) on, the order is kept."""
-    n = next((i for i, j in enumerate(joins) if join_kind(j) != "cross" or j.args.get("on") or j.args.get("using")),
-             len(joins))
-    if n < 2:
-        return joins
-    joins, kept = joins[:n], joins[n:]
-    links = [(aliases(c.this), aliases(c.expression)) for c in where
-             if isinstance(c, exp.EQ) and not has_agg_or_window(c)]
-    seen, rest, out = {first}, list(joins), []
-    while rest:
-        def joins_seen(j: exp.Join) -> bool:
-            alias = j.this.alias_or_name
-            return any(a and b and ((a <= seen and b == {alias}) or (b <= seen and a == {alias})) for a, b in links)
-        pick = next((j for j in rest if joins_seen(j)), rest[0])
-        rest.remove(pick)
-        out.append(pick)
-        seen.add(pick.this.alias_or_name)
-    return out + kept
 
 
 def plan_join(ctx: Context, node: P.Node, j: exp.Join, rels: dict[str, P.Node], seen: set[str],

@@ -14,7 +14,8 @@ from millpond.engine import plan as P
 from millpond.sql.planner.aggregates import plan_aggregate, plan_distinct
 from millpond.sql.planner.context import Context, err
 from millpond.sql.planner.exprs import aliases, column, conjuncts, rename, unalias
-from millpond.sql.planner.joins import join_kind, order_joins, plan_join
+from millpond.sql.planner.joins import join_kind, plan_join
+from millpond.sql.planner.order import inner_ons, order_joins
 from millpond.sql.planner.prepare import prepare
 from millpond.sql.planner.pushdown import padded_aliases, push_filters
 from millpond.sql.planner.over import plan_window_functions
@@ -143,6 +144,8 @@ def _select(ctx: Context, q: exp.Select, ctes: dict, rn_limit: int | None) -> tu
     joins = q.args.get("joins") or []
     items = [q.args["from_"].this] + [j.this for j in joins]
     where = conjuncts(q.args["where"].this) if q.args.get("where") else []
+    if ctx.sizes is not None:  # inner JOIN ... ON items are ordered as comma items are (planner.order)
+        joins, where = inner_ons(joins, where)
 
     # FROM items, renamed to <alias>__<column>
     rels: dict[str, P.Node] = {}
@@ -156,8 +159,7 @@ def _select(ctx: Context, q: exp.Select, ctes: dict, rn_limit: int | None) -> tu
 
     padded = padded_aliases(items[0].alias_or_name, joins)
     late = push_filters(rels, where, padded)
-    first = items[0].alias_or_name
-    joins = order_joins(first, joins, where)
+    first, joins = order_joins(ctx, items[0], joins, where, rels)
     node, seen = rels[first], {first}
     for j in joins:
         if join_kind(j) in ("inner", "cross"):  # WHERE conjuncts over items no outer join pads may join here
