@@ -33,9 +33,9 @@ def _catalog() -> Catalog:
                         ("item_id",))
 
 
-def _order(sql: str, sizes: dict | None = SIZES) -> list[str]:
+def _order(sql: str, sizes: dict | None = SIZES, **sampled) -> list[str]:  # noqa: ANN003
     """The tables of the plan's joins, in the order they are joined (left-deep: the first's left)."""
-    plan, _ = plan_view(parse(sql)[0], _catalog(), sizes=sizes)
+    plan, _ = plan_view(parse(sql)[0], _catalog(), sizes=sizes, **sampled)
     found = []
 
     def walk(node: P.Node) -> None:
@@ -94,6 +94,22 @@ def test_the_shape_of_a_condition_gives_its_selectivity():
     assert sel("NOT a = 1") == pytest.approx(1 - sel("a = 1"))
 
 
+FLAGGED = """SELECT r.name, SUM(amount) AS total FROM sale, shop, region r
+             WHERE sale.shop = shop.shop_id AND shop.region = r.region_id AND sale.amount = 5 AND r.name = 'north'
+             GROUP BY r.name"""
+
+
+def test_a_sampled_share_of_rows_overrides_the_guess_by_shape():
+    # by shape, both equalities keep 5%: from the shops of the north; sampled, the amount keeps 10 sales
+    # in a million and the name every region: from those sales
+    assert _order(FLAGGED) == ["shop", "region", "sale"]
+    shares: dict = {}
+    sampled = _order(FLAGGED, shares=shares, sample=lambda table, columns, condition: {"sale": 1e-5, "region": 1.0}.get(table))
+    assert sampled == ["sale", "shop", "region"]
+    assert sorted(k.split(" WHERE ")[0] for k in shares) == ["region", "sale"]
+    assert _order(FLAGGED, shares=dict(shares)) == sampled  # derived again from the stored shares alone
+
+
 SCHEMA = """CREATE TABLE sale (id BIGINT PRIMARY KEY, shop BIGINT, item BIGINT, amount BIGINT);
 CREATE TABLE shop (shop_id BIGINT PRIMARY KEY, region BIGINT, city VARCHAR);
 CREATE TABLE region (region_id BIGINT PRIMARY KEY, name VARCHAR)"""
@@ -123,6 +139,7 @@ def test_a_view_keeps_the_order_chosen_at_create_as_its_tables_grow(open_db):
     want = [("north", sum(i for i in range(2_000) if i % 100 % 10 == 0))]
     assert rows(db.sql("SELECT * FROM north")) == want
     assert db.catalog.views["north"].plan["sizes"] == {"region": 10, "sale": 2_000, "shop": 100}
+    assert list(db.catalog.views["north"].plan["shares"].values()) == [0.1]  # sampled: 1 of the 10 regions
     assert _joined(db, "north") == ["shop", "region", "sale"]
     db.insert("region", pa.table({"region_id": list(range(10, 5_000)), "name": ["x"] * 4_990}))
     db.sql("DELETE FROM sale WHERE id < 100")

@@ -10,16 +10,20 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Collection, Iterator
 
+import duckdb
 import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
+from sqlglot import exp
 
+from millpond import duck
 from millpond.catalog import Catalog, TableDef
 from millpond.columns import COUNT, ROW_ID, W
 from millpond.engine import plan as P
 from millpond.engine.changelog import consolidate
 from millpond.engine.executor import Consumer
+from millpond.engine.expressions import to_duckdb
 from millpond.errors import InvariantError, MillpondError
 from millpond.keyhash import xxhash64
 from millpond.store.manifest import Manifest
@@ -31,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["Reads", "Installed", "READ_SLICE_ROWS", "consolidate_rows"]
 
 READ_SLICE_ROWS = 1_000_000  # a query reads a relation's rows state in slices of about this many rows
+SAMPLE_ROWS = 20_000  # the rows a new view's join order samples of a filtered table (Reads.filter_share)
 
 
 @dataclass(frozen=True)
@@ -111,6 +116,42 @@ class Reads:
             stored = sum(ref.rows for ref in self.coordinator.rows(consumer, manifest).levels.files())
             out[t.name] = stored or manifest.offsets.get(consumer.key, {}).get(t.channel, 0)
         return out
+
+    def filter_share(self, table: str, columns: dict[str, str], predicate: exp.Expression) -> float | None:
+        """The share of ``table``'s committed rows that ``predicate`` (over the names ``columns`` maps
+        to the table's columns) keeps, in a sample of about :data:`SAMPLE_ROWS` of them: the rows of
+        a slice of the key-hash space (a random sample of the keys), a key-less table's first
+        records. None if it has no rows or DuckDB cannot evaluate it. What orders a new view's joins
+        (:mod:`millpond.sql.planner.order`), as PostgreSQL's ``ANALYZE`` samples a table."""
+        used = {c.name for c in predicate.find_all(exp.Column)}
+        if not used <= set(columns):
+            return None
+        manifest, consumer, rel = self._manifest, self._by_name[table], self.catalog.tables[table]
+        cols = tuple(dict.fromkeys(columns[c] for c in sorted(used))) or (rel.columns[0].name,)
+        if consumer.log_only:
+            stop = min(manifest.offsets.get(consumer.key, {}).get(rel.channel, 0), SAMPLE_ROWS)
+            sample = self.channel(rel).read(0, stop).select(list(cols)) if stop else None
+        else:
+            state = self.coordinator.rows(consumer, manifest, columns=cols)
+            stored = sum(ref.rows for ref in state.levels.files())
+            if not stored:
+                return None
+            width = (1 << 64) * SAMPLE_ROWS // stored
+            sample = state.scan_arrow(None, -(1 << 63) + width if width < (1 << 64) else None)
+        if sample is None or sample.num_rows == 0:
+            return None
+        sample = sample.select(list(cols))
+        con = duck.cursor()
+        try:  # as the table's columns are typed (a query's snapshot casts so too)
+            named = pa.table({out: sample.column(src).cast(rel.log_schema.field(src).type)
+                              for out, src in columns.items() if out in used})
+            con.register("sample", named)
+            kept = con.execute(f"SELECT count(*) FROM sample WHERE {to_duckdb(predicate)}").fetchall()[0][0]
+        except (duckdb.Error, pa.ArrowException):
+            return None
+        finally:
+            con.close()
+        return max(int(kept), 1) / named.num_rows
 
     def snapshot(self, name: str, *, hidden: bool = False, pending: bool = False,
                  columns: Collection[str] | None = None) -> pa.Table:

@@ -122,8 +122,11 @@ def _create_view(rt: Runtime, s: exp.Create) -> None:
     if s.args.get("exists") and name in rt.catalog.views:
         return
     on_error, options = _view_options(name, props, rt.on_error)
-    sizes = rt.table_sizes()  # its joins' order (planner.order), stored with the plan: derived again on open
-    plan, depends = plan_view(view_definition(s), rt.catalog, views=True, eager=True, sizes=sizes)
+    # its joins' order (planner.order) by its tables' sizes and its filters' sampled shares, stored
+    # with the plan: derived again alike on open
+    sizes, shares = rt.table_sizes(), {}
+    plan, depends = plan_view(view_definition(s), rt.catalog, views=True, eager=True, sizes=sizes, shares=shares,
+                              sample=rt.filter_share)
     sizes = {t: sizes[t] for t in sorted({src.table for src in P.sources(plan)}) if t in sizes}
     # the indexes its joins read (a partial view reads none: its inputs are restricted to its keys)
     plan, schema, indexes = choose(plan, rt.catalog, rt.coordinator.executor,
@@ -134,7 +137,7 @@ def _create_view(rt: Runtime, s: exp.Create) -> None:
         raise SqlError(f"view {name!r}: too many column names were specified ({len(s.this.expressions)} "
                        f"for {len(schema)} columns)")
     partial = _partial(rt, name, plan, schema, options)
-    rt.commit_catalog(rt.catalog.with_view(name, source(s), schema, depends, {**P.encode(plan), "sizes": sizes},
+    rt.commit_catalog(rt.catalog.with_view(name, source(s), schema, depends, {**P.encode(plan), "sizes": sizes, "shares": shares},
                                            on_error=on_error, partial=partial))
 
 

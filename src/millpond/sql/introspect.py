@@ -143,7 +143,8 @@ def explain(rt: Runtime, s: exp.Command) -> pa.Table:
             and any(isinstance(p, exp.MaterializedProperty) for p in props.expressions)):
         raise SqlError("EXPLAIN shows incremental plans: use EXPLAIN CREATE MATERIALIZED VIEW v AS SELECT ... "
                        "(nothing is created) or EXPLAIN MATERIALIZED VIEW v (a view that exists)")
-    plan, _ = plan_view(create.expression, rt.catalog, views=True, eager=True, sizes=rt.table_sizes())
+    plan, _ = plan_view(create.expression, rt.catalog, views=True, eager=True, sizes=rt.table_sizes(),
+                        sample=rt.filter_share)
     plan, _, _ = choose(plan, rt.catalog, rt.coordinator.executor)
     return _plan_table(explain_plan(plan, object_id=rt.catalog.next_id, name=create.this.name))
 

@@ -82,7 +82,7 @@ def _derive(v, catalog: Catalog, *, legacy: bool) -> P.Materialize:  # noqa: ANN
     if isinstance(v, FlowDef):
         return flow_plan(parse_flow(v.sql), catalog, legacy=legacy)[0]
     return plan_view(view_query(v.sql), catalog, views=_reads_views(v, catalog), eager=_eager(v), legacy=legacy,
-                     sizes=(v.plan or {}).get("sizes"))[0]
+                     sizes=(v.plan or {}).get("sizes"), shares=dict((v.plan or {}).get("shares") or {}))[0]
 
 
 def _difference(stored: P.Node, derived: P.Materialize, catalog: Catalog, kind: str) -> str | None:

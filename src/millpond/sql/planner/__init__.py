@@ -37,6 +37,7 @@ not the multiset a retraction would need.
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
 from sqlglot import exp
 
@@ -53,7 +54,8 @@ __all__ = ["plan_view"]
 
 def plan_view(select: exp.Expression, catalog: Catalog, *, views: bool = False, fixed_outputs: bool = False,
               eager: bool = False, legacy: bool = False,
-              sizes: dict[str, int] | None = None) -> tuple[P.Materialize, tuple[str, ...]]:
+              sizes: dict[str, int] | None = None, shares: dict[str, float] | None = None,
+              sample: Callable | None = None) -> tuple[P.Materialize, tuple[str, ...]]:
     """Plan a view's query; return the plan and the tables and views it reads directly. With
     ``views``, a view it reads (not a partial one) is a :class:`~millpond.engine.plan.Source` of
     the view's changes, which the epoch computes first; else the view's query is inlined (as
@@ -64,8 +66,10 @@ def plan_view(select: exp.Expression, catalog: Catalog, *, views: bool = False, 
     (their state was built by them): every column through joins (no
     :mod:`~millpond.sql.planner.prune`), every eager partial. ``sizes``: the rows of the tables it reads,
     by which inner joins are ordered (:mod:`~millpond.sql.planner.order`; None: FROM order, as
-    views created before 2026-12-01 were planned)."""
-    ctx = Context(catalog, views=views, fixed_outputs=fixed_outputs, sizes=None if legacy else sizes)
+    views created before 2026-12-01 were planned); ``shares``: the share of a table's rows its filters
+    keep, as sampled (``sample(table, columns, condition)``; it fills ``shares``) at CREATE."""
+    ctx = Context(catalog, views=views, fixed_outputs=fixed_outputs, sizes=None if legacy else sizes, shares=shares,
+                  sample=sample)
     node, _ = plan_query(ctx, prepare(ctx, select), {})
     if eager:
         node = eager_aggregation(ctx, node, wide=legacy)
