@@ -110,6 +110,22 @@ def test_a_sampled_share_of_rows_overrides_the_guess_by_shape():
     assert _order(FLAGGED, shares=dict(shares)) == sampled  # derived again from the stored shares alone
 
 
+def test_a_view_read_as_a_source_is_ordered_by_its_size():
+    # a view of a million rows and a table of ten joined to a filtered table: the small one first
+    c = _catalog()
+    inner, depends = plan_view(parse("CREATE MATERIALIZED VIEW big AS SELECT id, shop FROM sale")[0].expression, c)
+    c = c.with_view("big", "CREATE MATERIALIZED VIEW big AS SELECT id, shop FROM sale",
+                    pa.schema([("id", pa.int64()), ("shop", pa.int64())]), depends, P.encode(inner))
+    sql = """SELECT big.id, r.name FROM big, shop, region r
+             WHERE big.shop = shop.shop_id AND shop.region = r.region_id AND r.name = 'north'"""
+
+    def order(sizes: dict) -> list[str]:
+        plan, _ = plan_view(parse(sql)[0], c, views=True, sizes=sizes)
+        return [s.table for s in P.sources(plan)]
+    assert order({**SIZES, "big": 1_000_000}) == ["shop", "region", "big"]
+    assert order({**SIZES, "big": 1}) == ["big", "shop", "region"]
+
+
 SCHEMA = """CREATE TABLE sale (id BIGINT PRIMARY KEY, shop BIGINT, item BIGINT, amount BIGINT);
 CREATE TABLE shop (shop_id BIGINT PRIMARY KEY, region BIGINT, city VARCHAR);
 CREATE TABLE region (region_id BIGINT PRIMARY KEY, name VARCHAR)"""

@@ -107,14 +107,15 @@ class Reads:
 
 
     def table_sizes(self) -> dict[str, int]:
-        """Each table's rows as last committed, roughly: its rows state's stored rows (versions an
-        update left uncompacted count too), or a key-less table's log records. What orders a new
-        view's joins (:mod:`millpond.sql.planner.order`)."""
+        """Each table's and view's rows as last committed, roughly: its rows state's stored rows
+        (versions an update left uncompacted count too), or a key-less table's log records. What
+        orders a new view's joins (:mod:`millpond.sql.planner.order`)."""
         manifest, out = self._manifest, {}
-        for t in self.catalog.tables.values():
-            consumer = self._by_name[t.name]
+        for rel in [*self.catalog.tables.values(), *self.catalog.views.values()]:
+            consumer = self._by_name[rel.name]
             stored = sum(ref.rows for ref in self.coordinator.rows(consumer, manifest).levels.files())
-            out[t.name] = stored or manifest.offsets.get(consumer.key, {}).get(t.channel, 0)
+            out[rel.name] = stored or (manifest.offsets.get(consumer.key, {}).get(rel.channel, 0)
+                                       if isinstance(rel, TableDef) else 0)
         return out
 
     def filter_share(self, table: str, columns: dict[str, str], predicate: exp.Expression) -> float | None:

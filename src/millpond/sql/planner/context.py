@@ -43,7 +43,7 @@ class Context:
         return next(self._ids)
 
     def size(self, table: str) -> float:
-        """``table``'s rows at CREATE, for ordering joins (an empty or unknown one: ``DEFAULT_ROWS``)."""
+        """A table's or view's rows at CREATE, for ordering joins (an empty or unknown one: ``DEFAULT_ROWS``)."""
         rows = (self.sizes or {}).get(table, 0)
         return float(rows) if rows > 0 else DEFAULT_ROWS
 

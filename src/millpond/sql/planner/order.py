@@ -9,8 +9,8 @@ the nations it keeps a few hundred thousand. So the FROM items of the leading ru
 are put in the order whose intermediate results are estimated smallest (the sum of their rows:
 the "C_out" cost), greedily from each possible first item, as a cost-based planner does:
 
-- a table's rows are as counted at ``CREATE`` (the sizes the view's plan is stored with, so that
-  the plan derived again on open is the same); an empty table, a subquery or a view count
+- a table's or view's rows are as counted at ``CREATE`` (the sizes the view's plan is stored with,
+  so that the plan derived again on open is the same); an empty one or a subquery count
   ``DEFAULT_ROWS``;
 - a filter keeps the share of them it keeps in a sample of the table's rows at ``CREATE``
   (``Reads.filter_share``: ~20,000 rows of a slice of the key-hash space, as PostgreSQL's
@@ -234,9 +234,9 @@ def _rows(ctx: Context, node: P.Node) -> float:
         share *= selectivity(node.predicate)
         conditions.append(node.predicate)
         node = node.input
-    if not (isinstance(node, P.Source) and node.table in ctx.catalog.tables):
+    if not isinstance(node, P.Source):  # a subquery
         return max(1.0, DEFAULT_ROWS * share)
-    if conditions:
+    if conditions and node.table in ctx.catalog.tables:  # a view read as a source: its size, a share by shape
         both = exp.and_(*(exp.Paren(this=c.copy()) for c in reversed(conditions)))
         sampled = ctx.share(node, both)
         share = share if sampled is None else sampled
