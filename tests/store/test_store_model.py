@@ -367,3 +367,22 @@ def test_a_compaction_round_takes_the_deepest_l0_first_and_a_bounded_size(monkey
     assert [t.state for t in StateStore._batch(fake, [task("mid", 900), task("deep", 1000)])] == ["deep"]
     states["twin"] = states["deep"]  # of equal depth, the smaller merge first
     assert [t.state for t in StateStore._batch(fake, [task("deep", 80), task("twin", 30)])] == ["twin"]
+
+
+def test_a_merge_cut_into_many_ranges_writes_files_of_the_target_size(tmp_path, monkeypatch):
+    """The rows of a range short of a file are carried into the next range's: ranges far smaller
+    than a file still give files of about the target size, disjoint, every row once."""
+    monkeypatch.setattr(compaction, "MERGE_BYTES", 1)
+    monkeypatch.setattr(sst, "BLOCK_BYTES", 256)
+    store = ObjectStore(str(tmp_path))
+    refs = []
+    for i in range(3):  # three overlapping runs, one key in three in each
+        keys = list(range(i, 30_000, 3))
+        rows = _kv(keys, [k * 10 for k in keys]).with_columns(pl.lit(i + 1).cast(pl.Int64).alias("_ep"))
+        refs.append(sst.write_sst(store, f"in/{i}.sst", rows))
+    task = compaction.Task("kv", 0, 1, tuple(refs), 10, True, "out/", target_file_bytes=100_000)
+    outputs = compaction.run_task(store, task)
+    assert 2 < len(outputs) < 20, f"{len(outputs)} files for 30,000 rows of ~100 KB files"
+    assert sum(r.rows for r in outputs) == 30_000
+    assert all(a.max_kh < b.min_kh for a, b in zip(outputs, outputs[1:])), "outputs overlap"
+    assert min(r.rows for r in outputs[:-1]) > 1_000, [r.rows for r in outputs]

@@ -173,7 +173,10 @@ def _split_points(kh: np.ndarray, rows_per_file: int) -> list[int]:
     return [*cuts, kh.size]
 
 
-MERGE_BYTES = 64 << 20  # a merge reads its inputs one range of keys of about this many (compressed) bytes at a time
+# a merge reads its inputs one range of keys of about this many (compressed) bytes at a time; the rows
+# short of a file are carried into the next range's. Measured (TPC-H SF 1's lineitem, 40 files merged,
+# /tmp script): 64 MiB held 1.28 GiB at its peak, 16 MiB 0.52 GiB (the refresh's compactor peaked at 2.18)
+MERGE_BYTES = 16 << 20
 
 
 def run_task(store: ObjectStore, task: Task) -> tuple[SstRef, ...]:
@@ -185,6 +188,11 @@ def run_task(store: ObjectStore, task: Task) -> tuple[SstRef, ...]:
     metas = [open_sst(store, ref) for ref in task.inputs]
     keys, additive = metas[0].keys, metas[0].additive
     outputs: list[SstRef] = []
+
+    def write(rows: pl.DataFrame) -> None:
+        outputs.append(write_sst(store, f"{task.prefix}{task.state}/{len(outputs):05d}.sst", rows, keys=keys,
+                                 additive=additive))
+    carry: pl.DataFrame | None = None  # the last range's rows short of a file: the next range's keys follow theirs
     for lo, hi in _ranges(metas, MERGE_BYTES):  # a loop per range of keys
         tables = [t for ref in task.inputs if (t := scan_sst(store, ref, lo, hi)) is not None]
         if not tables:
@@ -193,12 +201,20 @@ def run_task(store: ObjectStore, task: Task) -> tuple[SstRef, ...]:
         del tables
         merged = merge_rows(rows, keys, additive, task.safe_epoch, task.bottom, task.expiry)
         del rows
+        if carry is not None:
+            merged, carry = pl.concat([carry, merged], how="vertical_relaxed"), None
         if merged.height == 0:
             continue
         per_row = max(1, merged.estimated_size() // merged.height)
-        cuts = _split_points(merged[KH].to_numpy(), max(16, task.target_file_bytes // per_row))
-        outputs += [write_sst(store, f"{task.prefix}{task.state}/{len(outputs) + n:05d}.sst", merged.slice(a, b - a),
-                              keys=keys, additive=additive) for n, (a, b) in enumerate(zip(cuts[:-1], cuts[1:]))]
+        rows_per_file = max(16, task.target_file_bytes // per_row)
+        cuts = _split_points(merged[KH].to_numpy(), rows_per_file)
+        for a, b in zip(cuts[:-1], cuts[1:]):  # a loop per output file
+            if b == merged.height and b - a < rows_per_file:
+                carry = merged.slice(a, b - a)
+            else:
+                write(merged.slice(a, b - a))
+    if carry is not None:
+        write(carry)
     return tuple(outputs)
 
 
