@@ -236,7 +236,7 @@ def _rows(ctx: Context, node: P.Node) -> float:
         node = node.input
     if not isinstance(node, P.Source):  # a subquery
         return max(1.0, DEFAULT_ROWS * share)
-    if conditions and node.table in ctx.catalog.tables:  # a view read as a source: its size, a share by shape
+    if conditions and node.table in ctx.catalog.tables:  # sampled (a view read as a source: a share by shape)
         both = exp.and_(*(exp.Paren(this=c.copy()) for c in reversed(conditions)))
         sampled = ctx.share(node, both)
         share = share if sampled is None else sampled
