@@ -101,9 +101,7 @@ def order_joins(ctx: Context, first: exp.Expression, joins: list[exp.Join], wher
     if n < 1:
         return name, joins
     run = {name: exp.Join(this=first.copy()), **{j.this.alias_or_name: j for j in joins[:n]}}  # first keeps its parent
-    links = _links(where, set(run))
-    sides = [(aliases(c.this), aliases(c.expression)) for c in where  # any equality's sides (``a.x + b.y = c.z``)
-             if isinstance(c, exp.EQ) and not has_agg_or_window(c)]
+    links, sides = _links(where, set(run)), _sides(where)
     sized = ({a: _rows(ctx, rels[a]) for a in run}, {a: _table(ctx, rels[a]) for a in run}, ctx)
     orders = [_greedy(a, list(run), links, sides, sized) for a in run]
     order = min(orders, key=lambda o: _cost(o, links, *sized))  # the first of the cheapest: FROM order on ties
@@ -115,8 +113,7 @@ def _from_order(first: str, joins: list[exp.Join], where: list[exp.Expression]) 
     before it by an equality where one can be, in FROM order otherwise (plans derived without sizes)."""
     if len(joins) < 2:
         return joins
-    links = [(aliases(c.this), aliases(c.expression)) for c in where
-             if isinstance(c, exp.EQ) and not has_agg_or_window(c)]
+    links = _sides(where)
     seen, rest, out = {first}, list(joins), []
     while rest:
         def joins_seen(j: exp.Join) -> bool:
@@ -127,6 +124,12 @@ def _from_order(first: str, joins: list[exp.Join], where: list[exp.Expression]) 
         out.append(pick)
         seen.add(pick.this.alias_or_name)
     return out
+
+
+def _sides(where: list[exp.Expression]) -> list[tuple[set[str], set[str]]]:
+    """The items each side of each equality of ``where`` reads (``a.x + b.y = c.z``: {a, b}, {c})."""
+    return [(aliases(c.this), aliases(c.expression)) for c in where
+            if isinstance(c, exp.EQ) and not has_agg_or_window(c)]
 
 
 def _links(where: list[exp.Expression], items: set[str]) -> list[tuple[str, str, str, str]]:
