@@ -299,12 +299,12 @@ def _footer(store: ObjectStore, key: str, size: int, start: int, tail: bytes) ->
     return SstMeta(ref, index, tuple(meta["keys"]), bool(meta["additive"]), schema, bounds)
 
 
-def read_blocks(store: ObjectStore, meta: SstMeta, blocks: np.ndarray, *, keep: bool = True) -> list[pa.Table]:
-    """Decoded blocks ``blocks`` of a file: memory cache, then disk cache, then ranged GETs.
+def read_blocks(store: ObjectStore, meta: SstMeta, blocks: np.ndarray, *, keep: bool = True) -> list[pa.RecordBatch]:
+    """Decoded blocks ``blocks`` of a file (a record batch each): memory cache, then disk cache, then ranged GETs.
     ``keep``: put the blocks decoded here in the memory cache (a bulk read does not: it would evict
     every block lookups use, for blocks it reads once)."""
     cache, disk = block_cache(), disk_cache(store)
-    out: dict[int, pa.Table] = {}
+    out: dict[int, pa.RecordBatch] = {}
     missing = []
     for b in blocks.tolist():  # per block
         hit = cache.get((store.root, meta.ref.key, b))
@@ -329,27 +329,35 @@ def read_blocks(store: ObjectStore, meta: SstMeta, blocks: np.ndarray, *, keep: 
     return [out[b] for b in blocks.tolist()]
 
 
-def _decode(store: ObjectStore, meta: SstMeta, b: int, raw: bytes, keep: bool = True) -> pa.Table:
+def _decode(store: ObjectStore, meta: SstMeta, b: int, raw: bytes, keep: bool = True) -> pa.RecordBatch:
+    # a record batch, not a table: a table per block cost as much again as its LZ4 in a scan (its
+    # construction, its concatenation with the file's other blocks, and freeing it)
     try:
         if meta.schema is None:  # format 3
-            table = pa.ipc.open_stream(raw).read_all()
+            table = pa.ipc.open_stream(raw).read_all().combine_chunks()
             size = table.get_total_buffer_size()
+            batch = table.to_batches()[0] if table.num_rows else pa.RecordBatch.from_pylist([], schema=table.schema)
         else:
             size = _LEN.unpack_from(raw)[0]
             plain = _LZ4.decompress(memoryview(raw)[_LEN.size:], decompressed_size=size)
-            table = pa.Table.from_batches([pa.ipc.read_record_batch(plain, meta.schema)])
-    except (pa.ArrowInvalid, pa.ArrowIOError, struct.error) as exc:
+            batch = pa.ipc.read_record_batch(plain, meta.schema)
+    except (pa.ArrowInvalid, pa.ArrowIOError, struct.error, IndexError) as exc:
         raise _corrupt(store, meta.ref.key, f"block {b}: {exc}") from None
     if keep:  # the bytes it holds: its one decompressed buffer (``Table.nbytes`` walks every column:
         # 55 µs a block of lineitem, more than its LZ4)
-        block_cache().put((store.root, meta.ref.key, b), table, size)
-    return table
+        block_cache().put((store.root, meta.ref.key, b), batch, size)
+    return batch
+
+
+def _table(batches: list[pa.RecordBatch]) -> pa.Table:
+    """Blocks of one file as one table (one schema: the file's)."""
+    return pa.Table.from_batches(batches, schema=batches[0].schema)
 
 
 def read_all(store: ObjectStore, ref: SstRef) -> pa.Table:
     """Every row of a file (compaction and full scans)."""
     meta = open_sst(store, ref)
-    return pa.concat_tables(read_blocks(store, meta, np.arange(meta.offsets.size), keep=False))
+    return _table(read_blocks(store, meta, np.arange(meta.offsets.size), keep=False))
 
 
 def read_blooms(store: ObjectStore, meta: SstMeta, blocks: np.ndarray) -> list[np.ndarray]:
@@ -401,7 +409,7 @@ def lookup_sst(store: ObjectStore, ref: SstRef, wanted: np.ndarray) -> pa.Table 
     blocks, inside = blocks[keep], inside[maybe]
     if blocks.size == 0:
         return None
-    table = pa.concat_tables(read_blocks(store, meta, blocks))
+    table = _table(read_blocks(store, meta, blocks))
     idx = take_ranges(table.column(KH).to_numpy(), inside)
     return table.take(pa.array(idx)) if idx.size else None
 
@@ -419,11 +427,17 @@ def scan_sst(store: ObjectStore, ref: SstRef, lo: int | None, hi: int | None) ->
     blocks = np.flatnonzero(keep)
     if blocks.size == 0:
         return None
-    table = pa.concat_tables(read_blocks(store, meta, blocks, keep=blocks.size <= SCAN_CACHED_BLOCKS))
-    kh = table.column(KH).to_numpy()
-    a = 0 if lo is None else int(np.searchsorted(kh, lo, side="left"))
-    b = kh.size if hi is None else int(np.searchsorted(kh, hi, side="left"))
-    return table.slice(a, b - a) if b > a else None
+    batches = read_blocks(store, meta, blocks, keep=blocks.size <= SCAN_CACHED_BLOCKS)
+    # only the first and last blocks may hold keys outside the range (the index says so of the rest)
+    first, last = batches[0].column(KH).to_numpy(), batches[-1].column(KH).to_numpy()
+    a = 0 if lo is None else int(np.searchsorted(first, lo, side="left"))
+    b = last.size if hi is None else int(np.searchsorted(last, hi, side="left"))
+    if len(batches) == 1:
+        batches = [batches[0].slice(a, max(0, b - a))]
+    else:
+        batches = [batches[0].slice(a), *batches[1:-1], batches[-1].slice(0, b)]
+    table = _table(batches)
+    return table if table.num_rows else None
 
 
 def take_ranges_bounds(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
