@@ -141,3 +141,57 @@ def test_a_first_epoch_gets_tasks_for_the_committed_rows_it_reads(open_db, monke
     assert seen[-1] == 1, "one new record: one task"
     counts = dict(zip(*db.sql("SELECT v, n FROM per_v").to_pydict().values()))
     assert counts == {v: sum(1 for k in range(n) if k % 7 == v) + (v == 0) for v in range(7)}
+
+
+def test_groups_estimate_from_a_sample():
+    """Duj1 from a random 1% of the rows: groups of one row, of four, of thirty, and four groups."""
+    import numpy as np
+    import pyarrow as pa
+
+    from millpond.spark.inputs import groups_estimate
+
+    rows, rng = 2_000_000, np.random.default_rng(7)
+    for size in (1, 4, 30, rows // 4):
+        sample = rng.choice(np.arange(rows) // size, rows // 100, replace=False)
+        estimate = groups_estimate(pa.table({"g": sample}), 0.01)
+        assert 0.8 <= estimate / (rows // size) <= 1.25, (size, estimate)
+
+
+def test_a_first_epoch_combines_before_its_exchange_only_where_groups_are_few(open_db, monkeypatch):
+    """On Spark's path, a first epoch over a loaded table combines an aggregate's delta per group
+    before the exchange (an aggregation and a shuffle of its own) only when a sample of the table
+    says its groups are far fewer than its rows; the answers are the same either way."""
+    import duckdb
+    import pyarrow as pa
+
+    from millpond.spark import build, executor
+
+    for where in ("local", "cluster"):
+        monkeypatch.setitem(executor.DRIVER_RECORDS, where, 0)
+    db = open_db(parallelism=2)
+    db.sql("CREATE TABLE t (k BIGINT PRIMARY KEY, few INT, many BIGINT, x BIGINT)")
+    n = 120_000
+    t = pa.table({"k": pa.array(range(n), pa.int64()), "few": pa.array([k % 5 for k in range(n)], pa.int32()),
+                  "many": pa.array([k // 2 for k in range(n)], pa.int64()), "x": pa.array([k % 11 for k in range(n)], pa.int64())})
+    db.insert("t", t)
+    db.flush()
+    said = []
+    reduces = build.Builder.reduces
+
+    def watched(self, node):  # noqa: ANN001, ANN202
+        said.append((self.consumer.name, reduces(self, node)))
+        return said[-1][1]
+
+    monkeypatch.setattr(build.Builder, "reduces", watched)
+    db.sql("CREATE MATERIALIZED VIEW by_few AS SELECT few, count(*) AS n, sum(x) AS s FROM t WHERE x > 1 GROUP BY few")
+    db.sql("CREATE MATERIALIZED VIEW by_many AS SELECT many, count(*) AS n, sum(x) AS s FROM t GROUP BY many")
+    db.flush()
+    assert dict(said) == {"by_few": True, "by_many": False}, said
+    for view, query in (("by_few", "SELECT few, count(*) AS n, sum(x) AS s FROM t WHERE x > 1 GROUP BY few"),
+                        ("by_many", "SELECT many, count(*) AS n, sum(x) AS s FROM t GROUP BY many")):
+        want = sorted(duckdb.sql(query).fetchall())
+        assert sorted(tuple(r.values()) for r in db.sql(f"SELECT * FROM {view}").to_pylist()) == want, view
+    db.sql("DELETE FROM t WHERE k < 1000")
+    db.flush()
+    want = sorted(duckdb.sql("SELECT many, count(*), sum(x) FROM t WHERE k >= 1000 GROUP BY many").fetchall())
+    assert sorted(tuple(r.values()) for r in db.sql("SELECT * FROM by_many").to_pylist()) == want

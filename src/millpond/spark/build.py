@@ -336,8 +336,8 @@ class Builder(Localizing, Fusing):
     def _aggregate(self, node: P.Aggregate) -> DataFrame:
         """Built from SQL text, as :meth:`_exchange` (a Column object costs a JVM round trip)."""
         df, group, values, measures, having = self._delta(node)
-        if self.local_records() > PRE_AGGREGATE_ROWS and not _over_partials(node):  # a big delta (a first epoch's
-            # committed rows too): combined map-side
+        if self.local_records() > PRE_AGGREGATE_ROWS and not _over_partials(node) and self.reduces(node):  # a big
+            # delta (a first epoch's committed rows too, when it has far fewer groups than rows): combined map-side
             df = self._group(df, [*group, *values], measures)  # before any exchange, in the scan's tasks where
             # they can, else by Catalyst
             df = self.combined(node, df.schema) or self._combined_join(node, df.schema) or df

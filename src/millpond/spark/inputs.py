@@ -11,6 +11,7 @@ import io
 from functools import partial, reduce
 from typing import Iterator, Mapping
 
+import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
@@ -24,6 +25,7 @@ from millpond.columns import COUNT, ROW_ID, VN, W
 from millpond.engine import plan as P
 from millpond.engine.consumers import table_plan
 from millpond.engine.executor import Consumer, EpochJob, PieceSource, Ranges, ViewInput
+from millpond.engine.reads import SAMPLE_ROWS
 from millpond.engine.flows import CLUSTER_MAX, CLUSTER_MIN, CLUSTER_NULL, CLUSTER_UNIT
 from millpond.log import read_pieces
 from millpond.spark.combine import plan_combine
@@ -135,6 +137,42 @@ class Inputs:
             parts.append(self.spark.range(0, slices, 1, n).mapInArrow(read, schema))
         df = reduce(DataFrame.unionByName, parts) if parts else self.spark.createDataFrame([], schema)
         return select_expr(df, *_renames(node.columns), W)
+
+    def reduces(self, node: P.Aggregate) -> bool:
+        """Whether combining ``node``'s delta per group before its exchange pays, in a first epoch in
+        batch mode: Catalyst's combine is an aggregation and a shuffle of its own, so it pays only
+        when the groups are far fewer than the rows (TPC-H Q1: 4 groups of 6M lineitems) and costs
+        a shuffle more where nearly every row is its own group (Q21's lineitems by order and
+        supplier). Estimated from a sample of the table's committed rows (:func:`groups_estimate`)
+        when the aggregate groups a table's columns through filters; True otherwise (a join's or a
+        view's output, a computed group: combined as before)."""
+        project = node.input
+        if not self.job.batch.get(self.consumer.key) or not isinstance(project, P.Project):
+            return True
+        source = project.input
+        while isinstance(source, P.Filter):
+            source = source.input
+        if not isinstance(source, P.Source) or source.table not in self.tables:
+            return True
+        exprs, renames = {name: e for e, name in project.exprs}, dict(source.columns)
+        keys = [exprs.get(g) for g in node.group]
+        if not keys or not all(isinstance(k, exp.Column) and k.name in renames for k in keys):
+            return True
+        t = self.tables[source.table]
+        table = self.job.batch[self.consumer.key].get(t.channel)
+        if table is None:
+            return True
+        levels = self.job.manifest.state(P.state_id(int(table[1:]), table_plan(t).node_id, "rows"))
+        stored = sum(ref.rows for ref in levels.files())
+        cols = tuple(dict.fromkeys(renames[k.name] for k in keys))
+        if stored < 4 * SAMPLE_ROWS:
+            return True
+        width = (1 << 64) * SAMPLE_ROWS // stored
+        state = StateTable(open_store(self.job.root, self.job.storage), levels, cols, additive=True, summed=False)
+        sample = state.scan_arrow(None, -(1 << 63) + width)
+        if sample is None or sample.num_rows == 0:
+            return True
+        return groups_estimate(sample.select(list(cols)), sample.num_rows / stored) * COMBINE_REDUCTION <= stored
 
     def _rows(self, t: TableDef, key: str, cols: tuple[str, ...] | None = None) -> DataFrame:
         """The committed rows of ``t`` (its consumer ``key``'s rows state in the job's version) as
@@ -294,6 +332,8 @@ def read_columns(node: P.Node) -> dict[int, tuple[str, ...]]:
     return {id(s): tuple(src for _, src in s.columns if src in out[id(s)]) for s in P.sources(node) if id(s) in out}
 
 
+COMBINE_REDUCTION = 8  # a first epoch's delta is combined before its exchange when it has this many rows a group
+
 SLICE_ROWS = 500_000  # a task reads a table's or view's rows state this many stored rows at a time, at most
 
 
@@ -302,6 +342,18 @@ def read_slices(levels: Levels, tasks: int) -> int:
     task, each of at most :data:`SLICE_ROWS` stored rows (a task of TPC-H's backfill at SF 1 read
     3M lineitems at once: 1.9 GB)."""
     return tasks * max(1, -(-sum(ref.rows for ref in levels.files()) // (tasks * SLICE_ROWS)))
+
+
+def groups_estimate(sample: pa.Table, fraction: float) -> float:
+    """The distinct rows of a table, estimated from ``sample`` (its rows in a random ``fraction``
+    of them) by Haas and Stokes' ``Duj1``: ``d / (1 - (1 - q) * f1 / n)``, with ``d`` the sample's
+    distinct rows, ``f1`` those seen once, ``n`` its rows and ``q`` the fraction (PostgreSQL's
+    ``ANALYZE`` estimates a column's distinct values so). A sample of nothing but singletons
+    says every row may be distinct."""
+    counts = pl.from_arrow(sample).group_by(sample.column_names).len()["len"]
+    n, d, f1 = sample.num_rows, counts.len(), int((counts == 1).sum())
+    denominator = 1 - (1 - fraction) * f1 / n
+    return d / fraction if denominator <= 0 else d / denominator
 
 
 def read_rows(root: str, storage: dict, levels: Levels, columns: tuple[str, ...], slices: int, schema: pa.Schema,
