@@ -223,7 +223,7 @@ class ExecutorKiller(threading.Thread):
                 busy = [s for s in active if s.numActiveTasks >= EXECUTORS]
                 both = both if both is not None and busy else (time.monotonic() if busy else None)
                 # tasks still waiting behind the running ones: the killed executor's task must run again
-                # (killed as a stage's last tasks end, nothing fails: seen once on CI's machine)
+                # (killed as a stage's last tasks end, nothing fails: seen once here after reads got faster)
                 waiting = any(s.numTasks > s.numCompletedTasks + s.numActiveTasks for s in busy)
                 if busy and (waiting or finished or time.monotonic() - both >= BUSY):
                     pids = self.cluster.executor_pids(self.worker)

@@ -133,12 +133,7 @@ class Reads:
             stop = min(manifest.offsets.get(consumer.key, {}).get(rel.channel, 0), SAMPLE_ROWS)
             sample = self.channel(rel).read(0, stop).select(list(cols)) if stop else None
         else:
-            state = self.coordinator.rows(consumer, manifest, columns=cols)
-            stored = sum(ref.rows for ref in state.levels.files())
-            if not stored:
-                return None
-            width = (1 << 64) * SAMPLE_ROWS // stored
-            sample = state.scan_arrow(None, -(1 << 63) + width if width < (1 << 64) else None)
+            sample, _ = self.coordinator.rows(consumer, manifest, columns=cols).sample(SAMPLE_ROWS)
         if sample is None or sample.num_rows == 0:
             return None
         sample = sample.select(list(cols))

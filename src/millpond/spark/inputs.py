@@ -158,21 +158,24 @@ class Inputs:
         keys = [exprs.get(g) for g in node.group]
         if not keys or not all(isinstance(k, exp.Column) and k.name in renames for k in keys):
             return True
-        t = self.tables[source.table]
-        table = self.job.batch[self.consumer.key].get(t.channel)
-        if table is None:
+        sid = self._committed(self.tables[source.table])
+        if sid is None:
             return True
-        levels = self.job.manifest.state(P.state_id(int(table[1:]), table_plan(t).node_id, "rows"))
+        levels = self.job.manifest.state(sid)
         stored = sum(ref.rows for ref in levels.files())
-        cols = tuple(dict.fromkeys(renames[k.name] for k in keys))
         if stored < 4 * SAMPLE_ROWS:
             return True
-        width = (1 << 64) * SAMPLE_ROWS // stored
+        cols = tuple(dict.fromkeys(renames[k.name] for k in keys))
         state = StateTable(open_store(self.job.root, self.job.storage), levels, cols, additive=True, summed=False)
-        sample = state.scan_arrow(None, -(1 << 63) + width)
+        sample, share = state.sample(SAMPLE_ROWS)
         if sample is None or sample.num_rows == 0:
             return True
-        return groups_estimate(sample.select(list(cols)), sample.num_rows / stored) * COMBINE_REDUCTION <= stored
+        return groups_estimate(sample.select(list(cols)), share) * COMBINE_REDUCTION <= stored
+
+    def _committed(self, t: TableDef) -> str | None:
+        """The rows state of ``t`` a first epoch in batch mode reads (coordinator, step 1), if any."""
+        key = self.job.batch.get(self.consumer.key, {}).get(t.channel)
+        return None if key is None else _rows_state(t, key)
 
     def _rows(self, t: TableDef, key: str, cols: tuple[str, ...] | None = None) -> DataFrame:
         """The committed rows of ``t`` (its consumer ``key``'s rows state in the job's version) as
@@ -183,8 +186,7 @@ class Inputs:
         row_id = cols is None or ROW_ID in cols
         ddl, n = _ddl(t, (*names, ROW_ID) if row_id else names), self.job.parallelism
         schema = to_arrow_schema(self.spark.createDataFrame([], ddl).schema, timezone="UTC")
-        sid = P.state_id(int(key[1:]), table_plan(t).node_id, "rows")
-        levels = self.job.manifest.state(sid)
+        levels = self.job.manifest.state(_rows_state(t, key))
         slices = read_slices(levels, n)
         read = partial(read_rows, self.job.root, self.job.storage, levels, names, slices, schema, row_id=row_id)
         return self.spark.range(0, slices, 1, n).mapInArrow(read, ddl)
@@ -330,6 +332,11 @@ def read_columns(node: P.Node) -> dict[int, tuple[str, ...]]:
                 need(i, None)
     need(node, None)
     return {id(s): tuple(src for _, src in s.columns if src in out[id(s)]) for s in P.sources(node) if id(s) in out}
+
+
+def _rows_state(t: TableDef, key: str) -> str:
+    """The id of the rows state of ``t``'s consumer ``key``."""
+    return P.state_id(int(key[1:]), table_plan(t).node_id, "rows")
 
 
 COMBINE_REDUCTION = 8  # a first epoch's delta is combined before its exchange when it has this many rows a group

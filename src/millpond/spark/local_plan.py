@@ -27,10 +27,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 from sqlglot import exp
 
-from millpond.catalog import TableDef
 from millpond.columns import KH, ROW_ID, W
 from millpond.engine import plan as P
-from millpond.engine.consumers import table_plan
 from millpond.engine.expressions import is_mp, to_duckdb
 from millpond.engine.numerics import is_quotient
 from millpond.spark.agreement import arrow_type, cannot_raise
@@ -72,11 +70,6 @@ class Localizing(Inputs):
         committed = sum(ref.rows for t in self.tables.values() if (sid := self._committed(t)) is not None
                         for ref in self.job.manifest.state(sid).files())
         return self._records() + committed
-
-    def _committed(self, t: TableDef) -> str | None:
-        """The rows state of ``t`` a first epoch in batch mode reads (coordinator, step 1), if any."""
-        key = self.job.batch.get(self.consumer.key, {}).get(t.channel)
-        return None if key is None else P.state_id(int(key[1:]), table_plan(t).node_id, "rows")
 
     def note(self, node_id: int, task: Task, schema: T.StructType, having: list[str] | None = None) -> None:
         """The task of a stateful node and its input as Spark hands it over (``schema``)."""

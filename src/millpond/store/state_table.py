@@ -111,6 +111,17 @@ class StateTable:
             parts.append(t.filter(keep))
         return parts
 
+    def sample(self, rows: int) -> tuple[pa.Table | None, float]:
+        """About ``rows`` of the stored rows — those of the slice of the key-hash space that holds
+        that share of them, a random sample of the keys — and the share read (None, 0: no rows)."""
+        stored = sum(ref.rows for ref in self.levels.files() if self._visible(ref))
+        if not stored:
+            return None, 0.0
+        width = (1 << 64) * rows // stored
+        if width >= (1 << 64):
+            return self.scan_arrow(), 1.0
+        return self.scan_arrow(None, -(1 << 63) + width), width / (1 << 64)
+
     def bounds(self, column: str) -> tuple[int, int] | None:
         """The least and greatest value integer ``column`` has in any stored row (older versions and
         tombstones included: every live value lies within), from the files' footers, no block read;
