@@ -381,6 +381,31 @@ def test_one_meaning_in_a_view_and_in_a_select(open_db):
     assert db.catalog.tables["m"].columns[3].type == "DECIMAL(38,10)"
 
 
+def test_an_average_of_bigints_whose_sum_passes_2_63_is_exact_on_every_path(open_db, monkeypatch):
+    """avg(bigint) is a numeric in PostgreSQL: its sum is one too (a BIGINT sum would overflow and
+    fail the view, or wrap), in the one task of a small epoch and in Spark's stages alike."""
+    from millpond.spark import local_plan
+    from tests.pg_numeric import average  # PostgreSQL's quotient: its display scale
+
+    db = open_db()
+    db.sql("CREATE TABLE b (k INT PRIMARY KEY, g INT, v BIGINT)")
+    query = "SELECT g, avg(v) AS a, sum(v) AS s, count(*) AS n FROM b GROUP BY g"
+    db.sql(f"CREATE MATERIALIZED VIEW av AS {query}")
+    big, values = 2**62 + 1, {}
+    for epoch, local in enumerate((10**9, 0, 10**9)):
+        monkeypatch.setattr(local_plan, "LOCAL_RECORDS", local)
+        rows = [(k, k % 2, big if k % 3 else -big // 3) for k in range(epoch * 4, epoch * 4 + 6)]  # updates too
+        db.sql("INSERT INTO b VALUES " + ", ".join(map(str, rows)))  # an existing key is replaced
+        values.update({k: (g, v) for k, g, v in rows})
+        db.flush()
+        sums = {g: sum(v for h, v in values.values() if h == g) for g in (0, 1)}
+        counts = {g: sum(h == g for h, _ in values.values()) for g in (0, 1)}
+        want = sorted((g, Decimal(average(sum_=sums[g], count=counts[g])), sums[g], counts[g]) for g in (0, 1))
+        assert sorted(tuple(r.values()) for r in db.sql("SELECT * FROM av").to_pylist()) == want, epoch
+        assert sorted(tuple(r.values()) for r in db.sql(query).to_pylist()) == want, epoch
+    assert min(map(abs, sums.values())) >= 2**63  # past BIGINT's range
+
+
 def test_errors_name_the_construct_and_where_it_is(open_db):
     db = open_db()
     db.sql("CREATE TABLE m (k INT, v INT)")

@@ -126,7 +126,10 @@ def _avg(b: Binder, node: exp.Avg) -> Typed:
     def wrap(x: exp.Expression) -> exp.Expression:
         return exp.Distinct(expressions=[x]) if distinct else x
     total_t = T.numeric(38, T.decimal_of(t).scale, exact=t.exact)
-    total = _to(exp.Sum(this=wrap(inner.copy())), total_t)
+    # a bigint summed as a numeric, as sum(bigint) is: a sum of bigints may pass 2**63 (a Spark
+    # BIGINT sum would overflow); smaller integers are summed as bigints, as PostgreSQL does
+    summed = _to(inner.copy(), T.numeric(38, 0)) if t.kind == "bigint" else inner.copy()
+    total = _to(exp.Sum(this=wrap(summed)), total_t)
     return quotient((total, total_t), (exp.Count(this=wrap(inner)), T.BIGINT))
 
 
