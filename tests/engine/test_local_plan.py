@@ -226,3 +226,71 @@ def test_text_functions_are_postgresql_s_on_every_path(open_db):
             assert got == want, (view, epoch)
     assert db.sql("SELECT upper('straße') AS u, lower('İ') AS l, reverse('e\u0301a') AS r").to_pylist() == \
         [{"u": "STRAßE", "l": "i", "r": "a\u0301e"}]
+
+
+# grouping sets (a UNION ALL of aggregates whose missing groups are CAST(NULL AS ...)), AVG, and the
+# multisets of values (percentiles of integers cast to DOUBLE, ARRAY_AGG) combined where the rows are
+SHAPES = {
+    "sets": "SELECT g, b, count(*) AS n, sum(v) AS s FROM ev GROUP BY ROLLUP (g, b)",
+    "cube": "SELECT g, b, max(v) AS hi FROM ev GROUP BY CUBE (g, b) HAVING count(*) > 1",
+    "avgs": "SELECT g, avg(v) AS a, avg(b) AS ab, count(*) AS n FROM ev GROUP BY g",
+    "pcts": """SELECT g, percentile_cont(0.5) WITHIN GROUP (ORDER BY v) AS med,
+                      percentile_disc(0.9) WITHIN GROUP (ORDER BY x) AS p90, array_agg(b ORDER BY b) AS bs
+               FROM ev GROUP BY g""",
+}
+
+
+def test_grouping_sets_averages_and_percentiles_run_as_one_task_on_either_path(open_db, monkeypatch):
+    rng = random.Random(11)
+    db = open_db()
+    db.sql("CREATE TABLE ev (k INT PRIMARY KEY, g VARCHAR, b INT, v BIGINT, x DOUBLE)")
+    schema = pa.schema([("k", pa.int32()), ("g", pa.string()), ("b", pa.int32()), ("v", pa.int64()), ("x", pa.float64())])
+
+    def row(k: int) -> dict:  # values past 2**53 too: their DOUBLE is rounded, alike in both engines
+        v = rng.choice([rng.randrange(-50, 50), 2**53 + rng.randrange(1, 99), -(2**62) + rng.randrange(99), None])
+        return {"k": k, "g": rng.choice(["a", "b", None]), "b": rng.choice([1, 2, None]), "v": v,
+                "x": rng.choice([rng.random() * 10, -0.0, 0.0, None])}
+    rows = {k: row(k) for k in range(30)}
+    db.insert("ev", pa.Table.from_pylist(list(rows.values()), schema))
+    for name, sql in SHAPES.items():
+        db.sql(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
+    db.flush()
+    stats = db.runtime.coordinator.executor.stats
+    paths = []
+    for epoch in range(6):
+        here = epoch % 2 == 0 if epoch < 2 else rng.random() < 0.5
+        monkeypatch.setattr(local_plan, "LOCAL_RECORDS", 10**9 if here else 0)
+        changed = {k: row(k) for k in rng.sample(range(40), 8)}  # new keys and updates
+        gone = rng.sample(sorted(set(rows) - set(changed)), 3)
+        rows.update(changed)
+        db.insert("ev", pa.Table.from_pylist(list(changed.values()), schema))
+        db.sql(f"DELETE FROM ev WHERE k IN ({', '.join(map(str, gone))})")
+        for k in gone:
+            del rows[k]
+        before = stats["local"]
+        db.flush()
+        paths.append(stats["local"] - before)
+        table = {"ev": pa.Table.from_pylist(list(rows.values()), schema)}
+        for name, sql in SHAPES.items():
+            got, want = oracle.rows(db.sql(f"SELECT * FROM {name}")), oracle.answer(table, sql)
+            assert oracle.same(got, want), f"{name} after epoch {epoch} ({'one task' if here else 'Spark'})"
+    assert sorted(set(paths)) == [0, len(SHAPES)], paths
+
+
+def test_an_integer_cast_to_double_and_a_typed_null_are_alike_in_both_engines(spark):
+    """The casts cannot_raise lets DuckDB make beside the literals: NULL to any type, an integer to
+    DOUBLE (rounded to the nearest, ties to even, in both); a DECIMAL or a REAL to DOUBLE stays Spark's."""
+    import duckdb
+    import sqlglot
+
+    from millpond.spark.agreement import cannot_raise
+
+    values = [0, -1, 2**53 - 1, 2**53 + 1, 2**53 + 3, 2**62 + 2**9 + 1, -(2**63), 2**63 - 1, 123456789012345678]
+    sql = " UNION ALL ".join(f"SELECT CAST(CAST({v} AS BIGINT) AS DOUBLE) AS d" for v in values)
+    want = [r[0] for r in spark.sql(sql).collect()]
+    got = [r[0] for r in duckdb.sql(sql).fetchall()]
+    assert got == want and want[3] == float(2**53)  # rounded, the same way
+    types = {"i": pa.int32(), "b": pa.int64(), "d": pa.decimal128(10, 2), "f": pa.float32()}
+    assert all(cannot_raise(sqlglot.parse_one(e), types) for e in
+               ("CAST(i AS DOUBLE)", "CAST(b + i AS DOUBLE)", "CAST(NULL AS TEXT)", "CAST(NULL AS DECIMAL(10, 2))"))
+    assert not any(cannot_raise(sqlglot.parse_one(e), types) for e in ("CAST(d AS DOUBLE)", "CAST(f AS DOUBLE)"))

@@ -12,8 +12,8 @@ Only what means the same in polars as in Spark is combined here: plain columns o
 ``DECIMAL``, string, boolean, date and timestamp types as keys, integer and ``DECIMAL`` columns (or
 integers' casts to ``DECIMAL(38,0)`` and ``BIGINT``) summed exactly as ``DECIMAL(38,s)``, DOUBLEs
 summed as doubles (Catalyst's partial sums have no fixed order either), non-NULL counts, MIN/MAX
-values and ``DISTINCT`` arguments of those key types and doubles as keys (-0.0 as 0.0, as Catalyst
-groups them), and
+values, ``DISTINCT`` arguments, percentiles' and ``ARRAY_AGG``'s values of those key types and doubles
+as keys (-0.0 as 0.0, as Catalyst groups them), and
 append-only MIN/MAX of them (a double's NaN the greatest; strings in UTF-8 byte order, Spark's).
 Anything else is combined by Catalyst (:func:`plan_combine` returns None).
 """
@@ -39,7 +39,8 @@ _KEY_TYPES = ("SMALLINT", "INT", "INTEGER", "BIGINT", "STRING", "BOOLEAN", "DATE
 DECIMAL = "DECIMAL"  # in the types a column may have: DECIMAL(p,s) of any p, s
 _INTEGERS = ("SMALLINT", "INT", "INTEGER", "BIGINT")
 _FLOATS = ("DOUBLE", "FLOAT", "REAL")  # summed as doubles (in an order no engine fixes), MIN/MAX values as keys
-_KEYED = ("min", "max", "count_distinct", "sum_distinct")  # a multiset of values: each value a key of the partials
+# a multiset of values: each value a key of the partials (as on Spark's path, build.Builder._delta)
+_KEYED = ("min", "max", "count_distinct", "sum_distinct", "percentile_cont", "percentile_disc", "array_agg")
 
 
 @dataclass(frozen=True)
