@@ -277,11 +277,13 @@ def test_grouping_sets_averages_and_percentiles_run_as_one_task_on_either_path(o
     assert sorted(set(paths)) == [0, len(SHAPES)], paths
 
 
-def test_an_integer_cast_to_double_and_a_typed_null_are_alike_in_both_engines(spark):
-    """The casts cannot_raise lets DuckDB make beside the literals: NULL to any type, an integer to
-    DOUBLE (rounded to the nearest, ties to even, in both); a DECIMAL or a REAL to DOUBLE stays Spark's."""
+def test_an_integer_cast_to_double_a_typed_null_and_an_integer_quotient_are_alike_in_both_engines(spark):
+    """What cannot_raise lets DuckDB evaluate beside the literals: NULL cast to any type, an integer
+    cast to DOUBLE (rounded to the nearest, ties to even, in both), an integer over a positive
+    literal; a DECIMAL or a REAL to DOUBLE, a division by a column stay Spark's."""
     import duckdb
     import sqlglot
+    from sqlglot import exp
 
     from millpond.spark.agreement import cannot_raise
 
@@ -294,3 +296,10 @@ def test_an_integer_cast_to_double_and_a_typed_null_are_alike_in_both_engines(sp
     assert all(cannot_raise(sqlglot.parse_one(e), types) for e in
                ("CAST(i AS DOUBLE)", "CAST(b + i AS DOUBLE)", "CAST(NULL AS TEXT)", "CAST(NULL AS DECIMAL(10, 2))"))
     assert not any(cannot_raise(sqlglot.parse_one(e), types) for e in ("CAST(d AS DOUBLE)", "CAST(f AS DOUBLE)"))
+    # an integer over a positive literal: truncated toward zero by Spark's div and DuckDB's // alike
+    pairs = [(a, b) for a in (-7, 7, -2**63, 2**63 - 1, -1, 0) for b in (1, 2, 7)]
+    assert [r[0] for r in spark.sql(" UNION ALL ".join(f"SELECT CAST({a} AS BIGINT) div {b}" for a, b in pairs)).collect()] \
+        == [r[0] for r in duckdb.sql(" UNION ALL ".join(f"SELECT CAST({a} AS BIGINT) // {b}" for a, b in pairs)).fetchall()]
+    assert cannot_raise(exp.IntDiv(this=exp.column("b"), expression=exp.Literal.number(7)), types)
+    assert not cannot_raise(exp.IntDiv(this=exp.column("b"), expression=exp.column("i")), types)
+    assert not cannot_raise(exp.IntDiv(this=exp.column("d"), expression=exp.Literal.number(7)), types)

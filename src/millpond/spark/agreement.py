@@ -46,6 +46,10 @@ def cannot_raise(e: exp.Expression, types: Mapping[str, pa.DataType] | None = No
         if isinstance(n, exp.Mod):
             if not (isinstance(n.expression, exp.Literal) and n.expression.is_int and int(n.expression.this) > 0):
                 return False
+        elif isinstance(n, exp.IntDiv):  # an integer over a positive literal: truncated toward zero in both
+            # (DuckDB's //, Spark's div), never by zero, never past the range
+            if not (_positive(n.expression) and (x := numeric(n.this, types or {})) is not None and x.integer):
+                return False
         elif isinstance(n, exp.Cast):
             if not (isinstance(n.this, exp.Null) or _temporal(n, types or {}) or _integer_to_double(n, types or {}) or _count_to_int(n) or (types is not None and numeric(n, types) is not None)
                     or (n.to.this in _TEXT_TYPES and numeric(n.this, types or {}) is not None)):  # plain digits
@@ -211,6 +215,9 @@ def numeric(e: exp.Expression, types: Mapping[str, pa.DataType]) -> Exact | None
     if is_mp(e, "NUMERIC_VALUE") and len(e.expressions) == 3 and all(
             isinstance(x, exp.Literal) and x.is_int for x in e.expressions[1:]):  # a quotient as DECIMAL(p,s)
         return Exact(int(e.expressions[1].this), int(e.expressions[2].this))
+    if isinstance(e, exp.IntDiv) and _positive(e.expression):  # an integer's quotient: within its range
+        inner = numeric(e.this, types)
+        return inner if inner is not None and inner.integer else None
     if isinstance(e, exp.Cast) and (wide := _rounded_product(e, types)) is not None:
         return wide
     if isinstance(e, exp.Cast):
