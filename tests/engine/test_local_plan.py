@@ -60,6 +60,19 @@ def _line(rng: random.Random, ok: int, ln: int) -> dict:
             "flag": rng.choice(["PROMO", "STD", "PRO"])}
 
 
+def _pick_path(rng: random.Random, epoch: int, monkeypatch) -> bool:  # noqa: ANN001
+    """This epoch's path: the one task (True) or Spark's stages — each once first, then at random."""
+    here = epoch % 2 == 0 if epoch < 2 else rng.random() < 0.5
+    monkeypatch.setattr(local_plan, "LOCAL_RECORDS", 10**9 if here else 0)
+    return here
+
+
+def _check(db, views: dict[str, str], tables: dict[str, pa.Table], when: str) -> None:  # noqa: ANN001
+    for name, sql in views.items():
+        got, want = oracle.rows(db.sql(f"SELECT * FROM {name}")), oracle.answer(tables, sql)
+        assert oracle.same(got, want), f"{name} {when}"
+
+
 def test_typed_views_match_duckdb_with_epochs_on_either_path(open_db, monkeypatch):
     rng = random.Random(5)
     db = open_db()
@@ -78,8 +91,7 @@ def test_typed_views_match_duckdb_with_epochs_on_either_path(open_db, monkeypatc
     stats = db.runtime.coordinator.executor.stats
     paths = []
     for epoch in range(8):
-        here = epoch % 2 == 0 if epoch < 2 else rng.random() < 0.5
-        monkeypatch.setattr(local_plan, "LOCAL_RECORDS", 10**9 if here else 0)
+        here = _pick_path(rng, epoch, monkeypatch)
         new = {ok: _order(rng, ok) for ok in range(100 + epoch * 10, 105 + epoch * 10)}
         changed = {ok: {**orders[ok], "total": Decimal(rng.randrange(100, 100_000)) / 100,
                         "status": rng.choice(["F", "O"])} for ok in rng.sample(sorted(orders), 3)}
@@ -100,9 +112,7 @@ def test_typed_views_match_duckdb_with_epochs_on_either_path(open_db, monkeypatc
         paths.append(stats["local"] - before)
         tables = {"ord": pa.Table.from_pylist(list(orders.values()), types["ord"]),
                   "line": pa.Table.from_pylist(list(lines.values()), types["line"])}
-        for name, sql in TYPED_VIEWS.items():
-            got, want = oracle.rows(db.sql(f"SELECT * FROM {name}")), oracle.answer(tables, sql)
-            assert oracle.same(got, want), f"{name} after epoch {epoch} ({'one task' if here else 'Spark'})"
+        _check(db, TYPED_VIEWS, tables, f"after epoch {epoch} ({'one task' if here else 'Spark'})")
     # every view but the one Spark runs ran as one task in the epochs that allowed it, none in the others
     assert sorted(set(paths)) == [0, len(TYPED_VIEWS) - ON_SPARK], paths
 
@@ -258,8 +268,7 @@ def test_grouping_sets_averages_and_percentiles_run_as_one_task_on_either_path(o
     stats = db.runtime.coordinator.executor.stats
     paths = []
     for epoch in range(6):
-        here = epoch % 2 == 0 if epoch < 2 else rng.random() < 0.5
-        monkeypatch.setattr(local_plan, "LOCAL_RECORDS", 10**9 if here else 0)
+        here = _pick_path(rng, epoch, monkeypatch)
         changed = {k: row(k) for k in rng.sample(range(40), 8)}  # new keys and updates
         gone = rng.sample(sorted(set(rows) - set(changed)), 3)
         rows.update(changed)
@@ -271,9 +280,7 @@ def test_grouping_sets_averages_and_percentiles_run_as_one_task_on_either_path(o
         db.flush()
         paths.append(stats["local"] - before)
         table = {"ev": pa.Table.from_pylist(list(rows.values()), schema)}
-        for name, sql in SHAPES.items():
-            got, want = oracle.rows(db.sql(f"SELECT * FROM {name}")), oracle.answer(table, sql)
-            assert oracle.same(got, want), f"{name} after epoch {epoch} ({'one task' if here else 'Spark'})"
+        _check(db, SHAPES, table, f"after epoch {epoch} ({'one task' if here else 'Spark'})")
     assert sorted(set(paths)) == [0, len(SHAPES)], paths
 
 
