@@ -51,7 +51,8 @@ def cannot_raise(e: exp.Expression, types: Mapping[str, pa.DataType] | None = No
             if not (_positive(n.expression) and (x := numeric(n.this, types or {})) is not None and x.integer):
                 return False
         elif isinstance(n, exp.Cast):
-            if not (isinstance(n.this, exp.Null) or _temporal(n, types or {}) or _integer_to_double(n, types or {}) or _count_to_int(n) or (types is not None and numeric(n, types) is not None)
+            if not (isinstance(n.this, exp.Null) or _temporal(n, types or {}) or _integer_to_double(n, types or {})
+                    or _count_to_int(n) or (types is not None and numeric(n, types) is not None)
                     or (n.to.this in _TEXT_TYPES and numeric(n.this, types or {}) is not None)):  # plain digits
                 return False
         elif is_mp(n, "NUMERIC_DEFER"):  # a quotient's operands kept (texts; division by zero raised by both)
@@ -126,7 +127,7 @@ def _count_to_int(n: exp.Cast) -> bool:
 
 
 def _integer_to_double(n: exp.Cast, types: Mapping[str, pa.DataType]) -> bool:
-    """An integer cast to DOUBLE (AVG's sum, a ratio's operand): both engines round to the nearest
+    """An integer cast to DOUBLE (a percentile's argument): both engines round to the nearest
     double, ties to even (exact below 2**53). Not a DECIMAL: Spark's ``BigDecimal.doubleValue`` is
     correctly rounded, DuckDB's division by a power of ten may be a unit in the last place off."""
     inner = numeric(n.this, types)
