@@ -474,9 +474,10 @@ class Builder(Localizing, Fusing):
             df = select_expr(df, "*", f"{key_hash(key, df.schema)} AS {KH}")
         else:
             df = self._exchange(df, key)
-        op = Materialize(tuple(cols), name=self.consumer.name)
+        table = self.consumer.name in self.tables  # its retractions were resolved as they were appended
+        op = Materialize(tuple(cols), name=self.consumer.name, check=not table)
         out = FINAL
-        task = self._task(node.node_id, op, out, final=True, emit=self.consumer.name not in self.tables)
+        task = self._task(node.node_id, op, out, final=True, emit=not table)
         self.note(node.node_id, task, df.schema)
         if fused := self.fuse_materialize(node, df.schema, key):
             return self._map(fused[1], replace(task, fused=fused[0]), out)  # its rows read from the log by itself
