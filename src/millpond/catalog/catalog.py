@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass, field, replace
+from typing import Sequence
 
 import pyarrow as pa
 
@@ -76,6 +77,12 @@ class TableDef:
     def log_schema(self) -> pa.Schema:
         """Changelog records in the table's channel."""
         return pa.schema([*self.schema, pa.field(ROW_ID, pa.int64()), pa.field(W, pa.int64())])
+
+    def read_schema(self, columns: Sequence[str]) -> pa.Schema:
+        """The records a reader of ``columns`` takes from the channel: those columns and the
+        weight, in the log's order (a log file is Parquet: the other columns are never decoded)."""
+        wanted = {*columns, W}
+        return pa.schema([f for f in self.log_schema if f.name in wanted])
 
 
 @dataclass(frozen=True)

@@ -184,7 +184,8 @@ def merge_producers(into: dict[str, list[int]], new: dict[str, list[int]]) -> No
 
 def read_pieces(store: ObjectStore, channel_id: str, schema: pa.Schema, pieces: list[Piece], start: int,
                 stop: int) -> pa.Table:
-    """Records ``[start, stop)`` of one channel from ``pieces``, with ``_seq`` and ``_tick``.
+    """Records ``[start, stop)`` of one channel from ``pieces``, with ``_seq`` and ``_tick``: the
+    columns of ``schema``, the channel's or some of them (only those are decoded from Parquet).
 
     Runs on Spark workers too: everything it needs is in its arguments. A WAL piece whose
     segment was flushed and deleted meanwhile is read from the channel's Parquet files."""
@@ -214,7 +215,7 @@ def read_pieces(store: ObjectStore, channel_id: str, schema: pa.Schema, pieces: 
         frame = scan(frame_bytes)[0]
         if not frame:
             raise StorageError(f"log segment {p.key!r}: the frame at byte {p.offset} is corrupt (checksum)")
-        table = decode_entry(frame_bytes, frame[0], channel_id).cast(schema)
+        table = decode_entry(frame_bytes, frame[0], channel_id).select(schema.names).cast(schema)
         table = with_hidden(table, p.first, frame[0].tick)
         parts.append(table.slice(lo - p.first, hi - lo))
     if not parts:
@@ -234,7 +235,7 @@ def with_hidden(table: pa.Table, first: int, tick: int) -> pa.Table:
 def _read_parquet(store: ObjectStore, key: str, schema: pa.Schema, lo: int, hi: int) -> pa.Table:
     """Records ``[lo, hi)`` of a flushed file, found by their ``_seq`` (a compacted file holds
     some of its range's sequence numbers only: :meth:`~millpond.log.channel.Channel.compact`)."""
-    table = pq.read_table(pa.BufferReader(store.get(key)))
+    table = pq.read_table(pa.BufferReader(store.get(key)), columns=[*schema.names, SEQ, TICK])
     seq = table.column(SEQ).to_numpy()
     a, b = np.searchsorted(seq, [lo, hi], side="left")
     table = table.slice(int(a), int(b - a))

@@ -68,7 +68,7 @@ class Side:
     with ``columns`` renamed)."""
 
     scan: str
-    log_schema: pa.Schema
+    log_schema: pa.Schema  # the channel's columns it reads (TableDef.read_schema)
     columns: tuple[tuple[str, str], ...]
     side: int | None = None
     keys: tuple[tuple[str, str, pa.DataType], ...] = ()

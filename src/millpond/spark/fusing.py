@@ -72,7 +72,8 @@ class Fusing(Inputs):
         arrow = arrow_schema(schema)
         if combine is None or not all(hashed_here(arrow.field(g).type) for g in node.group):
             return None
-        side = Side(self._load(t, *self.ranges[t.channel], self.columns(source))[1], t.log_schema, (), query=query)
+        cols = self.columns(source)
+        side = Side(self._load(t, *self.ranges[t.channel], cols)[1], t.read_schema(cols), (), query=query)
         self.fused_sources.add(id(source))
         return self._fused((side,), tuple(node.group), schema, combine, tuple(having or ()))
 
@@ -92,7 +93,7 @@ class Fusing(Inputs):
         combine = plan_combine(replace(node, input=plain), columns)
         if combine is None or not all(hashed_here(arrow_schema(schema).field(g).type) for g in node.group):
             return None
-        side = Side(self._load(t, *self.ranges[t.channel], cols)[1], t.log_schema, (), query=sql)
+        side = Side(self._load(t, *self.ranges[t.channel], cols)[1], t.read_schema(cols), (), query=sql)
         self.fused_sources.add(id(source))
         return self._fused((side,), tuple(node.group), schema, combine, tuple(having or ()))
 
@@ -178,7 +179,7 @@ class Fusing(Inputs):
         start, stop = self.ranges[t.channel]
         if start >= stop:
             return ()
-        return Side(self._load(t, start, stop, cols)[1], t.log_schema,
+        return Side(self._load(t, start, stop, cols)[1], t.read_schema(cols),
                     tuple((out, src) for out, src in source.columns if src in cols), k, typed, query)
 
     def fuse_materialize(self, node: P.Materialize, schema: T.StructType, key: list[str]
@@ -203,7 +204,8 @@ class Fusing(Inputs):
         sql = None  # a table's columns as they are (its own rows): renamed in the task, no query to copy them
         if chain and (sql := self._over_table(chain, source)) is None:  # a data error is Spark's (engine.failures)
             return None
-        side = Side(self._load(t, *self.ranges[t.channel], cols)[1], t.log_schema, () if sql else renamed, query=sql)
+        side = Side(self._load(t, *self.ranges[t.channel], cols)[1], t.read_schema(cols), () if sql else renamed,
+                    query=sql)
         self.fused_sources.add(id(source))
         return self._fused((side,), tuple(key), schema, share=t.append_only)
 

@@ -222,7 +222,7 @@ class Inputs:
         if cached not in self.loaded:  # an APPEND ONLY table's weights are all +1: they need not cross
             ones = t.append_only and bool(cols)
             schema = self.spark.createDataFrame([], _ddl(t, cols, weight=None if ones else "TINYINT")).schema
-            read = ScanSlots(self.job.root, tuple(sorted(self.job.storage.items())), key, slots, t.log_schema,
+            read = ScanSlots(self.job.root, tuple(sorted(self.job.storage.items())), key, slots, t.read_schema(cols),
                              arrow_schema(schema))
             self.loaded[cached] = select_expr(self.spark.range(0, slots, 1, slots).mapInArrow(read, schema),
                                               *map(quote, cols), f"CAST({1 if ones else W} AS BIGINT) AS {W}")
@@ -250,8 +250,9 @@ class Inputs:
         if (stop - start <= DRIVER_READ_ROWS or self.job.batch.get(self.consumer.key)
                 or (combine := plan_combine(node, columns)) is None):
             return None
-        _, key, _, slots = self._load(t, start, stop, self.columns(source))  # the range's scan object, as reuse finds it
-        read = ScanSlots(self.job.root, tuple(sorted(self.job.storage.items())), key, slots, t.log_schema,
+        cols = self.columns(source)
+        _, key, _, slots = self._load(t, start, stop, cols)  # the range's scan object, as reuse finds it
+        read = ScanSlots(self.job.root, tuple(sorted(self.job.storage.items())), key, slots, t.read_schema(cols),
                          arrow_schema(schema), combine)
         return self.spark.range(0, slots, 1, slots).mapInArrow(read, schema)
 

@@ -48,7 +48,7 @@ class Log:
     root: str
     storage: tuple[tuple[str, str], ...]
     scan: str
-    log_schema: pa.Schema
+    log_schema: pa.Schema  # the channel's columns it reads (TableDef.read_schema)
     columns: tuple[tuple[str, str], ...]
     schema: pa.Schema
 

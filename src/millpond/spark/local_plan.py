@@ -163,7 +163,7 @@ class Localizing(Inputs):
         else:  # a first epoch's: a scan object of its own range, numbered among the epoch's others
             self.scans.setdefault((t.channel, start, stop, "local"), None)
             key = self._scan_object(t, start, stop)[0]
-        log = Log(self.job.root, tuple(sorted(self.job.storage.items())), key, t.log_schema, named, schema)
+        log = Log(self.job.root, tuple(sorted(self.job.storage.items())), key, t.read_schema(cols), named, schema)
         return log if committed is None else Concat((committed, log), schema)
 
     def _join_input(self, node: P.Join, left: Rows, right: Rows, keyed: pa.Schema) -> Keyed | None:

@@ -170,7 +170,7 @@ class ScanSlots:
     storage: tuple[tuple[str, str], ...]
     scan: str  # object key of the range
     slots: int
-    log_schema: pa.Schema  # the channel's
+    log_schema: pa.Schema  # the channel's columns it reads (TableDef.read_schema)
     schema: pa.Schema  # the records the scan returns, as the job's Spark schema declares them
     combine: "Combine | None" = None  # an aggregate's partials of each slot instead (millpond.spark.combine)
 
