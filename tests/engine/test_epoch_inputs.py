@@ -435,3 +435,42 @@ def test_a_combine_orders_floats_as_postgresql():
         pa.schema([("g", pa.int64()), ("v", pa.float64()), ("_w", pa.int64())]))
     assert sorted(values.column("_w").to_pylist()) == [1, 2]  # -0.0 and 0.0: one key
     assert not any(math.copysign(1, v) < 0 for v in values.column("v").to_pylist() if not math.isnan(v))
+
+
+def test_an_epoch_decodes_only_the_log_columns_used_and_a_table_looks_up_none_of_its_rows(open_db, monkeypatch):
+    """A column no view uses is never decoded from the log's Parquet files (each read asks for the
+    columns its consumer takes), and a table's ``DELETE`` is looked up once — by the statement,
+    which found the rows it retracts — not a second time by the table's own part of the epoch."""
+    from millpond.log import state as log_state
+    from millpond.store import state_table
+
+    reads, lookups = [], []
+    read_parquet, lookup = log_state._read_parquet, state_table.StateTable.lookup
+    monkeypatch.setattr(log_state, "_read_parquet",
+                        lambda store, key, schema, lo, hi: (reads.append(set(schema.names)),
+                                                            read_parquet(store, key, schema, lo, hi))[1])
+    monkeypatch.setattr(state_table.StateTable, "lookup",
+                        lambda self, kh: (lookups.append(self.name), lookup(self, kh))[1])
+    db = open_db()
+    db.sql("CREATE TABLE w (k BIGINT PRIMARY KEY, v BIGINT, pad VARCHAR); "
+           "CREATE MATERIALIZED VIEW s AS SELECT k % 3 AS g, SUM(v) AS total FROM w GROUP BY k % 3")
+    table = f"o{db.runtime.catalog.tables['w'].id}."
+    want = {}
+    for i in range(3):
+        keys = range(i * 100, i * 100 + 100)
+        db.insert("w", pa.table({"k": pa.array(keys, pa.int64()), "v": pa.array([k * 7 % 11 for k in keys], pa.int64()),
+                                 "pad": pa.array(["x" * 500] * 100)}))
+        want.update({k: k * 7 % 11 for k in keys})
+        if i:
+            db.sql(f"DELETE FROM w WHERE k < {i * 40}")
+            want = {k: v for k, v in want.items() if k >= i * 40}
+        db.runtime.log.flush()  # the records in Parquet files, as an epoch after a while reads them
+        reads.clear()
+        lookups.clear()
+        db.flush()
+        assert {"k", "v", "_w"} in reads, reads  # the view's read: its columns and the weights only
+        assert not [n for n in lookups if n.startswith(table)], lookups
+        totals = {}
+        for k, v in want.items():
+            totals[k % 3] = totals.get(k % 3, 0) + v
+        assert rows(db.sql("SELECT * FROM s")) == sorted(totals.items())
