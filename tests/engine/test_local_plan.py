@@ -67,6 +67,14 @@ def _pick_path(rng: random.Random, epoch: int, monkeypatch) -> bool:  # noqa: AN
     return here
 
 
+def _create(db, views: dict[str, str]) -> dict:  # noqa: ANN001
+    """Create ``views`` and run their first epochs; the executor's counters (tasks, paths), live."""
+    for name, sql in views.items():
+        db.sql(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
+    db.flush()
+    return db.runtime.coordinator.executor.stats
+
+
 def _check(db, views: dict[str, str], tables: dict[str, pa.Table], when: str) -> None:  # noqa: ANN001
     for name, sql in views.items():
         got, want = oracle.rows(db.sql(f"SELECT * FROM {name}")), oracle.answer(tables, sql)
@@ -85,10 +93,7 @@ def test_typed_views_match_duckdb_with_epochs_on_either_path(open_db, monkeypatc
     lines = {(ok, ln): _line(rng, ok, ln) for ok in range(40) for ln in range(rng.randrange(1, 4))}
     db.insert("ord", pa.Table.from_pylist(list(orders.values()), types["ord"]))
     db.insert("line", pa.Table.from_pylist(list(lines.values()), types["line"]))
-    for name, sql in TYPED_VIEWS.items():
-        db.sql(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
-    db.flush()
-    stats = db.runtime.coordinator.executor.stats
+    stats = _create(db, TYPED_VIEWS)
     paths = []
     for epoch in range(8):
         here = _pick_path(rng, epoch, monkeypatch)
@@ -262,10 +267,7 @@ def test_grouping_sets_averages_and_percentiles_run_as_one_task_on_either_path(o
                 "x": rng.choice([rng.random() * 10, -0.0, 0.0, None])}
     rows = {k: row(k) for k in range(30)}
     db.insert("ev", pa.Table.from_pylist(list(rows.values()), schema))
-    for name, sql in SHAPES.items():
-        db.sql(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
-    db.flush()
-    stats = db.runtime.coordinator.executor.stats
+    stats = _create(db, SHAPES)
     paths = []
     for epoch in range(6):
         here = _pick_path(rng, epoch, monkeypatch)
