@@ -34,7 +34,7 @@ from millpond.serve.display import to_decimal
 if TYPE_CHECKING:
     from millpond.engine.runtime import Runtime
 
-__all__ = ["answer", "by_key", "TARGET"]
+__all__ = ["answer", "by_key", "pushed", "TARGET"]
 
 TARGET = "#target"  # the table an UPDATE or DELETE changes is read under its name and this: only it has _row_id
 
@@ -59,8 +59,9 @@ def answer(rt: Runtime, query: exp.Expression, *, stored: bool = False, pending:
             keys = by_key(rt, query, name, pending=pending)
             if keys is not None:
                 con.register(name, rt.rows_by_key(real, keys, hidden=hidden, pending=pending))
-            elif refs[name] == 1:  # read once: streamed
-                con.register(name, rt.reader(real, hidden=hidden, pending=pending, columns=used))
+            elif refs[name] == 1:  # read once: streamed, the rows its WHERE surely drops dropped as read
+                con.register(name, rt.reader(real, hidden=hidden, pending=pending, columns=used,
+                                             where=pushed(rt, query, name)))
                 streamed.append(name)
             else:
                 con.register(name, rt.snapshot(real, hidden=hidden, pending=pending, columns=used))
@@ -181,6 +182,33 @@ def _cross(left: pa.Table, name: str, values: pa.Array) -> pa.Table:
     idx = np.repeat(np.arange(left.num_rows), len(values))
     return left.take(pa.array(idx)).append_column(name, pa.concat_arrays([values] * left.num_rows)
                                                   if left.num_rows else values.slice(0, 0))
+
+
+def pushed(rt: Runtime, query: exp.Expression, name: str) -> dict[str, pa.Array | tuple[int | None, int | None]]:
+    """What the WHERE of the SELECT reading ``name`` (once) says of its integer columns
+    (:func:`_constraint`), as :meth:`~millpond.engine.reads.Reads.reader` drops rows by it: a
+    conjunct of that WHERE must hold of every row the SELECT keeps, whatever it joins (a row of
+    an outer join's other side that finds no match has NULLs there, which fail it too)."""
+    table = next(t for t in query.find_all(exp.Table) if t.name == name)
+    select = table.find_ancestor(exp.Select)
+    real = name.removesuffix(TARGET)
+    rel = rt.catalog.tables.get(real) or rt.catalog.views.get(real)  # (not a system view)
+    if select is None or select.args.get("where") is None or rel is None:
+        return {}
+    out: dict[str, pa.Array | tuple[int | None, int | None]] = {}
+    mentioned = {c.name for c in select.args["where"].find_all(exp.Column)}
+    for field in rel.schema:
+        if field.name not in mentioned or not pa.types.is_integer(field.type):
+            continue
+        kept = _constraint(select, table.alias_or_name, field.name, integer=True)
+        if isinstance(kept, pa.Array):
+            try:
+                kept = kept.cast(field.type)  # (safe: a value it cannot hold exactly is not pushed)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+                continue
+        if kept is not None:
+            out[field.name] = kept
+    return out
 
 
 def _constraint(select: exp.Select, alias: str, column: str, integer: bool

@@ -15,7 +15,7 @@ from millpond.columns import ROW_ID
 from millpond.engine.runtime import Runtime
 from millpond.errors import MillpondError
 from millpond.serve import answer
-from millpond.serve.query import TARGET, by_key
+from millpond.serve.query import TARGET, by_key, pushed
 from millpond.sql import semantics
 from millpond.sql.desugar import desugar
 from millpond.sql.names import qualify_names
@@ -23,7 +23,7 @@ from millpond.sql.statements import position
 from millpond.sql.planner.windows import spell_out_table_functions
 from millpond.sql.series import placeholders, spell_out
 
-__all__ = ["run_query", "reads_by_key", "bind_query", "bind_select", "tables_read"]
+__all__ = ["run_query", "target_read", "bind_query", "bind_select", "tables_read"]
 
 
 def run_query(rt: Runtime, query: exp.Expression, *, target: exp.Table | None = None, pending: bool = False,
@@ -37,10 +37,16 @@ def run_query(rt: Runtime, query: exp.Expression, *, target: exp.Table | None = 
     return answer(rt, bind_query(rt, query, assign=assign), stored=target is not None, pending=pending)
 
 
-def reads_by_key(rt: Runtime, query: exp.Expression, target: exp.Table, *, pending: bool = False) -> bool:
-    """Whether ``run_query(query, target=target)`` reads the target's rows by their key (a lookup,
-    :func:`millpond.serve.query.by_key`), not a scan."""
-    return by_key(rt, bind_query(rt, _targeted(query, target)), target.name + TARGET, pending=pending) is not None
+def target_read(rt: Runtime, query: exp.Expression, target: exp.Table, *, pending: bool = False) -> str:
+    """How ``run_query(query, target=target)`` reads the target's rows: ``"key"``, a lookup of the
+    keys its WHERE names (:func:`millpond.serve.query.by_key`); ``"filtered"``, a scan whose slices
+    lose the rows its WHERE's bounds on integer columns drop as they are read
+    (:func:`millpond.serve.query.pushed`); else ``"scan"``, every row through DuckDB."""
+    bound = bind_query(rt, _targeted(query, target))
+    name = target.name + TARGET
+    if by_key(rt, bound, name, pending=pending) is not None:
+        return "key"
+    return "filtered" if pushed(rt, bound, name) else "scan"
 
 
 def _targeted(query: exp.Expression, target: exp.Table) -> exp.Expression:

@@ -17,7 +17,7 @@ file that can hold it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import polars as pl
@@ -73,14 +73,20 @@ class StateTable:
             return None if rows is None else pl.from_arrow(rows)
         return self._merge(self._parts(lo, hi))
 
-    def scan_arrow(self, lo: int | None = None, hi: int | None = None) -> pa.Table | None:
+    def scan_arrow(self, lo: int | None = None, hi: int | None = None, *,
+                   keep: Callable[[pa.Table], pa.Table] | None = None) -> pa.Table | None:
         """:meth:`scan` as Arrow. An unsummed read (``summed=False``) whose every count is positive
         is the multiset already, its copies of a row perhaps apart (in two files): its columns are
         neither summed nor converted (a scan of a table's rows state, 6M rows of 16 columns: the
         sums and the round trip through polars were 7.5 of 9 s). A count of 0 or less nets against
         another: then only the rows of those key hashes are summed (a table after a DELETE of 6,000
-        of its 6M rows: a slice's 500,000 rows were summed, 0.9 of a 4.5 s DELETE)."""
+        of its 6M rows: a slice's 500,000 rows were summed, 0.9 of a 4.5 s DELETE). ``keep``: the
+        rows of a part (a file's, or the buffer's) a reader wants, taken before they are concatenated
+        and netted (a filter on the rows' values: a row and its retraction have the same).
+        """
         parts = self._parts(lo, hi)
+        if keep is not None and self._unsummed():
+            parts = [keep(p) for p in parts if p is not None and p.num_rows]
         if self._unsummed():
             kept = {KH, COUNT, *self.key_columns}
             parts = [p.select([c for c in p.column_names if c in kept]) for p in parts if p is not None and p.num_rows]
@@ -100,7 +106,9 @@ class StateTable:
                 return rows if rows.num_rows else None
             return pa.concat_tables([rows, summed.to_arrow().select(rows.column_names).cast(rows.schema)])
         merged = self._merge(parts)
-        return None if merged is None else merged.to_arrow()
+        if merged is None:
+            return None
+        return merged.to_arrow() if keep is None else keep(merged.to_arrow())
 
     def _parts(self, lo: int | None, hi: int | None) -> list[pa.Table | None]:
         parts = [scan_sst(self.store, ref, lo, hi) for ref in self.levels.files() if self._visible(ref)]
