@@ -87,3 +87,30 @@ def test_a_stage_of_several_views_ships_each_task_apart(open_db, monkeypatch):
         assert len(packed.blob) < len(command)  # a task's own bytes, not the stage's
         assert packed.task() is again.task()  # unpickled once per worker
         assert packed.task().identity() == task.identity()
+
+
+def test_on_a_local_master_the_largest_stage_decides_whether_an_epoch_runs_here(open_db, monkeypatch):
+    """Three views each reading an epoch's 300 records run in this process when each stage reads
+    at most ``DRIVER_RECORDS["local"]`` (here 400, below the 900 they read together: the threads hold
+    at once what Spark's Python workers would), and as a Spark job when one reads more (200)."""
+    db = open_db()
+    db.sql("CREATE TABLE t (k INT, v INT); "
+           "CREATE MATERIALIZED VIEW per AS SELECT k % 4 AS g, COUNT(*) AS n, MAX(v) AS hi FROM t GROUP BY k % 4; "
+           "CREATE MATERIALIZED VIEW big AS SELECT k, v FROM t WHERE v > 50; "
+           "CREATE MATERIALIZED VIEW tot AS SELECT COUNT(*) AS n, SUM(v) AS s FROM t")
+    kept, stats = [], db.runtime.coordinator.executor.stats
+    for i, bound in enumerate((400, 200, 400)):
+        monkeypatch.setitem(executor.DRIVER_RECORDS, "local", bound)
+        batch = pa.table({"k": pa.array(range(i * 300, i * 300 + 300), pa.int32()),
+                          "v": pa.array([(k * 37) % 101 for k in range(i * 300, i * 300 + 300)], pa.int32())})
+        here = stats["here"]
+        db.insert("t", batch)
+        kept += batch.to_pylist()
+        db.flush()
+        assert stats["here"] == here + (bound == 400), (i, bound)
+        groups: dict[int, list[int]] = {}
+        for r in kept:
+            groups.setdefault(r["k"] % 4, []).append(r["v"])
+        assert rows(db.sql("SELECT * FROM per")) == sorted((g, len(vs), max(vs)) for g, vs in groups.items())
+        assert rows(db.sql("SELECT * FROM big")) == sorted((r["k"], r["v"]) for r in kept if r["v"] > 50)
+        assert db.sql("SELECT * FROM tot").to_pylist() == [{"n": len(kept), "s": sum(r["v"] for r in kept)}]

@@ -47,8 +47,9 @@ MAX_BUILT = 256  # consumers' DataFrames kept for re-running (all are dropped pa
 # the log themselves, no row through the JVM) run those tasks in this process, on as many threads as
 # the session has cores, instead of as a Spark job, when they read at most this many records: on a
 # local master (the machine is the same, and a Spark job's Python tasks cost ~0.1 s before any
-# work: a one-row epoch with 3 views 0.20-0.22 -> 0.06-0.07 s, benchmarks/epochs.py), up to the records a
-# fused stage gives one task anyway (inputs.FUSED_ROWS_PER_TASK); on a cluster, small epochs only.
+# work: a one-row epoch with 3 views 0.20-0.22 -> 0.06-0.07 s, benchmarks/epochs.py), each stage up
+# to the records a fused stage gives one task anyway (inputs.FUSED_ROWS_PER_TASK); on a cluster,
+# small epochs only (all stages together).
 # $MILLPOND_DRIVER_RECORDS sets both (0: always a Spark job).
 DRIVER_RECORDS = {"local": 2_000_000, "cluster": 20_000}
 if "MILLPOND_DRIVER_RECORDS" in os.environ:
@@ -83,7 +84,7 @@ class SparkExecutor:
         started = time.perf_counter()
         scans: dict = {}  # consumers reading the same channel range share its source
         frames, state_ids, stages, kept = [], set(), [], True
-        records = 0  # what the one-stage consumers read (None: one reads state too: a first epoch, a partial view)
+        records: list[int] | None = []  # what each one-stage consumer reads (None: one reads state too: a first epoch, a partial view)
         for c, ranges in work:
             builder = Builder(self.spark, job, c, ranges, tables, pieces, scans, self._loaded, views, udfs=self._udfs,
                               fused_only=(c, job.parallelism) in self._fused_only)
@@ -103,17 +104,22 @@ class SparkExecutor:
             if one is not None:
                 stages.append(one)
                 if records is not None and one[0].local is not None:  # a whole plan: its records, committed rows too
-                    records += builder.local_records()
+                    records.append(builder.local_records())
                 elif records is not None:
                     records = None if job.batch.get(c.key) or c.key in job.partial else \
-                        records + sum(b - a for a, b in ranges.values())
+                        [*records, sum(b - a for a, b in ranges.values())]
             else:
                 frames.append(df)
                 kept = kept and key is not None  # a DataFrame of this epoch only: so is any union of it
             state_ids |= used
         sc = self.spark.sparkContext
+        # on a local master the largest stage bounds what runs here (each of ``threads`` at a time
+        # holds what a Python worker would: TPC-H's 22 views at 1% read the same 150,000 records
+        # each, 2.5M summed, and ran as a Spark job, 7.3 GiB at the peak); on a cluster, all of them
+        # (the driver is one machine of many)
+        local = sc.master.startswith("local")
         here = bool(stages) and records is not None and \
-            records <= DRIVER_RECORDS["local" if sc.master.startswith("local") else "cluster"]
+            (max(records, default=0) if local else sum(records)) <= DRIVER_RECORDS["local" if local else "cluster"]
         if stages and not here:
             frames.append(self._stages(tuple(stages)))
         built = time.perf_counter()
