@@ -77,29 +77,67 @@ def test_every_package_is_on_the_map():
     assert modules <= BASE | ENTRY, f"add {sorted(modules - BASE - ENTRY)} to the map (docs/code-map.md and BASE/ENTRY)"
 
 
-def test_no_module_imports_itself_in_a_circle():
-    modules = _modules()
-    graph = {m: {t for t, _ in _imports(p, top_level_only=True) if t in modules and t != m}
-             for m, p in modules.items()}
-    for m, deps in graph.items():  # a package imports its own submodules: not a circle
-        graph[m] = {d for d in deps if not (d.startswith(m + ".") and modules[m].name == "__init__.py")}
-    state: dict[str, int] = {}
-    cycle: list[str] = []
+# The one circle left (issue 54): sql/semantics/'s rule modules and its binder call each other
+# (a cast of an array casts its elements, an interval's field is a date's). It may shrink, not grow.
+KNOWN_CIRCLE = {f"millpond.sql.semantics.{m}" for m in (
+    "aggregates", "casts", "constants", "datetime", "functions", "interval_keys", "intervals", "jsonb", "nested",
+    "operators", "regex", "rewrite", "to_char")}
 
-    def visit(m: str, stack: list[str]) -> bool:
-        state[m] = 1
-        for d in sorted(graph[m]):
-            if state.get(d) == 1:
-                cycle.extend(stack[stack.index(d):] + [m, d] if d in stack else [m, d])
-                return True
-            if d not in state and visit(d, [*stack, m]):
-                return True
-        state[m] = 2
-        return False
+
+def _type_checking(tree: ast.Module) -> set[int]:
+    """The nodes inside ``if TYPE_CHECKING:`` blocks (annotations only: never run)."""
+    return {id(n) for block in ast.walk(tree) if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+            for n in ast.walk(block)}
+
+
+def test_no_module_imports_itself_in_a_circle():
+    """Every import counts, a function's too (``TYPE_CHECKING`` aside): a function-level import
+    hides a circle from a reader as well as from a top-level check."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {}
+    for m, path in modules.items():
+        tree = ast.parse(path.read_text())
+        skip = _type_checking(tree)
+        deps = set()
+        for node in ast.walk(tree):
+            if id(node) in skip or not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [f"{node.module}.{a.name}" for a in node.names] + [node.module] if node.module and node.level == 0 else []
+            for name in names:
+                while name and name not in modules:
+                    name = name.rpartition(".")[0]
+                if name and name != m:
+                    deps.add(name)
+        # a package imports its own submodules: not a circle
+        graph[m] = {d for d in deps if not (d.startswith(m + ".") and path.name == "__init__.py")}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[set[str]] = []
+
+    def strong(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                component.add(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                circles.append(component)
     for m in sorted(graph):
-        if m not in state and visit(m, []):
-            break
-    assert cycle == [], " -> ".join(cycle)
+        if m not in index:
+            strong(m)
+    assert [sorted(c) for c in circles if not c <= KNOWN_CIRCLE] == []
 
 
 def test_no_source_file_is_over_500_lines():

@@ -45,7 +45,8 @@ from millpond.readers import Readers
 from millpond.pgcatalog import SERVER_VERSION, catalog_query, catalog_rows
 from millpond.serve.auth import Access, Scram
 from millpond.pgparams import bind as _bind, text_param as _text_param
-from millpond.serve.pgtext import copy_lines, fields, rows
+from millpond.serve.pgbinary import rows
+from millpond.serve.pgtext import copy_lines, fields
 from millpond.sql.session import statements, verb
 from millpond.sql.subscribe import clauses as subscribe_clauses
 

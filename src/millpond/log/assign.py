@@ -35,65 +35,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from millpond import jsonb
+from millpond.log import assign_text
 from millpond.log.intervals import INTERVAL, to_interval
+from millpond.log.kinds import NAMES, Unassignable, bounds, first, kind
 
 __all__ = ["assign", "kind", "Unassignable", "first"]
 
 _DAY_US = 86_400_000_000
-
-
-class Unassignable(Exception):
-    """Values that cannot be stored: ``reason`` in PostgreSQL's words, ``sqlstate`` its code,
-    ``row`` the first row at fault (None: the column's type)."""
-
-    def __init__(self, reason: str, sqlstate: str, row: int | None = None):
-        super().__init__(reason)
-        self.reason, self.sqlstate, self.row = reason, sqlstate, row
-
-
-def kind(t: pa.DataType) -> str:
-    """PostgreSQL's family of an Arrow type: ``integer``, ``numeric``, ``float``, ``text``... (its
-    own name when it has none)."""
-    if pa.types.is_null(t):
-        return "null"
-    if pa.types.is_integer(t):
-        return "integer"
-    if pa.types.is_decimal(t):
-        return "numeric"
-    if pa.types.is_floating(t):
-        return "float"
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        return "text"
-    if pa.types.is_boolean(t):
-        return "boolean"
-    if pa.types.is_date(t):
-        return "date"
-    if pa.types.is_timestamp(t):
-        return "timestamptz" if t.tz else "timestamp"
-    if pa.types.is_time(t):
-        return "time"
-    if t.equals(INTERVAL) or pa.types.is_interval(t) or pa.types.is_duration(t):
-        return "interval"
-    if jsonb.is_jsonb(t):
-        return "jsonb"
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t) \
-            or pa.types.is_binary_view(t):
-        return "bytea"
-    if pa.types.is_map(t):
-        return "map"
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        return "array"
-    if pa.types.is_struct(t):
-        return "record"
-    return str(t)
-
-
-# PostgreSQL's names of the families, in messages
-NAMES = {"integer": "integer", "numeric": "numeric", "float": "double precision", "text": "text",
-         "boolean": "boolean", "date": "date", "timestamp": "timestamp without time zone",
-         "timestamptz": "timestamp with time zone", "time": "time without time zone", "interval": "interval",
-         "bytea": "bytea", "jsonb": "jsonb", "array": "array", "record": "record", "map": "map"}
 
 
 def assign(col: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:
@@ -105,10 +53,13 @@ def assign(col: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:
     src, dst = kind(col.type), kind(target)
     if src == "null":
         return pa.chunked_array([pa.nulls(len(col), target)], target)
-    if src == "text" and dst != "text" or dst == "text" and src != "text":
-        from millpond.log import assign_text
-
-        return assign_text.from_text(col, target, dst) if src == "text" else assign_text.to_text(col, src)
+    if dst == "text" and src != "text":
+        return assign_text.to_text(col, src)
+    if src == "text" and dst != "text":
+        col = assign_text.from_text(col, target, dst)  # a NUMERIC's exact value: the rule below rounds it
+        if col.type.equals(target):
+            return col
+        src = kind(col.type)
     rule = _RULES.get((src, dst))
     if rule is None:
         if src == dst:  # records, maps, units of one family: Arrow's cast, checked value by value
@@ -116,13 +67,6 @@ def assign(col: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:
         raise Unassignable(f"PostgreSQL does not assign a value of type {NAMES.get(src, src)} to a column of "
                            f"type {NAMES.get(dst, dst)} (convert the values first)", "42804")
     return rule(col, target)
-
-
-def first(mask: pa.ChunkedArray | pa.Array) -> int | None:
-    """The first row where ``mask`` is true (NULL counts as false), or None."""
-    if not len(mask) or not pc.any(mask).as_py():
-        return None
-    return pc.index(mask, True).as_py()
 
 
 def _arrow_cast(col: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:
@@ -158,14 +102,9 @@ def _range_name(t: pa.DataType) -> str:
         else str(t)
 
 
-def _bounds(t: pa.DataType) -> tuple[int, int]:
-    w = t.bit_width
-    return (-(2 ** (w - 1)), 2 ** (w - 1) - 1) if pa.types.is_signed_integer(t) else (0, 2 ** w - 1)
-
-
 def _digits(t: pa.DataType) -> int:
     """Decimal digits an integer type's values may have."""
-    return len(str(max(abs(b) for b in _bounds(t))))
+    return len(str(max(abs(b) for b in bounds(t))))
 
 
 def _out_of_range(target: pa.DataType, mask: pa.ChunkedArray) -> None:
@@ -175,8 +114,8 @@ def _out_of_range(target: pa.DataType, mask: pa.ChunkedArray) -> None:
 
 
 def _int_to_int(col: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:
-    lo, hi = _bounds(target)
-    slo, shi = _bounds(col.type)
+    lo, hi = bounds(target)
+    slo, shi = bounds(col.type)
     if slo < lo:
         _out_of_range(target, pc.less(col, pa.scalar(lo, col.type)))
     if shi > hi:
@@ -199,7 +138,7 @@ def _numeric_to_int(col: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArra
         col = pc.round(_widen(col), 0, round_mode="half_towards_infinity")
     integer_digits = col.type.precision - col.type.scale
     if integer_digits > 18:  # may not fit int64: compare as decimals first
-        lo, hi = _bounds(pa.int64())
+        lo, hi = bounds(pa.int64())
         _out_of_range(target, pc.or_(pc.less(col, pa.scalar(Decimal(lo), col.type)),
                                      pc.greater(col, pa.scalar(Decimal(hi), col.type))))
     return _int_to_int(pc.cast(col, pa.int64(), safe=False), target)
@@ -207,7 +146,7 @@ def _numeric_to_int(col: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArra
 
 def _float_to_int(col: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:
     rounded = pc.round(col, 0, round_mode="half_to_even")  # rint, as PostgreSQL rounds a float
-    lo, hi = _bounds(target)
+    lo, hi = bounds(target)
     ok = pc.and_(pc.greater_equal(rounded, float(lo)), pc.less(rounded, float(hi) + 1))  # NaN never is
     _out_of_range(target, pc.invert(ok))
     return pc.cast(rounded, target, safe=False)

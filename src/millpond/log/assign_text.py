@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from millpond.log.assign import NAMES, Unassignable, assign, first
+from millpond.log.kinds import NAMES, Unassignable, bounds, first
 
 __all__ = ["from_text", "to_text"]
 
@@ -44,7 +44,9 @@ def _syntax(kind: str, bad: pa.ChunkedArray | pa.Array, text: pa.ChunkedArray, s
 
 
 def from_text(col: pa.ChunkedArray, target: pa.DataType, dst: str) -> pa.ChunkedArray:
-    """Text ``col`` read as values of ``target`` (of :func:`~millpond.log.assign.kind` ``dst``)."""
+    """Text ``col`` read as values of ``target`` (of :func:`~millpond.log.kinds.kind` ``dst``); a
+    NUMERIC's as its exact value (``decimal256(75, 37)``), which :func:`~millpond.log.assign.assign`
+    rounds to the column's scale."""
     col = pc.cast(col, pa.string())
     if dst == "bytea":
         return pc.cast(_bytea_in(col.combine_chunks()), target)
@@ -54,13 +56,15 @@ def from_text(col: pa.ChunkedArray, target: pa.DataType, dst: str) -> pa.Chunked
         name = {16: "smallint", 32: "integer", 64: "bigint"}.get(target.bit_width, str(target))
         _syntax(name, pc.invert(pc.match_substring_regex(t, r"^[+-]?[0-9]+$")), col)
         long = pc.greater(pc.utf8_length(pc.utf8_ltrim(t, characters="+-0")), 38)  # past any decimal
-        try:
-            if first(long) is not None:
-                raise Unassignable("", "22003", first(long))
-            return assign(pc.cast(t, pa.decimal128(38, 0)), target)
-        except Unassignable as exc:  # PostgreSQL names the text
-            raise Unassignable(f'value "{col[exc.row].as_py()}" is out of range for type {name}', "22003",
-                               exc.row) from None
+        row = first(long)
+        if row is None:
+            wide = pc.cast(t, pa.decimal128(38, 0))
+            low, high = bounds(target)
+            row = first(pc.or_(pc.less(wide, pa.scalar(low).cast(wide.type)),
+                               pc.greater(wide, pa.scalar(high).cast(wide.type))))
+        if row is not None:  # PostgreSQL names the text
+            raise Unassignable(f'value "{col[row].as_py()}" is out of range for type {name}', "22003", row)
+        return pc.cast(wide, target)
     if dst == "numeric":
         special = pc.is_in(pc.utf8_lower(t), pa.array(_FLOAT_WORDS + ["+nan", "-nan"]))
         row = first(special)
@@ -73,7 +77,7 @@ def from_text(col: pa.ChunkedArray, target: pa.DataType, dst: str) -> pa.Chunked
         except pa.ArrowInvalid:
             raise Unassignable("numeric field overflow (more than 37 digits after the point or 38 before it)", "22003",
                                _first_failing(t, pa.decimal256(75, 37))) from None
-        return assign(wide, target)
+        return wide
     if dst == "float":
         word = pc.is_in(pc.utf8_lower(t), pa.array(_FLOAT_WORDS))
         name = "real" if target.bit_width == 32 else "double precision"

@@ -19,7 +19,7 @@ from __future__ import annotations
 import struct
 from datetime import date, datetime, timezone
 from decimal import Decimal
-from typing import Any
+from typing import Any, Iterable
 
 import pyarrow as pa
 
@@ -31,6 +31,14 @@ __all__ = ["column", "numeric"]
 _EPOCH_DATE = date(2000, 1, 1)
 _EPOCH = datetime(2000, 1, 1)
 _EPOCH_TZ = datetime(2000, 1, 1, tzinfo=timezone.utc)
+
+
+def rows(table: pa.Table, formats: list[int] | None = None) -> Iterable[list[bytes | None]]:
+    """Each row's values as PostgreSQL sends them: text, or binary where ``formats`` says 1."""
+    if not formats or not any(formats):
+        return pgtext.rows(table)
+    return pgtext.by_row(table.num_rows, [(column if formats[i] else pgtext.column_texts)(
+        table.schema.field(i), table.column(i)) for i in range(table.num_columns)])
 
 
 def column(field: pa.Field, col: pa.ChunkedArray) -> list[bytes | None]:

@@ -69,13 +69,15 @@ def fields(table: pa.Table, formats: list[int] | None = None) -> list[FieldDescr
                              format_code=formats[i] if formats else 0) for i, f in enumerate(table.schema)]
 
 
-def rows(table: pa.Table, formats: list[int] | None = None) -> Iterable[list[bytes | None]]:
-    """Each row's values as PostgreSQL sends them: text, or binary where ``formats`` says 1."""
-    from millpond.serve import pgbinary
+def rows(table: pa.Table) -> Iterable[list[bytes | None]]:
+    """Each row's values as PostgreSQL's text output (the binary format, or either per column:
+    :func:`millpond.serve.pgbinary.rows`)."""
+    return by_row(table.num_rows, [_texts(table.schema.field(i), table.column(i)) for i in range(table.num_columns)])
 
-    columns = [(pgbinary.column if formats and formats[i] else _texts)(table.schema.field(i), table.column(i))
-               for i in range(table.num_columns)]
-    return (list(row) for row in zip(*columns)) if columns else ([] for _ in range(table.num_rows))
+
+def by_row(n: int, columns: list[list[bytes | None]]) -> Iterable[list[bytes | None]]:
+    """``n`` rows of the values of ``columns`` (each a column's values)."""
+    return (list(row) for row in zip(*columns)) if columns else ([] for _ in range(n))
 
 
 def column_texts(field: pa.Field, column: pa.ChunkedArray) -> list[bytes | None]:

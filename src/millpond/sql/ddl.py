@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import replace
+from typing import Mapping
 
 import pyarrow as pa
+import sqlglot
 from sqlglot import exp
 
-from millpond.catalog import Column, Retention, index_dependency
+from millpond.catalog import Column, FunctionDef, Retention, index_dependency
 from millpond.catalog.types import normalize_type
 from millpond.columns import RESERVED_PREFIX
 from millpond.engine.files import check_source, local_listing_error
@@ -25,6 +27,7 @@ from millpond.errors import CatalogError, MillpondError, MillpondNotice, SqlErro
 from millpond.sql import functions
 from millpond.sql.indexes import choose
 from millpond.sql.planner import plan_view
+from millpond.sql.query import bind_select
 from millpond.sql.statements import source, view_definition
 
 __all__ = ["create", "drop", "set_"]
@@ -258,8 +261,21 @@ def _create_function(rt: Runtime, s: exp.Create) -> None:
     f = functions.define(s)
     if s.args.get("exists") and f.name in rt.catalog.functions:
         return
-    functions.check(f, rt.catalog.functions)
+    _check_function(f, rt.catalog.functions)
     rt.commit_catalog(rt.catalog.with_function(f, replace_=bool(s.args.get("replace"))))
+
+
+def _check_function(f: FunctionDef, defined: Mapping[str, FunctionDef]) -> None:
+    """``f``'s body binds (known functions, operand types that fit), as a call with NULL arguments."""
+    if f.language == "python":
+        return  # its types were checked at define, and its body compiled
+    args = ", ".join(f"CAST(NULL AS {t})" for _, t in f.params)
+    query, _ = functions.inline(sqlglot.parse_one(f"SELECT {f.name}({args}) AS r", dialect="postgres"),
+                                {**defined, f.name: f})
+    try:
+        bind_select(query, {})
+    except SqlError as exc:
+        raise SqlError(f"function {f.name!r}: {exc.args[0]}") from None
 
 
 _DROP_KINDS = {"TABLE": "table", "MATERIALIZED VIEW": "materialized view", "FUNCTION": "function", "INDEX": "index"}

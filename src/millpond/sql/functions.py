@@ -25,19 +25,19 @@ import sqlglot
 from sqlglot import exp
 
 from millpond.catalog import FunctionDef
+from millpond.catalog.types import normalize_type
 from millpond.engine.expressions import mp
 from millpond.errors import MillpondError, SqlError
 from millpond.pyfunctions import PARAM_TYPES, Spec, check_source
+from millpond.sql.statements import source
 
-__all__ = ["define", "check", "inline"]
+__all__ = ["define", "inline"]
 
 MAX_DEPTH = 16  # nested calls of SQL functions (a function calling itself is refused sooner)
 
 
 def define(s: exp.Create) -> FunctionDef:
     """The definition a ``CREATE FUNCTION`` statement makes, or a SqlError naming what is refused."""
-    from millpond.sql.statements import source
-
     udf = s.this
     name = udf.this.name if isinstance(udf, exp.UserDefinedFunction) else udf.name
     props = {type(p).__name__: p for p in (s.args.get("properties").expressions if s.args.get("properties") else [])}
@@ -82,27 +82,9 @@ def define(s: exp.Create) -> FunctionDef:
     return FunctionDef(name, source(s), tuple(params), returns.this.sql("postgres"), body.sql("postgres"))
 
 
-def check(f: FunctionDef, functions: Mapping[str, FunctionDef]) -> None:
-    """``f``'s body binds (known functions, operand types that fit), as a call with NULL arguments."""
-    from millpond.sql.query import bind_select
-
-    if f.language == "python":
-        return  # its types were checked at define, and its body compiled
-    args = ", ".join(f"CAST(NULL AS {t})" for _, t in f.params)
-    query, _ = inline(sqlglot.parse_one(f"SELECT {f.name}({args}) AS r", dialect="postgres"),
-                      {**functions, f.name: f})
-    try:
-        bind_select(query, {})
-    except SqlError as exc:
-        raise SqlError(f"function {f.name!r}: {exc.args[0]}") from None
-
-
 def _python(name: str, s: exp.Create, params: list[tuple[str, str]], returns: str, props: dict) -> FunctionDef:
     """A ``LANGUAGE python`` function: its source compiles, defines ``name`` for its parameters, and
     its types are ones a Python value stands for (:data:`millpond.pyfunctions.PARAM_TYPES`)."""
-    from millpond.catalog.types import normalize_type
-    from millpond.sql.statements import source
-
     for what, t in [*((f"parameter {n or i + 1}", t) for i, (n, t) in enumerate(params)), ("RETURNS", returns)]:
         try:
             base = normalize_type(t).split("(")[0]
