@@ -77,13 +77,6 @@ def test_every_package_is_on_the_map():
     assert modules <= BASE | ENTRY, f"add {sorted(modules - BASE - ENTRY)} to the map (docs/code-map.md and BASE/ENTRY)"
 
 
-# The one circle left (issue 54): sql/semantics/'s rule modules and its binder call each other
-# (a cast of an array casts its elements, an interval's field is a date's). It may shrink, not grow.
-KNOWN_CIRCLE = {f"millpond.sql.semantics.{m}" for m in (
-    "aggregates", "casts", "constants", "datetime", "functions", "interval_keys", "intervals", "jsonb", "nested",
-    "operators", "regex", "rewrite", "to_char")}
-
-
 def _type_checking(tree: ast.Module) -> set[int]:
     """The nodes inside ``if TYPE_CHECKING:`` blocks (annotations only: never run)."""
     return {id(n) for block in ast.walk(tree) if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
@@ -137,7 +130,7 @@ def test_no_module_imports_itself_in_a_circle():
     for m in sorted(graph):
         if m not in index:
             strong(m)
-    assert [sorted(c) for c in circles if not c <= KNOWN_CIRCLE] == []
+    assert [sorted(c) for c in circles] == []
 
 
 def test_no_source_file_is_over_500_lines():

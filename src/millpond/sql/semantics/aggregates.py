@@ -10,18 +10,12 @@ from typing import TYPE_CHECKING
 from sqlglot import exp
 
 from millpond.sql.semantics import types as T
-from millpond.sql.semantics.types import SqlType
+from millpond.sql.semantics.types import SqlType, Typed, refuse
 
 if TYPE_CHECKING:
-    from millpond.sql.semantics.rewrite import Binder, Typed
+    from millpond.sql.semantics.rewrite import Binder
 
 __all__ = ["HANDLERS"]
-
-
-def _refuse(message: str, at: exp.Expression):
-    from millpond.sql.semantics.rewrite import refuse
-
-    return refuse(message, at)
 
 
 def _name(node: exp.Expression) -> str:
@@ -35,7 +29,7 @@ def _to(node: exp.Expression, t: SqlType) -> exp.Cast:
 def _int(b: Binder, node: exp.Expression, at: exp.Expression) -> exp.Expression:
     typed = b.value(node)
     if not (typed[1].integer or typed[1].untyped):
-        raise _refuse(f"{_name(at)}: argument {node.sql('postgres')} must be an integer, not {typed[1]}", at)
+        raise refuse(f"{_name(at)}: argument {node.sql('postgres')} must be an integer, not {typed[1]}", at)
     return b.cast_to(typed, T.INTEGER, at) if typed[1].untyped else typed[0]
 
 
@@ -43,11 +37,11 @@ def _aggregate_arg(b: Binder, node: exp.Expression) -> tuple[Typed, bool]:
     arg = node.this
     if isinstance(arg, exp.Distinct):
         if len(arg.expressions) != 1:
-            raise _refuse(f"{_name(node)}(DISTINCT ...) over several arguments is not supported", node)
+            raise refuse(f"{_name(node)}(DISTINCT ...) over several arguments is not supported", node)
         typed = b.value(arg.expressions[0])
         return (exp.Distinct(expressions=[typed[0]]), typed[1]), True
     if node.expressions if hasattr(node, "expressions") and not isinstance(node, exp.Count) else False:
-        raise _refuse(f"{_name(node)} takes one argument", node)
+        raise refuse(f"{_name(node)} takes one argument", node)
     typed = b.value(arg)
     return typed, False
 
@@ -73,7 +67,7 @@ def _interval_aggregate(node: exp.Expression, arg: exp.Expression, distinct: boo
 
     name = _name(node)
     if distinct and name in ("sum", "avg"):
-        raise _refuse(f"{name}(DISTINCT interval) is not supported", node)
+        raise refuse(f"{name}(DISTINCT interval) is not supported", node)
     if isinstance(node, (exp.Min, exp.Max)):  # the extreme interval itself, found by its sort key
         return of_sort_key(type(node)(this=sort_key(arg))), T.INTERVAL
     total = intervals.make(*(exp.Sum(this=p) for p in intervals.parts(arg)))
@@ -87,11 +81,11 @@ def _sum(b: Binder, node: exp.Sum) -> Typed:
     (arg, t), distinct = _aggregate_arg(b, node)
     inner = arg.expressions[0] if distinct else arg
     if t.untyped:
-        raise _refuse("function sum(unknown) is not unique: cast the argument", node)
+        raise refuse("function sum(unknown) is not unique: cast the argument", node)
     if t.kind == "interval":
         return _interval_aggregate(node, inner, distinct)
     if not t.number:
-        raise _refuse(f"function sum({t}) does not exist", node)
+        raise refuse(f"function sum({t}) does not exist", node)
 
     def wrap(x: exp.Expression) -> exp.Expression:
         return exp.Distinct(expressions=[x]) if distinct else x
@@ -114,11 +108,11 @@ def _avg(b: Binder, node: exp.Avg) -> Typed:
 
     (arg, t), distinct = _aggregate_arg(b, node)
     if t.untyped:
-        raise _refuse("function avg(unknown) is not unique: cast the argument", node)
+        raise refuse("function avg(unknown) is not unique: cast the argument", node)
     if t.kind == "interval":
         return _interval_aggregate(node, arg.expressions[0] if distinct else arg, distinct)
     if not t.number:
-        raise _refuse(f"function avg({t}) does not exist", node)
+        raise refuse(f"function avg({t}) does not exist", node)
     if t.float:
         return exp.Avg(this=arg), T.DOUBLE
     inner = arg.expressions[0] if distinct else arg
@@ -148,19 +142,19 @@ def _array_agg(b: Binder, node: exp.ArrayAgg) -> Typed:
     ``array_agg(x ORDER BY x)``, which both engines order alike."""
     arg, desc = node.this, False
     if isinstance(arg, exp.Distinct):
-        raise _refuse("array_agg(DISTINCT x) is not supported", node)
+        raise refuse("array_agg(DISTINCT x) is not supported", node)
     if isinstance(arg, exp.Order):
         items = arg.expressions
         if len(items) != 1 or items[0].this != arg.this:
-            raise _refuse("array_agg(x ORDER BY y) is supported only ordered by x itself", node)
+            raise refuse("array_agg(x ORDER BY y) is supported only ordered by x itself", node)
         arg, desc = arg.this, bool(items[0].args.get("desc"))
         if items[0].args.get("nulls_first") is not None and bool(items[0].args.get("nulls_first")) != desc:
-            raise _refuse("array_agg(x ORDER BY x ... NULLS FIRST/LAST) keeps PostgreSQL's default NULLS order only", node)
+            raise refuse("array_agg(x ORDER BY x ... NULLS FIRST/LAST) keeps PostgreSQL's default NULLS order only", node)
     value, t = b.value(arg)
     if t.untyped:
         value, t = b.cast_to((value, t), T.TEXT, arg), T.TEXT
     if t.kind == "interval" or t.nested or t.dynamic:  # (PostgreSQL's array_agg of arrays makes a 2-D array)
-        raise _refuse(f"array_agg of {t} is not supported (of scalar types it is)", node)
+        raise refuse(f"array_agg of {t} is not supported (of scalar types it is)", node)
     ordered = exp.Ordered(this=value.copy(), desc=desc, nulls_first=desc)
     return exp.ArrayAgg(this=exp.Order(this=value, expressions=[ordered])), T.array_of(t)
 
@@ -172,27 +166,27 @@ def _within_group(b: Binder, node: exp.WithinGroup) -> Typed:
     does); percentile_disc returns one of the values, of ``x``'s type."""
     func, order = node.this, node.expression
     if not isinstance(func, (exp.PercentileCont, exp.PercentileDisc)) or not isinstance(order, exp.Order):
-        raise _refuse(f"{node.sql('postgres')}: WITHIN GROUP is supported for percentile_cont and percentile_disc",
+        raise refuse(f"{node.sql('postgres')}: WITHIN GROUP is supported for percentile_cont and percentile_disc",
                       node)
     name = _ordered_name(func)
     if len(order.expressions) != 1:
-        raise _refuse(f"{name} takes one ORDER BY expression in WITHIN GROUP", node)
+        raise refuse(f"{name} takes one ORDER BY expression in WITHIN GROUP", node)
     fraction = func.this
     negative = isinstance(fraction, exp.Neg)
     literal = fraction.this if negative else fraction
     if not (isinstance(literal, exp.Literal) and not literal.is_string):
-        raise _refuse(f"{name}: the fraction must be a numeric constant, not {fraction.sql('postgres')}", node)
+        raise refuse(f"{name}: the fraction must be a numeric constant, not {fraction.sql('postgres')}", node)
     value = -float(literal.name) if negative else float(literal.name)
     if not 0 <= value <= 1:
-        raise _refuse(f"percentile value {fraction.sql('postgres')} is not between 0 and 1", node)
+        raise refuse(f"percentile value {fraction.sql('postgres')} is not between 0 and 1", node)
     ordered = order.expressions[0]
     arg, t = b.value(ordered.this)
     if name == "percentile_cont":
         if t.kind == "interval":
-            raise _refuse("percentile_cont over an interval is not supported (numbers are; percentile_disc takes "
+            raise refuse("percentile_cont over an interval is not supported (numbers are; percentile_disc takes "
                           "any type)", node)
         if not (t.number or t.untyped):
-            raise _refuse(f"function percentile_cont(double precision) within group ({t}) does not exist", node)
+            raise refuse(f"function percentile_cont(double precision) within group ({t}) does not exist", node)
         arg, t = b.cast_to((arg, t), T.DOUBLE, node), T.DOUBLE
     elif t.untyped:
         arg, t = b.cast_to((arg, t), T.TEXT, node), T.TEXT
@@ -202,7 +196,7 @@ def _within_group(b: Binder, node: exp.WithinGroup) -> Typed:
 
 
 def _bare_percentile(b: Binder, node: exp.Expression) -> Typed:
-    raise _refuse(f"WITHIN GROUP is required for ordered-set aggregate {_ordered_name(node)}: write "
+    raise refuse(f"WITHIN GROUP is required for ordered-set aggregate {_ordered_name(node)}: write "
                   f"{_ordered_name(node)}(fraction) WITHIN GROUP (ORDER BY x)", node)
 
 
@@ -227,10 +221,10 @@ def _window(b: Binder, node: exp.Window) -> Typed:
 
     ordered = node.this.this if isinstance(node.this, exp.WithinGroup) else node.this
     if isinstance(ordered, (exp.PercentileCont, exp.PercentileDisc)):
-        raise _refuse(f"OVER is not supported for ordered-set aggregate {_ordered_name(ordered)}", node)
+        raise refuse(f"OVER is not supported for ordered-set aggregate {_ordered_name(ordered)}", node)
     func, t = b.value(node.this, keep=True)
     if t.kind == "interval" and not isinstance(func, type(node.this)):  # an aggregate rewritten over fields
-        raise _refuse(f"{_name(node.this)}(interval) over a window is not supported", node)
+        raise refuse(f"{_name(node.this)}(interval) over a window is not supported", node)
     partition = []
     for p in node.args.get("partition_by") or []:
         value, pt = b.value(p)
@@ -270,7 +264,7 @@ def _over_calls(func: exp.Expression, window: exp.Window) -> exp.Expression:
 
 def _rank(b: Binder, node: exp.Expression) -> Typed:
     if node.expressions if hasattr(node, "expressions") else False:
-        raise _refuse(f"{_name(node)}() takes no arguments", node)
+        raise refuse(f"{_name(node)}() takes no arguments", node)
     return type(node)(), T.BIGINT
 
 

@@ -25,7 +25,7 @@ from typing import Sequence
 from sqlglot import exp
 
 from millpond.sql.semantics import types as T
-from millpond.sql.semantics.types import SqlType
+from millpond.sql.semantics.types import SqlType, refuse
 
 __all__ = ["assignable", "assign_outputs", "literal_for", "column_type"]
 
@@ -67,8 +67,6 @@ def assign_outputs(binder, root: exp.Expression, columns: Sequence[tuple[str, Sq
     """The bound query ``root``'s outputs as the ``columns`` (name, type) they are stored into:
     refused (SQLSTATE 42804) where PostgreSQL has no assignment cast; written as text into a text
     column."""
-    from millpond.sql.semantics.rewrite import refuse
-
     select = root
     while isinstance(select, exp.Subquery):
         select = select.this

@@ -6,13 +6,18 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal, InvalidOperation
+from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
 from millpond.engine.expressions import mp
-from millpond.sql.semantics import types as T
-from millpond.sql.semantics.rewrite import Binder, Typed, refuse
-from millpond.sql.semantics.types import SqlType
+from millpond.sql.semantics import intervals, jsonb, numerics, types as T
+from millpond.sql.semantics.constants import parse_constant
+from millpond.sql.semantics.nested import array_constant, cast_nested, map_constant, record_constant
+from millpond.sql.semantics.types import SqlType, Typed, refuse
+
+if TYPE_CHECKING:
+    from millpond.sql.semantics.rewrite import Binder
 
 __all__ = ["cast", "literal_as", "HANDLERS"]
 
@@ -53,19 +58,11 @@ def literal_as(node: exp.Expression, target: SqlType, at: exp.Expression) -> exp
     if text is None:
         return cast(node, T.TEXT, target, at)
     if target.kind == "array":  # '{1,2,NULL}': PostgreSQL's array input
-        from millpond.sql.semantics.nested import array_constant
-
-        return array_constant(text, target, at)
+        return array_constant(text, target, at, literal_as)
     if target.kind == "jsonb":
-        from millpond.sql.semantics.jsonb import constant
-
-        return constant(text, at)
+        return jsonb.constant(text, at)
     if target.kind in ("record", "map"):  # '(1,x)': PostgreSQL's record input; '{a:1}': a map's text
-        from millpond.sql.semantics.nested import map_constant, record_constant
-
-        return (record_constant if target.kind == "record" else map_constant)(text, target, at)
-    from millpond.sql.semantics.constants import parse_constant
-
+        return (record_constant if target.kind == "record" else map_constant)(text, target, at, literal_as)
     return parse_constant(text, target, at)
 
 
@@ -158,16 +155,10 @@ def cast(node: exp.Expression, source: SqlType, target: SqlType, at: exp.Express
     if source == target or (source.kind == target.kind and not target.decimal and not target.nested):
         return node
     if source.kind == "jsonb" or target.kind == "jsonb":
-        from millpond.sql.semantics.jsonb import cast_jsonb
-
-        return cast_jsonb(node, source, target, at)
+        return jsonb.cast_jsonb(node, source, target, at)
     if source.nested or target.nested:
-        from millpond.sql.semantics.nested import cast_nested
-
-        return cast_nested(node, source, target, at)
+        return cast_nested(node, source, target, at, cast)
     if target.dynamic or source.dynamic:
-        from millpond.sql.semantics import numerics
-
         if target.dynamic and (source.integer or source.decimal or source.kind == "null"):
             return numerics.of(node, source)
         if source.dynamic and target.kind == "text":
@@ -187,9 +178,7 @@ def cast(node: exp.Expression, source: SqlType, target: SqlType, at: exp.Express
             raise refuse("casting a NUMERIC without a declared scale (or a quotient) to text is not supported: "
                          "PostgreSQL prints its own scale; cast to NUMERIC(p,s) first", at)
         if source.kind == "interval":
-            from millpond.sql.semantics.intervals import text
-
-            return text(node)
+            return intervals.text(node)
         if source.kind == "timestamp with time zone":  # shown in millpond's TimeZone, UTC
             return exp.DPipe(this=_to(mp("TZ_TO_TS", node), T.TEXT), expression=exp.Literal.string("+00"), safe=False)
     if source.kind == "timestamp with time zone" and target.kind in ("timestamp", "date"):

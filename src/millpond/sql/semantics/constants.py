@@ -21,18 +21,12 @@ from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
 from sqlglot import exp
 
-from millpond.sql.semantics import types as T
-from millpond.sql.semantics.types import SqlType
+from millpond.sql.semantics import intervals, types as T
+from millpond.sql.semantics.types import SqlType, refuse
 
 __all__ = ["parse_constant", "bytea_value", "interval_parts", "interval_node", "interval_value", "MICROS_PER_DAY"]
 
 MICROS_PER_DAY = 86_400_000_000
-
-
-def _error(message: str, at: exp.Expression, sqlstate: str | None = None):
-    from millpond.sql.semantics.rewrite import refuse
-
-    return refuse(message, at, sqlstate=sqlstate)
 
 
 def _q(text: str) -> str:
@@ -45,23 +39,23 @@ def parse_constant(text: str, target: SqlType, at: exp.Expression) -> exp.Expres
     kind = target.kind
     if target.integer:
         if not re.fullmatch(r"[+-]?\d+", s):
-            raise _error(f"invalid input syntax for type {kind}: {_q(text)}", at, "22P02")
+            raise refuse(f"invalid input syntax for type {kind}: {_q(text)}", at, sqlstate="22P02")
         n = int(s)
         bits = {"smallint": 15, "integer": 31, "bigint": 63}[kind]
         if not -(2**bits) <= n < 2**bits:
-            raise _error(f"value {_q(text)} is out of range for type {kind}", at, "22003")
+            raise refuse(f"value {_q(text)} is out of range for type {kind}", at, sqlstate="22003")
         return exp.Cast(this=exp.Literal.number(n), to=T.datatype(target))
     if target.decimal:
         try:
             d = Decimal(s)
         except InvalidOperation:
-            raise _error(f"invalid input syntax for type numeric: {_q(text)}", at, "22P02") from None
+            raise refuse(f"invalid input syntax for type numeric: {_q(text)}", at, sqlstate="22P02") from None
         if not d.is_finite():
-            raise _error("NUMERIC NaN and Infinity are not supported (Spark and DuckDB decimals have no such "
+            raise refuse("NUMERIC NaN and Infinity are not supported (Spark and DuckDB decimals have no such "
                          "values); use double precision", at)
         d = d.quantize(Decimal(1).scaleb(-target.scale), rounding=ROUND_HALF_UP)
         if abs(d) >= Decimal(10) ** (target.precision - target.scale):
-            raise _error(f"numeric field overflow: {text!r} does not fit {target}", at)
+            raise refuse(f"numeric field overflow: {text!r} does not fit {target}", at)
         return exp.Cast(this=exp.Literal.number(format(d, "f")), to=T.datatype(target))
     if target.float:
         low = s.lower()
@@ -72,21 +66,21 @@ def parse_constant(text: str, target: SqlType, at: exp.Expression) -> exp.Expres
         try:
             value = float(s)
         except ValueError:
-            raise _error(f"invalid input syntax for type {kind}: {_q(text)}", at, "22P02") from None
+            raise refuse(f"invalid input syntax for type {kind}: {_q(text)}", at, sqlstate="22P02") from None
         if math.isinf(value):
-            raise _error(f"{_q(text)} is out of range for type {kind}", at, "22003")
+            raise refuse(f"{_q(text)} is out of range for type {kind}", at, sqlstate="22003")
         return exp.Cast(this=exp.Literal.string(repr(value)), to=T.datatype(target))
     if kind == "boolean":
         return exp.Boolean(this=_boolean(s, text, at))
     if kind == "date":
         m = re.fullmatch(r"(\d{4})-(\d{1,2})-(\d{1,2})", s)
         if not m:
-            raise _error(f"invalid input syntax for type date: {_q(text)} (millpond reads the ISO form YYYY-MM-DD)", at,
-                         "22007")
+            raise refuse(f"invalid input syntax for type date: {_q(text)} (millpond reads the ISO form YYYY-MM-DD)", at,
+                         sqlstate="22007")
         try:
             date(*map(int, m.groups()))
         except ValueError:  # PostgreSQL's words: a month 13, a February 30th
-            raise _error(f"date/time field value out of range: {_q(text)}", at, "22008") from None
+            raise refuse(f"date/time field value out of range: {_q(text)}", at, sqlstate="22008") from None
         return exp.Cast(this=exp.Literal.string("{}-{:02d}-{:02d}".format(*map(int, m.groups()))),
                         to=T.datatype(T.DATE))
     if kind == "timestamp":
@@ -94,7 +88,7 @@ def parse_constant(text: str, target: SqlType, at: exp.Expression) -> exp.Expres
     if kind == "time without time zone":
         m = re.fullmatch(r"(\d{1,2}):(\d{2})(?::(\d{2})(?:\.(\d{1,6}))?)?", s)
         if not m or int(m.group(1)) > 23 or int(m.group(2)) > 59 or int(m.group(3) or 0) > 59:
-            raise _error(f"invalid input syntax for type time: {_q(text)} (use HH:MM[:SS[.ffffff]])", at, "22007")
+            raise refuse(f"invalid input syntax for type time: {_q(text)} (use HH:MM[:SS[.ffffff]])", at, sqlstate="22007")
         h, mi, sec, frac = m.groups()
         value = f"{int(h):02d}:{int(mi):02d}:{int(sec or 0):02d}" + (f".{frac.ljust(6, '0')}" if frac else "")
         return exp.Cast(this=exp.Literal.string(value), to=T.datatype(T.TIME))
@@ -106,7 +100,7 @@ def parse_constant(text: str, target: SqlType, at: exp.Expression) -> exp.Expres
         return exp.Literal.string(text)
     if kind == "bytea":  # its bytes as hex digits: UNHEX reads them alike in Spark and DuckDB
         return exp.Unhex(this=exp.Literal.string(bytea_value(text, at).hex()))
-    raise _error(f"constants of type {target} are not supported", at)
+    raise refuse(f"constants of type {target} are not supported", at)
 
 
 def bytea_value(text: str, at: exp.Expression | None = None) -> bytes:
@@ -120,9 +114,9 @@ def bytea_value(text: str, at: exp.Expression | None = None) -> bytes:
         digits = re.sub(r"\s", "", text[2:])
         bad = re.search(r"[^0-9a-fA-F]", digits)
         if bad:
-            raise _error(f'invalid hexadecimal digit: "{bad.group()}"', at, "22023")
+            raise refuse(f'invalid hexadecimal digit: "{bad.group()}"', at, sqlstate="22023")
         if len(digits) % 2:
-            raise _error("invalid hexadecimal data: odd number of digits", at, "22023")
+            raise refuse("invalid hexadecimal data: odd number of digits", at, sqlstate="22023")
         return bytes.fromhex(digits)
     out, i = bytearray(), 0
     while i < len(text):
@@ -137,7 +131,7 @@ def bytea_value(text: str, at: exp.Expression | None = None) -> bytes:
             out.append(int(text[i + 1:i + 4], 8))
             i += 4
         else:
-            raise _error("invalid input syntax for type bytea", at, "22P02")
+            raise refuse("invalid input syntax for type bytea", at, sqlstate="22P02")
     return bytes(out)
 
 
@@ -148,14 +142,14 @@ def _boolean(s: str, text: str, at: exp.Expression) -> bool:
         return True
     if low and any(f.startswith(low) for f in falses) and not any(t.startswith(low) for t in trues):
         return False
-    raise _error(f"invalid input syntax for type boolean: {_q(text)}", at, "22P02")
+    raise refuse(f"invalid input syntax for type boolean: {_q(text)}", at, sqlstate="22P02")
 
 
 def _timestamp(s: str, text: str, at: exp.Expression, kind: str = "timestamp") -> str:
     m = re.fullmatch(r"(\d{4})-(\d{1,2})-(\d{1,2})(?:[ T](\d{1,2}):(\d{2})(?::(\d{2})(?:\.(\d{1,6}))?)?)?", s)
     if not m:
-        raise _error(f"invalid input syntax for type {kind}: {_q(text)} (millpond reads the ISO form YYYY-MM-DD "
-                     f"HH:MM:SS[.ffffff]{'[+HH:MM]' if kind != 'timestamp' else ''})", at, "22007")
+        raise refuse(f"invalid input syntax for type {kind}: {_q(text)} (millpond reads the ISO form YYYY-MM-DD "
+                     f"HH:MM:SS[.ffffff]{'[+HH:MM]' if kind != 'timestamp' else ''})", at, sqlstate="22007")
     y, mo, d, h, mi, sec, frac = m.groups()
     out = f"{int(y):04d}-{int(mo):02d}-{int(d):02d} {int(h or 0):02d}:{int(mi or 0):02d}:{int(sec or 0):02d}"
     return out + (f".{frac.ljust(6, '0')}" if frac else "")
@@ -177,7 +171,7 @@ def _timestamptz(s: str, text: str, at: exp.Expression) -> str:
             sign = -1 if zone.group(2) == "-" else 1
             offset = sign * timedelta(hours=int(zone.group(3)), minutes=int(zone.group(4) or 0))
     elif re.search(r"[a-zA-Z]{2,}|/", s.split(" ", 1)[-1] if " " in s else ""):
-        raise _error(f"timestamptz constant {text!r}: a time zone name is not supported; write an offset "
+        raise refuse(f"timestamptz constant {text!r}: a time zone name is not supported; write an offset "
                      "(+02:00) or UTC", at)
     local = datetime.fromisoformat(_timestamp(s.strip(), text, at, "timestamp with time zone"))
     instant = local - offset
@@ -214,7 +208,7 @@ def interval_parts(text: str, at: exp.Expression | None = None) -> tuple[int, in
     tokens = s.split()
     i = 0
     if not tokens:
-        raise _error(f"invalid input syntax for type interval: {_q(text)}", at, "22007")
+        raise refuse(f"invalid input syntax for type interval: {_q(text)}", at, sqlstate="22007")
     while i < len(tokens):
         tok = tokens[i]
         clock = re.fullmatch(r"([+-]?)(\d+):(\d{1,2})(?::(\d{1,2}(?:\.\d{1,6})?))?", tok)
@@ -234,13 +228,13 @@ def interval_parts(text: str, at: exp.Expression | None = None) -> tuple[int, in
             i += 1
             continue
         if not number or i + 1 >= len(tokens):
-            raise _error(f"invalid input syntax for type interval: {_q(text)} (use e.g. '1 day 02:00:00', "
-                         "'90 minutes', '1 year 2 mons')", at, "22007")
+            raise refuse(f"invalid input syntax for type interval: {_q(text)} (use e.g. '1 day 02:00:00', "
+                         "'90 minutes', '1 year 2 mons')", at, sqlstate="22007")
         unit = tokens[i + 1].rstrip(",")
         unit = _ALIASES.get(unit, unit)
         if unit not in _UNITS:
-            raise _error(f"invalid input syntax for type interval: {_q(text)} (unknown unit {tokens[i + 1]!r})", at,
-                         "22007")
+            raise refuse(f"invalid input syntax for type interval: {_q(text)} (unknown unit {tokens[i + 1]!r})", at,
+                         sqlstate="22007")
         value = Decimal(tok)
         um, ud, uu = _UNITS[unit]
         if um:
@@ -260,13 +254,9 @@ def interval_parts(text: str, at: exp.Expression | None = None) -> tuple[int, in
 
 
 def interval_node(months: int, days: int, micros: int) -> exp.Expression:
-    from millpond.sql.semantics.intervals import constant
-
-    return constant(months, days, micros)
+    return intervals.constant(months, days, micros)
 
 
 def interval_value(node: exp.Expression) -> tuple[int, int, int] | None:
     """The (months, days, microseconds) of a constant interval node, or None."""
-    from millpond.sql.semantics.intervals import value
-
-    return value(node)
+    return intervals.value(node)

@@ -14,28 +14,17 @@ from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
-from millpond.sql.semantics import types as T
-from millpond.sql.semantics.constants import interval_node, interval_parts, parse_constant
 from millpond.engine.expressions import mp
+from millpond.sql.semantics import intervals, types as T
+from millpond.sql.semantics.casts import cast as _cast, literal_as
+from millpond.sql.semantics.constants import interval_node, interval_parts, parse_constant
 from millpond.sql.semantics.to_char import TO_CHAR_PATTERNS, to_char
-from millpond.sql.semantics.types import SqlType
+from millpond.sql.semantics.types import SqlType, Typed, refuse
 
 if TYPE_CHECKING:
-    from millpond.sql.semantics.rewrite import Binder, Typed
+    from millpond.sql.semantics.rewrite import Binder
 
 __all__ = ["temporal_arith", "to_char", "date_part", "HANDLERS", "EXTRACT_FIELDS", "TRUNC_UNITS", "TO_CHAR_PATTERNS"]
-
-
-def _refuse(message: str, at: exp.Expression):
-    from millpond.sql.semantics.rewrite import refuse
-
-    return refuse(message, at)
-
-
-def _cast(node: exp.Expression, source: SqlType, target: SqlType, at: exp.Expression) -> exp.Expression:
-    from millpond.sql.semantics.casts import cast
-
-    return cast(node, source, target, at)
 
 
 def _lit(n: int | str) -> exp.Literal:
@@ -58,9 +47,6 @@ _DATETIME = ("date", "timestamp", "timestamp with time zone")
 
 def temporal_arith(b: Binder, op: str, left: Typed, right: Typed, at: exp.Expression) -> Typed:
     """``left op right`` where one side is a date, a timestamp or an interval."""
-    from millpond.sql.semantics import intervals
-    from millpond.sql.semantics.casts import literal_as
-
     (l, lt), (r, rt) = left, right
     if lt.untyped and rt.kind in _DATETIME and op == "-":
         l, lt = literal_as(l, rt, at), rt
@@ -99,7 +85,7 @@ def temporal_arith(b: Binder, op: str, left: Typed, right: Typed, at: exp.Expres
         factor = _cast(r, rt, T.DOUBLE, at) if rt.number else exp.Cast(this=r, to=T.datatype(T.DOUBLE))
         out = intervals.multiply(l, factor) if op == "*" else intervals.divide(l, factor)
         return out, T.INTERVAL
-    raise _refuse(f"operator is not supported: {lt} {op} {rt}", at)
+    raise refuse(f"operator is not supported: {lt} {op} {rt}", at)
 
 
 def _interval(b: Binder, node: exp.Interval) -> Typed:
@@ -107,7 +93,7 @@ def _interval(b: Binder, node: exp.Interval) -> Typed:
     unit = node.args.get("unit")
     if unit is not None:
         if isinstance(unit, exp.IntervalSpan):
-            raise _refuse("INTERVAL '...' <unit> TO <unit> is not supported; write INTERVAL '1 day 02:00:00'", node)
+            raise refuse("INTERVAL '...' <unit> TO <unit> is not supported; write INTERVAL '1 day 02:00:00'", node)
         text = f"{text} {unit.name}"
     return interval_node(*interval_parts(text, node)), T.INTERVAL
 
@@ -132,7 +118,7 @@ def _field_name(node: exp.Expression, at: exp.Expression) -> str:
     name = (node.name if isinstance(node, (exp.Var, exp.Literal, exp.Column)) else node.sql()).lower()
     name = _FIELD_ALIASES.get(name, name)
     if name not in EXTRACT_FIELDS:
-        raise _refuse(f"EXTRACT/date_part field {name!r} is not supported (supported: "
+        raise refuse(f"EXTRACT/date_part field {name!r} is not supported (supported: "
                       f"{', '.join(EXTRACT_FIELDS)})", at)
     return name
 
@@ -142,17 +128,15 @@ def extract_numeric(name: str, value: Typed, at: exp.Expression) -> Typed:
     node, t = value
     scale, needs_time = EXTRACT_FIELDS[name]
     if t.kind == "interval":
-        from millpond.sql.semantics.intervals import extract
-
-        return extract(name, node, at)
+        return intervals.extract(name, node, at)
     if t.kind == "timestamp with time zone":  # its fields in millpond's TimeZone, UTC
         node, t = _cast(node, t, T.TIMESTAMP, at), T.TIMESTAMP
     if t.kind == "date":
         if needs_time:
-            raise _refuse(f'unit "{name}" not supported for type date', at)
+            raise refuse(f'unit "{name}" not supported for type date', at)
         scale = 0
     elif t.kind != "timestamp":
-        raise _refuse(f"EXTRACT from {t} is not supported (from date, timestamp or interval)", at)
+        raise refuse(f"EXTRACT from {t} is not supported (from date, timestamp or interval)", at)
     ts = _cast(node, t, T.TIMESTAMP, at)
     if name == "second":
         out = _micros_as_decimal(field("second_micros", ts))
@@ -198,7 +182,7 @@ def _extract(b: Binder, node: exp.Extract) -> Typed:
 
 def date_part(b: Binder, node: exp.Expression, args: list[exp.Expression]) -> Typed:
     if len(args) != 2 or not (isinstance(args[0], exp.Literal) and args[0].is_string):
-        raise _refuse("date_part takes a constant field name and a date, timestamp or interval", node)
+        raise refuse("date_part takes a constant field name and a date, timestamp or interval", node)
     name = _field_name(args[0], node)
     out, _ = extract_numeric(name, b.value(args[1]), node)
     return exp.Cast(this=out, to=T.datatype(T.DOUBLE)), T.DOUBLE
@@ -215,12 +199,12 @@ def _date_trunc(b: Binder, node: exp.Expression) -> Typed:
             "minutes": "minute", "hours": "hour", "days": "day", "weeks": "week", "months": "month",
             "quarters": "quarter", "years": "year"}.get(name, name)
     if name not in TRUNC_UNITS:
-        raise _refuse(f"date_trunc unit {name!r} is not supported (supported: {', '.join(TRUNC_UNITS)})", node)
+        raise refuse(f"date_trunc unit {name!r} is not supported (supported: {', '.join(TRUNC_UNITS)})", node)
     if node.args.get("zone") is not None:
-        raise _refuse("date_trunc with a time zone argument is not supported (millpond's TimeZone is UTC)", node)
+        raise refuse("date_trunc with a time zone argument is not supported (millpond's TimeZone is UTC)", node)
     value, t = b.value(node.this)
     if t.kind not in _DATETIME:
-        raise _refuse(f"date_trunc of {t} is not supported (of a timestamp, a timestamptz or a date)", node)
+        raise refuse(f"date_trunc of {t} is not supported (of a timestamp, a timestamptz or a date)", node)
     if t.kind == "timestamp":
         return mp("DATE_TRUNC", exp.Literal.string(name), value), T.TIMESTAMP
     # a date is a timestamptz here (PostgreSQL's choice of date_trunc); both truncate in UTC
@@ -233,21 +217,19 @@ def _date_bin(b: Binder, node: exp.DateBin) -> Typed:
     """``date_bin(stride, ts[, origin])``: the start of the stride-long bin ``ts`` falls in, bins
     aligned to ``origin`` (PostgreSQL requires it; millpond defaults it to the Unix epoch, as TUMBLE
     and HOP align). The stride is a constant without months, as PostgreSQL requires."""
-    from millpond.sql.semantics import intervals
-
     stride, st = b.value(node.this)
     known = intervals.value(stride) if st.kind == "interval" else None
     if known is None:
-        raise _refuse("date_bin's stride must be an INTERVAL constant", node)
+        raise refuse("date_bin's stride must be an INTERVAL constant", node)
     months, days, micros = known
     if months:
-        raise _refuse("timestamps cannot be binned into intervals containing months or years", node)
+        raise refuse("timestamps cannot be binned into intervals containing months or years", node)
     size = days * 86_400_000_000 + micros
     if size <= 0:
-        raise _refuse("stride must be greater than zero", node)
+        raise refuse("stride must be greater than zero", node)
     value, t = b.value(node.expression)
     if t.kind not in ("timestamp", "timestamp with time zone"):
-        raise _refuse(f"function date_bin(interval, {t}) does not exist (it bins a timestamp or a timestamptz)", node)
+        raise refuse(f"function date_bin(interval, {t}) does not exist (it bins a timestamp or a timestamptz)", node)
     origin_arg = node.args.get("origin") or node.args.get("unit")  # sqlglot reads PostgreSQL's third argument as unit
     if origin_arg is None:
         origin: exp.Expression = parse_constant("1970-01-01 00:00:00", T.TIMESTAMP, node)
@@ -268,7 +250,7 @@ def _date_bin(b: Binder, node: exp.DateBin) -> Typed:
 # -- current date and time ------------------------------------------------------------------------
 def _now(b: Binder, node: exp.Expression) -> Typed:
     if b.view:
-        raise _refuse(f"{node.sql('postgres')} in a materialized view is not supported: each row would keep the "
+        raise refuse(f"{node.sql('postgres')} in a materialized view is not supported: each row would keep the "
                       "time of the epoch that computed it", node)
     if isinstance(node, exp.CurrentDate):
         return node, T.DATE

@@ -23,18 +23,12 @@ from millpond.pyfunctions import Spec
 from millpond.sql.semantics.jsonb import BY_NAME as JSONB_BY_NAME, HANDLERS as JSONB
 from millpond.sql.semantics.nested import BY_NAME as NESTED_BY_NAME, HANDLERS as NESTED, array_cat, subscript
 from millpond.sql.semantics.regex import check_pattern, regexp_extract, regexp_like, regexp_replace
-from millpond.sql.semantics.types import SqlType
+from millpond.sql.semantics.types import SqlType, Typed, refuse
 
 if TYPE_CHECKING:
-    from millpond.sql.semantics.rewrite import Binder, Typed
+    from millpond.sql.semantics.rewrite import Binder
 
 __all__ = ["function", "FUNCTIONS", "AGGREGATES", "WINDOW_FUNCTIONS"]
-
-
-def _refuse(message: str, at: exp.Expression):
-    from millpond.sql.semantics.rewrite import refuse
-
-    return refuse(message, at)
 
 
 def _cast(typed: Typed, target: SqlType, b: Binder, at: exp.Expression) -> exp.Expression:
@@ -44,17 +38,17 @@ def _cast(typed: Typed, target: SqlType, b: Binder, at: exp.Expression) -> exp.E
 def _text(b: Binder, node: exp.Expression | None, at: exp.Expression) -> exp.Expression:
     """An argument converted to text, as PostgreSQL's ``text`` parameters take it."""
     if node is None:
-        raise _refuse(f"{_name(at)}: missing argument", at)
+        raise refuse(f"{_name(at)}: missing argument", at)
     typed = b.value(node)
     return _cast(typed, T.TEXT, b, at) if typed[1].kind != "text" else typed[0]
 
 
 def _int(b: Binder, node: exp.Expression | None, at: exp.Expression) -> exp.Expression:
     if node is None:
-        raise _refuse(f"{_name(at)}: missing argument", at)
+        raise refuse(f"{_name(at)}: missing argument", at)
     typed = b.value(node)
     if not (typed[1].integer or typed[1].untyped):
-        raise _refuse(f"{_name(at)}: argument {node.sql('postgres')} must be an integer, not {typed[1]}", at)
+        raise refuse(f"{_name(at)}: argument {node.sql('postgres')} must be an integer, not {typed[1]}", at)
     return _cast(typed, T.INTEGER, b, at) if typed[1].untyped else typed[0]
 
 
@@ -83,7 +77,7 @@ def _case_fn(name: str) -> Callable[[Binder, exp.Expression], Typed]:
 
 def _strpos(b: Binder, node: exp.StrPosition) -> Typed:
     if node.args.get("position") is not None or node.args.get("occurrence") is not None:
-        raise _refuse("position/strpos take two arguments", node)
+        raise refuse("position/strpos take two arguments", node)
     return mp("STRPOS", _text(b, node.this, node), _text(b, node.args.get("substr"), node)), T.INTEGER
 
 
@@ -91,18 +85,18 @@ def _substring(b: Binder, node: exp.Substring) -> Typed:
     s = _text(b, node.this, node)
     start_node, length_node = node.args.get("start"), node.args.get("length")
     if start_node is None:
-        raise _refuse("substring needs a start position", node)
+        raise refuse("substring needs a start position", node)
     start_typed = b.value(start_node)
     if start_typed[1].kind in ("text", "unknown"):  # substring(s FROM pattern): a regular expression
         if length_node is not None:
-            raise _refuse("substring(s FROM pattern FOR escape) (SQL regular expressions) is not supported", node)
+            raise refuse("substring(s FROM pattern FOR escape) (SQL regular expressions) is not supported", node)
         return regexp_extract(b, s, start_node, None, node), T.TEXT
     start = _int(b, start_node, node)
     if length_node is None:
         return _call("SUBSTRING", s, _at_least_one(start)), T.TEXT
     length = _int(b, length_node, node)
     if isinstance(length, exp.Literal) and int(length.this) < 0 or isinstance(length, exp.Neg):
-        raise _refuse("negative substring length not allowed", node)
+        raise refuse("negative substring length not allowed", node)
     if _positive_literal(start):
         return _call("SUBSTRING", s, start, length), T.TEXT
     # PostgreSQL counts the characters before position 1 against the length
@@ -122,7 +116,7 @@ def _at_least_one(start: exp.Expression) -> exp.Expression:
 
 def _trim(b: Binder, node: exp.Trim) -> Typed:
     if node.args.get("collation") is not None:
-        raise _refuse("TRIM ... COLLATE is not supported", node)
+        raise refuse("TRIM ... COLLATE is not supported", node)
     where = (node.args.get("position") or "BOTH").upper()
     chars = node.args.get("expression")
     chars_sql = _text(b, chars, node) if chars is not None else exp.Literal.string(" ")
@@ -147,7 +141,7 @@ def _concat(b: Binder, node: exp.Expression) -> Typed:
 def _concat_ws(b: Binder, node: exp.Expression) -> Typed:
     args = [_output_text(b, a, node) for a in node.expressions]
     if len(args) < 2:
-        raise _refuse("concat_ws needs a separator and at least one value", node)
+        raise refuse("concat_ws needs a separator and at least one value", node)
     return _call("CONCAT_WS", *args), T.TEXT
 
 
@@ -156,7 +150,7 @@ def _dpipe(b: Binder, node: exp.DPipe) -> Typed:
     if left[1].kind == "array" or right[1].kind == "array":
         return array_cat(b, node, left, right)
     if left[1].kind != "text" and right[1].kind != "text" and not (left[1].untyped or right[1].untyped):
-        raise _refuse(f"operator does not exist: {left[1]} || {right[1]}", node)
+        raise refuse(f"operator does not exist: {left[1]} || {right[1]}", node)
     l = _cast(left, T.TEXT, b, node) if left[1].kind != "text" else left[0]
     r = _cast(right, T.TEXT, b, node) if right[1].kind != "text" else right[0]
     return exp.DPipe(this=l, expression=r, safe=False), T.TEXT
@@ -197,7 +191,7 @@ def _simple_text(name: str, arity: int) -> Callable[[Binder, exp.Expression], Ty
     def rule(b: Binder, node: exp.Expression) -> Typed:
         args = _args(node)
         if len(args) != arity:
-            raise _refuse(f"{name.lower()} takes {arity} argument(s)", node)
+            raise refuse(f"{name.lower()} takes {arity} argument(s)", node)
         return _call(name, *(_text(b, a, node) for a in args)), T.TEXT
     return rule
 
@@ -207,7 +201,7 @@ def _reverse(b: Binder, node: exp.Expression) -> Typed:
     ``reverse`` reverses grapheme clusters (engine/expressions spells it out)."""
     args = _args(node)
     if len(args) != 1:
-        raise _refuse("reverse takes 1 argument(s)", node)
+        raise refuse("reverse takes 1 argument(s)", node)
     return mp("REVERSE", _text(b, args[0], node)), T.TEXT
 
 
@@ -218,7 +212,7 @@ def _repeat(b: Binder, node: exp.Expression) -> Typed:
 def _split_part(b: Binder, node: exp.SplitPart) -> Typed:
     n = _int(b, node.args.get("part_index"), node)
     if isinstance(n, exp.Literal) and int(n.this) == 0:
-        raise _refuse("field position must not be zero", node)
+        raise refuse("field position must not be zero", node)
     return _call("SPLIT_PART", _text(b, node.this, node), _text(b, node.args.get("delimiter"), node), n), T.TEXT
 
 
@@ -233,7 +227,7 @@ def _ascii(b: Binder, node: exp.Expression) -> Typed:
 def _chr(b: Binder, node: exp.Expression) -> Typed:
     args = node.expressions
     if len(args) != 1:
-        raise _refuse("chr takes one argument", node)
+        raise refuse("chr takes one argument", node)
     return _call("CHR", _int(b, args[0], node)), T.TEXT
 
 
@@ -248,10 +242,10 @@ def _like(b: Binder, node: exp.Expression) -> Typed:
         escape = node.expression
         node = node.this
     if not isinstance(node, (exp.Like, exp.ILike)):
-        raise _refuse(f"ESCAPE is supported after LIKE and ILIKE, not {node.key.upper()}", node)
+        raise refuse(f"ESCAPE is supported after LIKE and ILIKE, not {node.key.upper()}", node)
     value, pattern = _text(b, node.this, node), _text(b, node.expression, node)
     if escape is not None and not (isinstance(escape, exp.Literal) and escape.is_string and len(escape.this) == 1):
-        raise _refuse("LIKE ... ESCAPE needs a one-character constant", node)
+        raise refuse("LIKE ... ESCAPE needs a one-character constant", node)
     esc = escape.this if escape is not None else "\\"  # PostgreSQL's default escape; DuckDB has none
     like = exp.Escape(this=type(node)(this=value, expression=pattern), expression=exp.Literal.string(esc))
     return (exp.Not(this=like) if node.args.get("negate") else like), T.BOOLEAN
@@ -264,7 +258,7 @@ def _number_arg(b: Binder, node: exp.Expression, at: exp.Expression, *, keep: bo
         return b.cast_to(typed, T.DOUBLE if typed[1].kind == "unknown" else T.INTEGER, at), \
             T.DOUBLE if typed[1].kind == "unknown" else T.INTEGER
     if not typed[1].number:
-        raise _refuse(f"function {_name(at)}({typed[1]}) does not exist", at)
+        raise refuse(f"function {_name(at)}({typed[1]}) does not exist", at)
     return typed
 
 
@@ -279,7 +273,7 @@ def _abs(b: Binder, node: exp.Expression) -> Typed:
 
 def _ceil_floor(b: Binder, node: exp.Expression) -> Typed:
     if node.args.get("decimals") is not None or node.args.get("to") is not None:
-        raise _refuse(f"{_name(node)} takes one argument", node)
+        raise refuse(f"{_name(node)} takes one argument", node)
     name = "CEIL" if isinstance(node, exp.Ceil) else "FLOOR"
     x, t = _number_arg(b, node.this, node)
     if t.decimal:
@@ -294,12 +288,12 @@ def _round(b: Binder, node: exp.Round) -> Typed:
     digits = node.args.get("decimals")
     if digits is not None:
         if not t.decimal and not t.integer:
-            raise _refuse(f"function round({t}, integer) does not exist (round(numeric, integer) does: cast "
+            raise refuse(f"function round({t}, integer) does not exist (round(numeric, integer) does: cast "
                           "the value to numeric)", node)
         n = b.value(digits)[0]
         if not (isinstance(n, exp.Literal) and not n.is_string) and not (
                 isinstance(n, exp.Neg) and isinstance(n.this, exp.Literal)):
-            raise _refuse("round(numeric, n) needs a constant n", node)
+            raise refuse("round(numeric, n) needs a constant n", node)
         places = int(n.this) if isinstance(n, exp.Literal) else -int(n.this.this)
         d = T.decimal_of(t)
         x = b.cast_to((x, t), d, node)
@@ -315,7 +309,7 @@ def _round(b: Binder, node: exp.Round) -> Typed:
 
 def _trunc(b: Binder, node: exp.Expression) -> Typed:
     if node.args.get("decimals") is not None:
-        raise _refuse("trunc(numeric, n) is not supported; trunc(x) is", node)
+        raise refuse("trunc(numeric, n) is not supported; trunc(x) is", node)
     x, t = _number_arg(b, node.this, node)
     neg = exp.LT(this=x.copy(), expression=exp.Literal.number(0))
     if t.decimal:
@@ -340,7 +334,7 @@ def _double_fn(name: str) -> Callable[[Binder, exp.Expression], Typed]:
     def rule(b: Binder, node: exp.Expression) -> Typed:
         x, t = _number_arg(b, node.this, node)
         if t.decimal:
-            raise _refuse(f"{name.lower()}(numeric) is not supported (PostgreSQL computes it in NUMERIC); cast the "
+            raise refuse(f"{name.lower()}(numeric) is not supported (PostgreSQL computes it in NUMERIC); cast the "
                           "argument to double precision", node)
         return _call(name, b.cast_to((x, t), T.DOUBLE, node)), T.DOUBLE
     return rule
@@ -348,7 +342,7 @@ def _double_fn(name: str) -> Callable[[Binder, exp.Expression], Typed]:
 
 def _random(b: Binder, node: exp.Expression) -> Typed:
     if b.view:
-        raise _refuse("random() in a materialized view is not supported: a view's rows must be reproducible", node)
+        raise refuse("random() in a materialized view is not supported: a view's rows must be reproducible", node)
     return mp("RANDOM"), T.DOUBLE
 
 
@@ -381,7 +375,7 @@ def _bracket(b: Binder, node: exp.Bracket) -> Typed:
         index = int(node.expressions[0].this) + 1  # sqlglot stores PostgreSQL's 1-based index from 0
         args = inner.expressions
         if len(args) not in (2, 3):
-            raise _refuse("regexp_match takes a string, a pattern and optional flags", inner)
+            raise refuse("regexp_match takes a string, a pattern and optional flags", inner)
         return regexp_extract(b, _text(b, args[0], inner), args[1], args[2] if len(args) == 3 else None, inner,
                               group=index), T.TEXT
     return subscript(b, node)
@@ -401,7 +395,7 @@ def _anonymous(b: Binder, node: exp.Anonymous) -> Typed:
         return group_marker(b, node)
     rule = _BY_NAME.get(name)
     if rule is None:
-        raise _refuse(f"function {name}() is not supported (see the list of supported functions in "
+        raise refuse(f"function {name}() is not supported (see the list of supported functions in "
                       "docs/sql.md)", node)
     return rule(b, node)
 
@@ -411,7 +405,7 @@ def _regexp_match_alone(b: Binder, node: exp.Expression) -> Typed:
     there are none) as a text array; NULL without a match."""
     args = node.expressions
     if len(args) not in (2, 3):
-        raise _refuse("regexp_match takes a string, a pattern and optional flags", node)
+        raise refuse("regexp_match takes a string, a pattern and optional flags", node)
     s = _text(b, args[0], node)
     flags = args[2] if len(args) == 3 else None
     groups = max(re.compile(check_pattern(args[1], node)).groups, 1)
@@ -468,7 +462,7 @@ def _function_argument(b: Binder, node: exp.Anonymous) -> Typed:
     target = T.from_catalog(declared.name)
     value, t = b.value(arg)
     if not T.implicit(t, target):
-        raise _refuse(f"function {fname.name}({t}) does not exist: no implicit cast from {t} to {target} "
+        raise refuse(f"function {fname.name}({t}) does not exist: no implicit cast from {t} to {target} "
                       f"(add an explicit cast)", arg)
     return b.cast_to((value, t), target, arg), target
 
@@ -486,7 +480,7 @@ def function(b: Binder, node: exp.Expression) -> Typed:
     if rule is None:
         what = _name(node) if isinstance(node, exp.Func) else _CONSTRUCTS.get(node.key, node.key.upper())
         kind = "function" if isinstance(node, exp.Func) else "construct"
-        raise _refuse(f"{kind} {what}{'()' if kind == 'function' else ''} is not supported (see the list of "
+        raise refuse(f"{kind} {what}{'()' if kind == 'function' else ''} is not supported (see the list of "
                       "supported functions in docs/sql.md)", node)
     return rule(b, node)
 

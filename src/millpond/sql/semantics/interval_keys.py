@@ -18,10 +18,11 @@ from sqlglot import exp
 from millpond.engine.expressions import is_mp, mp
 from millpond.errors import SqlError
 from millpond.sql.semantics import types as T
+from millpond.sql.semantics.types import Typed
 from millpond.sql.semantics.intervals import DAY, make, normal, parts, span
 
 if TYPE_CHECKING:
-    from millpond.sql.semantics.rewrite import Binder, Typed
+    from millpond.sql.semantics.rewrite import Binder
 
 __all__ = ["sort_key", "of_sort_key", "group_by_span", "group_marker", "normalize_keys", "GROUP_KEY", "GROUP_VALUE"]
 

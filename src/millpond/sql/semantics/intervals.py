@@ -47,9 +47,10 @@ from sqlglot import exp
 
 from millpond.engine.expressions import is_mp, mp
 from millpond.sql.semantics import types as T
+from millpond.sql.semantics.types import Typed, refuse
 
 if TYPE_CHECKING:
-    from millpond.sql.semantics.rewrite import Binder, Typed
+    from millpond.sql.semantics.rewrite import Binder
 
 __all__ = ["constant", "value", "make", "parts", "span", "normal", "of_span", "add", "negate", "multiply",
            "divide", "text", "extract", "justify", "ts_diff", "ts_add", "EXTRACT_FIELDS", "JUSTIFY", "DAY"]
@@ -57,12 +58,6 @@ __all__ = ["constant", "value", "make", "parts", "span", "normal", "of_span", "a
 DAY = 86_400_000_000  # microseconds
 HOUR, MINUTE, SECOND = 3_600_000_000, 60_000_000, 1_000_000
 _FIELDS = ("months", "days", "micros")
-
-
-def _refuse(message: str, at: exp.Expression):
-    from millpond.sql.semantics.rewrite import refuse
-
-    return refuse(message, at)
 
 
 def _n(v: int | float) -> exp.Expression:
@@ -248,10 +243,13 @@ def divide(a: exp.Expression, factor: exp.Expression) -> exp.Expression:
 def ts_diff(a: exp.Expression, b: exp.Expression) -> exp.Expression:
     """``a - b`` of two TIMESTAMPs: PostgreSQL's ``justify_hours`` of the difference (days, and the
     time under a day)."""
-    from millpond.sql.semantics.datetime import field
-
-    diff = _sub(field("epoch_us", a), field("epoch_us", b))
+    diff = _sub(_epoch_us(a), _epoch_us(b))
     return make(_n(0), _div(diff, _n(DAY)), _mod(diff.copy(), _n(DAY)))
+
+
+def _epoch_us(ts: exp.Expression) -> exp.Expression:
+    """A TIMESTAMP's microseconds since 1970 (:func:`millpond.sql.semantics.datetime.field`'s ``epoch_us``)."""
+    return mp("FIELD", exp.Literal.string("epoch_us"), ts.copy())
 
 
 def ts_add(ts: exp.Expression, iv: exp.Expression, *, sign: int = 1) -> exp.Expression:
@@ -347,7 +345,7 @@ def extract(name: str, node: exp.Expression, at: exp.Expression) -> Typed:
     months from the months, the clock from the time; the epoch counts a year as 365.25 days and a
     month as 30)."""
     if name not in EXTRACT_FIELDS:
-        raise _refuse(f'unit "{name}" not supported for type interval (supported: {", ".join(EXTRACT_FIELDS)})', at)
+        raise refuse(f'unit "{name}" not supported for type interval (supported: {", ".join(EXTRACT_FIELDS)})', at)
     m, d, u = parts(node)
     year = _div(m, _n(12))
     if name == "epoch":
@@ -411,10 +409,10 @@ def justify(b: Binder, node: exp.Expression) -> Typed:
     else:
         name, args = node.sql_name().lower(), [node.this]
     if len(args) != 1 or args[0] is None:
-        raise _refuse(f"{name} takes one interval", node)
+        raise refuse(f"{name} takes one interval", node)
     arg, t = b.value(args[0])
     if t.untyped:
         arg, t = b.cast_to((arg, t), T.INTERVAL, node), T.INTERVAL
     if t.kind != "interval":
-        raise _refuse(f"function {name}({t}) does not exist", node)
+        raise refuse(f"function {name}({t}) does not exist", node)
     return JUSTIFY[name](arg), T.INTERVAL

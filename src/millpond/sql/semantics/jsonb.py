@@ -27,22 +27,15 @@ from sqlglot import exp
 from millpond import jsonb
 from millpond.engine.expressions import mp
 from millpond.sql.semantics import types as T
-from millpond.sql.semantics.types import SqlType
+from millpond.sql.semantics.types import SqlType, Typed, refuse
 
 if TYPE_CHECKING:
     from millpond.sql.semantics.rewrite import Binder
 
 __all__ = ["HANDLERS", "BY_NAME", "cast_jsonb", "constant", "ELEMENTS"]
 
-Typed = tuple[exp.Expression, SqlType]
 ELEMENTS = ("jsonb_array_elements", "jsonb_array_elements_text")  # set-returning: made unnest by desugar
 _STRICT = exp.Literal.string("fail")  # an operation's error mode; null_on_error makes it 'null'
-
-
-def _refuse(message: str, node: exp.Expression):  # noqa: ANN202
-    from millpond.sql.semantics.rewrite import refuse
-
-    return refuse(message, node)
 
 
 def op(name: str, *args: exp.Expression) -> exp.Anonymous:
@@ -54,7 +47,7 @@ def constant(text: str, at: exp.Expression) -> exp.Expression:
     try:
         return mp("JSONB_CONST", exp.Literal.string(jsonb.canonical(text)))
     except jsonb.JsonbError as exc:
-        raise _refuse(str(exc).split("] ", 1)[1].rsplit(" SQLSTATE", 1)[0], at) from None
+        raise refuse(str(exc).split("] ", 1)[1].rsplit(" SQLSTATE", 1)[0], at) from None
 
 
 def _document(b: "Binder", node: exp.Expression, what: str) -> exp.Expression:
@@ -62,7 +55,7 @@ def _document(b: "Binder", node: exp.Expression, what: str) -> exp.Expression:
     if t.kind == "unknown":
         return constant(value.name, node)
     if t.kind != "jsonb":
-        raise _refuse(f"operator does not exist: {t} {what} (its left side must be jsonb)", node)
+        raise refuse(f"operator does not exist: {t} {what} (its left side must be jsonb)", node)
     return value
 
 
@@ -75,7 +68,7 @@ def _extract(b: "Binder", node: exp.Expression) -> Typed:
     if isinstance(key, exp.JSONPath):
         parts = [p for p in key.expressions if not isinstance(p, exp.JSONPathRoot)]
         if len(parts) != 1 or not isinstance(parts[0], (exp.JSONPathKey, exp.JSONPathSubscript)):
-            raise _refuse(f"{symbol} takes one key or array position", node)
+            raise refuse(f"{symbol} takes one key or array position", node)
         part = parts[0].this
         name = "at" if isinstance(part, int) else "get"
         arg = exp.Literal.number(part) if isinstance(part, int) else exp.Literal.string(part)
@@ -87,7 +80,7 @@ def _extract(b: "Binder", node: exp.Expression) -> Typed:
         elif kt.kind in ("text", "unknown"):
             name = "get"
         else:
-            raise _refuse(f"operator does not exist: jsonb {symbol} {kt}", node)
+            raise refuse(f"operator does not exist: jsonb {symbol} {kt}", node)
     return op(f"{name}_text" if text else name, doc, arg, exp.Boolean(this=text)), T.TEXT if text else T.JSONB
 
 
@@ -105,19 +98,19 @@ def _exists(b: "Binder", node: exp.Expression) -> Typed:
     doc = _document(b, node.this, "?")
     key, kt = b.value(node.expression)
     if kt.kind not in ("text", "unknown"):
-        raise _refuse(f"operator does not exist: jsonb ? {kt}", node)
+        raise refuse(f"operator does not exist: jsonb ? {kt}", node)
     return op("exists", doc, key), T.BOOLEAN
 
 
 def _one(b: "Binder", node: exp.Expression, fn: str) -> exp.Expression:
     args = list(node.expressions)
     if len(args) != 1:
-        raise _refuse(f"{fn} takes one jsonb value", node)
+        raise refuse(f"{fn} takes one jsonb value", node)
     value, t = b.value(args[0])
     if t.kind == "unknown":
         return constant(value.name, args[0])
     if t.kind != "jsonb":
-        raise _refuse(f"function {fn}({t}) does not exist", node)
+        raise refuse(f"function {fn}({t}) does not exist", node)
     return value
 
 
@@ -126,7 +119,7 @@ def _elements(text: bool):  # noqa: ANN202
 
     def rule(b: "Binder", node: exp.Expression) -> Typed:
         if not node.meta.get("set_returning"):  # desugar made it unnest(...) where it may stand
-            raise _refuse(f"{fn}() returns a set of rows: use it as a whole select item or in FROM "
+            raise refuse(f"{fn}() returns a set of rows: use it as a whole select item or in FROM "
                           f"(FROM t, {fn}(t.j) AS e(value))", node)
         doc = _one(b, node, fn)
         return op("elements_text" if text else "elements", doc, exp.Boolean(this=text), _STRICT.copy()), \
@@ -141,8 +134,8 @@ def cast_jsonb(node: exp.Expression, source: SqlType, target: SqlType, at: exp.E
     if source.kind == "jsonb" and target.kind == "text":
         return mp("ATTR", node, exp.Literal.string(jsonb.FIELD))
     if source.kind == "jsonb":
-        raise _refuse(f"cannot cast type jsonb to {target}: take the value as text (j ->> 'k') and cast that", at)
-    raise _refuse(f"cannot cast type {source} to jsonb (cast text: x::text::jsonb)", at)
+        raise refuse(f"cannot cast type jsonb to {target}: take the value as text (j ->> 'k') and cast that", at)
+    raise refuse(f"cannot cast type {source} to jsonb (cast text: x::text::jsonb)", at)
 
 
 HANDLERS = {

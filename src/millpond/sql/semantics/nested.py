@@ -16,39 +16,35 @@ b`` (a NULL element never matches), ``map_keys``/``map_values``. Each becomes an
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from sqlglot import exp
 
 from millpond.engine.expressions import mp
 from millpond.sql.semantics import types as T
-from millpond.sql.semantics.types import SqlType
+from millpond.sql.semantics.types import SqlType, Typed, refuse
 
 if TYPE_CHECKING:
     from millpond.sql.semantics.rewrite import Binder
 
-__all__ = ["HANDLERS", "subscript", "record_constant", "map_constant"]
+__all__ = ["HANDLERS", "subscript", "record_constant", "map_constant", "array_constant", "cast_nested"]
 
-Typed = tuple[exp.Expression, SqlType]
+Cast = Callable[[exp.Expression, SqlType, SqlType, exp.Expression], exp.Expression]  # casts.cast
+Literal = Callable[[exp.Expression, SqlType, exp.Expression], exp.Expression]  # casts.literal_as
+
 
 
 def _q(text: str) -> str:
     return f'"{text}"'  # PostgreSQL quotes the input it could not read so
 
 
-def _refuse(message: str, node: exp.Expression, sqlstate: str | None = None):  # noqa: ANN202
-    from millpond.sql.semantics.rewrite import refuse
-
-    return refuse(message, node, sqlstate=sqlstate)
-
-
 def subscript(b: "Binder", node: exp.Bracket) -> Typed:
     """``a[i]`` of an array, ``m[k]`` of a map."""
     if len(node.expressions) != 1:
-        raise _refuse("subscript one element (a[i]) or one slice (a[i:j])", node)
+        raise refuse("subscript one element (a[i]) or one slice (a[i:j])", node)
     if isinstance(node.this, exp.Bracket) and (isinstance(node.expressions[0], exp.Slice) or
                                                isinstance(node.this.expressions[0], exp.Slice)):
-        raise _refuse("a slice together with another subscript (a[1:2][1], a[1][1:2]) is not supported: PostgreSQL "
+        raise refuse("a slice together with another subscript (a[1:2][1], a[1][1:2]) is not supported: PostgreSQL "
                       "reads every subscript of it as a slice", node)
     container, t = b.value(node.this)
     index = node.expressions[0]
@@ -58,7 +54,7 @@ def subscript(b: "Binder", node: exp.Bracket) -> Typed:
         key, kt = b.value(index)
         return mp("MAP_GET", container, b.cast_to((key, kt), t.args[0], index) if kt != t.args[0] else key), t.args[1]
     if t.kind != "array":
-        raise _refuse(f"cannot subscript type {t} because it is not an array", node)
+        raise refuse(f"cannot subscript type {t} because it is not an array", node)
     # sqlglot keeps a literal index 0-based (PostgreSQL's minus one) and any other index as written
     if isinstance(index, exp.Literal) and index.is_int:
         position: exp.Expression = exp.Literal.number(int(index.name) + 1)
@@ -67,7 +63,7 @@ def subscript(b: "Binder", node: exp.Bracket) -> Typed:
     else:
         value, it = b.value(index)
         if not (it.integer or it.untyped):
-            raise _refuse(f"array subscript must have type integer, not {it}", index)
+            raise refuse(f"array subscript must have type integer, not {it}", index)
         position = value
     return mp("SUBSCRIPT", container, position), t.args[0]
 
@@ -76,9 +72,9 @@ def _slice(b: "Binder", node: exp.Expression, container: exp.Expression, t: SqlT
     """``a[i:j]``: the elements from position i to j (1-based, inclusive, clamped to the array; an
     omitted bound is the array's end; a NULL bound gives NULL)."""
     if t.kind != "array":
-        raise _refuse(f"cannot subscript type {t} because it is not an array", node)
+        raise refuse(f"cannot subscript type {t} because it is not an array", node)
     if t.args[0].kind == "array":
-        raise _refuse("slices of a nested array are not supported (PostgreSQL slices every dimension)", node)
+        raise refuse("slices of a nested array are not supported (PostgreSQL slices every dimension)", node)
     bounds = []
     for bound, default in ((index.this, -(2**31)), (index.expression, 2**31 - 1)):
         if bound is None:
@@ -86,7 +82,7 @@ def _slice(b: "Binder", node: exp.Expression, container: exp.Expression, t: SqlT
             continue
         value, bt = b.value(bound)
         if not (bt.integer or bt.untyped):
-            raise _refuse(f"array subscript must have type integer, not {bt}", bound)
+            raise refuse(f"array subscript must have type integer, not {bt}", bound)
         bounds.append(value)
     return mp("SLICE", container, *bounds), t
 
@@ -97,12 +93,12 @@ def order_key(node: exp.Expression, t: SqlType, at: exp.Expression, null_high: b
     for sorting (``null_high`` given) is never NULL: a NULL record sorts as its leading flag says
     (after the others in ascending order when ``null_high``); for comparing it is NULL."""
     if t.kind == "map":
-        raise _refuse("maps have no order (compare a key's value: m['k'])", at)
+        raise refuse("maps have no order (compare a key's value: m['k'])", at)
     if t.kind not in ("array", "record"):
         return node
     inner = [t.args[0]] if t.kind == "array" else [ft for _, ft in t.args]
     if any(x.nested or x.kind in ("jsonb", "interval") for x in inner):
-        raise _refuse(f"ordering values of type {t} is not supported (an array or record of arrays, records, "
+        raise refuse(f"ordering values of type {t} is not supported (an array or record of arrays, records, "
                       "intervals or jsonb)", at)
     if t.kind == "array":
         return mp("ORDER_KEY", node)
@@ -114,10 +110,10 @@ def _field(b: "Binder", node: exp.Dot) -> Typed:
     record, t = b.value(node.this)
     name = node.expression.name
     if t.kind != "record":
-        raise _refuse(f"column notation .{name} applied to type {t}, which is not a composite type", node)
+        raise refuse(f"column notation .{name} applied to type {t}, which is not a composite type", node)
     fields = dict(t.args)
     if name not in fields:
-        raise _refuse(f"column {name!r} not found in data type {_record(t)}", node)
+        raise refuse(f"column {name!r} not found in data type {_record(t)}", node)
     return mp("ATTR", record, exp.Literal.string(name)), fields[name]
 
 
@@ -129,7 +125,7 @@ def _array(b: "Binder", node: exp.Array) -> Typed:
     typed = b.values(list(node.expressions))
     element = T.common_type([t for _, t in typed]) if typed else None
     if element is None:
-        raise _refuse("ARRAY[] needs elements of one type (an empty ARRAY[] needs a cast: ARRAY[]::INT[])"
+        raise refuse("ARRAY[] needs elements of one type (an empty ARRAY[] needs a cast: ARRAY[]::INT[])"
                       if not typed else f"ARRAY elements have no common type ({', '.join(str(t) for _, t in typed)})", node)
     if element.untyped:
         element = T.TEXT
@@ -147,10 +143,10 @@ def _depth(t: SqlType) -> int:
 def _cardinality(b: "Binder", node: exp.Expression) -> Typed:
     args = list(node.expressions) if isinstance(node, exp.Anonymous) else [node.this]
     if len(args) != 1:
-        raise _refuse("cardinality takes one array", node)
+        raise refuse("cardinality takes one array", node)
     value, t = b.value(args[0])
     if t.kind != "array":
-        raise _refuse(f"function cardinality({t}) does not exist", node)
+        raise refuse(f"function cardinality({t}) does not exist", node)
     return mp("CARDINALITY", value, exp.Literal.number(_depth(t))), T.INTEGER
 
 
@@ -158,20 +154,20 @@ def _array_length(b: "Binder", node: exp.ArraySize) -> Typed:
     value, t = b.value(node.this)
     dim = node.expression
     if t.kind != "array":
-        raise _refuse(f"function array_length({t}, integer) does not exist", node)
+        raise refuse(f"function array_length({t}, integer) does not exist", node)
     if not (isinstance(dim, exp.Literal) and dim.is_int and int(dim.name) >= 1):
-        raise _refuse("array_length(a, n) needs a constant dimension n (1, 2, …)", node)
+        raise refuse("array_length(a, n) needs a constant dimension n (1, 2, …)", node)
     return mp("ARRAY_LENGTH", value, exp.Literal.number(int(dim.name))), T.INTEGER
 
 
 def _two_arrays(b: "Binder", node: exp.Expression, name: str) -> Typed:
     (a, ta), (c, tc) = b.value(node.this), b.value(node.expression)
     if ta.kind != "array" or tc.kind != "array":
-        raise _refuse(f"operator does not exist: {ta} {node.key} {tc}", node)
+        raise refuse(f"operator does not exist: {ta} {node.key} {tc}", node)
     if ta != tc:
         common = T.common_type([ta.args[0], tc.args[0]])
         if common is None:
-            raise _refuse(f"operator does not exist: {ta} {'@>' if name == 'CONTAINS' else '&&'} {tc}", node)
+            raise refuse(f"operator does not exist: {ta} {'@>' if name == 'CONTAINS' else '&&'} {tc}", node)
         a = b.cast_to((a, ta), T.array_of(common), node.this) if ta.args[0] != common else a
         c = b.cast_to((c, tc), T.array_of(common), node.expression) if tc.args[0] != common else c
     return mp(name, a, c), T.BOOLEAN
@@ -181,10 +177,10 @@ def _map_part(fn: str, index: int):  # noqa: ANN202
     def rule(b: "Binder", node: exp.Expression) -> Typed:
         args = list(node.expressions) if isinstance(node, exp.Anonymous) else [node.this]
         if len(args) != 1:
-            raise _refuse(f"{fn} takes one map", node)
+            raise refuse(f"{fn} takes one map", node)
         value, t = b.value(args[0])
         if t.kind != "map":
-            raise _refuse(f"function {fn}({t}) does not exist", node)
+            raise refuse(f"function {fn}({t}) does not exist", node)
         return exp.Anonymous(this=fn.upper(), expressions=[value]), T.array_of(t.args[index])
     return rule
 
@@ -198,22 +194,22 @@ def _unnest(b: "Binder", node: exp.Explode) -> Typed:
             any(s.find(exp.AggFunc, exp.Window) for s in select.expressions) or \
             sum(1 for s in select.expressions if s.find(exp.Explode)) > 1:
         what = f"{node.this.this}(jsonb)" if isinstance(node.this, exp.Anonymous) else "unnest(array)"
-        raise _refuse(f"{what} is supported as a whole select item (one per SELECT, without GROUP BY, "
+        raise refuse(f"{what} is supported as a whole select item (one per SELECT, without GROUP BY, "
                       "aggregates or window functions in that SELECT) or in FROM: FROM t, unnest(t.a) AS u(x)", node)
     value, t = b.value(node.this)
     if t.kind != "array":
-        raise _refuse(f"function unnest({t}) does not exist", node)
+        raise refuse(f"function unnest({t}) does not exist", node)
     return exp.Explode(this=value), t.args[0]
 
 
-def cast_nested(node: exp.Expression, source: SqlType, target: SqlType, at: exp.Expression) -> exp.Expression:
+def cast_nested(node: exp.Expression, source: SqlType, target: SqlType, at: exp.Expression, cast: Cast
+                ) -> exp.Expression:
     """An array as an array of another element type, element by element (where the elements' cast
     is one both engines make alike: between numbers, or to text from text); a ``ROW(...)`` as a
-    record type of as many fields, field by field."""
+    record type of as many fields, field by field, each by ``cast`` (:func:`~millpond.sql.semantics.casts.cast`,
+    which calls this one for nested types)."""
     if source.kind == target.kind == "record" and isinstance(node, exp.Struct) and \
             len(source.args) == len(target.args):  # ROW(...) as a record type: field by position
-        from millpond.sql.semantics.casts import cast
-
         return exp.Struct(expressions=[
             exp.PropertyEQ(this=exp.to_identifier(name), expression=cast(
                 field.expression if isinstance(field, exp.PropertyEQ) else field, st, tt, at))
@@ -223,27 +219,26 @@ def cast_nested(node: exp.Expression, source: SqlType, target: SqlType, at: exp.
         s, t = s.args[0], t.args[0]
     if source.kind == "array" and target.kind == "array" and (s == t or (s.number and t.number) or s.kind == "null"):
         return exp.Cast(this=node, to=T.datatype(target))
-    raise _refuse(f"cannot cast type {source} to {target}", at)
+    raise refuse(f"cannot cast type {source} to {target}", at)
 
 
-def array_constant(text: str, target: SqlType, at: exp.Expression) -> exp.Expression:
+def array_constant(text: str, target: SqlType, at: exp.Expression, literal_as: Literal) -> exp.Expression:
     """PostgreSQL's array input ``{1,2,NULL}``, ``{{1,2},{3,4}}``, ``{"a b","q\\"x"}`` as an
-    ``ARRAY[...]`` of constants of ``target``'s element type."""
-    from millpond.sql.semantics.casts import literal_as
-
+    ``ARRAY[...]`` of constants of ``target``'s element type, each read by ``literal_as``
+    (:func:`~millpond.sql.semantics.casts.literal_as`, which calls this one for arrays)."""
     items, rest = _array_items(text.strip(), at)
     if rest.strip():
-        raise _refuse(f"malformed array literal: {_q(text)}", at, "22P02")
+        raise refuse(f"malformed array literal: {_q(text)}", at, sqlstate="22P02")
     return _array_of(items, target, at, literal_as)
 
 
-def _array_of(items: list, target: SqlType, at: exp.Expression, literal_as) -> exp.Expression:  # noqa: ANN001
+def _array_of(items: list, target: SqlType, at: exp.Expression, literal_as: Literal) -> exp.Expression:
     element = target.args[0]
     values = []
     for item in items:
         if isinstance(item, list):
             if element.kind != "array":
-                raise _refuse(f"malformed array literal: a nested array for {target}", at, "22P02")
+                raise refuse(f"malformed array literal: a nested array for {target}", at, sqlstate="22P02")
             values.append(_array_of(item, element, at, literal_as))
         elif item is None:
             values.append(exp.Cast(this=exp.Null(), to=T.datatype(element)))
@@ -258,7 +253,7 @@ def _array_items(text: str, at: exp.Expression) -> tuple[list, str]:
     """The items of the array text at the start of ``text`` (a str, None for NULL, or a list for a
     nested array) and what follows it."""
     if not text.startswith("{"):
-        raise _refuse(f"malformed array literal: {_q(text)} (an array constant is written '{{1,2,3}}')", at, "22P02")
+        raise refuse(f"malformed array literal: {_q(text)} (an array constant is written '{{1,2,3}}')", at, sqlstate="22P02")
     items: list = []
     i, n = 1, len(text)
     while i < n:
@@ -293,14 +288,14 @@ def _array_items(text: str, at: exp.Expression) -> tuple[list, str]:
         if i < n and text[i] == "}":
             return items, text[i + 1:]
         break
-    raise _refuse(f"malformed array literal: {_q(text)}", at, "22P02")
+    raise refuse(f"malformed array literal: {_q(text)}", at, sqlstate="22P02")
 
 
 def _row(b: "Binder", node: exp.Expression) -> Typed:
     """``ROW(1, 'a')``: a record of the values, its fields named ``f1``, ``f2``... as PostgreSQL
     names an anonymous record's (a string constant or NULL is text, as PostgreSQL resolves it)."""
     if not node.expressions:
-        raise _refuse("ROW() needs at least one value", node)
+        raise refuse("ROW() needs at least one value", node)
     fields, values = [], []
     for i, arg in enumerate(node.expressions, 1):
         value, t = b.value(arg)
@@ -311,45 +306,41 @@ def _row(b: "Binder", node: exp.Expression) -> Typed:
     return exp.Struct(expressions=values), SqlType("record", args=tuple(fields))
 
 
-def record_constant(text: str, target: SqlType, at: exp.Expression) -> exp.Expression:
+def record_constant(text: str, target: SqlType, at: exp.Expression, literal_as: Literal) -> exp.Expression:
     """PostgreSQL's record input ``(1,"a b",)`` (an empty field is NULL) as a record of ``target``'s
-    fields, each read as a constant of its type."""
-    from millpond.sql.semantics.casts import literal_as
-
+    fields, each read as a constant of its type (by ``literal_as``, as :func:`array_constant`)."""
     s = text.strip()
     if not (s.startswith("(") and s.endswith(")")):
-        raise _refuse(f"malformed record literal: {_q(text)} (a record constant is written '(1,x)')", at, "22P02")
+        raise refuse(f"malformed record literal: {_q(text)} (a record constant is written '(1,x)')", at, sqlstate="22P02")
     items = _fields(s[1:-1], ",")
     if len(items) != len(target.args):
-        raise _refuse(f"malformed record literal: {_q(text)}: too {'few' if len(items) < len(target.args) else 'many'} "
-                      f"columns for {_record(target)}", at, "22P02")
+        raise refuse(f"malformed record literal: {_q(text)}: too {'few' if len(items) < len(target.args) else 'many'} "
+                      f"columns for {_record(target)}", at, sqlstate="22P02")
     return exp.Struct(expressions=[exp.PropertyEQ(this=exp.to_identifier(name), expression=_item(
         item, t, at, literal_as)) for item, (name, t) in zip(items, target.args)])
 
 
-def map_constant(text: str, target: SqlType, at: exp.Expression) -> exp.Expression:
+def map_constant(text: str, target: SqlType, at: exp.Expression, literal_as: Literal) -> exp.Expression:
     """A map's text as millpond writes it (RisingWave's: ``{a:1,b:NULL}``) as a map of ``target``'s
-    key and value types."""
-    from millpond.sql.semantics.casts import literal_as
-
+    key and value types (each read by ``literal_as``, as :func:`array_constant`)."""
     s = text.strip()
     if not (s.startswith("{") and s.endswith("}")):
-        raise _refuse(f"malformed map literal: {_q(text)} (a map constant is written '{{a:1,b:2}}')", at, "22P02")
+        raise refuse(f"malformed map literal: {_q(text)} (a map constant is written '{{a:1,b:2}}')", at, sqlstate="22P02")
     keys, values = [], []
     for entry in _fields(s[1:-1], ",") if s[1:-1].strip() else []:
         parts = _fields(entry, ":", raw=True) if entry is not None else []
         if len(parts) != 2 or parts[0] is None:
-            raise _refuse(f"malformed map literal: {_q(text)} (each entry is key:value)", at, "22P02")
+            raise refuse(f"malformed map literal: {_q(text)} (each entry is key:value)", at, sqlstate="22P02")
         key = _unquote(parts[0])
         if key is None:
-            raise _refuse(f"malformed map literal: {_q(text)}: a map key cannot be NULL", at, "22P02")
+            raise refuse(f"malformed map literal: {_q(text)}: a map key cannot be NULL", at, sqlstate="22P02")
         keys.append(_item(key, target.args[0], at, literal_as))
         values.append(_item(_unquote(parts[1]), target.args[1], at, literal_as))
     return exp.Cast(this=exp.Map(keys=exp.Array(expressions=keys), values=exp.Array(expressions=values)),
                     to=T.datatype(target))
 
 
-def _item(text: str | None, t: SqlType, at: exp.Expression, literal_as) -> exp.Expression:  # noqa: ANN001
+def _item(text: str | None, t: SqlType, at: exp.Expression, literal_as: Literal) -> exp.Expression:
     if text is None:
         return exp.Cast(this=exp.Null(), to=T.datatype(t))
     return literal_as(exp.Literal.string(text), t, at)
@@ -405,7 +396,7 @@ def array_cat(b: "Binder", node: exp.DPipe, left: Typed, right: Typed) -> Typed:
     if ta != tc:
         common = T.common_type([ta.args[0], tc.args[0]])
         if common is None or common.nested:
-            raise _refuse(f"operator does not exist: {ta} || {tc}", node)
+            raise refuse(f"operator does not exist: {ta} || {tc}", node)
         a, c = (b.cast_to((v, t), T.array_of(common), node) for v, t in ((a, ta), (c, tc)))
         ta = T.array_of(common)
     return mp("ARRAY_CAT", a, c, exp.Cast(this=exp.Array(), to=T.datatype(ta))), ta

@@ -28,11 +28,10 @@ from sqlglot import exp
 
 from millpond.engine.expressions import mp
 from millpond.sql.semantics import types as T
-from millpond.sql.semantics.types import SqlType
+from millpond.sql.semantics.types import SqlType, Typed
 
 __all__ = ["quotient", "operand_text", "value", "of", "negate", "absolute", "final", "text"]
 
-Typed = tuple[exp.Expression, SqlType]
 
 
 def quotient(left: Typed, right: Typed) -> Typed:

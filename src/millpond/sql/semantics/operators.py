@@ -5,7 +5,7 @@ other side (``i = '7'``)."""
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from sqlglot import exp
 
@@ -13,7 +13,10 @@ from millpond.engine.expressions import mp
 from millpond.sql.semantics import numerics, types as T
 from millpond.sql.semantics.numerics import quotient
 from millpond.sql.semantics.casts import HANDLERS as CASTS, cast, literal_as
-from millpond.sql.semantics.rewrite import Binder, Typed, refuse
+from millpond.sql.semantics.types import Typed, refuse
+
+if TYPE_CHECKING:
+    from millpond.sql.semantics.rewrite import Binder
 
 __all__ = ["arithmetic", "comparable", "HANDLERS"]
 

@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING
 from sqlglot import exp
 
 from millpond.sql.semantics import types as T
+from millpond.sql.semantics.types import Typed, refuse
 from millpond.engine.expressions import mp
 
 if TYPE_CHECKING:
-    from millpond.sql.semantics.rewrite import Binder, Typed
+    from millpond.sql.semantics.rewrite import Binder
 
 __all__ = ["regexp_like", "regexp_replace", "regexp_extract", "check_pattern"]
 
@@ -36,24 +37,18 @@ _UNSUPPORTED = [
 ]
 
 
-def _refuse(message: str, at: exp.Expression):
-    from millpond.sql.semantics.rewrite import refuse
-
-    return refuse(message, at)
-
-
 def check_pattern(node: exp.Expression, at: exp.Expression) -> str:
     """The constant pattern of ``node``, checked against the shared core."""
     if not (isinstance(node, exp.Literal) and node.is_string):
-        raise _refuse("a regular expression must be a constant string", at)
+        raise refuse("a regular expression must be a constant string", at)
     pattern = node.this
     for rx, what in _UNSUPPORTED:
         if rx.search(pattern):
-            raise _refuse(f"regular expression {pattern!r}: {what} are not supported", at)
+            raise refuse(f"regular expression {pattern!r}: {what} are not supported", at)
     try:
         re.compile(pattern)
     except re.error as exc:
-        raise _refuse(f"invalid regular expression {pattern!r}: {exc}", at) from None
+        raise refuse(f"invalid regular expression {pattern!r}: {exc}", at) from None
     return pattern
 
 
@@ -61,10 +56,10 @@ def _flags(node: exp.Expression | None, allowed: str, at: exp.Expression) -> str
     if node is None:
         return ""
     if not (isinstance(node, exp.Literal) and node.is_string):
-        raise _refuse("regular expression flags must be a constant string", at)
+        raise refuse("regular expression flags must be a constant string", at)
     bad = set(node.this) - set(allowed)
     if bad:
-        raise _refuse(f"regular expression flags {''.join(sorted(bad))!r} are not supported (supported: "
+        raise refuse(f"regular expression flags {''.join(sorted(bad))!r} are not supported (supported: "
                       f"{', '.join(allowed)})", at)
     return node.this
 
@@ -90,12 +85,12 @@ def regexp_like(b: Binder, node: exp.Expression) -> Typed:
 def regexp_replace(b: Binder, node: exp.RegexpReplace) -> Typed:
     for arg in ("position", "occurrence", "parameters"):
         if node.args.get(arg) is not None:
-            raise _refuse("regexp_replace takes a string, a pattern, a replacement and optional flags", node)
+            raise refuse("regexp_replace takes a string, a pattern, a replacement and optional flags", node)
     s = _text(b, node.this, node)
     pattern = check_pattern(node.expression, node)
     replacement = node.args.get("replacement")
     if not (isinstance(replacement, exp.Literal) and replacement.is_string):
-        raise _refuse("regexp_replace needs a constant replacement", node)
+        raise refuse("regexp_replace needs a constant replacement", node)
     flags = _flags(node.args.get("modifiers"), "gi", node)
     groups = _groups(pattern)
     return mp("REGEXP_REPLACE", s, _prefixed(pattern, "i" in flags), exp.Literal.string(replacement.this),

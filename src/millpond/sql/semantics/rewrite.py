@@ -17,18 +17,11 @@ from sqlglot.optimizer.scope import Scope, traverse_scope
 from millpond.errors import SqlError
 from millpond.sql.statements import position
 from millpond.sql.semantics import types as T
-from millpond.sql.semantics.types import SqlType
+from millpond.sql.semantics.types import SqlType, Typed, refuse
 
-__all__ = ["Binder", "Typed", "refuse"]
+__all__ = ["Binder"]
 
-Typed = tuple[exp.Expression, SqlType]
 Schema = Mapping[str, Mapping[str, SqlType]]
-
-
-def refuse(message: str, node: exp.Expression | None = None, *, sqlstate: str | None = None) -> SqlError:
-    """A SqlError at ``node``'s position (where it starts)."""
-    line, col = position(node)
-    return SqlError(message, line=line, col=col, sqlstate=sqlstate)
 
 
 class Binder:

@@ -21,9 +21,11 @@ from sqlglot import exp
 
 from millpond.engine.expressions import mp
 from millpond.sql.semantics import types as T
+from millpond.sql.semantics.casts import cast
+from millpond.sql.semantics.types import Typed, refuse
 
 if TYPE_CHECKING:
-    from millpond.sql.semantics.rewrite import Binder, Typed
+    from millpond.sql.semantics.rewrite import Binder
 
 __all__ = ["to_char", "TO_CHAR_PATTERNS"]
 
@@ -52,27 +54,19 @@ _OTHER = {"Y,YYY": "thousands", "y,yyy": "thousands", "FX": "fx", "fx": "fx"}
 TO_CHAR_PATTERNS = sorted([*_NUMERIC, *_NAMES, *_MERIDIEM, *_ERA, *_ZONE, *_OTHER], key=lambda p: (-len(p), p))
 
 
-def _refuse(message: str, at: exp.Expression):
-    from millpond.sql.semantics.rewrite import refuse
-
-    return refuse(message, at)
-
-
 def to_char(b: Binder, node: exp.Expression) -> Typed:
-    from millpond.sql.semantics.casts import cast
-
     args = node.expressions if isinstance(node, exp.Anonymous) else [node.this, node.args.get("format")]
     if len(args) != 2:
-        raise _refuse("to_char takes a value and a format", node)
+        raise refuse("to_char takes a value and a format", node)
     fmt = args[1]
     if not (isinstance(fmt, exp.Literal) and fmt.is_string):
-        raise _refuse("to_char needs a constant format", node)
+        raise refuse("to_char needs a constant format", node)
     value, t = b.value(args[0])
     if t.number:
-        raise _refuse("to_char of a number is not supported (of a date or timestamp); use round() and casts",
+        raise refuse("to_char of a number is not supported (of a date or timestamp); use round() and casts",
                       node)
     if t.kind not in ("date", "timestamp", "timestamp with time zone"):
-        raise _refuse(f"to_char of {t} is not supported", node)
+        raise refuse(f"to_char of {t} is not supported", node)
     ts = cast(value, t, T.TIMESTAMP, node)
     zoned = t.kind == "timestamp with time zone"
     pieces = [_piece(token, ts, zoned) for token in _tokens(fmt.this)]

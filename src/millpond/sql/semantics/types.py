@@ -28,11 +28,13 @@ from sqlglot import exp
 
 from millpond import jsonb
 from millpond.engine.numerics import DIVISOR as QUOTIENT_DIVISOR, FIELD as QUOTIENT_FIELD, is_quotient
+from millpond.errors import SqlError
+from millpond.sql.statements import position
 
 __all__ = ["SqlType", "NUMERIC_DEFAULT", "QUOTIENT", "QUOTIENT_VALUE", "QUOTIENT_FIELD", "numeric", "INTEGER",
            "BIGINT", "SMALLINT", "REAL", "DOUBLE", "TEXT", "BOOLEAN", "DATE", "TIMESTAMP", "TIMESTAMPTZ", "INTERVAL",
            "UNKNOWN", "NULL", "BYTEA", "array_of", "from_datatype", "from_arrow", "from_catalog", "datatype", "decimal_of", "decimal_result",
-           "common_type", "is_quotient_struct", "MAX_PRECISION", "INTERVAL_FIELDS"]
+           "common_type", "is_quotient_struct", "MAX_PRECISION", "INTERVAL_FIELDS", "Typed", "refuse"]
 
 MAX_PRECISION = 38
 
@@ -329,3 +331,12 @@ def common_type(types: list[SqlType]) -> SqlType | None:
     if all(t.kind == first.kind for t in typed) and not first.nested:
         return first
     return None
+
+
+Typed = tuple[exp.Expression, SqlType]  # an expression and its type, as the binder and its rules pass them
+
+
+def refuse(message: str, node: exp.Expression | None = None, *, sqlstate: str | None = None) -> SqlError:
+    """A SqlError at ``node``'s position (where it starts): how a rule refuses what it cannot mean."""
+    line, col = position(node)
+    return SqlError(message, line=line, col=col, sqlstate=sqlstate)
