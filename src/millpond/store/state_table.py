@@ -81,18 +81,20 @@ class StateTable:
         sums and the round trip through polars were 7.5 of 9 s). A count of 0 or less nets against
         another: then only the rows of those key hashes are summed (a table after a DELETE of 6,000
         of its 6M rows: a slice's 500,000 rows were summed, 0.9 of a 4.5 s DELETE). ``keep``: the
-        rows of a part (a file's, or the buffer's) a reader wants, taken before they are concatenated
-        and netted (a filter on the rows' values: a row and its retraction have the same).
-        """
+        rows a reader wants, taken before they are netted — a filter on the rows' values, the same
+        of a row and of its retraction, applied to all of the range's rows at once (so it keeps both
+        or neither, even when it chooses to keep all)."""
         parts = self._parts(lo, hi)
-        if keep is not None and self._unsummed():
-            parts = [keep(p) for p in parts if p is not None and p.num_rows]
         if self._unsummed():
             kept = {KH, COUNT, *self.key_columns}
             parts = [p.select([c for c in p.column_names if c in kept]) for p in parts if p is not None and p.num_rows]
             if not parts:
                 return None
             rows = pa.concat_tables(parts, promote_options="permissive")
+            if keep is not None:
+                rows = keep(rows)
+                if not rows.num_rows:
+                    return None
             counts = rows.column(COUNT).to_numpy()
             if counts.min() > 0:
                 return rows
