@@ -169,13 +169,7 @@ def test_a_query_streams_a_large_relation_in_slices_and_answers_as_duckdb(open_d
     answers equal DuckDB's over the model, also where a plan would scan it twice."""
     from millpond.engine import reads
 
-    db = open_db()
-    db.sql(TABLES)
-    model, rng = Model(), np.random.default_rng(11)
-    for _ in range(3):
-        _write_kv(db, model, rng, 200, 300)
-        db.flush()
-    monkeypatch.setattr(reads, "READ_SLICE_ROWS", 40)
+    db, model, rng = _sliced_kv(open_db, monkeypatch, 11)
     slices = _count_slices(monkeypatch)
     for q in ["SELECT * FROM kv", "SELECT g, count(*), sum(v) FROM kv GROUP BY g", "SELECT * FROM per_gn",
               "SELECT count(*) FROM kv JOIN per_g ON kv.g = per_g.g WHERE per_g.n > 2",
@@ -215,13 +209,7 @@ def test_a_scan_drops_as_it_reads_the_rows_its_where_bounds_exclude(open_db, mon
     from millpond.engine import reads
     from millpond.sql import dml
 
-    db = open_db()
-    db.sql(TABLES)
-    model, rng = Model(), np.random.default_rng(5)
-    for _ in range(3):
-        _write_kv(db, model, rng, 200, 300)
-        db.flush()
-    monkeypatch.setattr(reads, "READ_SLICE_ROWS", 40)
+    db, model, rng = _sliced_kv(open_db, monkeypatch, 5)
     read, real = [0, 0], reads._kept
 
     def kept(rows, where):  # noqa: ANN001, ANN202
@@ -260,6 +248,20 @@ def test_a_scan_drops_as_it_reads_the_rows_its_where_bounds_exclude(open_db, mon
         db.flush()
         assert rows(db.sql("SELECT * FROM kv")) == model.answer("SELECT * FROM kv"), step
         assert rows(db.sql("SELECT * FROM per_g")) == model.answer("SELECT * FROM per_g"), step
+
+
+def _sliced_kv(open_db, monkeypatch, seed: int):  # noqa: ANN001, ANN202
+    """A database whose kv took three epochs of 200 random rows, read in slices of 40 stored rows."""
+    from millpond.engine import reads
+
+    db = open_db()
+    db.sql(TABLES)
+    model, rng = Model(), np.random.default_rng(seed)
+    for _ in range(3):
+        _write_kv(db, model, rng, 200, 300)
+        db.flush()
+    monkeypatch.setattr(reads, "READ_SLICE_ROWS", 40)
+    return db, model, rng
 
 
 def _count_slices(monkeypatch) -> list[int]:  # noqa: ANN001
