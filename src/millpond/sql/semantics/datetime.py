@@ -19,7 +19,7 @@ from millpond.sql.semantics import intervals, types as T
 from millpond.sql.semantics.casts import cast as _cast, literal_as
 from millpond.sql.semantics.constants import interval_node, interval_parts, parse_constant
 from millpond.sql.semantics.to_char import TO_CHAR_PATTERNS, to_char
-from millpond.sql.semantics.types import SqlType, Typed, refuse
+from millpond.sql.semantics.types import Typed, refuse
 
 if TYPE_CHECKING:
     from millpond.sql.semantics.rewrite import Binder

@@ -14,8 +14,6 @@ from typing import Callable, Mapping
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
-from millpond.errors import SqlError
-from millpond.sql.statements import position
 from millpond.sql.semantics import types as T
 from millpond.sql.semantics.types import SqlType, Typed, refuse
 
