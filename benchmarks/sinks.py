@@ -54,9 +54,9 @@ def run(spark, args, sinks: bool) -> dict:  # noqa: ANN001
             spent, rt = [], db.runtime
             catch_up = rt.sinks.catch_up
 
-            def timed() -> None:
+            def timed(catalog: object, upto: int) -> None:
                 started = time.perf_counter()
-                catch_up()
+                catch_up(catalog, upto)
                 spent.append(time.perf_counter() - started)
             rt.sinks.catch_up = timed
             times, writes = [], []

@@ -125,10 +125,10 @@ def main(root: str, seed: int, lo: int, hi: int, stop: int, known: dict[int, int
     os.environ["MILLPOND_CRASH_PID"] = str(os.getpid())  # before Spark starts: its workers inherit it
     os.environ.setdefault("PYSPARK_SUBMIT_ARGS", submit_args())
     import millpond
-    from millpond.engine import runtime
+    from millpond.engine import upkeep
     from millpond.spark.session import local_session
 
-    runtime.TRUNCATE_EVERY, runtime.TRUNCATE_FLUSH_RECORDS = TRUNCATE_EVERY, 1  # every pass truncates what it can
+    upkeep.TRUNCATE_EVERY, upkeep.TRUNCATE_FLUSH_RECORDS = TRUNCATE_EVERY, 1  # every pass truncates what it can
 
     spark = local_session(cores="2", shuffle_partitions=2)
     say("SPARK")

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from millpond import CatalogError, MillpondError, SqlError, StorageError
-from millpond.engine import runtime as runtime_module
+from millpond.engine import flow_targets
 from millpond.engine.reads import consolidate_rows
 from millpond.engine.flows import cluster_floor
 from millpond.store.compaction import Policy
@@ -261,16 +261,16 @@ def test_a_sink_append_lost_after_the_commit_is_settled_once(open_db, monkeypatc
     source.step(db)
     db.flush()
     assert _log_rows(db, "cpu_1m") == source.oracle(FLOWS["per_min"][1])
-    real = runtime_module.Runtime._to_sink
+    real = flow_targets.FlowTargets.append
 
-    def broken(self, flow, change, epoch):  # noqa: ANN001
+    def broken(self, table, flow, change, epoch):  # noqa: ANN001
         raise OSError("storage unreachable")
 
-    monkeypatch.setattr(runtime_module.Runtime, "_to_sink", broken)
+    monkeypatch.setattr(flow_targets.FlowTargets, "append", broken)
     source.step(db)
     with pytest.raises(StorageError, match="storage unreachable"):
         db.flush()
-    monkeypatch.setattr(runtime_module.Runtime, "_to_sink", real)
+    monkeypatch.setattr(flow_targets.FlowTargets, "append", real)
     assert not _mismatches(db, source, ["per_min"])  # the commit happened: the sink's rows are the flow's
     assert _log_rows(db, "cpu_1m") != source.oracle(FLOWS["per_min"][1])  # its log is behind
     db.close()

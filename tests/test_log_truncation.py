@@ -76,9 +76,9 @@ def _check(db, model: dict) -> None:  # noqa: ANN001
 def _opened(open_db, monkeypatch, *, seed: int):  # noqa: ANN001, ANN202
     """A database with the schema, the model of its rows and the workload's random source; a pass
     compacts a key-less log however short it is."""
-    from millpond.engine import runtime
+    from millpond.engine import upkeep
 
-    monkeypatch.setattr(runtime, "TRUNCATE_FLUSH_RECORDS", 0)
+    monkeypatch.setattr(upkeep, "TRUNCATE_FLUSH_RECORDS", 0)
     db = open_db()
     db.sql(SCHEMA)
     db.sql("INSERT INTO names VALUES " + ", ".join(f"({i}, 'n{i % 3}')" for i in range(5)))
@@ -166,9 +166,9 @@ def test_a_read_only_follower_reads_on_while_the_writer_truncates_and_compacts(o
 
 SCRIPT = """
 import sys, numpy as np, pyarrow as pa, millpond
-from millpond.engine import runtime
+from millpond.engine import upkeep
 from millpond.spark.session import local_session
-runtime.TRUNCATE_FLUSH_RECORDS = 0
+upkeep.TRUNCATE_FLUSH_RECORDS = 0
 db = millpond.connect(sys.argv[1], spark=local_session(cores="2", shuffle_partitions=2), interval=None)
 db.insert("kv", pa.table({"k": np.arange(100, 140, dtype=np.int32), "g": np.ones(40, np.int32), "v": np.arange(40)}))
 db.flush()

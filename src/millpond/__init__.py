@@ -42,9 +42,9 @@ __all__ = [
 
 if TYPE_CHECKING:
     from millpond.api import Database, connect
-    from millpond.engine.coordinator import EpochReport
+    from millpond.engine.epoch import EpochReport
 
-_LAZY = {"connect": "millpond.api", "Database": "millpond.api", "EpochReport": "millpond.engine.coordinator"}
+_LAZY = {"connect": "millpond.api", "Database": "millpond.api", "EpochReport": "millpond.engine.epoch"}
 
 
 def __getattr__(name: str) -> Any:

@@ -32,7 +32,8 @@ import pyarrow as pa
 from millpond.catalog import Catalog, CatalogStore
 from millpond.engine import ingest
 from millpond.engine.background import EpochLoop
-from millpond.engine.coordinator import Coordinator, EpochReport
+from millpond.engine.coordinator import Coordinator
+from millpond.engine.epoch import EpochReport
 from millpond.engine.readonly import ReadOnlyRuntime
 from millpond.engine.runtime import Runtime
 from millpond.errors import FencedError, HeldError, MillpondError, ReadOnlyError, SqlError, unexpected

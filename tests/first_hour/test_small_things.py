@@ -141,9 +141,9 @@ def test_limits_md_says_a_flow_s_table_log_is_truncated_and_the_flow_stays_right
     """A keyed table a flow reads has its log truncated below what every consumer read (the flow
     stays equal to its query recomputed); a key-less table's log is compacted: docs/limits.md no
     longer says millpond never truncates a log, nor that log compaction does not exist."""
-    from millpond.engine import runtime
+    from millpond.engine import upkeep
 
-    monkeypatch.setattr(runtime, "TRUNCATE_FLUSH_RECORDS", 0)  # a pass truncates however few records
+    monkeypatch.setattr(upkeep, "TRUNCATE_FLUSH_RECORDS", 0)  # a pass truncates however few records
     db = open_db()
     db.sql("""SET retention = '2 epochs';
               CREATE TABLE m (id INT PRIMARY KEY, host VARCHAR, ts TIMESTAMP, cpu DOUBLE);

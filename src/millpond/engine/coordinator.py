@@ -1,10 +1,20 @@
 """The coordinator: runs epochs on the driver, commits them, recovers after a crash.
 
 **The epoch protocol.** This is the one place it is written down; the modules that carry out a
-step point here by number.
+step point here by number. :meth:`Coordinator.run_epoch` runs it as one loop of values
+(:mod:`millpond.engine.epoch`): :meth:`Coordinator.plan` (steps 1-2) gives an
+:class:`~millpond.engine.epoch.EpochPlan`, :meth:`Coordinator.execute` (step 3) an
+:class:`~millpond.engine.epoch.EpochResult`, :meth:`Coordinator.commit` (steps 4-5) an
+:class:`~millpond.engine.epoch.EpochReport`, then :meth:`Coordinator.maintain` (step 6). The work
+around the consumers is done by :class:`~millpond.engine.epoch.EpochStep` s (steps 0 and 7), each
+with ports of its own.
 
-*Driver, before the job* (:meth:`Coordinator.run_epoch`):
+*Driver, before the job*:
 
+0. **Take in.** Files tables take in their folders' new files, appended to their logs
+   (:mod:`millpond.engine.files`); flows' sink tables receive what a committed epoch owes them
+   (:mod:`millpond.engine.flow_targets`); sinks write the epochs their targets missed (after a
+   restart; :mod:`millpond.engine.sinks`). What this step appends is read by this epoch.
 1. **Fix the input.** Take one log snapshot (:meth:`millpond.log.Log.snapshot`: every channel's
    end at one tick, so no transaction is split). Every consumer — a table's own materialization
    or a view — reads ``[its offset in the last manifest, the channel's end at the snapshot)`` of
@@ -60,19 +70,25 @@ epoch, attempt and ``v`` reach the tasks at run time, so a plan built once is re
    changelog, and each table's log range).
 6. **Maintain**, off the epoch's path: start the next compaction (a background thread, or the
    executor's compaction runner), apply finished ones as versions of their own, collect
-   garbage; while a state's L0 is past its bound, commits wait (backpressure).
+   garbage; while a state's L0 is past its bound, commits wait (backpressure). Kept changes older
+   than retention go, save those a reader pinned or a sink has not written.
+7. **Follow up**, on the committed epoch: the report names files tables' source errors; partial
+   views' keys read are cleared once filled (:class:`~millpond.engine.partial.Wanted`); flows'
+   changes are appended to their sink tables (below); sinks write the epoch; the epoch is
+   recorded for ``millpond_epochs``; every few epochs the tables' logs are truncated
+   (:mod:`millpond.engine.upkeep`). A failure here leaves the epoch committed.
 
-A failure in steps 1–4 commits nothing and is raised as ``epoch e failed and was not committed``.
+A failure in steps 0–4 commits nothing and is raised as ``epoch e failed and was not committed``.
 
 **Flows.** A flow is a consumer whose step 3 is its own (:mod:`millpond.engine.flows`): the
 executor computes the partial aggregates of its ranges, and the driver merges them into the
 flow's state, writing its SSTs under the same attempt prefix as the job's (its ``EXPIRE AFTER``
 drops changes to expired windows there, before they reach the state). Its sink table runs no
 epochs: its rows are the flow's. The flow's changes are written into the sink's channel *after*
-the commit (step 5), for the sink's readers, by the idempotent producer ``(flow:<key>, e)``. The
+the commit (step 7), for the sink's readers, by the idempotent producer ``(flow:<key>, e)``. The
 commit records that the sink is owed epoch ``e``'s changes (the flow's
-:data:`~millpond.engine.flows.SINK_OWED` offset). Before every epoch the runtime settles what is
-owed (:meth:`millpond.engine.runtime.Runtime.settle_sinks`): if the producer's last applied
+:data:`~millpond.engine.flows.SINK_OWED` offset). Before every epoch (step 0) what is owed is
+settled (:meth:`millpond.engine.flow_targets.FlowTargets.settle`): if the producer's last applied
 sequence is below the owed epoch (a crash or a failed append after the commit), the channel
 receives the difference between the flow's committed rows and what the channel adds up to —
 written once, as above. The sink's readers (views, other flows) take those records in the next
@@ -95,16 +111,17 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
-from typing import Callable, Mapping
+from dataclasses import replace
+from typing import Callable, Mapping, Sequence
 
 import polars as pl
 import pyarrow as pa
 
 from millpond import faults, paths
-from millpond.catalog import Catalog, TableDef
+from millpond.catalog import Catalog
 from millpond.columns import ROW_ID, W
 from millpond.engine.changefeed import Change, ChangeFeed, Changelogs, rows_of
+from millpond.engine.epoch import EpochPlan, EpochReport, EpochResult, EpochStep
 from millpond.engine.executor import Consumer, EpochExecutor, EpochJob, ViewInput, Work
 from millpond.engine.failures import cause as _cause
 from millpond.engine.failures import data_error as _data_error
@@ -125,7 +142,7 @@ from millpond.store.sst import SstRef, describe_sst
 from millpond.store.state_table import StateTable, write_state
 from millpond.store.store import Runner, StateStore, run_in_process
 
-__all__ = ["Coordinator", "EpochReport", "ROWS_PER_TASK", "describe_failure"]  # describe_failure: engine/failures.py
+__all__ = ["Coordinator", "ROWS_PER_TASK", "describe_failure"]  # describe_failure: engine/failures.py
 
 ROWS_PER_TASK = 50_000  # an epoch's stateful stages get one task per this many new records, up to parallelism
 PROBES = 12  # jobs spent per channel narrowing a failed view's input to the record that raised
@@ -133,54 +150,40 @@ PROBES = 12  # jobs spent per channel narrowing a failed view's input to the rec
 log = logging.getLogger("millpond")
 
 
-@dataclass(frozen=True)
-class EpochReport:
-    """What one committed epoch changed: each view's changelog (``_w`` = +1/-1 weights, read from
-    its changes files when asked for).
-
-    Tables are not included: their changes are the records appended to their log, which a
-    reader gets with ``spark.read.format("millpond")``; shipping them back to the driver every
-    epoch would cost as much as the ingest."""
-
-    epoch: int
-    changes: Changelogs  # view name -> changelog (views that changed), read when asked for
-    failed: dict[str, dict] = field(default_factory=dict)  # view name -> its failure (views that failed in it)
-    rows_in: dict[str, int] = field(default_factory=dict)  # consumer name -> records it read (consumers that ran)
-    # files table -> its source's problems in force after its files were taken in for this epoch
-    # (millpond.engine.source_errors: refused files, a path that cannot be listed)
-    source_errors: dict[str, tuple[str, ...]] = field(default_factory=dict)
-
-    def __repr__(self) -> str:
-        parts = [f"epoch={self.epoch}", f"changes={self.changes!r}"]
-        if self.failed:
-            parts.append(f"failed={sorted(self.failed)!r}")
-        if self.rows_in:
-            parts.append(f"rows_in={self.rows_in!r}")
-        if self.source_errors:
-            parts.append(f"source_errors={self.source_errors!r}")
-        return f"EpochReport({', '.join(parts)})"
-
-
 class Coordinator:
     def __init__(self, executor: EpochExecutor, store: ObjectStore, log: Log, *, parallelism: int,
                  compaction: Runner = run_in_process, ids: Callable[[], str] = paths.random_id):
         self.executor, self.store, self.log = executor, store, log
-        self.sink_floor: Callable[[], int | None] = lambda: None  # the oldest epoch a sink has not written past
         self.parallelism = self.default_parallelism = parallelism
         self.ids = ids
         self.state = StateStore(store, runner=compaction, ids=ids)  # recovery: resume from the last committed version
         self.changes = ChangeFeed(store)
-        self._inputs: dict[str, tuple[pa.Schema, str]] = {}  # views read by views: schema, rows state id
 
     @property
     def manifest(self) -> Manifest:
         return self.state.manifest
 
-    def run_epoch(self, catalog: Catalog, consumers: list[Consumer], wanted: Mapping[str, pa.Array] | None = None
-                  ) -> EpochReport | None:
-        """Steps 1-6 of the epoch protocol (module docstring); None when no consumer has work.
-        ``wanted``: the keys of each partial view read since its last epoch (consumer key -> keys):
-        those not filled yet are filled by this epoch (:mod:`millpond.engine.partial`)."""
+    def run_epoch(self, catalog: Catalog, consumers: list[Consumer], wanted: Mapping[str, pa.Array] | None = None,
+                  steps: Sequence[EpochStep] = ()) -> EpochReport | None:
+        """Steps 0-7 of the epoch protocol (module docstring), one value handed to the next; None
+        when no consumer has work. ``wanted``: the keys of each partial view read since its last
+        epoch (consumer key -> keys): those not filled yet are filled by this epoch
+        (:mod:`millpond.engine.partial`). ``steps``: the work around the consumers (step 0, step 7)."""
+        for step in steps:
+            step.before(catalog, consumers, self.manifest)
+        plan = self.plan(catalog, consumers, wanted)
+        if plan is None:
+            return None
+        report = self.commit(plan, self.execute(plan))
+        self.maintain(catalog, [f for step in steps if (f := step.floor(catalog)) is not None])
+        for step in reversed(steps):
+            report = step.after(plan, report)
+        return report
+
+    def plan(self, catalog: Catalog, consumers: list[Consumer], wanted: Mapping[str, pa.Array] | None = None
+             ) -> EpochPlan | None:
+        """Steps 1-2: every consumer's ranges at one log snapshot, and the pinned version (None:
+        no consumer has work)."""
         # 1. fix the input ranges
         for t in catalog.tables.values():
             self.log.create_channel(t.channel, t.log_schema, id=t.channel_id)
@@ -217,30 +220,42 @@ class Coordinator:
             self.state.maintain()  # idle: apply a finished compaction now, not at the next epoch
             return None
         plans = {c.name: c.plan for c in consumers}
-        self._inputs = {v.name: (v.schema, state_id(v.id, plans[v.name].node_id, "rows"))
-                        for v in catalog.views.values() if any(v.name in c.views for c in consumers)}
+        inputs = {v.name: (v.schema, state_id(v.id, plans[v.name].node_id, "rows"))
+                  for v in catalog.views.values() if any(v.name in c.views for c in consumers)}
         # 2. pin the input version (apply finished compactions first)
         self.state.maintain()
         epoch, attempt = self.manifest.epoch + 1, self.ids()[:12]
         job = EpochJob(self.store.root, self.store.options, epoch, attempt, self._parallelism(work, batch, consumers),
                        self.manifest,
                        {k: v for k, v in batch.items() if v}, {k: keys for k, (keys, _) in partial.items()})
+        return EpochPlan(catalog, consumers, work, job, {k: writes for k, (_, writes) in partial.items()}, inputs)
+
+    def execute(self, plan: EpochPlan) -> EpochResult:
+        """Step 3: the job over the plan's work (a view whose data raises isolated), and the
+        partial views' filled keys written with the job's files."""
         faults.point("epoch.before_job")
-        # 3. the job
+        job = plan.job
         try:
-            run = [(c, r) for c, r in work if not c.log_only]  # a key-less table only advances its offsets
-            changes, marks, job, failures = self._job(job, run, catalog.tables)
+            run = [(c, r) for c, r in plan.work if not c.log_only]  # a key-less table only advances its offsets
+            result = self._job(plan, job, run)
         except MillpondError:
             raise
         except Exception as exc:  # a task failed: the epoch is not committed, nothing is visible
-            raise MillpondError(f"epoch {epoch} failed and was not committed: {_cause(exc)}") from exc
-        work = [(c, r) for c, r in work if c.key not in failures]
-        for c, _ in work:  # a partial view's filled keys, written with its state (engine/partial.py)
-            if c.key in partial:
+            raise MillpondError(f"epoch {job.epoch} failed and was not committed: {_cause(exc)}") from exc
+        for c, _ in plan.work:  # a partial view's filled keys, written with its state (engine/partial.py)
+            if c.key in plan.filled and c.key not in result.failures:
                 sid = filled_state(c.object_id, c.plan)
-                write_state(self.store, paths.sst_key(job.manifest.version, epoch, job.attempt, sid, 0),
-                            partial[c.key][1], epoch, keys=(KEY,), additive=False)
+                write_state(self.store, paths.sst_key(job.manifest.version, job.epoch, result.job.attempt, sid, 0),
+                            plan.filled[c.key], job.epoch, keys=(KEY,), additive=False)
         faults.point("epoch.after_job")
+        return result
+
+    def commit(self, plan: EpochPlan, result: EpochResult) -> EpochReport:
+        """Steps 4-5: this attempt's SSTs, every consumer's end offsets and the epoch's kept changes,
+        made visible by one write."""
+        catalog, consumers, epoch, job = plan.catalog, plan.consumers, plan.epoch, result.job
+        changes, marks, failures = dict(result.changes), result.marks, result.failures
+        work = [(c, r) for c, r in plan.work if c.key not in failures]
         # 4. this attempt's SSTs (their footers say what they hold)
         new_ssts: dict[str, list[SstRef]] = defaultdict(list)
         for key in self.store.list(paths.sst_attempt_prefix(job.manifest.version, epoch, job.attempt)):
@@ -270,19 +285,18 @@ class Coordinator:
         took = {c.key: ranges[catalog.tables[c.name].channel] for c, ranges in work if c.name in catalog.tables}
         self.changes.write(epoch, kept, took, time.time())
         faults.point("epoch.before_commit")
-        # 5. commit: the one atomic write; 6. maintenance runs inside commit, in the background
+        # 5. commit: the one atomic write (compaction, step 6, starts inside it, in the background)
         failed = {k: v for k, v in {**self.manifest.failed, **failures}.items() if k in live}  # dropped: gone
         self.state.commit(epoch, new_ssts, offsets, keep=lambda sid: sid.split(".", 1)[0] in stateful, failed=failed,
                           expiry=expiry_floors(work, offsets))
         faults.point("epoch.after_commit")
-        self._collect(catalog)
         names = {c.key: c.name for c in consumers}
         texts = {c.key: c.sql for c in consumers}
         for k, f in failures.items():
             log.warning("%s", describe_failure(f, texts.get(k)))
         return EpochReport(epoch, Changelogs(self.changes, {names[k]: v for k, v in changes.items() if v is not None}),
                            {names[k]: f for k, f in failures.items()},
-                           {c.name: sum(b - a for a, b in r.values()) for c, r in work})
+                           {c.name: sum(b - a for a, b in r.values()) for c, r in work}, manifest=self.manifest)
 
     def _partial_step(self, catalog: Catalog, consumers: list[Consumer], c: Consumer, ranges: dict[str, tuple[int, int]],
                       wanted: pa.Array | None) -> tuple[PartialStep, pl.DataFrame]:
@@ -325,34 +339,33 @@ class Coordinator:
             out[t.channel] = table.key
         return out
 
-    def _job(self, job: EpochJob, run: list[Work], tables: Mapping[str, TableDef]
-             ) -> tuple[dict[str, Change], dict[str, dict[str, int]], EpochJob, dict[str, dict]]:
+    def _job(self, plan: EpochPlan, job: EpochJob, run: list[Work]) -> EpochResult:
         """Step 3 over ``run``; if a view's data raises, step 3 again without the failing views
-        (under a fresh attempt: the failed attempt's files are never committed). Returns the
-        changelogs, flows' window-expiry offsets, the job whose files to commit, and the failures
-        by consumer key."""
+        (under a fresh attempt: the failed attempt's files are never committed)."""
         try:
-            return (*self._run(job, run, tables), job, {})
+            return EpochResult(job, *self._run(plan, job, run), {})
         except Exception as exc:
             if _data_error(exc) is None and _internal_error(exc) is None:
                 raise
-            failures = self._failing(job, run, tables, exc)
+            failures = self._failing(plan, job, run, exc)
             if not failures:  # no part fails alone: not one view's data after all
                 raise
         rest = [w for w in run if w[0].key not in failures]
         job = replace(job, attempt=self.ids()[:12])
-        return (*self._run(job, rest, tables), job, failures)
+        return EpochResult(job, *self._run(plan, job, rest), failures)
 
-    def _run(self, job: EpochJob, run: list[Work], tables: Mapping[str, TableDef]
+    def _run(self, plan: EpochPlan, job: EpochJob, run: list[Work]
              ) -> tuple[dict[str, Change], dict[str, dict[str, int]]]:
         """Step 3: one job over the views and tables; each flow's trigger (its partial aggregates
-        from the executor, merged on the driver: :mod:`millpond.engine.flows`)."""
+        from the executor, merged on the driver: :mod:`millpond.engine.flows`). Returns the
+        changelogs and flows' window-expiry offsets."""
+        tables = plan.catalog.tables
         rest = [w for w in run if w[0].merge is None]
         changes: dict[str, Change] = {}
         for level in _levels(rest):  # a view that reads views runs in a job after theirs, with their changes
             names = {c.name: c.key for c, _ in run}
             views = {name: ViewInput(schema, sid, changes.get(names.get(name, "")))
-                     for name, (schema, sid) in self._inputs.items() if any(name in c.views for c, _ in level)}
+                     for name, (schema, sid) in plan.inputs.items() if any(name in c.views for c, _ in level)}
             changes.update(self.executor.run(job, level, tables, self._pieces, views))
         marks = {}
         for work in run:
@@ -363,28 +376,27 @@ class Coordinator:
                                                                  work[0], partials)
         return changes, marks
 
-    def _probe(self, job: EpochJob, run: list[Work], tables: Mapping[str, TableDef]) -> BaseException | None:
+    def _probe(self, plan: EpochPlan, job: EpochJob, run: list[Work]) -> BaseException | None:
         """The data error step 3 over ``run`` raises, under a throwaway attempt (None: it passes)."""
         try:
-            self._run(replace(job, attempt=self.ids()[:12]), run, tables)
+            self._run(plan, replace(job, attempt=self.ids()[:12]), run)
         except Exception as exc:
             if _data_error(exc) is None and _internal_error(exc) is None:
                 raise
             return exc
         return None
 
-    def _failing(self, job: EpochJob, run: list[Work], tables: Mapping[str, TableDef], exc: BaseException
-                 ) -> dict[str, dict]:
+    def _failing(self, plan: EpochPlan, job: EpochJob, run: list[Work], exc: BaseException) -> dict[str, dict]:
         """The consumers of ``run`` (which raised ``exc``) that raise a data error on their own."""
         if len(run) == 1:
-            return {run[0][0].key: self._failure(job, run[0], tables, exc)}
+            return {run[0][0].key: self._failure(plan, job, run[0], exc)}
         found: dict[str, dict] = {}
         for part in (run[:len(run) // 2], run[len(run) // 2:]):
-            if (error := self._probe(job, part, tables)) is not None:
-                found.update(self._failing(job, part, tables, error))
+            if (error := self._probe(plan, job, part)) is not None:
+                found.update(self._failing(plan, job, part, error))
         return found
 
-    def _failure(self, job: EpochJob, work: Work, tables: Mapping[str, TableDef], exc: BaseException) -> dict:
+    def _failure(self, plan: EpochPlan, job: EpochJob, work: Work, exc: BaseException) -> dict:
         """What a failed consumer's manifest entry says: the error, and the record that raised it
         (the shortest failing prefix of each channel's range, by bisection)."""
         consumer, ranges = work
@@ -394,9 +406,9 @@ class Coordinator:
         info = _data_error(exc, consumer.schema) or {}
         narrowed, rows = dict(ranges), []
         for channel, (start, stop) in ranges.items():
-            table = next(t.name for t in tables.values() if t.channel == channel)
+            table = next(t.name for t in plan.catalog.tables.values() if t.channel == channel)
             if channel in job.batch.get(consumer.key, {}) and \
-                    self._probe(job, [(consumer, {**narrowed, channel: (start, start)})], tables) is not None:
+                    self._probe(plan, job, [(consumer, {**narrowed, channel: (start, start)})]) is not None:
                 narrowed[channel] = (start, start)  # batch mode: a row the table held already raises
                 rows.append(f"{table}: one of its rows at epoch {job.manifest.epoch} (read whole by a first epoch)")
                 continue
@@ -405,7 +417,7 @@ class Coordinator:
                 if hi - lo <= 1:
                     break
                 mid = (lo + hi) // 2
-                if self._probe(job, [(consumer, {**narrowed, channel: (start, mid)})], tables) is None:
+                if self._probe(plan, job, [(consumer, {**narrowed, channel: (start, mid)})]) is None:
                     lo = mid
                 else:
                     hi = mid
@@ -418,14 +430,12 @@ class Coordinator:
         return {"name": consumer.name, "epoch": job.manifest.epoch, "failed_epoch": job.epoch, **info,
                 "rows": rows, **({"kind": "flow"} if consumer.sink is not None else {})}
 
-    def _collect(self, catalog: Catalog) -> None:
-        """Step 6 for the changes: drop the epochs retention no longer keeps. A failure costs
-        nothing but a retry at the next epoch (the epoch is committed)."""
+    def maintain(self, catalog: Catalog, floors: Sequence[int] = ()) -> None:
+        """Step 6 for the kept changes: drop the epochs retention no longer keeps, save those after
+        a reader's pinned epoch or a ``floors`` epoch (a step's: a sink's last written). A failure
+        costs nothing but a retry at the next epoch (the epoch is committed)."""
         try:
-            pins = [p["epoch"] for p in self.state.pins()]  # StateStore.pin: a reader's epoch
-            if (sinks := self.sink_floor()) is not None:
-                pins.append(sinks)
-            pinned = min(pins, default=None)
+            pinned = min([p["epoch"] for p in self.state.pins()] + list(floors), default=None)  # StateStore.pin
             self.changes.collect(catalog.kept, self.manifest.epoch, time.time(), pinned)
         except MillpondError as exc:
             log.warning("changes: retention could not drop old epochs (retried at the next epoch): %s", exc)

@@ -38,7 +38,8 @@ import os
 import re
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Container
+from dataclasses import replace
+from typing import TYPE_CHECKING, Callable, Container
 
 import pyarrow as pa
 import pyarrow.csv as pcsv
@@ -47,12 +48,18 @@ import pyarrow.parquet as pq
 
 from millpond import faults, paths
 from millpond.catalog import TableDef
+from millpond.engine.epoch import EpochPlan, EpochReport, EpochStep
 from millpond.engine.source_errors import SourceErrors
 from millpond.errors import SqlError
 from millpond.store.objects import ObjectStore
 
 if TYPE_CHECKING:
-    from millpond.engine.runtime import Runtime
+    from millpond.catalog import Catalog
+    from millpond.engine.executor import Consumer
+    from millpond.log import Channel
+    from millpond.store.manifest import Manifest
+
+    Insert = Callable[[TableDef, pa.Table, tuple[str, int]], object]
 
 __all__ = ["Files", "FORMATS", "check_source", "local_listing_error"]
 
@@ -90,24 +97,35 @@ def local_listing_error(path: str) -> str | None:
     return None
 
 
-class Files:
-    """The files tables of one writable runtime: which files each has taken, and taking new ones."""
+class Files(EpochStep):
+    """The files tables of one writable runtime: which files each has taken, and taking new ones
+    (step 0). Ports: ``store`` (the root: what was taken), ``channel`` (a table's log: what it
+    applied) and ``insert`` (rows appended to a table, idempotent per producer)."""
 
-    def __init__(self, rt: "Runtime"):
-        self.rt = rt
+    def __init__(self, store: ObjectStore, channel: Callable[[TableDef], Channel], insert: "Insert"):
+        self.store, self.channel, self.insert = store, channel, insert
         self._taken: dict[int, dict[str, int]] = {}  # table id -> file path -> its last number (read once)
         self._next: dict[int, int] = {}  # table id -> the number of its next file
         self.errors = SourceErrors()  # what each table's source failed on, while it lasts
         self._stores: dict[str, ObjectStore] = {}  # a bucket's URL -> its store (a path on object storage)
 
-    def ingest(self) -> None:
-        """Take every new file of every files table. A table whose folder cannot be listed, or whose
-        append fails, is said (a source error, and the log) and retried before the next epoch (its
-        records read anew: a file recorded but not appended is appended then); the epoch and the
-        other tables go on."""
-        tables = [t for t in self.rt.catalog.tables.values() if t.source]
+    def before(self, catalog: Catalog, consumers: list[Consumer], manifest: Manifest) -> None:
+        if any(t.source for t in catalog.tables.values()):
+            self.ingest(catalog, manifest.epoch + 1)
+
+    def after(self, plan: EpochPlan, report: EpochReport) -> EpochReport:
+        if any(t.source for t in plan.catalog.tables.values()):
+            return replace(report, source_errors=self.errors.by_table(plan.catalog))
+        return report
+
+    def ingest(self, catalog: Catalog, epoch: int) -> None:
+        """Take every new file of every files table of ``catalog`` for ``epoch``. A table whose
+        folder cannot be listed, or whose append fails, is said (a source error, and the log) and
+        retried before the next epoch (its records read anew: a file recorded but not appended is
+        appended then); the epoch and the other tables go on."""
+        tables = [t for t in catalog.tables.values() if t.source]
         self.errors.keep(t.id for t in tables)
-        epoch, now = self.rt.coordinator.manifest.epoch + 1, datetime.now(timezone.utc)
+        now = datetime.now(timezone.utc)
         for t in tables:
             try:
                 self._ingest(t, epoch, now)
@@ -149,7 +167,7 @@ class Files:
                 rows = self._read(t, path)
             except Exception as exc:  # noqa: BLE001 - any reader's error: the file is named, the next come in
                 record["error"] = _text(exc)
-            self.rt.coordinator.store.put(paths.files_key(t.id, n), json.dumps(record).encode())
+            self.store.put(paths.files_key(t.id, n), json.dumps(record).encode())
             taken[path], self._next[t.id] = n, n + 1
             if "error" in record:
                 self.errors.seen(t.id, "file", path, record["error"], epoch=epoch, now=now, size=size,
@@ -162,9 +180,7 @@ class Files:
             self._append(t, rows, n)
 
     def _append(self, t: TableDef, rows: pa.Table, n: int) -> None:
-        from millpond.engine import ingest
-
-        ingest.insert(self.rt, t, rows, producer=(_producer(t), n))
+        self.insert(t, rows, (_producer(t), n))
 
     def _recorded(self, t: TableDef, epoch: int, now: datetime) -> dict[str, int]:
         """The files ``t`` has taken (a path read more than once: its last number); on the first
@@ -172,9 +188,9 @@ class Files:
         appended again, and the files refused are its source errors again."""
         if (taken := self._taken.get(t.id)) is not None:
             return taken
-        store = self.rt.coordinator.store
+        store = self.store
         records = sorted((int(Path(k).stem), json.loads(store.get(k))) for k in store.list(paths.files_prefix(t.id)))
-        applied = self.rt.channel(t).producer_seq(_producer(t))
+        applied = self.channel(t).producer_seq(_producer(t))
         for n, record in records:
             if n > applied and "error" not in record:
                 try:
@@ -200,7 +216,7 @@ class Files:
             return None
         bucket = re.match(r"[a-z0-9]+://[^/]+", path).group(0)
         if bucket not in self._stores:
-            root = self.rt.coordinator.store
+            root = self.store
             self._stores[bucket] = ObjectStore(bucket, root.options if "://" in root.root else {}, create=False)
         return self._stores[bucket]
 

@@ -44,12 +44,13 @@ from sqlglot import exp
 from millpond.catalog import TableDef
 from millpond.columns import DEL, KH
 from millpond.engine import plan as P
+from millpond.engine.epoch import EpochPlan, EpochReport, EpochStep
 from millpond.engine.explain import columns
 from millpond.store.manifest import Manifest
 from millpond.store.objects import ObjectStore
 from millpond.store.state_table import StateTable
 
-__all__ = ["PartialKey", "PartialStep", "NotPartial", "trace", "filled_state", "read_filled", "step",
+__all__ = ["PartialKey", "PartialStep", "NotPartial", "Wanted", "trace", "filled_state", "read_filled", "step",
            "filled_rows", "missing", "describe", "DEFAULT_MAX_KEYS", "KEY", "READ"]
 
 DEFAULT_MAX_KEYS = 10_000
@@ -93,6 +94,24 @@ class PartialStep:
     filled: pa.Array
     fill: pa.Array
     evict: pa.Array
+
+
+class Wanted(EpochStep):
+    """The keys read from each partial view since it last ran (consumer key -> keys): the next epoch
+    fills those it does not hold (step 1); a view that ran has filled them (step 7)."""
+
+    def __init__(self) -> None:
+        self.keys: dict[str, pa.Array] = {}
+
+    def add(self, key: str, keys: pa.Array) -> None:
+        before = self.keys.get(key)
+        self.keys[key] = keys if before is None else pa.concat_arrays([before, keys])
+
+    def after(self, plan: EpochPlan, report: EpochReport) -> EpochReport:
+        for c, _ in plan.work:
+            if c.name in report.rows_in:
+                self.keys.pop(c.key, None)
+        return report
 
 
 def trace(plan: P.Materialize, column: str) -> tuple[tuple[P.Source, str], ...]:

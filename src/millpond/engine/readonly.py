@@ -23,7 +23,8 @@ from typing import Callable, TypeVar
 import pyarrow as pa
 
 from millpond.catalog import Catalog, CatalogStore, TableDef
-from millpond.engine.coordinator import Coordinator, EpochReport
+from millpond.engine.coordinator import Coordinator
+from millpond.engine.epoch import EpochReport
 from millpond.engine.runtime import Runtime
 from millpond.errors import MillpondError, ReadOnlyError, StorageError
 from millpond.log import Channel, Log

@@ -12,7 +12,6 @@ import threading
 import time
 import warnings
 from collections import deque
-from dataclasses import replace
 from typing import Iterator
 from datetime import datetime, timezone
 
@@ -21,29 +20,30 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from millpond import faults
 from millpond.catalog import Catalog, CatalogStore, TableDef, ViewDef, index_dependency
-from millpond.columns import COUNT, EPOCH, ROW_ID, W
+from millpond.columns import EPOCH, ROW_ID, W
 from millpond.engine import plan as P
 from millpond.engine.changelog import consolidate
 from millpond.engine.consumers import consumers
-from millpond.engine.coordinator import Coordinator, EpochReport, describe_failure
-from millpond.engine.flows import SINK_OWED
-from millpond.engine.reads import Installed, Reads, consolidate_rows
-from millpond.engine.files import Files
-from millpond.engine.sinks import Sinks
+from millpond.engine.coordinator import Coordinator, describe_failure
+from millpond.engine.epoch import EpochPlan, EpochReport, EpochStep
 from millpond.engine.executor import Consumer
-from millpond.engine.partial import filled_rows, missing, read_filled
+from millpond.engine.files import Files
+from millpond.engine.flow_targets import FlowTargets
+from millpond.engine.ingest import insert
+from millpond.engine.partial import Wanted, filled_rows, missing, read_filled
+from millpond.engine.reads import Installed, Reads, consolidate_rows
+from millpond.engine.sinks import Sinks
+from millpond.engine.upkeep import LogUpkeep
 from millpond.errors import CatalogError, MillpondError, MillpondNotice, RetentionError, SqlError
 from millpond.log import Channel, Log
+from millpond.store.manifest import Manifest
 
 __all__ = ["Runtime", "SYSTEM_VIEWS"]
 
 logger = logging.getLogger(__name__)
 
 HISTORY = 1000  # epochs of this process kept for ``millpond_epochs``
-TRUNCATE_EVERY = 8  # epochs between two passes that truncate tables' logs (truncate_logs)
-TRUNCATE_FLUSH_RECORDS = 100_000  # a pass flushes the log first when this many records could go
 
 _VIEWS_SCHEMA = pa.schema([
     ("name", pa.string()), ("status", pa.string()), ("epoch", pa.int64()), ("lag", pa.int64()),
@@ -59,15 +59,16 @@ class Runtime(Reads):
         self.lock = threading.RLock()
         self.on_error = "fail"  # what a data error does in views created from now on (SET on_error)
         self.implicit_flush = False  # every INSERT, UPDATE and DELETE statement flushes (SET implicit_flush)
-        self._history: deque[dict] = deque(maxlen=HISTORY)  # one row per (epoch, consumer that ran)
         self._plans: dict[int, P.Materialize] = {}  # decoded view plans by view id
-        self._wanted: dict[str, pa.Array] = {}  # partial view -> keys read since it last ran (engine/partial.py)
         self._local = threading.local()  # a thread's pinned version while it reads (reading())
-        self._kept_starts: dict[tuple[str, int], int] = {}  # (table consumer, oldest kept epoch) -> log seq
-        self._compacted: dict[str, tuple[int, int]] = {}  # key-less table's channel -> (compacted to, rows kept)
-        self.sinks = Sinks(self)
-        self.files = Files(self)
-        coordinator.sink_floor = self.sinks.floor  # changes a sink has not written are kept
+        # the work around an epoch's consumers (engine/epoch.py: befores in order, afters reversed)
+        self.history = History()
+        self.files = Files(coordinator.store, self.channel, lambda t, rows, producer: insert(self, t, rows, producer=producer))
+        self.wanted = Wanted()
+        self.flow_targets = FlowTargets(self.channel, coordinator.rows)
+        self.sinks = Sinks(coordinator.store, self)
+        self.upkeep = LogUpkeep(log, self.channel, coordinator.changes)
+        self.steps = (self.upkeep, self.history, self.sinks, self.flow_targets, self.wanted, self.files)
         self._install(catalog)
 
     # -- the catalog ------------------------------------------------------------------------------
@@ -100,99 +101,13 @@ class Runtime(Reads):
 
     # -- epochs -------------------------------------------------------------------------------
     def run_epoch(self) -> EpochReport | None:
-        """One epoch over all consumers (the protocol in :mod:`millpond.engine.coordinator`), then
-        each flow's changes written into its sink."""
-        started = time.perf_counter()
-        if any(t.source for t in self.catalog.tables.values()):
-            self.files.ingest()  # new files in the folders of files tables
-        self.settle_sinks()
-        if self.catalog.sinks:
-            self.sinks.catch_up()  # after a restart: the epochs a sink's target missed
-        report = self.coordinator.run_epoch(self.catalog, self.consumers, self._wanted)
-        if report is None:
-            return None
-        if any(t.source for t in self.catalog.tables.values()):
-            report = replace(report, source_errors=self.files.errors.by_table(self.catalog))
-        for name in report.rows_in:  # a partial view that ran has filled and marked the keys read
-            self._wanted.pop(self._by_name[name].key, None)
-        for c in self.consumers:
-            if c.sink is not None and report.changes.rows(c.name):
-                faults.point("flow.before_sink")
-                self._to_sink(c, report.changes[c.name], report.epoch)
-        if self.catalog.sinks:
-            self.sinks.catch_up()
-        seconds, now = time.perf_counter() - started, datetime.now(timezone.utc)
-        for name, rows_in in report.rows_in.items():
-            self._history.append({"epoch": report.epoch, "committed_at": now, "seconds": seconds, "name": name,
-                                  "rows_in": rows_in,
-                                  "rows_out": report.changes.rows(name) if name in report.changes else None,
-                                  "state_bytes": self._state_bytes(self._by_name[name])})
-        if report.epoch % TRUNCATE_EVERY == 0:
-            try:
-                self.truncate_logs()
-            except Exception as exc:  # noqa: BLE001 - upkeep of a committed epoch: the next pass retries
-                logger.warning("log truncation and compaction failed and will be retried: %s", exc)
-        return report
+        """One epoch over all consumers, with the work around them (the protocol in
+        :mod:`millpond.engine.coordinator`, steps 0-7)."""
+        return self.coordinator.run_epoch(self.catalog, self.consumers, self.wanted.keys, self.steps)
 
     def truncate_logs(self) -> dict[str, int]:
-        """Drop or compact the log records of tables that nothing will read record by record again;
-        returns each table's new log start (keyed tables) or compacted end (key-less ones).
-
-        A record is needed until every consumer reading the table (its own materialization, views,
-        flows, indexes) has committed past it and while the table's kept changes (subscriptions
-        and ``AS OF`` on it, ``SET retention``) include it. Below that, a keyed table's records go
-        (its rows are its state; a view created later reads them and the log after the table's
-        own offset), and a key-less table's log — its rows — is compacted to the rows it leaves
-        (:meth:`~millpond.log.channel.Channel.compact`), once as many records arrived since its
-        last compaction as that kept (so each record is rewritten a bounded number of times).
-        Only what is flushed to object storage is touched. Left alone: APPEND ONLY tables (their
-        records are their rows) and flows' sinks."""
-        manifest, catalog, feed = self.coordinator.manifest, self.catalog, self.coordinator.changes
-        sinks = {f.sink for f in catalog.flows.values()}
-        oldest = feed.oldest()
-        floors = {}
-        for t in catalog.tables.values():
-            own = manifest.offsets.get(f"o{t.id}", {}).get(t.channel)
-            if t.append_only or t.name in sinks or own is None:
-                continue
-            floor = min(o[t.channel] for o in manifest.offsets.values() if t.channel in o)
-            if oldest is not None:
-                floor = min(floor, self._kept_from(f"o{t.id}", oldest, own))
-            done, kept = self._compacted.get(t.channel_id, (self.channel(t).start, 0))
-            if floor - done >= (0 if t.primary_key else max(TRUNCATE_FLUSH_RECORDS, kept)) and floor > done:
-                floors[t] = floor
-        # what can go is still in the write-ahead log (its segments flush when full): flush it
-        # when that holds many records, rather than keep a segment's worth of them under the root
-        if sum(max(0, f - self.channel(t).flushed) for t, f in floors.items()) >= TRUNCATE_FLUSH_RECORDS:
-            self.log.flush()
-        out = {}
-        for t, floor in floors.items():
-            channel = self.channel(t)
-            floor = min(floor, channel.flushed)
-            if t.primary_key and floor > channel.start:
-                channel.truncate(floor)
-                faults.point("log.after_truncate")
-                out[t.name] = floor
-            elif not t.primary_key and (done := channel.compact(floor)) is not None:
-                self._compacted[t.channel_id] = done
-                out[t.name] = done[0]
-        return out
-
-    def _kept_from(self, key: str, oldest: int, own: int) -> int:
-        """Where the kept changes of table consumer ``key`` start in its log: the range its first
-        kept epoch took (``own``, its offset now, if no kept epoch changed it). Entries never
-        change, so the answer is remembered per (table, oldest kept epoch)."""
-        if (key, oldest) not in self._kept_starts:
-            start = own
-            for e in range(oldest, self.coordinator.manifest.epoch + 1):
-                entry = self.coordinator.changes.entry(e)
-                if entry is not None and key in entry.tables:
-                    start = entry.tables[key][0]
-                    break
-            if len(self._kept_starts) > 4096:
-                self._kept_starts.clear()
-            self._kept_starts[(key, oldest)] = start
-        return min(self._kept_starts[(key, oldest)], own)
+        """A pass of the log's upkeep now (:mod:`millpond.engine.upkeep`; every few epochs otherwise)."""
+        return self.upkeep.truncate(self.catalog, self.coordinator.manifest)
 
     def due(self) -> bool:
         """Whether a flow's unread input has reached its ``TRIGGER AFTER n ROWS`` (the records
@@ -233,8 +148,7 @@ class Runtime(Reads):
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
                 raise SqlError(f"partial view {name!r}: a value of its key {c.partial.column!r} must be of type "
                                f"{kind}: {exc}") from None
-            before = self._wanted.get(c.key)
-            self._wanted[c.key] = keys if before is None else pa.concat_arrays([before, keys])
+            self.wanted.add(c.key, keys)
             if c.key in self.coordinator.manifest.failed:
                 return  # its rows stay as of its last good epoch (reading it says why)
             if len(missing(self.filled(name), keys)):
@@ -246,31 +160,6 @@ class Runtime(Reads):
         assert c.partial is not None
         kind = c.partial.key_type(self.catalog.tables)
         return filled_rows(read_filled(self.coordinator.store, self.coordinator.manifest, c.object_id, c.plan), kind)
-
-    # -- flows' sinks (the coordinator's module docstring, "Flows") --------------------------------
-    def settle_sinks(self) -> None:
-        """Give every flow's sink log the changes a committed epoch owes it and it has not received
-        (after a crash between the commit and the sink's append): the difference between the
-        flow's committed rows and what the sink's log adds up to."""
-        manifest = self.coordinator.manifest
-        for c in self.consumers:
-            owed = manifest.offsets.get(c.key, {}).get(SINK_OWED) if c.sink is not None else None
-            if owed is None or self.channel(self.catalog.tables[c.sink]).producer_seq(_producer(c)) >= owed:
-                continue
-            sink = self.catalog.tables[c.sink]
-            rows = self.coordinator.rows(c, manifest).scan()
-            log = self.channel(sink).read(0, None)  # everything the sink's log has received
-            have = pl.from_arrow(log.select([*c.columns, W])).with_columns(-pl.col(W))
-            want = (rows.select([*c.columns, pl.col(COUNT).alias(W)]) if rows is not None and rows.height
-                    else have.clear())
-            self._to_sink(c, consolidate(pl.concat([want.cast(have.schema), have])).to_arrow(), owed)
-
-    def _to_sink(self, flow: Consumer, change: pa.Table, epoch: int) -> None:
-        """A flow's changelog appended to its sink as the sink's changes, at most once per epoch."""
-        table = self.catalog.tables[flow.sink]
-        rows = change.select([c.name for c in table.columns])
-        records = rows.append_column(ROW_ID, pa.nulls(rows.num_rows, pa.int64())).append_column(W, change[W])
-        self.channel(table).append(records.cast(table.log_schema), producer=(_producer(flow), epoch))
 
     # -- kept changes: subscriptions and time travel (engine/changefeed.py) ---------------------
     def changes(self, name: str, after: int, upto: int | None = None) -> Iterator[pa.Table]:
@@ -416,12 +305,10 @@ class Runtime(Reads):
     def epochs(self) -> pa.Table:
         """``millpond_epochs``: the epochs this process committed (the last 1,000), one row per
         table, index or view that ran in each: records read, changes out (views), state bytes after it."""
-        return pa.Table.from_pylist(list(self._history), schema=_EPOCHS_SCHEMA)
+        return pa.Table.from_pylist(list(self.history.rows), schema=_EPOCHS_SCHEMA)
 
     def _state_bytes(self, consumer: Consumer) -> int:
-        prefix = consumer.key + "."
-        return sum(ref.size for sid, levels in self.coordinator.manifest.states.items() if sid.startswith(prefix)
-                   for ref in levels.files())
+        return state_bytes(self.coordinator.manifest, consumer)
 
     def _system(self, name: str):  # noqa: ANN202
         return (lambda: SYSTEM_VIEWS[name](self)) if name in SYSTEM_VIEWS else None
@@ -438,8 +325,30 @@ def _iso(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, timezone.utc).isoformat()
 
 
-def _producer(flow: Consumer) -> str:
-    return f"flow:{flow.key}"
+def state_bytes(manifest: Manifest, consumer: Consumer) -> int:
+    """The bytes of ``consumer``'s state files in ``manifest``."""
+    prefix = consumer.key + "."
+    return sum(ref.size for sid, levels in manifest.states.items() if sid.startswith(prefix) for ref in levels.files())
+
+
+class History(EpochStep):
+    """``millpond_epochs``' rows: one per (epoch, consumer that ran), the last :data:`HISTORY` epochs'."""
+
+    def __init__(self) -> None:
+        self.rows: deque[dict] = deque(maxlen=HISTORY)
+        self._started = time.perf_counter()
+
+    def before(self, catalog: Catalog, consumers: list[Consumer], manifest: Manifest) -> None:
+        self._started = time.perf_counter()
+
+    def after(self, plan: EpochPlan, report: EpochReport) -> EpochReport:
+        seconds, now = time.perf_counter() - self._started, datetime.now(timezone.utc)
+        by_name = {c.name: c for c in plan.consumers}
+        for name, rows_in in report.rows_in.items():
+            self.rows.append({"epoch": report.epoch, "committed_at": now, "seconds": seconds, "name": name,
+                              "rows_in": rows_in, "rows_out": report.changes.rows(name) if name in report.changes else None,
+                              "state_bytes": state_bytes(report.manifest, by_name[name])})
+        return report
 
 
 SYSTEM_VIEWS = {"millpond_views": Runtime.views_status, "millpond_epochs": Runtime.epochs,

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator, Protocol
 
 import numpy as np
 import polars as pl
@@ -48,11 +48,15 @@ import pyarrow.compute as pc
 from millpond import faults, jsonb, paths
 from millpond.catalog import SinkDef, TableDef
 from millpond.columns import EPOCH, W
+from millpond.engine.epoch import EpochPlan, EpochReport, EpochStep
 from millpond.engine.sink_targets import COMPACT_EVERY, DELETE, OP, UPSERT, Target, target_of
 from millpond.errors import MissingError, SqlError
 
 if TYPE_CHECKING:
-    from millpond.engine.runtime import Runtime
+    from millpond.catalog import Catalog
+    from millpond.engine.executor import Consumer
+    from millpond.store.manifest import Manifest
+    from millpond.store.objects import ObjectStore
 
 __all__ = ["Sinks", "CONNECTORS", "KINDS", "OP", "sink_key", "check_schema", "target_of"]
 
@@ -62,13 +66,26 @@ CONNECTORS = ("deltalake", "iceberg")
 KINDS = ("upsert", "append-only")
 
 
-def sink_key(rt: "Runtime", sink: SinkDef) -> tuple[str, ...]:
+class Source(Protocol):
+    """What a sink reads of its source (:class:`millpond.engine.reads.Reads`)."""
+
+    def rows_at(self, name: str, epoch: int) -> pa.Table:
+        """The rows of ``name`` as of committed epoch ``epoch``."""
+
+    def changes(self, name: str, after: int, upto: int | None = None) -> Iterator[pa.Table]:
+        """Its changes committed after ``after`` up to ``upto``, one changelog per epoch."""
+
+    def key_of(self, name: str) -> tuple[str, ...]:
+        """The columns that address its committed rows."""
+
+
+def sink_key(catalog: Catalog, source: Source, sink: SinkDef) -> tuple[str, ...]:
     """The columns an upsert sink keys its target's rows by: the source's primary key (a table) or
     its row key (a view whose rows come from a GROUP BY); () where there is none."""
-    rel = rt.catalog.relation(sink.source)
+    rel = catalog.relation(sink.source)
     if isinstance(rel, TableDef):
         return rel.primary_key
-    return tuple(rt._by_name[rel.name].plan.key)
+    return source.key_of(rel.name)
 
 
 def check_schema(name: str, schema: pa.Schema) -> None:
@@ -81,20 +98,31 @@ def check_schema(name: str, schema: pa.Schema) -> None:
                            "rename it in a view and sink that view")
 
 
-class Sinks:
-    """The sinks of one writable runtime: what each has written, and writing what it has not."""
+class Sinks(EpochStep):
+    """The sinks of one writable runtime: what each has written, and writing what it has not —
+    before an epoch (after a restart: the epochs a target missed) and after its commit. Ports:
+    ``store`` (the root: a sink's progress) and ``source`` (what a sink reads of its source)."""
 
-    def __init__(self, rt: "Runtime"):
-        self.rt = rt
+    def __init__(self, store: ObjectStore, source: Source):
+        self.store, self.source = store, source
         self._done: dict[str, int] = {}  # token -> the last epoch the target holds (this process knows)
         self._writes: dict[str, int] = {}  # token -> writes to the target by this process
         self._targets: dict[str, Target] = {}  # token -> its target, opened once
         self.rows: dict[str, int] = {}  # token -> rows this process wrote to the target
         self.errors: dict[str, str] = {}  # sink name -> why its last write failed
 
-    def floor(self) -> int | None:
+    def before(self, catalog: Catalog, consumers: list[Consumer], manifest: Manifest) -> None:
+        if catalog.sinks:
+            self.catch_up(catalog, manifest.epoch)
+
+    def after(self, plan: EpochPlan, report: EpochReport) -> EpochReport:
+        if plan.catalog.sinks:
+            self.catch_up(plan.catalog, report.epoch)
+        return report
+
+    def floor(self, catalog: Catalog) -> int | None:
         """The earliest epoch whose later changes a sink still needs (None: no sink)."""
-        return min((self._done.get(s.token, s.start) for s in self.rt.catalog.sinks.values()), default=None)
+        return min((self._done.get(s.token, s.start) for s in catalog.sinks.values()), default=None)
 
     def progress(self, sink: SinkDef) -> int | None:
         """The last epoch ``sink``'s target holds: as this process wrote it, else as what is durable
@@ -107,50 +135,49 @@ class Sinks:
         done = self._durable(sink, target_of(sink))
         return None if done < 0 else done
 
-    def catch_up(self) -> None:
-        """Write every sink up to the last committed epoch; a sink that fails stays behind."""
-        upto = self.rt.coordinator.manifest.epoch
-        for sink in list(self.rt.catalog.sinks.values()):
+    def catch_up(self, catalog: Catalog, upto: int) -> None:
+        """Write every sink of ``catalog`` up to committed epoch ``upto``; a sink that fails stays behind."""
+        for sink in list(catalog.sinks.values()):
             try:
-                self.write(sink, upto)
+                self.write(catalog, sink, upto)
                 self.errors.pop(sink.name, None)
             except Exception as exc:  # noqa: BLE001 - one sink's target must not stop the others
                 self.errors[sink.name] = f"{type(exc).__name__}: {exc}"
                 log.warning("sink %s: writing epochs after %s failed and will be retried after the next epoch: %s",
                             sink.name, self._done.get(sink.token, "its start"), exc)
 
-    def write(self, sink: SinkDef, upto: int) -> None:
-        """Make ``sink``'s target hold its source's changes up to epoch ``upto``."""
+    def write(self, catalog: Catalog, sink: SinkDef, upto: int) -> None:
+        """Make ``sink`` (of ``catalog``)'s target hold its source's changes up to epoch ``upto``."""
         if (target := self._targets.get(sink.token)) is None:
             target = self._targets[sink.token] = target_of(sink)
         done = self._done.get(sink.token)
         try:
             if done is None:  # (epoch 0 is an epoch: not "or -1")
                 done = self._durable(sink, target)
-            self._write(sink, target, done, upto)
+            self._write(sink_key(catalog, self.source, sink), sink, target, done, upto)
         except BaseException:
             target.forget()
             raise
 
-    def _write(self, sink: SinkDef, target: Target, done: int, upto: int) -> None:
+    def _write(self, key: tuple[str, ...], sink: SinkDef, target: Target, done: int, upto: int) -> None:
         if done < sink.start:  # the first write: the source's rows as of the sink's start
-            rows = self.rt.rows_at(sink.source, sink.start)
+            rows = self.source.rows_at(sink.source, sink.start)
             n = rows.num_rows
             change = rows.append_column(W, pa.array(np.ones(n, np.int64))).append_column(
                 EPOCH, pa.array(np.full(n, sink.start, np.int64)))
-            self._put(sink, target, change, sink.start)
+            self._put(key, sink, target, change, sink.start)
             done = sink.start
         if done < upto:
-            changes = list(self.rt.changes(sink.source, done, upto))
+            changes = list(self.source.changes(sink.source, done, upto))
             if changes:
-                self._put(sink, target, pa.concat_tables(changes), upto)
+                self._put(key, sink, target, pa.concat_tables(changes), upto)
             else:
                 self._keep(sink, upto)
             done = upto
         self._done[sink.token] = done
 
-    def _put(self, sink: SinkDef, target: Target, change: pa.Table, epoch: int) -> None:
-        cols = list(self.rt.catalog.relation(sink.source).schema.names)
+    def _put(self, key: tuple[str, ...], sink: SinkDef, target: Target, change: pa.Table, epoch: int) -> None:
+        cols = [c for c in change.column_names if c not in (W, EPOCH)]  # the source's columns
         change = _outward(change)
         faults.point("sink.before_commit")
         if sink.kind == "append-only":  # a change of weight w (rows netted per epoch): |w| rows
@@ -160,7 +187,6 @@ class Sinks:
             change = change.select(cols).append_column(OP, op).append_column(EPOCH, change[EPOCH])
             target.append(change, sink.token, epoch)
         else:
-            key = sink_key(self.rt, sink)
             change = _upserts(change, cols, key)
             target.upsert(change, key, sink.token, epoch)
         self.rows[sink.token] = self.rows.get(sink.token, 0) + change.num_rows
@@ -180,28 +206,28 @@ class Sinks:
     def _kept(self, sink: SinkDef) -> int:
         """The epoch kept under the root for ``sink`` (-1: none)."""
         try:
-            return json.loads(self.rt.coordinator.store.get(paths.sink_key(sink.token)))["epoch"]
+            return json.loads(self.store.get(paths.sink_key(sink.token)))["epoch"]
         except MissingError:
             return -1
 
     def _keep(self, sink: SinkDef, epoch: int) -> None:
-        self.rt.coordinator.store.put(paths.sink_key(sink.token), json.dumps({"epoch": epoch}).encode())
+        self.store.put(paths.sink_key(sink.token), json.dumps({"epoch": epoch}).encode())
 
     # -- a sink being created (sql/sinks.py): its first write is done before the catalog names it ----
     def pending(self, name: str) -> dict | None:
         """The sink named ``name`` whose ``CREATE SINK`` wrote its target but never committed (a crash
         inside it), as :meth:`note_pending` kept it; None if there is none."""
         try:
-            return json.loads(self.rt.coordinator.store.get(paths.sink_pending_key(name)))
+            return json.loads(self.store.get(paths.sink_pending_key(name)))
         except MissingError:
             return None
 
     def note_pending(self, sink: SinkDef) -> None:
-        self.rt.coordinator.store.put(paths.sink_pending_key(sink.name), json.dumps(sink.to_json()).encode())
+        self.store.put(paths.sink_pending_key(sink.name), json.dumps(sink.to_json()).encode())
 
     def clear_pending(self, name: str) -> None:
         try:
-            self.rt.coordinator.store.delete(paths.sink_pending_key(name))
+            self.store.delete(paths.sink_pending_key(name))
         except MissingError:
             pass
 
@@ -211,7 +237,7 @@ class Sinks:
         self._targets.pop(sink.token, None)
         self.errors.pop(sink.name, None)
         try:
-            self.rt.coordinator.store.delete(paths.sink_key(sink.token))
+            self.store.delete(paths.sink_key(sink.token))
         except MissingError:
             pass
 

@@ -14,7 +14,7 @@ Three kinds of problem, each kept per table until it goes away:
 
 They are the rows of the system view ``millpond_source_errors`` (:meth:`SourceErrors.table`),
 summed up in ``SHOW TABLES``' ``error`` column (:meth:`SourceErrors.summary`), carried by every
-:class:`~millpond.engine.coordinator.EpochReport` and said once more by ``flush()``
+:class:`~millpond.engine.epoch.EpochReport` and said once more by ``flush()``
 (:meth:`SourceErrors.notice`).
 """
 

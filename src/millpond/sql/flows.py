@@ -232,7 +232,7 @@ def drop(rt: Runtime, s: exp.Command) -> None:
     name, if_exists = dropped(s, "FLOW")
     if name not in rt.catalog.flows and if_exists:
         return
-    rt.settle_sinks()  # the sink's log holds every change its flow committed
+    rt.flow_targets.settle(rt.catalog, rt.consumers, rt.coordinator.manifest)  # its sink holds every change it committed
     rt.commit_catalog(rt.catalog.without_flow(name))
     try:  # the sink, a table of its own now, materializes its log: one epoch, so it is never read empty
         rt.run_epoch()

@@ -105,7 +105,7 @@ def create(rt: Runtime, s: exp.Command) -> None:
     if resumed:
         sink = replace(sink, start=pending["start"], token=pending["token"])
     check_schema(name, rel.schema)
-    if kind == "upsert" and not sink_key(rt, sink):
+    if kind == "upsert" and not sink_key(catalog, rt, sink):
         raise SqlError(f"CREATE SINK {name}: an upsert sink keeps rows by the key of {src!r}, and it has none "
                        "(a table needs a PRIMARY KEY; a view's rows need a GROUP BY); use type = 'append-only' "
                        "to write its changes instead", sql=text)
@@ -120,7 +120,7 @@ def create(rt: Runtime, s: exp.Command) -> None:
     catalog.with_sink(sink)  # the name is free and the source exists: checked before anything is written
     rt.sinks.note_pending(sink)
     try:  # the first write, before the catalog names the sink: a sink exists only once its target holds the rows
-        rt.sinks.write(sink, rt.coordinator.manifest.epoch)
+        rt.sinks.write(catalog, sink, rt.coordinator.manifest.epoch)
     except Exception as exc:
         rt.sinks.forget(sink)
         rt.sinks.clear_pending(name)
