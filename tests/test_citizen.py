@@ -136,7 +136,7 @@ def test_read_only_answers_from_committed_epochs_while_a_writer_commits(open_db,
     writer.insert("t", _batch(0))
     writer.flush()
     reader = millpond.connect(root, read_only=True)
-    assert isinstance(reader.runtime, ReadOnlyRuntime) and reader._lease is None  # no Spark was started
+    assert isinstance(reader.runtime, ReadOnlyRuntime) and reader._spark.lease is None  # no Spark was started
     epochs, errors = 8, []
 
     def write() -> None:

@@ -19,30 +19,21 @@ the cause of one).
 
 from __future__ import annotations
 
-import logging
-import os
-import re
-import threading
 import time
 from contextlib import contextmanager, nullcontext
 from typing import Any, Callable, Iterator, TypeVar
 
 import pyarrow as pa
 
-from millpond.catalog import Catalog, CatalogStore
+from millpond import wiring
+from millpond.catalog import Catalog
 from millpond.engine import ingest
 from millpond.engine.background import EpochLoop
-from millpond.engine.coordinator import Coordinator
 from millpond.engine.epoch import EpochReport
-from millpond.engine.readonly import ReadOnlyRuntime
 from millpond.engine.runtime import Runtime
-from millpond.errors import FencedError, HeldError, MillpondError, ReadOnlyError, SqlError, unexpected
-from millpond.log import Log
-from millpond.spark.session import LOG_LEVELS, Lease, active_session, local_parallelism, log_level_from
+from millpond.errors import FencedError, MillpondError, ReadOnlyError, SqlError, unexpected
+from millpond.spark.session import active_session, log_level_from
 from millpond.sql import session
-from millpond.sql.plans import bind_plans
-from millpond.store.objects import ObjectStore
-from millpond.store.compactor import CompactionProcess
 
 __all__ = ["connect", "Database"]
 
@@ -84,24 +75,6 @@ def connect(root: str, *, spark: Any = None, parallelism: int | None = None,
                     log_level=log_level, ship=ship)
 
 
-def _seconds(interval: str | float | None) -> float | None:
-    if interval is None or isinstance(interval, (int, float)):
-        return None if interval is None else float(interval)
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", interval)
-    if not m:
-        raise MillpondError(f"interval {interval!r}: use e.g. '1s', '250ms', '2m', '1h' or a number of seconds")
-    return float(m.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}[m.group(2)]
-
-
-def _check_root(root: Any) -> str:
-    if isinstance(root, os.PathLike):
-        root = os.fspath(root)
-    if not isinstance(root, str) or not root.strip():
-        raise MillpondError(f"root {root!r}: name the database's folder, file://... or s3://bucket/prefix "
-                            "(an empty root would be the current folder)")
-    return root
-
-
 class Database:
     def __init__(self, root: str, *, spark: Any = None, parallelism: int | None = None,
                  interval: str | float | None = "1s", storage_options: dict[str, str] | None = None,
@@ -111,65 +84,19 @@ class Database:
         running, start the embedded one at the first statement that needs it (an epoch, the
         analysis of a new view), not now: queries, ``SHOW``, ``DESCRIBE``, ``CREATE TABLE`` and
         ``INSERT`` run without it."""
-        root = _check_root(root)
-        if compaction not in ("local", "spark"):
-            raise MillpondError(f"compaction={compaction!r}: use 'local' (a process of its own) or 'spark' "
-                                "(a Spark job over the same root)")
-        period = None if read_only else _seconds(interval)
+        root = wiring.check_root(root)
+        period = None if read_only else wiring.seconds(interval)
         self.log_level = log_level_from(log_level)
-        _configure_logging(self.log_level)
-        self.root, self.read_only, self.plans = root, read_only, plans
-        self.storage_options = storage_options
-        self._spark_arg, self._ship = spark, ship
-        self._lease: Lease | None = None
-        self._leasing = threading.Lock()
+        wiring.configure_logging(self.log_level)
+        self.root, self.read_only, self.plans, self.storage_options = root, read_only, plans, storage_options
+        self._spark = wiring.SparkLease(spark, ship=ship, log_level=self.log_level)
         self._closed = False
         self._fenced: FencedError | None = None
-        self._loop: EpochLoop | None = None
-        try:
-            store = ObjectStore(root, storage_options, create=not read_only)  # a bad root fails before Spark starts
-            if not read_only:
-                store.check_writable()
-            catalogs = CatalogStore(store)
-            catalog = bind_plans(catalogs.load(), mode=plans)
-            if read_only:  # no Spark: SELECTs are answered from the snapshots by DuckDB
-                self.runtime: Runtime = ReadOnlyRuntime.open(store, catalog)
-            else:
-                self._open_writer(store, catalogs, catalog, parallelism=parallelism, compaction=compaction,
-                                  lazy=lazy_spark and spark is None and active_session() is None)
-        except BaseException as exc:
-            if not read_only and getattr(self, "runtime", None) is not None:
-                self.runtime.close()  # a root that cannot be opened leaves nothing of ours running
-            if self._lease is not None:
-                self._lease.release()
-            if isinstance(exc, Exception) and not isinstance(exc, MillpondError):
-                raise unexpected(exc) from exc
-            raise
+        self.runtime: Runtime = wiring.open_runtime(
+            root, storage_options, self._spark, read_only=read_only, plans=plans, parallelism=parallelism,
+            compaction=compaction, lazy=lazy_spark and spark is None and active_session() is None)
         self._loop = EpochLoop(self.runtime.run_epoch, period, self.runtime.lock, due=self.runtime.due) if period \
             else None
-
-    def _open_writer(self, store: ObjectStore, catalogs: CatalogStore, catalog: Catalog, *,
-                     parallelism: int | None, compaction: str, lazy: bool) -> None:
-        """The writer's runtime: 1. the engine, its executor made at first use; 2. the root's log
-        writer (:func:`millpond.engine.ingest.serve`): another Database holding the root refuses
-        this one here, before Spark starts; 3. Spark, unless ``lazy`` (then at first use)."""
-        from millpond.spark import SparkExecutor, spark_runner
-
-        log = Log(store)
-        executor = _OnFirstUse(lambda: SparkExecutor(self.spark))  # 1.
-        runner = (lambda store, tasks: spark_runner(self.spark)(store, tasks)) if compaction == "spark" \
-            else CompactionProcess()
-        coordinator = Coordinator(executor, store, log, parallelism=parallelism or local_parallelism(),
-                                  compaction=runner)
-        self.runtime = Runtime(catalogs, catalog, log, coordinator)
-        try:
-            ingest.serve(self.runtime)  # 2. the root's log writer while open: other writers go through it
-        except HeldError as exc:
-            raise HeldError(_held(self.root, exc.holder), holder=exc.holder) from None
-        if not lazy:  # 3.
-            spark = self.spark
-            if parallelism is None:
-                coordinator.parallelism = coordinator.default_parallelism = spark.sparkContext.defaultParallelism
 
     # -- public API ---------------------------------------------------------------------------
     @property
@@ -178,7 +105,7 @@ class Database:
         if self.read_only and not self._closed:
             with self._guard():
                 self.runtime.coordinator.state.follow()
-        return self.runtime.coordinator.manifest.epoch
+        return self.runtime.epoch
 
     @property
     def parallelism(self) -> int:
@@ -192,23 +119,7 @@ class Database:
     @property
     def spark(self):  # noqa: ANN201
         """The SparkSession this database runs on (a read-only database starts one only now)."""
-        with self._leasing:
-            if self._lease is None:
-                from millpond.spark import register
-                from millpond.spark.session import lease
-
-                taken = lease(self._spark_arg, log_level=self.log_level)
-                try:
-                    if not taken.owned:  # the user's session: can its workers run millpond?
-                        from millpond.spark.workers import ensure_importable
-
-                        ensure_importable(taken.spark, ship=self._ship)
-                    register(taken.spark)
-                except BaseException:
-                    taken.release()
-                    raise
-                self._lease = taken
-        return self._lease.spark
+        return self._spark.spark
 
     def sql(self, text: str, *, progress: bool = False) -> pa.Table | None:
         """Run one or more statements; return the result of the last query (None for DDL/DML).
@@ -222,7 +133,7 @@ class Database:
                 return session.execute(self.runtime, query)
         with self._guard():
             if self.read_only:
-                return self._read(lambda: session.run(self.runtime, text))
+                return wiring.read_only(self.runtime, self.plans, lambda: session.run(self.runtime, text))
             with self._progress(progress):
                 return session.run(self.runtime, text)
 
@@ -288,7 +199,7 @@ class Database:
             yield first
         waited = 0.0
         while True:
-            upto = self._guarded_read(lambda: self.runtime.coordinator.manifest.epoch)
+            upto = self._guarded_read(lambda: self.runtime.epoch)
             if upto > last:
                 for change in self._guarded_read(lambda: list(self.runtime.changes(name, last, upto))):
                     yield change
@@ -343,8 +254,7 @@ class Database:
                 self._loop.close()
             self.runtime.close()
         finally:
-            if self._lease is not None:
-                self._lease.release()
+            self._spark.release()
 
     def __enter__(self) -> "Database":
         return self
@@ -353,7 +263,7 @@ class Database:
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else f"epoch {self.runtime.coordinator.manifest.epoch}"
+        state = "closed" if self._closed else f"epoch {self.runtime.epoch}"
         return f"<millpond.Database {self.root!r} {state}{' read-only' if self.read_only else ''}>"
 
     # -- helpers ------------------------------------------------------------------------------
@@ -365,19 +275,7 @@ class Database:
     def _guarded_read(self, run: Callable[[], T]) -> T:
         """``run`` under the guard; on a read-only database, after following the writer."""
         with self._guard():
-            return self._read(run) if self.read_only else run()
-
-    def _read(self, run: Callable[[], T]) -> T:
-        """A read on a read-only database: follow the writer, then read one committed state."""
-        assert isinstance(self.runtime, ReadOnlyRuntime)
-        self.runtime.follow(self._newest_catalog())
-        return self.runtime.read(run, self._newest_catalog)
-
-    def _newest_catalog(self) -> Catalog | None:
-        latest = self.runtime.catalogs.load()
-        if latest.version == self.runtime.catalog.version:
-            return None
-        return bind_plans(latest, mode=self.plans)
+            return wiring.read_only(self.runtime, self.plans, run) if self.read_only else run()
 
     @contextmanager
     def _progress(self, show: bool) -> Iterator[None]:
@@ -410,44 +308,3 @@ class Database:
                 raise
             except Exception as exc:
                 raise unexpected(exc) from exc
-
-
-class _OnFirstUse:
-    """An epoch executor made when it is first used (Spark starts then): every attribute is the
-    made one's."""
-
-    def __init__(self, make: Callable[[], Any]):
-        self._make, self._made, self._lock = make, None, threading.Lock()
-
-    def __getattr__(self, name: str) -> Any:
-        with self._lock:
-            if self._made is None:
-                self._made = self._make()
-        return getattr(self._made, name)
-
-
-def _held(root: str, holder: dict) -> str:
-    """Why a second writer of ``root`` is refused, and what to do instead."""
-    from millpond.log.writer import describe
-
-    return (f"{root!r} is open for writing by another Database ({describe(holder)}): a root has one writer. "
-            "Read it beside that one with millpond.connect(root, read_only=True) (millpond sql ROOT --read-only), "
-            "or close that one first")
-
-
-def _configure_logging(level: str | None) -> None:
-    """millpond's loggers print nothing unless asked (a NullHandler keeps Python's last-resort
-    handler from printing warnings and tracebacks); with ``level`` they print to stderr from it."""
-    logger = logging.getLogger("millpond")
-    if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
-        logger.addHandler(logging.NullHandler())
-    if level is None:
-        return
-    handler = next((h for h in logger.handlers if h.get_name() == "millpond-stderr"), None)
-    if handler is None:
-        handler = logging.StreamHandler()
-        handler.set_name("millpond-stderr")
-        handler.setFormatter(logging.Formatter("millpond %(levelname)s %(name)s: %(message)s"))
-        logger.addHandler(handler)
-    handler.setLevel(LOG_LEVELS[level][1])
-    logger.setLevel(LOG_LEVELS[level][1])

@@ -367,7 +367,7 @@ class _Handler(socketserver.BaseRequestHandler):
         with db._guard():  # noqa: SLF001  the start and its schema at one epoch
             name, as_of, snapshot = subscribe_clauses(db.runtime, subscribe)
             columns = len(db.runtime.changelog_schema(name))
-            start = db.runtime.coordinator.manifest.epoch if as_of is None else as_of
+            start = db.runtime.epoch if as_of is None else as_of
         self.cancel.clear()
         self._send(CopyOutResponse(overall_format=0, col_formats=[0] * columns))
         first = True

@@ -152,16 +152,17 @@ class Readers:
 def _query(db: "Database", sql: str) -> pa.Table | None:
     """What the writer's process would answer without its lock, from the newest committed epoch;
     None: a statement of another kind (:func:`~millpond.sql.session.lock_free`)."""
+    from millpond import wiring
     from millpond.pgcatalog import catalog_query
     from millpond.sql import session
 
     rt = db.runtime
-    with db._guard():  # noqa: SLF001
-        rt.follow(db._newest_catalog())  # noqa: SLF001
+
+    def answer() -> pa.Table | None:
         query = session.lock_free(rt, sql)
-        if query is None or catalog_query(query):
-            return None
-        return rt.read(lambda: session.execute(rt, query), db._newest_catalog)  # noqa: SLF001
+        return None if query is None or catalog_query(query) else session.execute(rt, query)
+    with db._guard():  # noqa: SLF001
+        return wiring.read_only(rt, db.plans, answer)
 
 
 def _picklable(exc: BaseException) -> BaseException:

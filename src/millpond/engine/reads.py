@@ -84,6 +84,11 @@ class Reads:
         return self._view().by_key
 
     @property
+    def epoch(self) -> int:
+        """The last committed epoch."""
+        return self.coordinator.manifest.epoch
+
+    @property
     def _manifest(self) -> Manifest:
         """The manifest reads go by: the pinned one of this thread's :meth:`reading`, else the last."""
         pinned = getattr(self._local, "pinned", None)

@@ -27,7 +27,7 @@ from millpond.engine.changelog import consolidate
 from millpond.engine.consumers import consumers
 from millpond.engine.coordinator import Coordinator, describe_failure
 from millpond.engine.epoch import EpochPlan, EpochReport, EpochStep
-from millpond.engine.executor import Consumer
+from millpond.engine.executor import Consumer, EpochExecutor
 from millpond.engine.files import Files
 from millpond.engine.flow_targets import FlowTargets
 from millpond.engine.ingest import insert
@@ -100,6 +100,11 @@ class Runtime(Reads):
         return plans
 
     # -- epochs -------------------------------------------------------------------------------
+    @property
+    def executor(self) -> EpochExecutor:
+        """What runs an epoch's step 3 (Spark; it also types a new view's rows)."""
+        return self.coordinator.executor
+
     def run_epoch(self) -> EpochReport | None:
         """One epoch over all consumers, with the work around them (the protocol in
         :mod:`millpond.engine.coordinator`, steps 0-7)."""

@@ -70,7 +70,7 @@ class ViewBatchReader(DataSourceReader):
         rt, self.name = _open(options)
         try:
             epoch = _opt(options, "epoch")
-            self.epoch = rt.coordinator.manifest.epoch if epoch is None else int(epoch)
+            self.epoch = rt.epoch if epoch is None else int(epoch)
             rt.rows_at(self.name, self.epoch).schema  # noqa: B018  fails here, on the driver, if it cannot be read
         finally:
             rt.close()
@@ -105,7 +105,7 @@ class ViewStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         rt, name = _open(self.options)
         try:
             rt.changelog_schema(name)  # the name is a table, view or flow, and it has not failed
-            return rt.coordinator.manifest.epoch
+            return rt.epoch
         finally:
             rt.close()
 

@@ -132,7 +132,7 @@ def _create_view(rt: Runtime, s: exp.Create) -> None:
                               sample=rt.filter_share)
     sizes = {t: sizes[t] for t in sorted({src.table for src in P.sources(plan)}) if t in sizes}
     # the indexes its joins read (a partial view reads none: its inputs are restricted to its keys)
-    plan, schema, indexes = choose(plan, rt.catalog, rt.coordinator.executor,
+    plan, schema, indexes = choose(plan, rt.catalog, rt.executor,
                                    skip=frozenset(i.id for i in rt.catalog.indexes.values()) if options.get("partial")
                                    else frozenset())
     depends = (*depends, *map(index_dependency, indexes))

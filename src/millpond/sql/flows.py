@@ -163,7 +163,7 @@ def create(rt: Runtime, s: exp.Command) -> None:
         raise CatalogError(f'relation "{spec.name}" already exists', sqlstate="42P07", hint=f"{spec.name!r} is a flow")
     plan, depends, keys = flow_plan(spec, catalog)
     _check_acyclic(spec, plan, catalog)
-    schema = rt.coordinator.executor.output_schema(plan, catalog.tables)
+    schema = rt.executor.output_schema(plan, catalog.tables)
     columns = tuple(Column(f.name, sql_type(f.type)) for f in schema)
     new_sink = spec.sink not in catalog.tables
     if new_sink:

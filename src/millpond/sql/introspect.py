@@ -145,7 +145,7 @@ def explain(rt: Runtime, s: exp.Command) -> pa.Table:
                        "(nothing is created) or EXPLAIN MATERIALIZED VIEW v (a view that exists)")
     plan, _ = plan_view(create.expression, rt.catalog, views=True, eager=True, sizes=rt.table_sizes(),
                         sample=rt.filter_share)
-    plan, _, _ = choose(plan, rt.catalog, rt.coordinator.executor)
+    plan, _, _ = choose(plan, rt.catalog, rt.executor)
     return _plan_table(explain_plan(plan, object_id=rt.catalog.next_id, name=create.this.name))
 
 

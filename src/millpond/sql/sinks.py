@@ -95,7 +95,7 @@ def create(rt: Runtime, s: exp.Command) -> None:
                        f"{f', got {kind!r}' if kind else ''}", sql=text)
     where = _where(name, connector, options, text)
     rel = catalog.relation(src)
-    sink = SinkDef(0, name, src, connector, kind, tuple(sorted(options.items())), rt.coordinator.manifest.epoch,
+    sink = SinkDef(0, name, src, connector, kind, tuple(sorted(options.items())), rt.epoch,
                    f"millpond-{uuid.uuid4().hex}", text)
     # the same statement again after a crash inside it: the target it began is this sink's
     pending = rt.sinks.pending(name)
@@ -120,7 +120,7 @@ def create(rt: Runtime, s: exp.Command) -> None:
     catalog.with_sink(sink)  # the name is free and the source exists: checked before anything is written
     rt.sinks.note_pending(sink)
     try:  # the first write, before the catalog names the sink: a sink exists only once its target holds the rows
-        rt.sinks.write(catalog, sink, rt.coordinator.manifest.epoch)
+        rt.sinks.write(catalog, sink, rt.epoch)
     except Exception as exc:
         rt.sinks.forget(sink)
         rt.sinks.clear_pending(name)
@@ -177,7 +177,7 @@ def show(rt: Runtime) -> pa.Table:
     not written), ``error`` (why its last write failed: it is retried after every epoch; or why its
     target could not be read), ``sql``."""
     sinks = sorted(rt.catalog.sinks.values(), key=lambda k: k.name)
-    last = rt.coordinator.manifest.epoch
+    last = rt.epoch
     done, errors = [], []
     for k in sinks:
         error = rt.sinks.errors.get(k.name)
