@@ -1,4 +1,7 @@
-"""The consumers of a catalog: every table's own materialization and every view's and flow's stored plan.
+"""The consumers of a catalog, one class per kind: every table's own materialization and every
+index's, view's and flow's stored plan. A kind says what the epoch protocol does with it
+(:mod:`millpond.engine.coordinator`): when it sits out, how its first epoch reads, whether it runs
+in the job, where its rows are.
 
 Only a table with a primary key keeps rows of its own (ingest resolves upserts against them). A
 key-less table's log *is* its rows: every record carries the row's identity (``_row_id``) and
@@ -13,14 +16,108 @@ partial view's consumer carries its key (:mod:`millpond.engine.partial`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
+import pyarrow as pa
+
 from millpond.catalog import Catalog, IndexDef, TableDef, ViewDef
 from millpond.columns import ROW_ID
 from millpond.engine import plan as P
-from millpond.engine.executor import Consumer
-from millpond.engine.flows import Expiry, shape
+from millpond.engine.flows import Expiry, Merge, shape
 from millpond.engine.partial import PartialKey, trace
+from millpond.store.manifest import Manifest
 
-__all__ = ["table_plan", "index_plan", "consumers"]
+__all__ = ["Consumer", "KeyedTable", "KeylessTable", "FlowTarget", "Index", "View", "PartialView", "Flow",
+           "table_plan", "index_plan", "table_rows_state", "index_rows_state", "consumers"]
+
+
+@dataclass(frozen=True)
+class Consumer:
+    """Something that reads table channels and keeps state (its kind: a subclass below)."""
+
+    key: str  # "o<object id>", the manifest's offsets key and state id prefix
+    object_id: int
+    name: str
+    plan: P.Materialize | P.Arrange  # Arrange: an index's
+    columns: tuple[str, ...]  # output columns (the rows state's key)
+    on_error: str = "fail"  # a data error in its expressions: "fail" (the view is isolated) or "null"
+    sql: str = ""  # a view's SQL as the user wrote it (its errors name the column's expression in it)
+    sink: str | None = None  # a flow: the table its changes are written into
+    expiry: Expiry | None = None  # a flow's EXPIRE AFTER
+    merge: Merge | None = None  # a flow whose trigger merges Spark's partial aggregates on the driver
+    fed_by: str | None = None  # a flow's sink table: the flow's key (its rows are the flow's; it runs no epochs)
+    partial: PartialKey | None = None  # a partial view's key (millpond.engine.partial)
+    views: tuple[str, ...] = ()  # the views whose changes it reads (computed before it in an epoch)
+    schema: pa.Schema | None = None  # a view's or flow's rows: its changes are written with these types
+
+    # what its kind says (a kind overrides)
+    log_only: ClassVar[bool] = False  # a key-less table: its log is its rows; epochs only advance its offsets
+    derived: ClassVar[bool] = False  # computed from tables (an index, a view, a flow): its first epoch reads their rows
+    runs_new: ClassVar[bool] = False  # runs in its first epoch even when no record is new (COUNT(*) shows 0)
+
+    @property
+    def rows_state(self) -> str:
+        """The id of the state its committed rows are kept in (its final node's ``rows`` part)."""
+        return P.state_id(self.object_id, self.plan.node_id, "rows")
+
+    def sits_out(self, manifest: Manifest) -> bool:
+        """Whether it takes no part in epochs now: isolated by a data error (its state and offsets
+        stay at its last good epoch)."""
+        return self.key in manifest.failed
+
+    @property
+    def kind(self) -> str:
+        return type(self).__name__
+
+
+@dataclass(frozen=True)
+class KeyedTable(Consumer):
+    """A table with a primary key: its rows, kept by key (ingest resolves upserts against them)."""
+
+
+@dataclass(frozen=True)
+class KeylessTable(Consumer):
+    """A table without a key: its log is its rows; it takes no part in the job."""
+
+    log_only: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class FlowTarget(Consumer):
+    """A flow's sink table: its rows are the flow's (``fed_by``); it runs no epochs while the flow exists."""
+
+    def sits_out(self, manifest: Manifest) -> bool:
+        return True
+
+
+@dataclass(frozen=True)
+class Index(Consumer):
+    """An index: its table's rows arranged by its columns, for the views that read it."""
+
+    derived: ClassVar[bool] = True
+    runs_new: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class View(Consumer):
+    """A materialized view: its plan's rows."""
+
+    derived: ClassVar[bool] = True
+    runs_new: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class PartialView(View):
+    """A view that holds the keys read from it (``partial``, :mod:`millpond.engine.partial`)."""
+
+
+@dataclass(frozen=True)
+class Flow(Consumer):
+    """A flow: its trigger's partial aggregates merged on the driver (``merge``), its changes written
+    into its sink table (``sink``) after the commit."""
+
+    derived: ClassVar[bool] = True
 
 
 def table_plan(table: TableDef) -> P.Materialize:
@@ -36,22 +133,36 @@ def index_plan(index: IndexDef, table: TableDef) -> P.Arrange:
     return P.Arrange(P.Source(table.name, tuple((c.name, c.name) for c in table.columns)), index.columns, node_id=1)
 
 
+def table_rows_state(table: TableDef) -> str:
+    """The id of the state ``table``'s own consumer keeps its rows in (:attr:`Consumer.rows_state`),
+    for a reader that has the table but not its consumer (a Spark task)."""
+    return P.state_id(table.id, table_plan(table).node_id, "rows")
+
+
+def index_rows_state(index_id: int) -> str:
+    """The id of the state index ``index_id`` keeps its table's rows in (:func:`index_plan`'s node 1)."""
+    return P.state_id(index_id, 1, "rows")
+
+
 def consumers(catalog: Catalog, view_plans: dict[str, P.Materialize]) -> list[Consumer]:
     """Tables first, then indexes, then views and flows with their plans (``view_plans`` by name)."""
     fed = {f.sink: f"o{f.id}" for f in catalog.flows.values()}
-    out = [Consumer(f"o{t.id}", t.id, t.name, table_plan(t), (*(c.name for c in t.columns), ROW_ID),
-                    log_only=not t.primary_key, fed_by=fed.get(t.name))
-           for t in catalog.tables.values()]
-    out += [Consumer(f"o{i.id}", i.id, i.name, index_plan(i, catalog.tables[i.table]), ())
+    out: list[Consumer] = []
+    for t in catalog.tables.values():
+        kind = FlowTarget if t.name in fed else KeyedTable if t.primary_key else KeylessTable
+        out.append(kind(f"o{t.id}", t.id, t.name, table_plan(t), (*(c.name for c in t.columns), ROW_ID),
+                        fed_by=fed.get(t.name)))
+    out += [Index(f"o{i.id}", i.id, i.name, index_plan(i, catalog.tables[i.table]), ())
             for i in catalog.indexes.values()]
-    out += [Consumer(f"o{v.id}", v.id, v.name, view_plans[v.name], tuple(v.schema.names), on_error=v.on_error,
-                     sql=v.sql, partial=_partial(catalog, v, view_plans[v.name]), schema=v.schema,
-                     views=tuple(sorted({s.table for s in P.sources(view_plans[v.name]) if s.table in catalog.views})))
-            for v in catalog.views.values()]
-    out += [Consumer(f"o{f.id}", f.id, f.name, view_plans[f.name], tuple(f.schema.names), sql=f.sql, sink=f.sink,
-                     schema=f.schema,
-                     expiry=Expiry(f.key, f.time_key, f.expire_micros) if f.expire_micros else None,
-                     merge=shape(view_plans[f.name], f.schema, f.time_key, f.cluster))
+    for v in catalog.views.values():
+        partial = _partial(catalog, v, view_plans[v.name])
+        out.append((View if partial is None else PartialView)(
+            f"o{v.id}", v.id, v.name, view_plans[v.name], tuple(v.schema.names), on_error=v.on_error, sql=v.sql,
+            partial=partial, schema=v.schema,
+            views=tuple(sorted({s.table for s in P.sources(view_plans[v.name]) if s.table in catalog.views}))))
+    out += [Flow(f"o{f.id}", f.id, f.name, view_plans[f.name], tuple(f.schema.names), sql=f.sql, sink=f.sink,
+                 schema=f.schema, expiry=Expiry(f.key, f.time_key, f.expire_micros) if f.expire_micros else None,
+                 merge=shape(view_plans[f.name], f.schema, f.time_key, f.cluster))
             for f in catalog.flows.values()]
     return out
 

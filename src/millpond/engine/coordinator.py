@@ -122,7 +122,8 @@ from millpond.catalog import Catalog
 from millpond.columns import ROW_ID, W
 from millpond.engine.changefeed import Change, ChangeFeed, Changelogs, rows_of
 from millpond.engine.epoch import EpochPlan, EpochReport, EpochResult, EpochStep
-from millpond.engine.executor import Consumer, EpochExecutor, EpochJob, ViewInput, Work
+from millpond.engine.consumers import Consumer, Flow, KeyedTable
+from millpond.engine.executor import EpochExecutor, EpochJob, ViewInput, Work
 from millpond.engine.failures import cause as _cause
 from millpond.engine.failures import data_error as _data_error
 from millpond.engine.failures import internal_error as _internal_error
@@ -190,17 +191,17 @@ class Coordinator:
         _, ends = self.log.snapshot([t.channel for t in catalog.tables.values()])  # one tick: whole transactions
         work, batch, partial = [], {}, {}
         for c in consumers:
-            if c.key in self.manifest.failed or c.fed_by is not None:  # isolated / a flow's sink: sits out
+            if c.sits_out(self.manifest):  # isolated by a data error; a flow's sink table
                 continue
             done = self.manifest.offsets.get(c.key, {})
             channels = {catalog.tables[s.table].channel for s in _sources(c.plan) if s.table in catalog.tables}
             ranges = {ch: (done.get(ch, 0), ends[ch]) for ch in channels}
-            if c.name not in catalog.tables and c.key not in self.manifest.offsets:
+            if c.derived and c.key not in self.manifest.offsets:  # a first epoch
                 shared = {catalog.tables[t].channel: i for t, i in _shared_sides(c.plan, first=True).items()}
                 for ch, i in shared.items():  # read through an index: from where the index holds the table
                     ranges[ch] = (self.manifest.offsets.get(f"o{i}", {}).get(ch, 0), ends[ch])
                 batch[c.key] = self._batch_starts(catalog, consumers, ranges, shared)
-            new_view = (c.name in catalog.views or c.name in catalog.indexes) and c.key not in self.manifest.offsets
+            new_view = c.runs_new and c.key not in self.manifest.offsets
             if c.partial is not None:
                 partial[c.key] = self._partial_step(catalog, consumers, c, ranges, (wanted or {}).get(c.key))
             keys = partial.get(c.key)
@@ -209,7 +210,7 @@ class Coordinator:
                 work.append((c, ranges))
         idle = [(c, {ch: (self.manifest.offsets.get(c.key, {}).get(ch, 0), ends[ch])
                      for ch in {catalog.tables[s.table].channel for s in _sources(c.plan) if s.table in catalog.tables}})
-                for c in consumers if c.views and c.key not in self.manifest.failed]
+                for c in consumers if c.views and not c.sits_out(self.manifest)]
         while True:  # a view reading a view that runs runs too (after it: _run), to read its changes
             running = {c.name for c, _ in work}
             more = [w for w in idle if w[0].name not in running and running & set(w[0].views)]
@@ -219,8 +220,8 @@ class Coordinator:
         if not work:
             self.state.maintain()  # idle: apply a finished compaction now, not at the next epoch
             return None
-        plans = {c.name: c.plan for c in consumers}
-        inputs = {v.name: (v.schema, state_id(v.id, plans[v.name].node_id, "rows"))
+        by_name = {c.name: c for c in consumers}
+        inputs = {v.name: (v.schema, by_name[v.name].rows_state)
                   for v in catalog.views.values() if any(v.name in c.views for c in consumers)}
         # 2. pin the input version (apply finished compactions first)
         self.state.maintain()
@@ -271,18 +272,18 @@ class Coordinator:
                                 c.name, marks[c.key][EXPIRED] - offsets[c.key].get(EXPIRED, 0), epoch,
                                 marks[c.key][EXPIRED])
                 offsets[c.key].update(marks[c.key])
-            if c.sink is not None and rows_of(changes.get(c.key)):
+            if isinstance(c, Flow) and rows_of(changes.get(c.key)):
                 offsets[c.key][SINK_OWED] = epoch  # a flow: this epoch's changes are owed to its sink
         # 4b. keep the epoch's changes (engine/changefeed.py): before the commit, so a reader of a
         # committed epoch finds them, and files of an epoch that never commits are never read
         kept = {}
         for c, _ in work:
-            if (change := changes.get(c.key)) is not None and c.name not in catalog.tables:
+            if (change := changes.get(c.key)) is not None and c.derived:
                 if isinstance(change, pa.Table):  # a flow's, merged on the driver (a view's tasks typed theirs)
                     rel = catalog.views.get(c.name) or catalog.flows[c.name]
                     change = change.cast(rel.schema.append(pa.field(W, pa.int64())))
                 changes[c.key] = kept[c.key] = change
-        took = {c.key: ranges[catalog.tables[c.name].channel] for c, ranges in work if c.name in catalog.tables}
+        took = {c.key: ranges[catalog.tables[c.name].channel] for c, ranges in work if not c.derived}
         self.changes.write(epoch, kept, took, time.time())
         faults.point("epoch.before_commit")
         # 5. commit: the one atomic write (compaction, step 6, starts inside it, in the background)
@@ -332,8 +333,8 @@ class Coordinator:
         out = {}
         for t in catalog.tables.values():
             table = by_name.get(t.name)
-            if t.channel not in ranges or t.channel in shared or table is None or table.log_only or table.fed_by is not None or \
-                    t.append_only or not (done := self.manifest.offsets.get(table.key, {}).get(t.channel)):
+            if t.channel not in ranges or t.channel in shared or not isinstance(table, KeyedTable) or t.append_only \
+                    or not (done := self.manifest.offsets.get(table.key, {}).get(t.channel)):
                 continue
             ranges[t.channel] = (done, ranges[t.channel][1])
             out[t.channel] = table.key
@@ -402,7 +403,7 @@ class Coordinator:
         consumer, ranges = work
         if (internal := _internal_error(exc)) is not None and _data_error(exc) is None:
             return {"name": consumer.name, "epoch": job.manifest.epoch, "failed_epoch": job.epoch, **internal,
-                    "rows": [], **({"kind": "flow"} if consumer.sink is not None else {})}
+                    "rows": [], **({"kind": "flow"} if isinstance(consumer, Flow) else {})}
         info = _data_error(exc, consumer.schema) or {}
         narrowed, rows = dict(ranges), []
         for channel, (start, stop) in ranges.items():
@@ -428,7 +429,7 @@ class Coordinator:
             elif hi > start:
                 rows.append(f"{table}: one of records [{lo}, {hi})")
         return {"name": consumer.name, "epoch": job.manifest.epoch, "failed_epoch": job.epoch, **info,
-                "rows": rows, **({"kind": "flow"} if consumer.sink is not None else {})}
+                "rows": rows, **({"kind": "flow"} if isinstance(consumer, Flow) else {})}
 
     def maintain(self, catalog: Catalog, floors: Sequence[int] = ()) -> None:
         """Step 6 for the kept changes: drop the epochs retention no longer keeps, save those after
@@ -447,7 +448,7 @@ class Coordinator:
         those: the multiset of the rows' projection, a row's copies perhaps apart (its counts are
         summed only when one nets against another), which converts none of the other columns."""
         part = Materialize(consumer.columns, consumer.name).parts()["rows"]
-        sid = state_id(consumer.object_id, consumer.plan.node_id, "rows")
+        sid = consumer.rows_state
         levels = (manifest or self.manifest).state(sid)
         if columns is None:
             return StateTable(self.store, levels, part.keys, additive=part.additive, name=sid)
@@ -464,9 +465,9 @@ class Coordinator:
         vnode, so any epoch may use any number of tasks. (Counting new records alone ran the
         first epoch of a view over a loaded table in one task: TPC-H Q6 at SF 1, 14.5 s.)"""
         records = sum({ch: b - a for _, ranges in work for ch, (a, b) in ranges.items()}.values())
-        plans = {c.key: c.plan for c in consumers}
+        by_key = {c.key: c for c in consumers}
         records += sum(ref.rows for key in {k for tables in batch.values() for k in tables.values()}
-                       for ref in self.manifest.state(state_id(int(key[1:]), plans[key].node_id, "rows")).files())
+                       for ref in self.manifest.state(by_key[key].rows_state).files())
         return max(1, min(self.parallelism, -(-records // ROWS_PER_TASK)))
 
     def with_parallelism(self, n: int) -> None:

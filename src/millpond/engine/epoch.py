@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
     from millpond.catalog import Catalog
     from millpond.engine.changefeed import Change, Changelogs
-    from millpond.engine.executor import Consumer, EpochJob, Work
+    from millpond.engine.consumers import Consumer
+    from millpond.engine.executor import EpochJob, Work
     from millpond.store.manifest import Manifest
 
 __all__ = ["EpochPlan", "EpochResult", "EpochReport", "EpochStep"]

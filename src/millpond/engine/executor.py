@@ -16,33 +16,12 @@ import pyarrow as pa
 from millpond.catalog import TableDef
 from millpond.engine import plan as P
 from millpond.engine.changefeed import Written
-from millpond.engine.flows import Expiry, Merge
-from millpond.engine.partial import PartialKey, PartialStep
+from millpond.engine.consumers import Consumer
+from millpond.engine.partial import PartialStep
 from millpond.log import Piece
 from millpond.store.manifest import Manifest
 
-__all__ = ["Consumer", "EpochJob", "EpochExecutor", "Ranges", "Work", "PieceSource", "ViewInput"]
-
-
-@dataclass(frozen=True)
-class Consumer:
-    """Something that reads table channels and keeps state: a table, an index, a view or a flow."""
-
-    key: str  # "o<object id>", the manifest's offsets key and state id prefix
-    object_id: int
-    name: str
-    plan: P.Materialize | P.Arrange  # Arrange: an index's
-    columns: tuple[str, ...]  # output columns (the rows state's key)
-    log_only: bool = False  # a key-less table: its log is its rows; epochs only advance its offsets
-    on_error: str = "fail"  # a data error in its expressions: "fail" (the view is isolated) or "null"
-    sql: str = ""  # a view's SQL as the user wrote it (its errors name the column's expression in it)
-    sink: str | None = None  # a flow: the table its changes are written into
-    expiry: Expiry | None = None  # a flow's EXPIRE AFTER
-    merge: Merge | None = None  # a flow whose trigger merges Spark's partial aggregates on the driver
-    fed_by: str | None = None  # a flow's sink table: the flow's key (its rows are the flow's; it runs no epochs)
-    partial: PartialKey | None = None  # a partial view's key (millpond.engine.partial)
-    views: tuple[str, ...] = ()  # the views whose changes it reads (computed before it in an epoch)
-    schema: pa.Schema | None = None  # a view's or flow's rows: its changes are written with these types
+__all__ = ["EpochJob", "EpochExecutor", "Ranges", "Work", "PieceSource", "ViewInput"]
 
 
 @dataclass(frozen=True)

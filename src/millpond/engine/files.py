@@ -55,7 +55,7 @@ from millpond.store.objects import ObjectStore
 
 if TYPE_CHECKING:
     from millpond.catalog import Catalog
-    from millpond.engine.executor import Consumer
+    from millpond.engine.consumers import Consumer
     from millpond.log import Channel
     from millpond.store.manifest import Manifest
 

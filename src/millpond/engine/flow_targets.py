@@ -17,12 +17,12 @@ import pyarrow as pa
 from millpond import faults
 from millpond.columns import COUNT, ROW_ID, W
 from millpond.engine.changelog import consolidate
+from millpond.engine.consumers import Consumer, Flow
 from millpond.engine.epoch import EpochPlan, EpochReport, EpochStep
 from millpond.engine.flows import SINK_OWED
 
 if TYPE_CHECKING:
     from millpond.catalog import Catalog, TableDef
-    from millpond.engine.executor import Consumer
     from millpond.log import Channel
     from millpond.store.manifest import Manifest
     from millpond.store.state_table import StateTable
@@ -43,7 +43,7 @@ class FlowTargets(EpochStep):
 
     def after(self, plan: EpochPlan, report: EpochReport) -> EpochReport:
         for c in plan.consumers:
-            if c.sink is not None and report.changes.rows(c.name):
+            if isinstance(c, Flow) and report.changes.rows(c.name):
                 faults.point("flow.before_sink")
                 self.append(plan.catalog.tables[c.sink], c, report.changes[c.name], report.epoch)
         return report
@@ -52,7 +52,7 @@ class FlowTargets(EpochStep):
         """Give every flow's sink log the changes a committed epoch owes it and it has not received:
         the difference between the flow's committed rows and what the sink's log adds up to."""
         for c in consumers:
-            owed = manifest.offsets.get(c.key, {}).get(SINK_OWED) if c.sink is not None else None
+            owed = manifest.offsets.get(c.key, {}).get(SINK_OWED) if isinstance(c, Flow) else None
             if owed is None or self.channel(sink := catalog.tables[c.sink]).producer_seq(_producer(c)) >= owed:
                 continue
             rows = self.rows(c, manifest).scan()

@@ -51,7 +51,7 @@ from millpond.store.manifest import Manifest
 from millpond.store.objects import ObjectStore
 
 if TYPE_CHECKING:
-    from millpond.engine.executor import Consumer
+    from millpond.engine.consumers import Consumer
 
 __all__ = ["SINK_OWED", "WATERMARK", "EXPIRED", "Expiry", "Merge", "shape", "merge", "expiry_floors",
            "as_micros", "cluster_floor", "CLUSTER_UNIT", "CLUSTER_MIN", "CLUSTER_MAX", "CLUSTER_NULL"]

@@ -23,7 +23,7 @@ from millpond.catalog import Catalog, TableDef
 from millpond.columns import COUNT, ROW_ID, W
 from millpond.engine import plan as P
 from millpond.engine.changelog import consolidate
-from millpond.engine.executor import Consumer
+from millpond.engine.consumers import Consumer
 from millpond.engine.expressions import to_duckdb
 from millpond.errors import InvariantError, MillpondError
 from millpond.keyhash import xxhash64

@@ -24,10 +24,10 @@ from millpond.catalog import Catalog, CatalogStore, TableDef, ViewDef, index_dep
 from millpond.columns import EPOCH, ROW_ID, W
 from millpond.engine import plan as P
 from millpond.engine.changelog import consolidate
-from millpond.engine.consumers import consumers
 from millpond.engine.coordinator import Coordinator, describe_failure
 from millpond.engine.epoch import EpochPlan, EpochReport, EpochStep
-from millpond.engine.executor import Consumer, EpochExecutor
+from millpond.engine.consumers import Consumer, consumers
+from millpond.engine.executor import EpochExecutor
 from millpond.engine.files import Files
 from millpond.engine.flow_targets import FlowTargets
 from millpond.engine.ingest import insert

@@ -54,7 +54,7 @@ from millpond.errors import MissingError, SqlError
 
 if TYPE_CHECKING:
     from millpond.catalog import Catalog
-    from millpond.engine.executor import Consumer
+    from millpond.engine.consumers import Consumer
     from millpond.store.manifest import Manifest
     from millpond.store.objects import ObjectStore
 

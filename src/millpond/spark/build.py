@@ -24,7 +24,8 @@ from sqlglot import exp
 from millpond.catalog import TableDef
 from millpond.columns import KH, ROW_ID, VN, W
 from millpond.engine import plan as P
-from millpond.engine.executor import Consumer, EpochJob, PieceSource, Ranges, ViewInput
+from millpond.engine.consumers import Consumer, index_rows_state
+from millpond.engine.executor import EpochJob, PieceSource, Ranges, ViewInput
 from millpond.engine.expressions import for_types, null_on_error, python_calls, to_duckdb, to_spark
 from millpond.engine.operators import Arrange, HashAggregate, HashJoin, Materialize, Operator, Over, TopN
 from millpond.engine.operators.aggregate import VALUE_FUNCS, nonnull_col, sum_col, value_col
@@ -311,7 +312,7 @@ class Builder(Localizing, Fusing):
             # view's own state id for the side, which is never written)
             return P.state_id(self.consumer.object_id, node.node_id, ("left", "right")[k]), stored
         self._index_at_offset(t, index)
-        return P.state_id(index, 1, "rows"), stored
+        return index_rows_state(index), stored
 
     def _index_at_offset(self, t: TableDef, index: int) -> None:
         start, done = self.ranges[t.channel][0], self.job.manifest.offsets.get(f"o{index}", {}).get(t.channel, 0)

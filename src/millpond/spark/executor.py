@@ -30,7 +30,8 @@ from millpond.catalog import TableDef
 from millpond.columns import W
 from millpond.engine import plan as P
 from millpond.engine.changefeed import Written
-from millpond.engine.executor import Consumer, EpochJob, PieceSource, ViewInput, Work
+from millpond.engine.consumers import Consumer
+from millpond.engine.executor import EpochJob, PieceSource, ViewInput, Work
 from millpond.spark.build import FINAL, Builder
 from millpond.spark.jvm import map_in_arrow
 from millpond.spark.task import CONSUMER, FILE, JOB_PROPERTY, ROWS, Slots, Task, describe_job

@@ -23,8 +23,8 @@ from millpond.catalog import TableDef
 from millpond.catalog.types import spark_ddl_type
 from millpond.columns import COUNT, ROW_ID, VN, W
 from millpond.engine import plan as P
-from millpond.engine.consumers import table_plan
-from millpond.engine.executor import Consumer, EpochJob, PieceSource, Ranges, ViewInput
+from millpond.engine.consumers import Consumer, table_rows_state
+from millpond.engine.executor import EpochJob, PieceSource, Ranges, ViewInput
 from millpond.engine.reads import SAMPLE_ROWS
 from millpond.engine.flows import CLUSTER_MAX, CLUSTER_MIN, CLUSTER_NULL, CLUSTER_UNIT
 from millpond.log import read_pieces
@@ -175,7 +175,7 @@ class Inputs:
     def _committed(self, t: TableDef) -> str | None:
         """The rows state of ``t`` a first epoch in batch mode reads (coordinator, step 1), if any."""
         key = self.job.batch.get(self.consumer.key, {}).get(t.channel)
-        return None if key is None else _rows_state(t, key)
+        return None if key is None else table_rows_state(t)
 
     def _rows(self, t: TableDef, key: str, cols: tuple[str, ...] | None = None) -> DataFrame:
         """The committed rows of ``t`` (its consumer ``key``'s rows state in the job's version) as
@@ -186,7 +186,7 @@ class Inputs:
         row_id = cols is None or ROW_ID in cols
         ddl, n = _ddl(t, (*names, ROW_ID) if row_id else names), self.job.parallelism
         schema = to_arrow_schema(self.spark.createDataFrame([], ddl).schema, timezone="UTC")
-        levels = self.job.manifest.state(_rows_state(t, key))
+        levels = self.job.manifest.state(table_rows_state(t))
         slices = read_slices(levels, n)
         read = partial(read_rows, self.job.root, self.job.storage, levels, names, slices, schema, row_id=row_id)
         return self.spark.range(0, slices, 1, n).mapInArrow(read, ddl)
@@ -333,11 +333,6 @@ def read_columns(node: P.Node) -> dict[int, tuple[str, ...]]:
                 need(i, None)
     need(node, None)
     return {id(s): tuple(src for _, src in s.columns if src in out[id(s)]) for s in P.sources(node) if id(s) in out}
-
-
-def _rows_state(t: TableDef, key: str) -> str:
-    """The id of the rows state of ``t``'s consumer ``key``."""
-    return P.state_id(int(key[1:]), table_plan(t).node_id, "rows")
 
 
 COMBINE_REDUCTION = 8  # a first epoch's delta is combined before its exchange when it has this many rows a group
