@@ -6,9 +6,8 @@
     >>> db.flush(); db.sql("SELECT * FROM t")                      # doctest: +SKIP
     >>> reader = millpond.connect("./data", read_only=True)      # doctest: +SKIP
 
-An entry point: it wires the parts together (Spark as the epoch executor and compaction runner,
-the store, the log, the catalog's checked plans) and serializes calls; the work is done by
-:mod:`millpond.sql.session` (statements), :mod:`millpond.engine.ingest` (inserts) and
+An entry point: :mod:`millpond.wiring` puts an open root together and serializes calls; the work is
+done by :mod:`millpond.sql.session` (statements), :mod:`millpond.engine.ingest` (inserts) and
 :class:`millpond.engine.runtime.Runtime` (epochs and snapshots).
 
 A guest in the user's process: it stops only a Spark session it started
@@ -19,26 +18,21 @@ the cause of one).
 
 from __future__ import annotations
 
-import time
-from contextlib import contextmanager, nullcontext
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 
-from millpond import wiring
+from millpond import pyfunctions, wiring
 from millpond.catalog import Catalog
 from millpond.engine import ingest
 from millpond.engine.background import EpochLoop
 from millpond.engine.epoch import EpochReport
 from millpond.engine.runtime import Runtime
-from millpond.errors import FencedError, MillpondError, ReadOnlyError, SqlError, unexpected
+from millpond.progress import shown
 from millpond.spark.session import active_session, log_level_from
 from millpond.sql import session
 
 __all__ = ["connect", "Database"]
-
-T = TypeVar("T")
-
 
 def connect(root: str, *, spark: Any = None, parallelism: int | None = None,
             interval: str | float | None = "1s", storage_options: dict[str, str] | None = None,
@@ -90,19 +84,18 @@ class Database:
         wiring.configure_logging(self.log_level)
         self.root, self.read_only, self.plans, self.storage_options = root, read_only, plans, storage_options
         self._spark = wiring.SparkLease(spark, ship=ship, log_level=self.log_level)
-        self._closed = False
-        self._fenced: FencedError | None = None
         self.runtime: Runtime = wiring.open_runtime(
             root, storage_options, self._spark, read_only=read_only, plans=plans, parallelism=parallelism,
             compaction=compaction, lazy=lazy_spark and spark is None and active_session() is None)
         self._loop = EpochLoop(self.runtime.run_epoch, period, self.runtime.lock, due=self.runtime.due) if period \
             else None
+        self._guard = wiring.Guard(root, self.runtime, self._loop, plans=plans, read_only=read_only)
 
     # -- public API ---------------------------------------------------------------------------
     @property
     def epoch(self) -> int:
         """The last committed epoch (read-only: the newest the writer committed)."""
-        if self.read_only and not self._closed:
+        if self.read_only and not self._guard.closed:
             with self._guard():
                 self.runtime.coordinator.state.follow()
         return self.runtime.epoch
@@ -134,7 +127,7 @@ class Database:
         with self._guard():
             if self.read_only:
                 return wiring.read_only(self.runtime, self.plans, lambda: session.run(self.runtime, text))
-            with self._progress(progress):
+            with shown(progress, self.runtime.coordinator, lambda: self.spark):
                 return session.run(self.runtime, text)
 
     def create_function(self, fn: Callable, *, params: list[str] | None = None, returns: str | None = None,
@@ -145,19 +138,14 @@ class Database:
         VARCHAR, ``bool``, ``date``, ``datetime`` TIMESTAMP, ``Decimal``). Its source is stored and
         runs alone (import what it uses inside it); a view keeps the source it was created with.
         ``strict``: NULL in, NULL out (False: it is called with None)."""
-        from millpond import pyfunctions
-
-        try:
-            text = pyfunctions.statement(fn, params, returns, name, strict, replace)
-        except ValueError as exc:
-            raise SqlError(f"create_function: {exc}") from None
+        text = pyfunctions.statement(fn, params, returns, name, strict, replace)
         self.sql(text)
         return text
 
     def insert(self, table: str, data: Any) -> None:
         """Append rows (pyarrow Table/RecordBatch, pandas or Spark DataFrame, dict of columns)."""
         with self._guard():
-            self._writable("insert()")
+            self._guard.writable("insert()")
             t = self.runtime.catalog.writable(table)
             ingest.insert(self.runtime, t, ingest.conform_rows(t, ingest.to_arrow(data)))
 
@@ -169,16 +157,16 @@ class Database:
         so with a :class:`~millpond.errors.MillpondNotice` warning (and the log), even when no
         epoch ran; ``SELECT * FROM millpond_source_errors`` lists them."""
         with self._guard():
-            self._writable("flush()")
-            with self._progress(progress):
+            self._guard.writable("flush()")
+            with shown(progress, self.runtime.coordinator, lambda: self.spark):
                 return self.runtime.flush(notice=True)
 
     def read(self, name: str, *, epoch: int | None = None) -> pa.Table:
         """The committed snapshot of a table or view as Arrow; ``epoch``: as of that committed
         epoch (time travel, within the root's retention)."""
         if epoch is None:
-            return self._guarded_read(lambda: self.runtime.snapshot(name))
-        return self._guarded_read(lambda: self.runtime.rows_at(name, epoch))
+            return self._guard.read(lambda: self.runtime.snapshot(name))
+        return self._guard.read(lambda: self.runtime.rows_at(name, epoch))
 
     def subscribe(self, name: str, from_epoch: int | None = None, *, snapshot: bool | None = None,
                   timeout: float | None = None, poll: float = 0.05) -> Iterator[pa.Table]:
@@ -194,21 +182,10 @@ class Database:
         epoch for it (None: it never ends). Works on a read-only database too, in another process.
         A flow is followed from an epoch only: its rows are its sink table's."""
         snapshot = from_epoch is None if snapshot is None else snapshot
-        last, first = self._guarded_read(lambda: self.runtime.subscription(name, from_epoch, snapshot))
+        last, first = self._guard.read(lambda: self.runtime.subscription(name, from_epoch, snapshot))
         if first is not None:
             yield first
-        waited = 0.0
-        while True:
-            upto = self._guarded_read(lambda: self.runtime.epoch)
-            if upto > last:
-                for change in self._guarded_read(lambda: list(self.runtime.changes(name, last, upto))):
-                    yield change
-                last, waited = upto, 0.0
-            elif timeout is not None and waited >= timeout:
-                return
-            else:
-                time.sleep(poll)
-                waited += poll
+        yield from wiring.follow(self._guard.read, self.runtime, name, last, timeout, poll)
 
     def serve(self, *, host: str = "127.0.0.1", port: int = 5433, password: str | None = None,
               password_file: str | None = None, auth: str = "scram-sha-256", tls_cert: str | None = None,
@@ -228,14 +205,10 @@ class Database:
         ``python_functions``: clients may ``CREATE FUNCTION ... LANGUAGE python`` (their code runs in
         this process and its Spark workers; off by default)."""
         from millpond.pgwire import serve
-        from millpond.serve.auth import Access
 
-        access = Access.of(password=password, password_file=password_file, method=auth, tls_cert=tls_cert,
-                           tls_key=tls_key, max_connections=max_connections, idle_timeout=idle_timeout)
-        if host not in ("127.0.0.1", "localhost", "::1") and access.users is None:
-            raise MillpondError(f"serving on {host!r} needs a password (password=... or password_file=...): only "
-                                "localhost may go without")
-        return serve(self, host=host, port=port, access=access, readers=readers, python_functions=python_functions)
+        return serve(self, host=host, port=port, password=password, password_file=password_file, auth=auth,
+                     tls_cert=tls_cert, tls_key=tls_key, max_connections=max_connections,
+                     idle_timeout=idle_timeout, readers=readers, python_functions=python_functions)
 
     def table(self, name: str):  # noqa: ANN201
         """A Spark DataFrame over the committed snapshot of a table or view."""
@@ -246,9 +219,9 @@ class Database:
     def close(self) -> None:
         """Stop the background epochs and release the root; stop the Spark session only if millpond
         started it and no other database of this process uses it."""
-        if self._closed:
+        if self._guard.closed:
             return
-        self._closed = True
+        self._guard.closed = True
         try:
             if self._loop is not None:
                 self._loop.close()
@@ -263,48 +236,5 @@ class Database:
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else f"epoch {self.runtime.epoch}"
+        state = "closed" if self._guard.closed else f"epoch {self.runtime.epoch}"
         return f"<millpond.Database {self.root!r} {state}{' read-only' if self.read_only else ''}>"
-
-    # -- helpers ------------------------------------------------------------------------------
-    def _writable(self, what: str) -> None:
-        if self.read_only:
-            raise ReadOnlyError(f"the database is open read-only: {what} is refused (open it with "
-                                "millpond.connect(root) to write)")
-
-    def _guarded_read(self, run: Callable[[], T]) -> T:
-        """``run`` under the guard; on a read-only database, after following the writer."""
-        with self._guard():
-            return wiring.read_only(self.runtime, self.plans, run) if self.read_only else run()
-
-    @contextmanager
-    def _progress(self, show: bool) -> Iterator[None]:
-        if not show:
-            yield
-            return
-        from millpond.progress import FlushProgress
-
-        with FlushProgress(self.runtime.coordinator, self.spark):
-            yield
-
-    @contextmanager
-    def _guard(self, *, lock: bool = True) -> Iterator[None]:
-        """Serialize API calls (``lock``: a query that reads a pinned version takes none); refuse
-        them once closed or fenced (also by a background epoch); turn an unexpected exception into
-        a MillpondError (chaining it)."""
-        if self._loop is not None and self._loop.fenced is not None:  # other background errors are retried
-            self._fenced = self._loop.fenced
-        if self._closed:
-            raise MillpondError("the database is closed")
-        if self._fenced is not None:
-            raise FencedError(f"another writer took over {self.root!r} ({self._fenced}); reopen the root")
-        with self.runtime.lock if lock else nullcontext():
-            try:
-                yield
-            except FencedError as exc:
-                self._fenced = exc
-                raise
-            except MillpondError:
-                raise
-            except Exception as exc:
-                raise unexpected(exc) from exc

@@ -62,15 +62,19 @@ _QUERIES = {"SELECT", "WITH", "TABLE", "VALUES", "("}  # what a reader process m
 _CATALOG_WORDS = re.compile(r"pg_|information_schema|version|current_|session_user|_description", re.I)
 
 
-def serve(db: "Database", *, host: str = "127.0.0.1", port: int = 5433, access: Access | None = None,
+def serve(db: "Database", *, host: str = "127.0.0.1", port: int = 5433, password: str | None = None,
+          password_file: str | None = None, auth: str = "scram-sha-256", tls_cert: str | None = None,
+          tls_key: str | None = None, max_connections: int = 100, idle_timeout: float | None = None,
           readers: int = 0, python_functions: bool = False) -> "Server":
-    """Start serving ``db`` in background threads; ``port=0`` picks a free port (``server.port``);
-    ``access``: users, authentication, TLS and limits (:class:`~millpond.serve.auth.Access`; none:
-    anyone, no password); ``readers``: processes that answer queries in parallel
-    (:mod:`millpond.readers`); ``python_functions``: clients may create ``LANGUAGE python``
-    functions (code run by this process and its Spark workers, as PostgreSQL's untrusted
-    ``plpython3u``: off by default)."""
-    server = Server(db, host, port, access or Access(), readers)
+    """Start serving ``db`` in background threads (:meth:`millpond.api.Database.serve` says what
+    each option means); ``port=0`` picks a free port (``server.port``). A host other than localhost
+    is refused without a password."""
+    access = Access.of(password=password, password_file=password_file, method=auth, tls_cert=tls_cert,
+                       tls_key=tls_key, max_connections=max_connections, idle_timeout=idle_timeout)
+    if host not in ("127.0.0.1", "localhost", "::1") and access.users is None:
+        raise MillpondError(f"serving on {host!r} needs a password (password=... or password_file=...): only "
+                            "localhost may go without")
+    server = Server(db, host, port, access, readers)
     server.python_functions = python_functions
     server.start()
     return server

@@ -14,12 +14,18 @@ second, and goes away when it ends (it is written to stderr: results on stdout s
 from __future__ import annotations
 
 import threading
-from typing import Any
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any, Callable
 
-__all__ = ["FlushProgress"]
+__all__ = ["FlushProgress", "shown"]
 
 DELAY_SECONDS = 0.5
 POLL_SECONDS = 0.25
+
+
+def shown(show: bool, coordinator: Any, spark: Callable[[], Any]) -> AbstractContextManager:
+    """A :class:`FlushProgress` when ``show`` (``spark()`` gives the session), else nothing."""
+    return FlushProgress(coordinator, spark()) if show else nullcontext()
 
 
 class FlushProgress:

@@ -38,6 +38,8 @@ from typing import Callable
 
 import pyarrow as pa
 
+from millpond.errors import SqlError
+
 __all__ = ["Spec", "PythonFunctionError", "check_source", "evaluate", "raised", "PYTHON_ERROR", "udf_name", "register_duckdb",
            "statement", "PARAM_TYPES"]
 
@@ -119,35 +121,37 @@ def statement(fn: Callable, params: list[str] | None, returns: str | None, name:
     """The ``CREATE FUNCTION ... LANGUAGE python`` statement of a function object: its source as
     written (decorators dropped; it runs in a namespace of its own, so what it uses must be defined or
     imported in it), its types as given or read from its annotations (``int`` BIGINT, ``float``
-    DOUBLE, ``str`` VARCHAR, ``bool``, ``date``, ``datetime`` TIMESTAMP, ``Decimal``)."""
+    DOUBLE, ``str`` VARCHAR, ``bool``, ``date``, ``datetime`` TIMESTAMP, ``Decimal``); a function it
+    cannot make one of is refused with a :class:`~millpond.errors.SqlError`."""
     import inspect
     import textwrap
 
     if not callable(fn) or getattr(fn, "__name__", "<lambda>") == "<lambda>" or not inspect.isfunction(fn):
-        raise ValueError("create_function needs a function defined with def (a lambda or a callable object has no "
-                         "source of its own)")
+        raise SqlError("create_function needs a function defined with def (a lambda or a callable object has no "
+                       "source of its own)")
     try:
         text = textwrap.dedent(inspect.getsource(fn))
     except (OSError, TypeError):
-        raise ValueError(f"the source of {fn.__name__} cannot be read (a function typed at an interactive prompt?): "
-                         "pass it as SQL, CREATE FUNCTION ... LANGUAGE python AS $$ ... $$") from None
+        raise SqlError(f"create_function: the source of {fn.__name__} cannot be read (a function typed at an "
+                       "interactive prompt?): pass it as SQL, CREATE FUNCTION ... LANGUAGE python AS $$ ... $$") \
+            from None
     node = ast.parse(text).body[0]
     lines = text.splitlines()[node.lineno - 1:]  # without its decorators
     if node.col_offset:
-        raise ValueError(f"{fn.__name__} must be defined at its block's top level")
+        raise SqlError(f"create_function: {fn.__name__} must be defined at its block's top level")
     closure = inspect.getclosurevars(fn)
     # (an import inside it names a module as a global does; an attribute named like a global counts too)
     outside = sorted({*closure.nonlocals, *closure.globals} - set(fn.__code__.co_varnames))
     if outside:
-        raise ValueError(f"{fn.__name__} uses {', '.join(outside)} from outside its own body; a function in SQL "
-                         "runs alone in a Spark worker or DuckDB: import or define them inside it")
+        raise SqlError(f"create_function: {fn.__name__} uses {', '.join(outside)} from outside its own body; a "
+                       "function in SQL runs alone in a Spark worker or DuckDB: import or define them inside it")
     sig = inspect.signature(fn)
 
     def hint(what: str, annotation: object) -> str:
         label = getattr(annotation, "__name__", annotation)
         if label not in _HINTS:
-            raise ValueError(f"{fn.__name__}: give the SQL type of {what} (params=[...], returns=...): its "
-                             f"annotation {label!r} is not one of {', '.join(_HINTS)}")
+            raise SqlError(f"create_function: {fn.__name__}: give the SQL type of {what} (params=[...], "
+                           f"returns=...): its annotation {label!r} is not one of {', '.join(_HINTS)}")
         return _HINTS[label]
 
     if params is None:

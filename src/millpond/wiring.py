@@ -10,21 +10,25 @@ import logging
 import os
 import re
 import threading
-from typing import Any, Callable, TypeVar
+import time
+from contextlib import contextmanager, nullcontext
+from typing import Any, Callable, Iterator, TypeVar
+
+import pyarrow as pa
 
 from millpond.catalog import Catalog, CatalogStore
 from millpond.engine import ingest
 from millpond.engine.coordinator import Coordinator
 from millpond.engine.readonly import ReadOnlyRuntime
 from millpond.engine.runtime import Runtime
-from millpond.errors import HeldError, MillpondError, unexpected
+from millpond.errors import FencedError, HeldError, MillpondError, ReadOnlyError, unexpected
 from millpond.log import Log
 from millpond.spark.session import LOG_LEVELS, Lease, local_parallelism
 from millpond.sql.plans import bind_plans
 from millpond.store.compactor import CompactionProcess
 from millpond.store.objects import ObjectStore
 
-__all__ = ["SparkLease", "open_runtime", "read_only", "check_root", "seconds", "configure_logging"]
+__all__ = ["SparkLease", "Guard", "open_runtime", "read_only", "follow", "check_root", "seconds", "configure_logging"]
 
 T = TypeVar("T")
 
@@ -149,6 +153,65 @@ def read_only(runtime: Runtime, plans: str, run: Callable[[], T]) -> T:
 
     runtime.follow(newest())
     return runtime.read(run, newest)
+
+
+def follow(read: Callable[[Callable[[], Any]], Any], runtime: Runtime, name: str, last: int,
+           timeout: float | None, poll: float) -> Iterator[pa.Table]:
+    """The changelogs of ``name`` after epoch ``last``, one per committed epoch it changed in,
+    waiting ``poll`` seconds between looks; it ends after ``timeout`` seconds with no new epoch
+    (None: never). ``read`` runs each look (under the database's guard)."""
+    waited = 0.0
+    while True:
+        upto = read(lambda: runtime.epoch)
+        if upto > last:
+            yield from read(lambda: list(runtime.changes(name, last, upto)))
+            last, waited = upto, 0.0
+        elif timeout is not None and waited >= timeout:
+            return
+        else:
+            time.sleep(poll)
+            waited += poll
+
+
+class Guard:
+    """A database's calls one at a time: ``with guard():`` serializes them (``lock=False``: a query
+    that reads a pinned version takes none), refuses them once closed or fenced (also by a
+    background epoch, ``loop``), and turns an unexpected exception into a MillpondError (chaining it)."""
+
+    def __init__(self, root: str, runtime: Runtime, loop: Any, *, plans: str, read_only: bool):
+        self.root, self.runtime, self.lock, self.loop = root, runtime, runtime.lock, loop
+        self.plans, self.read_only = plans, read_only
+        self.closed = False
+        self.fenced: FencedError | None = None
+
+    def read(self, run: Callable[[], T]) -> T:
+        """``run`` under the guard; on a read-only database, after following the writer."""
+        with self():
+            return read_only(self.runtime, self.plans, run) if self.read_only else run()
+
+    def writable(self, what: str) -> None:
+        if self.read_only:
+            raise ReadOnlyError(f"the database is open read-only: {what} is refused (open it with "
+                                "millpond.connect(root) to write)")
+
+    @contextmanager
+    def __call__(self, *, lock: bool = True) -> Iterator[None]:
+        if self.loop is not None and self.loop.fenced is not None:  # other background errors are retried
+            self.fenced = self.loop.fenced
+        if self.closed:
+            raise MillpondError("the database is closed")
+        if self.fenced is not None:
+            raise FencedError(f"another writer took over {self.root!r} ({self.fenced}); reopen the root")
+        with self.lock if lock else nullcontext():
+            try:
+                yield
+            except FencedError as exc:
+                self.fenced = exc
+                raise
+            except MillpondError:
+                raise
+            except Exception as exc:
+                raise unexpected(exc) from exc
 
 
 class _OnFirstUse:

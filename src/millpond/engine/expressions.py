@@ -23,7 +23,8 @@ from millpond import casemap
 from millpond.jsonb import FIELD as JSONB_FIELD, udf_name as jsonb_udf
 from millpond.pyfunctions import Spec, udf_name
 
-__all__ = ["to_spark", "to_duckdb", "generate", "mp", "is_mp", "null_on_error", "python_calls", "for_types", "PREFIX"]
+__all__ = ["to_spark", "to_duckdb", "generate", "mp", "is_mp", "null_on_error", "python_calls", "for_types", "spelled",
+           "PREFIX"]
 
 PREFIX = "MP_"
 
@@ -444,6 +445,12 @@ _DUCKDB: dict[str, Render] = {
     # the quotient as Spark keeps it (its operands): a view's rows made by DuckDB in a task (spark/local.py)
     "NUMERIC_DEFER": _numeric(numerics.defer, "duckdb"),
 }
+
+
+def spelled(name: str) -> set[str]:
+    """The engines the internal call ``MP_<name>`` is spelled for (each SQL function's entry names
+    its calls: :mod:`millpond.sql.semantics.registry`)."""
+    return {d for d, rules in (("spark", _SPARK), ("duckdb", _DUCKDB)) if name in rules or name in _SHARED}
 
 
 def _text_to_bool(x: str, raise_fn: str) -> str:

@@ -18,7 +18,10 @@ The modules, one concern each:
 - :mod:`~millpond.sql.semantics.casts` — literals and casts;
 - :mod:`~millpond.sql.semantics.numerics` — quotients: numerics with PostgreSQL's display scale per value;
 - :mod:`~millpond.sql.semantics.operators` — arithmetic, comparisons, logic, CASE;
-- :mod:`~millpond.sql.semantics.functions` — the allow-list of functions (:data:`FUNCTIONS`);
+- :mod:`~millpond.sql.semantics.registry` — every SQL function's entry: its PostgreSQL name, rule and forms;
+- :mod:`~millpond.sql.semantics.functions` — strings, the dispatch of calls, the allow-list (:data:`FUNCTIONS`);
+- :mod:`~millpond.sql.semantics.numbers` — functions of numbers (``round``, ``ceil``, ``sqrt``...);
+- :mod:`~millpond.sql.semantics.calls` — a call's arguments as PostgreSQL's parameters take them;
 - :mod:`~millpond.sql.semantics.aggregates` — aggregates and window functions;
 - :mod:`~millpond.sql.semantics.datetime` — date/time arithmetic, EXTRACT, date_trunc, to_char;
 - :mod:`~millpond.sql.semantics.intervals` — INTERVAL values: representation, arithmetic, text, EXTRACT;
@@ -42,7 +45,7 @@ from typing import Mapping, Sequence
 
 from sqlglot import exp
 
-from millpond.sql.semantics import numerics
+from millpond.sql.semantics import numerics, registry
 from millpond.sql.semantics.functions import AGGREGATES, FUNCTIONS, WINDOW_FUNCTIONS
 from millpond.engine.expressions import to_duckdb, to_spark
 from millpond.sql.semantics.rewrite import Binder
@@ -83,19 +86,6 @@ def sqlglot_schema(tables: Mapping[str, Mapping[str, SqlType]]) -> dict[str, dic
                 for c, ty in cols.items()} for t, cols in tables.items()}
 
 
-_PG_NAMES = {
-    exp.StrPosition: "position", exp.TimestampTrunc: "date_trunc", exp.DateTrunc: "date_trunc",
-    exp.TimeToStr: "to_char", exp.Extract: "extract", exp.Length: "length", exp.Ceil: "ceil",
-    exp.Count: "count", exp.Avg: "avg", exp.Sum: "sum", exp.Min: "min", exp.Max: "max",
-    exp.RegexpReplace: "regexp_replace", exp.RegexpLike: "regexp_like", exp.SplitPart: "split_part",
-    exp.Substring: "substring", exp.Trim: "btrim", exp.Concat: "concat", exp.ConcatWs: "concat_ws",
-    exp.CurrentTimestamp: "now", exp.CurrentDate: "current_date", exp.Pow: "power", exp.Rand: "random",
-    exp.RowNumber: "row_number", exp.DenseRank: "dense_rank", exp.StartsWith: "starts_with",
-    exp.PercentileCont: "percentile_cont", exp.PercentileDisc: "percentile_disc",
-    exp.ArraySize: "array_length", exp.Explode: "unnest", exp.ArrayAgg: "array_agg", exp.MapKeys: "map_keys",
-}
-
-
 def _pg_name(e: exp.Expression) -> str:
     """The name PostgreSQL gives an unnamed output column (its FigureColname)."""
     if isinstance(e, exp.Column):
@@ -126,12 +116,10 @@ def _pg_name(e: exp.Expression) -> str:
         return "lpad" if e.args.get("is_left") else "rpad"
     if isinstance(e, exp.Case):
         return "case"
-    if isinstance(e, (exp.Coalesce, exp.Nullif, exp.Greatest, exp.Least)):
-        return e.key.lower()
     if isinstance(e, exp.Anonymous):
         return str(e.this).lower()
-    if type(e) in _PG_NAMES:
-        return _PG_NAMES[type(e)]
+    if (f := registry.by_node(type(e))) is not None and f.names_output:
+        return f.name
     if isinstance(e, exp.Func) and not isinstance(e, (exp.Binary, exp.Unary, exp.Predicate)):
         return e.sql_name().lower()
     return "?column?"

@@ -10,12 +10,13 @@ from typing import TYPE_CHECKING
 from sqlglot import exp
 
 from millpond.sql.semantics import types as T
+from millpond.sql.semantics.registry import Function, register
 from millpond.sql.semantics.types import SqlType, Typed, refuse
 
 if TYPE_CHECKING:
     from millpond.sql.semantics.rewrite import Binder
 
-__all__ = ["HANDLERS"]
+__all__ = ["CONSTRUCTS"]
 
 
 def _name(node: exp.Expression) -> str:
@@ -42,6 +43,9 @@ def _aggregate_arg(b: Binder, node: exp.Expression) -> tuple[Typed, bool]:
         return (exp.Distinct(expressions=[typed[0]]), typed[1]), True
     if node.expressions if hasattr(node, "expressions") and not isinstance(node, exp.Count) else False:
         raise refuse(f"{_name(node)} takes one argument", node)
+    if arg is None:  # PostgreSQL: count(*) must be used to call a parameterless aggregate function
+        raise refuse(f"{_name(node)}() needs an argument" + (" (count(*) counts rows)" * isinstance(node, exp.Count)),
+                     node)
     typed = b.value(arg)
     return typed, False
 
@@ -281,10 +285,20 @@ def _lag_lead(b: Binder, node: exp.Expression) -> Typed:
 
 
 
-HANDLERS = {
-    exp.ArrayAgg: _array_agg,
-    exp.Count: _count, exp.Sum: _sum, exp.Avg: _avg, exp.Min: _min_max, exp.Max: _min_max, exp.Filter: _filter,
-    exp.Window: _window, exp.RowNumber: _rank, exp.Rank: _rank, exp.DenseRank: _rank, exp.Lag: _lag_lead,
-    exp.Lead: _lag_lead, exp.WithinGroup: _within_group, exp.PercentileCont: _bare_percentile,
-    exp.PercentileDisc: _bare_percentile,
-}
+register(
+    Function("count", _count, (exp.Count,), kind="aggregate"),
+    Function("sum", _sum, (exp.Sum,), kind="aggregate"),
+    Function("avg", _avg, (exp.Avg,), kind="aggregate"),
+    Function("min", _min_max, (exp.Min,), kind="aggregate"),
+    Function("max", _min_max, (exp.Max,), kind="aggregate"),
+    Function("percentile_cont", _bare_percentile, (exp.PercentileCont,), kind="aggregate"),
+    Function("percentile_disc", _bare_percentile, (exp.PercentileDisc,), kind="aggregate"),
+    Function("array_agg", _array_agg, (exp.ArrayAgg,), kind="aggregate"),
+    Function("row_number", _rank, (exp.RowNumber,), kind="window"),
+    Function("rank", _rank, (exp.Rank,), kind="window"),
+    Function("dense_rank", _rank, (exp.DenseRank,), kind="window"),
+    Function("lag", _lag_lead, (exp.Lag,), kind="window"),
+    Function("lead", _lag_lead, (exp.Lead,), kind="window"),
+)
+# FILTER, OVER and WITHIN GROUP around a call
+CONSTRUCTS = {exp.Filter: _filter, exp.Window: _window, exp.WithinGroup: _within_group}

@@ -18,13 +18,15 @@ from millpond.engine.expressions import mp
 from millpond.sql.semantics import intervals, types as T
 from millpond.sql.semantics.casts import cast as _cast, literal_as
 from millpond.sql.semantics.constants import interval_node, interval_parts, parse_constant
+from millpond.sql.semantics.intervals import JUSTIFY, justify
+from millpond.sql.semantics.registry import Function, register
 from millpond.sql.semantics.to_char import TO_CHAR_PATTERNS, to_char
 from millpond.sql.semantics.types import Typed, refuse
 
 if TYPE_CHECKING:
     from millpond.sql.semantics.rewrite import Binder
 
-__all__ = ["temporal_arith", "to_char", "date_part", "HANDLERS", "EXTRACT_FIELDS", "TRUNC_UNITS", "TO_CHAR_PATTERNS"]
+__all__ = ["temporal_arith", "to_char", "date_part", "CONSTRUCTS", "EXTRACT_FIELDS", "TRUNC_UNITS", "TO_CHAR_PATTERNS"]
 
 
 def _lit(n: int | str) -> exp.Literal:
@@ -257,7 +259,15 @@ def _now(b: Binder, node: exp.Expression) -> Typed:
     return exp.CurrentTimestamp(), T.TIMESTAMPTZ
 
 
-HANDLERS = {
-    exp.Interval: _interval, exp.Extract: _extract, exp.TimestampTrunc: _date_trunc, exp.DateTrunc: _date_trunc,
-    exp.TimeToStr: to_char, exp.CurrentDate: _now, exp.CurrentTimestamp: _now, exp.DateBin: _date_bin,
-}
+register(
+    Function("extract", _extract, (exp.Extract,), forms=("FIELD",)),
+    Function("date_part", lambda b, node: date_part(b, node, list(node.expressions)), forms=("FIELD",)),
+    Function("date_trunc", _date_trunc, (exp.TimestampTrunc, exp.DateTrunc), forms=("DATE_TRUNC",)),
+    Function("date_bin", _date_bin, (exp.DateBin,), forms=("TS_ADD",)),
+    Function("to_char", to_char, (exp.TimeToStr,), forms=("FIELD", "DATE_DIFF")),
+    Function("now", _now, (exp.CurrentTimestamp,), aliases=("current_timestamp",)),
+    Function("current_date", _now, (exp.CurrentDate,)),
+    *(Function(name, justify, tuple(getattr(exp, c) for c in [name.title().replace("_", "")] if hasattr(exp, c)))
+      for name in JUSTIFY),
+)
+CONSTRUCTS = {exp.Interval: _interval}

@@ -1,5 +1,7 @@
-"""The functions millpond evaluates with PostgreSQL's meaning, and nothing else: a call of any other
-function is refused by name. :data:`FUNCTIONS` is the allow-list docs/sql.md shows.
+"""Function calls bound with PostgreSQL's meaning: the rules of strings and numbers, and the
+dispatch of every call to its entry in :mod:`~millpond.sql.semantics.registry` (which this module
+fills by importing each family's module); a call of any other function is refused by name.
+:data:`FUNCTIONS` is the allow-list docs/sql.md shows.
 
 Each rule types its arguments as PostgreSQL resolves the call (an integer argument of ``round`` is
 double precision, ``sum`` of a bigint is numeric...) and returns an expression both engines
@@ -13,51 +15,25 @@ from typing import TYPE_CHECKING, Callable
 
 from sqlglot import exp
 
-from millpond.sql.semantics import types as T
-from millpond.sql.semantics.aggregates import HANDLERS as AGGREGATE_RULES
-from millpond.sql.semantics.datetime import HANDLERS as DATETIME, date_part, to_char
+# every family's module registers its entries (numbers, operators: coalesce, power...) as it is imported
+from millpond.sql.semantics import numbers, operators, registry, types as T  # noqa: F401
+from millpond.sql.semantics.aggregates import CONSTRUCTS as AGGREGATE_CONSTRUCTS
+from millpond.sql.semantics.calls import args as _args, call as _call, integer as _int, name as _name, text as _text, \
+    to as _to
+from millpond.sql.semantics.datetime import CONSTRUCTS as DATETIME_CONSTRUCTS
 from millpond.sql.semantics.interval_keys import GROUP_KEY, GROUP_VALUE, group_marker
-from millpond.sql.semantics.intervals import JUSTIFY, justify
 from millpond.engine.expressions import is_mp, mp
 from millpond.pyfunctions import Spec
-from millpond.sql.semantics.jsonb import BY_NAME as JSONB_BY_NAME, HANDLERS as JSONB
-from millpond.sql.semantics.nested import BY_NAME as NESTED_BY_NAME, HANDLERS as NESTED, array_cat, subscript
-from millpond.sql.semantics.regex import check_pattern, regexp_extract, regexp_like, regexp_replace
-from millpond.sql.semantics.types import SqlType, Typed, refuse
+from millpond.sql.semantics.jsonb import CONSTRUCTS as JSONB_CONSTRUCTS
+from millpond.sql.semantics.nested import CONSTRUCTS as NESTED_CONSTRUCTS, array_cat, subscript
+from millpond.sql.semantics.regex import CONSTRUCTS as REGEX_CONSTRUCTS, check_pattern, regexp_extract
+from millpond.sql.semantics.registry import Function, register
+from millpond.sql.semantics.types import Typed, refuse
 
 if TYPE_CHECKING:
     from millpond.sql.semantics.rewrite import Binder
 
 __all__ = ["function", "FUNCTIONS", "AGGREGATES", "WINDOW_FUNCTIONS"]
-
-
-def _cast(typed: Typed, target: SqlType, b: Binder, at: exp.Expression) -> exp.Expression:
-    return b.cast_to(typed, target, at)
-
-
-def _text(b: Binder, node: exp.Expression | None, at: exp.Expression) -> exp.Expression:
-    """An argument converted to text, as PostgreSQL's ``text`` parameters take it."""
-    if node is None:
-        raise refuse(f"{_name(at)}: missing argument", at)
-    typed = b.value(node)
-    return _cast(typed, T.TEXT, b, at) if typed[1].kind != "text" else typed[0]
-
-
-def _int(b: Binder, node: exp.Expression | None, at: exp.Expression) -> exp.Expression:
-    if node is None:
-        raise refuse(f"{_name(at)}: missing argument", at)
-    typed = b.value(node)
-    if not (typed[1].integer or typed[1].untyped):
-        raise refuse(f"{_name(at)}: argument {node.sql('postgres')} must be an integer, not {typed[1]}", at)
-    return _cast(typed, T.INTEGER, b, at) if typed[1].untyped else typed[0]
-
-
-def _call(name: str, *args: exp.Expression) -> exp.Anonymous:
-    return exp.Anonymous(this=name, expressions=list(args))
-
-
-def _to(node: exp.Expression, t: SqlType) -> exp.Cast:
-    return exp.Cast(this=node, to=T.datatype(t))
 
 
 # -- strings --------------------------------------------------------------------------------------
@@ -66,7 +42,10 @@ def _length(b: Binder, node: exp.Expression) -> Typed:
 
 
 def _octet_length(b: Binder, node: exp.Expression) -> Typed:
-    return _to(mp("OCTET_LENGTH", _text(b, _args(node)[0], node)), T.INTEGER), T.INTEGER
+    args = _args(node)
+    if len(args) != 1:
+        raise refuse("octet_length takes 1 argument(s)", node)
+    return _to(mp("OCTET_LENGTH", _text(b, args[0], node)), T.INTEGER), T.INTEGER
 
 
 def _case_fn(name: str) -> Callable[[Binder, exp.Expression], Typed]:
@@ -117,7 +96,10 @@ def _at_least_one(start: exp.Expression) -> exp.Expression:
 def _trim(b: Binder, node: exp.Trim) -> Typed:
     if node.args.get("collation") is not None:
         raise refuse("TRIM ... COLLATE is not supported", node)
-    where = (node.args.get("position") or "BOTH").upper()
+    where = node.args.get("position") or "BOTH"
+    if not isinstance(where, str):
+        raise refuse("trim takes a string and optional characters", node)
+    where = where.upper()
     chars = node.args.get("expression")
     chars_sql = _text(b, chars, node) if chars is not None else exp.Literal.string(" ")
     return mp("TRIM", _text(b, node.this, node), chars_sql, exp.Literal.string(where)), T.TEXT
@@ -130,7 +112,7 @@ def _output_text(b: Binder, node: exp.Expression, at: exp.Expression) -> exp.Exp
     if typed[1].kind == "boolean":
         return exp.Case(ifs=[exp.If(this=typed[0].copy(), true=exp.Literal.string("t")),
                              exp.If(this=exp.Not(this=typed[0]), true=exp.Literal.string("f"))])
-    return _cast(typed, T.TEXT, b, at) if typed[1].kind != "text" else typed[0]
+    return b.cast_to(typed, T.TEXT, at) if typed[1].kind != "text" else typed[0]
 
 
 def _concat(b: Binder, node: exp.Expression) -> Typed:
@@ -151,8 +133,8 @@ def _dpipe(b: Binder, node: exp.DPipe) -> Typed:
         return array_cat(b, node, left, right)
     if left[1].kind != "text" and right[1].kind != "text" and not (left[1].untyped or right[1].untyped):
         raise refuse(f"operator does not exist: {left[1]} || {right[1]}", node)
-    l = _cast(left, T.TEXT, b, node) if left[1].kind != "text" else left[0]
-    r = _cast(right, T.TEXT, b, node) if right[1].kind != "text" else right[0]
+    l = b.cast_to(left, T.TEXT, node) if left[1].kind != "text" else left[0]
+    r = b.cast_to(right, T.TEXT, node) if right[1].kind != "text" else right[0]
     return exp.DPipe(this=l, expression=r, safe=False), T.TEXT
 
 
@@ -251,121 +233,6 @@ def _like(b: Binder, node: exp.Expression) -> Typed:
     return (exp.Not(this=like) if node.args.get("negate") else like), T.BOOLEAN
 
 
-# -- numbers --------------------------------------------------------------------------------------
-def _number_arg(b: Binder, node: exp.Expression, at: exp.Expression, *, keep: bool = False) -> Typed:
-    typed = b.value(node, keep=keep)
-    if typed[1].untyped:
-        return b.cast_to(typed, T.DOUBLE if typed[1].kind == "unknown" else T.INTEGER, at), \
-            T.DOUBLE if typed[1].kind == "unknown" else T.INTEGER
-    if not typed[1].number:
-        raise refuse(f"function {_name(at)}({typed[1]}) does not exist", at)
-    return typed
-
-
-def _abs(b: Binder, node: exp.Expression) -> Typed:
-    from millpond.sql.semantics.numerics import absolute
-
-    x, t = _number_arg(b, node.this, node, keep=True)
-    if t.dynamic:  # a quotient keeps its display scale
-        return absolute(x), t
-    return _call("ABS", x), t
-
-
-def _ceil_floor(b: Binder, node: exp.Expression) -> Typed:
-    if node.args.get("decimals") is not None or node.args.get("to") is not None:
-        raise refuse(f"{_name(node)} takes one argument", node)
-    name = "CEIL" if isinstance(node, exp.Ceil) else "FLOOR"
-    x, t = _number_arg(b, node.this, node)
-    if t.decimal:
-        out = T.numeric(t.precision - t.scale + 1, 0, exact=t.exact)
-        return _to(_call(name, x), out), out
-    x = b.cast_to((x, t), T.DOUBLE, node)  # PostgreSQL: ceil(integer) is ceil(double precision)
-    return _to(_call(name, x), T.DOUBLE), T.DOUBLE
-
-
-def _round(b: Binder, node: exp.Round) -> Typed:
-    x, t = _number_arg(b, node.this, node)
-    digits = node.args.get("decimals")
-    if digits is not None:
-        if not t.decimal and not t.integer:
-            raise refuse(f"function round({t}, integer) does not exist (round(numeric, integer) does: cast "
-                          "the value to numeric)", node)
-        n = b.value(digits)[0]
-        if not (isinstance(n, exp.Literal) and not n.is_string) and not (
-                isinstance(n, exp.Neg) and isinstance(n.this, exp.Literal)):
-            raise refuse("round(numeric, n) needs a constant n", node)
-        places = int(n.this) if isinstance(n, exp.Literal) else -int(n.this.this)
-        d = T.decimal_of(t)
-        x = b.cast_to((x, t), d, node)
-        scale = max(places, 0)
-        out = T.numeric(min(d.precision - d.scale + 1 + scale, T.MAX_PRECISION), scale, exact=t.exact)
-        return _to(_call("ROUND", x, exp.Literal.number(places)), out), out
-    if t.decimal:
-        out = T.numeric(t.precision - t.scale + 1, 0, exact=t.exact)
-        return _to(_call("ROUND", x), out), out
-    x = b.cast_to((x, t), T.DOUBLE, node)  # round(double precision) rounds half to even
-    return mp("ROUND_EVEN", x), T.DOUBLE
-
-
-def _trunc(b: Binder, node: exp.Expression) -> Typed:
-    if node.args.get("decimals") is not None:
-        raise refuse("trunc(numeric, n) is not supported; trunc(x) is", node)
-    x, t = _number_arg(b, node.this, node)
-    neg = exp.LT(this=x.copy(), expression=exp.Literal.number(0))
-    if t.decimal:
-        out = T.numeric(t.precision - t.scale + 1, 0, exact=t.exact)
-        return _to(exp.Case(ifs=[exp.If(this=neg, true=_call("CEIL", x.copy()))], default=_call("FLOOR", x)),
-                   out), out
-    x = b.cast_to((x, t), T.DOUBLE, node)
-    neg = exp.LT(this=x.copy(), expression=exp.Literal.number(0))
-    return _to(exp.Case(ifs=[exp.If(this=neg, true=_call("CEIL", x.copy()))], default=_call("FLOOR", x)),
-               T.DOUBLE), T.DOUBLE
-
-
-def _sign(b: Binder, node: exp.Expression) -> Typed:
-    x, t = _number_arg(b, node.this, node)
-    if t.decimal:
-        out = T.numeric(1, 0)
-        return _to(_call("SIGN", x), out), out
-    return _to(_call("SIGN", b.cast_to((x, t), T.DOUBLE, node)), T.DOUBLE), T.DOUBLE
-
-
-def _double_fn(name: str) -> Callable[[Binder, exp.Expression], Typed]:
-    def rule(b: Binder, node: exp.Expression) -> Typed:
-        x, t = _number_arg(b, node.this, node)
-        if t.decimal:
-            raise refuse(f"{name.lower()}(numeric) is not supported (PostgreSQL computes it in NUMERIC); cast the "
-                          "argument to double precision", node)
-        return _call(name, b.cast_to((x, t), T.DOUBLE, node)), T.DOUBLE
-    return rule
-
-
-def _random(b: Binder, node: exp.Expression) -> Typed:
-    if b.view:
-        raise refuse("random() in a materialized view is not supported: a view's rows must be reproducible", node)
-    return mp("RANDOM"), T.DOUBLE
-
-
-def _pi(b: Binder, node: exp.Expression) -> Typed:
-    return _call("PI"), T.DOUBLE
-
-
-# -- dispatch -------------------------------------------------------------------------------------
-def _args(node: exp.Expression) -> list[exp.Expression]:
-    if isinstance(node, exp.Anonymous):
-        return list(node.expressions)
-    return [v for k, v in node.args.items() if isinstance(v, exp.Expression)] + list(node.expressions)
-
-
-def _name(node: exp.Expression) -> str:
-    if isinstance(node, exp.Anonymous):
-        return str(node.this).lower()
-    if isinstance(node, exp.Func):  # as the user wrote it in PostgreSQL (unnest, not sqlglot's explode)
-        head = node.sql("postgres").split("(", 1)[0].strip()
-        return head.lower() if head.replace("_", "").isalnum() else node.sql_name().lower()
-    return node.key
-
-
 def _bracket(b: Binder, node: exp.Bracket) -> Typed:
     inner = node.this
     while isinstance(inner, exp.Paren):
@@ -393,11 +260,11 @@ def _anonymous(b: Binder, node: exp.Anonymous) -> Typed:
         return mp("PY", spec, mode, *bound), T.from_catalog(Spec.decode(spec.name).returns)
     if is_mp(node, GROUP_KEY) or is_mp(node, GROUP_VALUE):  # an interval GROUP BY (interval_keys.group_by_span)
         return group_marker(b, node)
-    rule = _BY_NAME.get(name)
-    if rule is None:
+    f = registry.by_name(name)
+    if f is None:
         raise refuse(f"function {name}() is not supported (see the list of supported functions in "
                       "docs/sql.md)", node)
-    return rule(b, node)
+    return f.rule(b, node)
 
 
 def _regexp_match_alone(b: Binder, node: exp.Expression) -> Typed:
@@ -416,47 +283,45 @@ def _regexp_match_alone(b: Binder, node: exp.Expression) -> Typed:
                     default=exp.Array(expressions=parts)), array_type
 
 
-def _date_part(b: Binder, node: exp.Expression) -> Typed:
-    return date_part(b, node, _args(node))
+register(
+    # strings
+    Function("length", _length, (exp.Length,), aliases=("char_length", "character_length")),
+    Function("octet_length", _octet_length, forms=("OCTET_LENGTH",)),
+    Function("lower", _case_fn("LOWER"), (exp.Lower,), forms=("LOWER",)),
+    Function("upper", _case_fn("UPPER"), (exp.Upper,), forms=("UPPER",)),
+    Function("position", _strpos, (exp.StrPosition,), aliases=("strpos",), forms=("STRPOS",)),
+    Function("substring", _substring, (exp.Substring,), aliases=("substr",), forms=("REGEXP_EXTRACT",)),
+    Function("btrim", _trim, (exp.Trim,), aliases=("trim", "ltrim", "rtrim"), forms=("TRIM",)),
+    Function("concat", _concat, (exp.Concat,), forms=("CONCAT",)),
+    Function("concat_ws", _concat_ws, (exp.ConcatWs,)),
+    Function("replace", _replace, (exp.Replace,)),
+    Function("left", _left_right, (exp.Left,)),
+    Function("right", _left_right, (exp.Right,)),
+    Function("lpad", _pad, (exp.Pad,), aliases=("rpad",)),
+    Function("reverse", _reverse, (exp.Reverse,), forms=("REVERSE",)),
+    Function("repeat", _repeat, (exp.Repeat,)),
+    Function("md5", _simple_text("MD5", 1), (exp.MD5,)),
+    Function("ascii", _ascii, (exp.Ascii,)),
+    Function("chr", _chr, (exp.Chr,)),
+    Function("translate", _translate, (exp.Translate,)),
+    Function("starts_with", _starts_with, (exp.StartsWith,)),
+    Function("split_part", _split_part, (exp.SplitPart,)),
+    Function("regexp_match", _regexp_match_alone, forms=("REGEXP_EXTRACT",)),
+)
 
-
-_BY_NAME: dict[str, Callable[[Binder, exp.Expression], Typed]] = {
-    "octet_length": _octet_length, "regexp_match": _regexp_match_alone, "date_part": _date_part,
-    "to_char": to_char, **{name: justify for name in JUSTIFY}, **NESTED_BY_NAME,
-    **JSONB_BY_NAME,
-}
-_JUSTIFY_CLASSES = {getattr(exp, c): justify for c in ("JustifyHours", "JustifyDays", "JustifyInterval")
-                    if hasattr(exp, c)}
-
-_BY_CLASS: dict[type, Callable] = {
-    exp.Length: _length, exp.Lower: _case_fn("LOWER"), exp.Upper: _case_fn("UPPER"), exp.StrPosition: _strpos,
-    exp.Substring: _substring, exp.Trim: _trim, exp.Concat: _concat, exp.ConcatWs: _concat_ws, exp.DPipe: _dpipe,
-    exp.Replace: _replace, exp.Left: _left_right, exp.Right: _left_right, exp.Pad: _pad,
-    exp.Reverse: _reverse, exp.MD5: _simple_text("MD5", 1), exp.Repeat: _repeat,
-    exp.SplitPart: _split_part, exp.StartsWith: _starts_with, exp.Ascii: _ascii, exp.Chr: _chr,
-    exp.Translate: _translate, exp.Like: _like, exp.ILike: _like, exp.Escape: _like,
-    exp.RegexpLike: regexp_like, exp.RegexpILike: regexp_like, exp.RegexpReplace: regexp_replace,
-    exp.Abs: _abs, exp.Ceil: _ceil_floor, exp.Floor: _ceil_floor, exp.Round: _round, exp.Trunc: _trunc,
-    exp.Sign: _sign, exp.Sqrt: _double_fn("SQRT"), exp.Cbrt: _double_fn("CBRT"), exp.Exp: _double_fn("EXP"),
-    exp.Ln: _double_fn("LN"), exp.Rand: _random, exp.Pi: _pi,
-    exp.Bracket: _bracket, exp.Anonymous: _anonymous,
-    **AGGREGATE_RULES, **DATETIME, **_JUSTIFY_CLASSES, **NESTED, **JSONB,
+# what is not a function call: operators bound here, and the families' constructs
+_RULES: dict[type, registry.Rule] = {
+    exp.DPipe: _dpipe, exp.Like: _like, exp.ILike: _like, exp.Escape: _like, exp.Bracket: _bracket,
+    exp.Anonymous: _anonymous,
+    **REGEX_CONSTRUCTS, **AGGREGATE_CONSTRUCTS, **DATETIME_CONSTRUCTS, **NESTED_CONSTRUCTS, **JSONB_CONSTRUCTS,
 }
 
 # the allow-list, by PostgreSQL name (docs/sql.md lists it; a test checks it does)
-FUNCTIONS = (
-    "length", "char_length", "character_length", "octet_length", "lower", "upper", "position", "strpos",
-    "substring", "substr", "trim", "btrim", "ltrim", "rtrim", "concat", "concat_ws", "replace", "left", "right",
-    "lpad", "rpad", "reverse", "repeat", "md5", "ascii", "chr", "translate", "starts_with", "split_part",
-    "regexp_like", "regexp_replace", "regexp_match",
-    "abs", "ceil", "ceiling", "floor", "round", "trunc", "sign", "sqrt", "cbrt", "exp", "ln", "power", "mod", "pi",
-    "random", "extract", "date_part", "date_trunc", "to_char", "now", "current_timestamp", "current_date",
-    "justify_hours", "justify_days", "justify_interval",
-    "coalesce", "nullif", "greatest", "least",
-    "cardinality", "array_length", "map_keys", "map_values",
-    "jsonb_array_elements", "jsonb_array_elements_text", "jsonb_typeof", "jsonb_array_length",
-)
-AGGREGATES = ("count", "sum", "avg", "min", "max", "percentile_cont", "percentile_disc", "array_agg")
+FUNCTIONS = registry.names("scalar")
+AGGREGATES = registry.names("aggregate")
+WINDOW_FUNCTIONS = registry.names("window")
+
+
 def _function_argument(b: Binder, node: exp.Anonymous) -> Typed:
     arg, declared, fname = node.expressions
     target = T.from_catalog(declared.name)
@@ -467,16 +332,14 @@ def _function_argument(b: Binder, node: exp.Anonymous) -> Typed:
     return b.cast_to((value, t), target, arg), target
 
 
-WINDOW_FUNCTIONS = ("row_number", "rank", "dense_rank", "lag", "lead")
-
-
 _CONSTRUCTS = {"similarto": "SIMILAR TO", "bytestring": "E'...' (escape string)", "array": "ARRAY",
                "dot": "field access", "placeholder": "parameter"}
 
 
 def function(b: Binder, node: exp.Expression) -> Typed:
     """A function call (or a construct no operator rule knows), bound or refused by name."""
-    rule = _BY_CLASS.get(type(node))
+    f = registry.by_node(type(node))
+    rule = f.rule if f is not None else _RULES.get(type(node))
     if rule is None:
         what = _name(node) if isinstance(node, exp.Func) else _CONSTRUCTS.get(node.key, node.key.upper())
         kind = "function" if isinstance(node, exp.Func) else "construct"

@@ -27,12 +27,13 @@ from sqlglot import exp
 from millpond import jsonb
 from millpond.engine.expressions import mp
 from millpond.sql.semantics import types as T
+from millpond.sql.semantics.registry import Function, register
 from millpond.sql.semantics.types import SqlType, Typed, refuse
 
 if TYPE_CHECKING:
     from millpond.sql.semantics.rewrite import Binder
 
-__all__ = ["HANDLERS", "BY_NAME", "cast_jsonb", "constant", "ELEMENTS"]
+__all__ = ["CONSTRUCTS", "cast_jsonb", "constant", "ELEMENTS"]
 
 ELEMENTS = ("jsonb_array_elements", "jsonb_array_elements_text")  # set-returning: made unnest by desugar
 _STRICT = exp.Literal.string("fail")  # an operation's error mode; null_on_error makes it 'null'
@@ -138,12 +139,15 @@ def cast_jsonb(node: exp.Expression, source: SqlType, target: SqlType, at: exp.E
     raise refuse(f"cannot cast type {source} to jsonb (cast text: x::text::jsonb)", at)
 
 
-HANDLERS = {
+register(
+    Function("jsonb_typeof", lambda b, n: (op("typeof", _one(b, n, "jsonb_typeof")), T.TEXT), forms=("JSONB",)),
+    Function("jsonb_array_length", lambda b, n: (op("array_length", _one(b, n, "jsonb_array_length"),
+                                                    _STRICT.copy()), T.INTEGER), forms=("JSONB",)),
+    Function(ELEMENTS[0], _elements(False), forms=("JSONB",)),
+    Function(ELEMENTS[1], _elements(True), forms=("JSONB",)),
+)
+# the operators -> ->> #> #>> ?
+CONSTRUCTS = {
     exp.JSONExtract: _extract, exp.JSONExtractScalar: _extract, exp.JSONBExtract: _path,
     exp.JSONBExtractScalar: _path, exp.JSONBContainsTopKey: _exists,
-}
-BY_NAME = {
-    "jsonb_typeof": lambda b, n: (op("typeof", _one(b, n, "jsonb_typeof")), T.TEXT),
-    "jsonb_array_length": lambda b, n: (op("array_length", _one(b, n, "jsonb_array_length"), _STRICT.copy()), T.INTEGER),
-    ELEMENTS[0]: _elements(False), ELEMENTS[1]: _elements(True),
 }

@@ -22,12 +22,13 @@ from sqlglot import exp
 
 from millpond.engine.expressions import mp
 from millpond.sql.semantics import types as T
+from millpond.sql.semantics.registry import Function, register
 from millpond.sql.semantics.types import SqlType, Typed, refuse
 
 if TYPE_CHECKING:
     from millpond.sql.semantics.rewrite import Binder
 
-__all__ = ["HANDLERS", "subscript", "record_constant", "map_constant", "array_constant", "cast_nested"]
+__all__ = ["CONSTRUCTS", "subscript", "record_constant", "map_constant", "array_constant", "cast_nested"]
 
 Cast = Callable[[exp.Expression, SqlType, SqlType, exp.Expression], exp.Expression]  # casts.cast
 Literal = Callable[[exp.Expression, SqlType, exp.Expression], exp.Expression]  # casts.literal_as
@@ -402,11 +403,17 @@ def array_cat(b: "Binder", node: exp.DPipe, left: Typed, right: Typed) -> Typed:
     return mp("ARRAY_CAT", a, c, exp.Cast(this=exp.Array(), to=T.datatype(ta))), ta
 
 
-HANDLERS = {
-    exp.Explode: _unnest,
-    exp.Dot: _field, exp.Array: _array, exp.ArraySize: _array_length,
+register(
+    Function("unnest", _unnest, (exp.Explode,)),
+    Function("cardinality", _cardinality, forms=("CARDINALITY",)),
+    Function("array_length", _array_length, (exp.ArraySize,), forms=("ARRAY_LENGTH",)),
+    Function("map_keys", _map_part("map_keys", 0), (exp.MapKeys,)),
+    Function("map_values", _map_part("map_values", 1)),
+    Function("row", _row),
+)
+# ARRAY[...], (s).f, @> and &&
+CONSTRUCTS = {
+    exp.Dot: _field, exp.Array: _array,
     exp.ArrayContainsAll: lambda b, n: _two_arrays(b, n, "CONTAINS"),
     exp.ArrayOverlaps: lambda b, n: _two_arrays(b, n, "OVERLAPS"),
-    exp.MapKeys: _map_part("map_keys", 0),
 }
-BY_NAME = {"cardinality": _cardinality, "map_values": _map_part("map_values", 1), "row": _row}

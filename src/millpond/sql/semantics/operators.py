@@ -13,6 +13,7 @@ from millpond.engine.expressions import mp
 from millpond.sql.semantics import numerics, types as T
 from millpond.sql.semantics.numerics import quotient
 from millpond.sql.semantics.casts import HANDLERS as CASTS, cast, literal_as
+from millpond.sql.semantics.registry import Function, register
 from millpond.sql.semantics.types import Typed, refuse
 
 if TYPE_CHECKING:
@@ -340,12 +341,19 @@ def _alias(b: Binder, node: exp.Alias) -> Typed:
 
 HANDLERS: dict[type, Callable[[Binder, exp.Expression], Typed]] = {
     **CASTS,
-    exp.Add: _arith, exp.Sub: _arith, exp.Mul: _arith, exp.Div: _arith, exp.Mod: _arith, exp.Neg: _neg,
+    exp.Add: _arith, exp.Sub: _arith, exp.Mul: _arith, exp.Div: _arith, exp.Neg: _neg,
     exp.BitwiseAnd: _bitwise, exp.BitwiseOr: _bitwise, exp.BitwiseXor: _bitwise, exp.BitwiseNot: _bitwise_not,
-    exp.Pow: _pow,
     exp.EQ: _compare, exp.NEQ: _compare, exp.LT: _compare, exp.LTE: _compare, exp.GT: _compare, exp.GTE: _compare,
     exp.NullSafeEQ: _null_safe, exp.NullSafeNEQ: _null_safe,
     exp.And: _logic, exp.Or: _logic, exp.Not: _not, exp.Is: _is, exp.Between: _between, exp.In: _in,
-    exp.Exists: _exists, exp.Case: _case, exp.Coalesce: _coalesce, exp.Greatest: _greatest, exp.Least: _greatest,
-    exp.Nullif: _nullif, exp.Alias: _alias,
+    exp.Exists: _exists, exp.Case: _case, exp.Alias: _alias,
 }
+# functions sqlglot parses as these operators' kin (mod(a, b) is a % b: named ?column? as the operator)
+register(
+    Function("coalesce", _coalesce, (exp.Coalesce,)),
+    Function("nullif", _nullif, (exp.Nullif,)),
+    Function("greatest", _greatest, (exp.Greatest,)),
+    Function("least", _greatest, (exp.Least,)),
+    Function("power", _pow, (exp.Pow,), forms=("POWER",)),
+    Function("mod", _arith, (exp.Mod,), names_output=False),
+)

@@ -17,13 +17,14 @@ from typing import TYPE_CHECKING
 from sqlglot import exp
 
 from millpond.sql.semantics import types as T
+from millpond.sql.semantics.registry import Function, register
 from millpond.sql.semantics.types import Typed, refuse
 from millpond.engine.expressions import mp
 
 if TYPE_CHECKING:
     from millpond.sql.semantics.rewrite import Binder
 
-__all__ = ["regexp_like", "regexp_replace", "regexp_extract", "check_pattern"]
+__all__ = ["regexp_like", "regexp_replace", "regexp_extract", "check_pattern", "CONSTRUCTS"]
 
 _UNSUPPORTED = [
     (re.compile(r"\\[1-9]"), "back-references (\\1)"),
@@ -118,3 +119,8 @@ def regexp_extract(b: Binder, s: exp.Expression, pattern_node: exp.Expression, f
 def _groups(pattern: str) -> int:
     """Capturing groups of a (checked) pattern."""
     return re.compile(pattern).groups
+
+
+register(Function("regexp_like", regexp_like, (exp.RegexpLike,)),  # also the operator ~
+         Function("regexp_replace", regexp_replace, (exp.RegexpReplace,), forms=("REGEXP_REPLACE",)))
+CONSTRUCTS = {exp.RegexpILike: regexp_like}  # the operator ~*
