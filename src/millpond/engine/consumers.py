@@ -25,11 +25,14 @@ from millpond.catalog import Catalog, IndexDef, TableDef, ViewDef
 from millpond.columns import ROW_ID
 from millpond.engine import plan as P
 from millpond.engine.flows import Expiry, Merge, shape
+from millpond.engine.operators.materialize import Materialize
 from millpond.engine.partial import PartialKey, trace
-from millpond.store.manifest import Manifest
+from millpond.store.manifest import Levels, Manifest
+from millpond.store.objects import ObjectStore
+from millpond.store.state_table import StateTable
 
 __all__ = ["Consumer", "KeyedTable", "KeylessTable", "FlowTarget", "Index", "View", "PartialView", "Flow",
-           "table_plan", "index_plan", "table_rows_state", "index_rows_state", "consumers"]
+           "table_plan", "index_plan", "table_rows_state", "index_rows_state", "committed_rows", "consumers"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,22 @@ class Consumer:
         """The id of the state its committed rows are kept in (its final node's ``rows`` part)."""
         return P.state_id(self.object_id, self.plan.node_id, "rows")
 
+    def rows(self, store: ObjectStore, manifest: Manifest, *, columns: tuple[str, ...] | None = None) -> StateTable:
+        """Its committed rows (its final materialize state) in ``manifest``: by its row key, or with
+        ``columns`` (some of :attr:`columns`) a projection read by :func:`committed_rows`."""
+        levels = manifest.state(self.rows_state)
+        if columns is not None:
+            return committed_rows(store, levels, columns, name=self.rows_state)
+        part = Materialize(self.columns, self.name).parts()["rows"]
+        return StateTable(store, levels, part.keys, additive=part.additive, name=self.rows_state)
+
+    def ranges(self, catalog: Catalog, manifest: Manifest, ends: dict[str, int]) -> dict[str, tuple[int, int]]:
+        """What it reads of each table channel its plan reads this epoch: from its committed offset
+        in ``manifest`` to the log snapshot's end (``ends``)."""
+        done = manifest.offsets.get(self.key, {})
+        channels = {catalog.tables[s.table].channel for s in P.sources(self.plan) if s.table in catalog.tables}
+        return {ch: (done.get(ch, 0), ends[ch]) for ch in channels}
+
     def sits_out(self, manifest: Manifest) -> bool:
         """Whether it takes no part in epochs now: isolated by a data error (its state and offsets
         stay at its last good epoch)."""
@@ -86,6 +105,13 @@ class KeylessTable(Consumer):
 @dataclass(frozen=True)
 class FlowTarget(Consumer):
     """A flow's sink table: its rows are the flow's (``fed_by``); it runs no epochs while the flow exists."""
+
+    def ranges(self, catalog: Catalog, manifest: Manifest, ends: dict[str, int]) -> dict[str, tuple[int, int]]:
+        """What it reads of each table channel its plan reads this epoch: from its committed offset
+        in ``manifest`` to the log snapshot's end (``ends``)."""
+        done = manifest.offsets.get(self.key, {})
+        channels = {catalog.tables[s.table].channel for s in P.sources(self.plan) if s.table in catalog.tables}
+        return {ch: (done.get(ch, 0), ends[ch]) for ch in channels}
 
     def sits_out(self, manifest: Manifest) -> bool:
         return True
@@ -142,6 +168,15 @@ def table_rows_state(table: TableDef) -> str:
 def index_rows_state(index_id: int) -> str:
     """The id of the state index ``index_id`` keeps its table's rows in (:func:`index_plan`'s node 1)."""
     return P.state_id(index_id, 1, "rows")
+
+
+def committed_rows(store: ObjectStore, levels: Levels, columns: tuple[str, ...], *,
+                   name: str = "state") -> StateTable:
+    """The one reader of a relation's committed rows, its columns ``columns`` only, from its rows
+    state's ``levels`` (:meth:`Consumer.rows`; a Spark task is shipped the levels): the multiset of
+    the rows' projection, a row's copies perhaps apart (its counts are summed only when one nets
+    against another), which converts none of the other columns."""
+    return StateTable(store, levels, columns, additive=True, name=name, summed=False)
 
 
 def consumers(catalog: Catalog, view_plans: dict[str, P.Materialize]) -> list[Consumer]:

@@ -129,12 +129,9 @@ from millpond.engine.failures import data_error as _data_error
 from millpond.engine.failures import internal_error as _internal_error
 from millpond.engine.failures import describe_failure
 from millpond.engine.flows import EXPIRED, SINK_OWED, expiry_floors, merge
-from millpond.engine.operators import Materialize
 from millpond.engine.partial import KEY, PartialStep, filled_state, read_filled
 from millpond.engine.partial import step as partial_step
 from millpond.engine.plan import shared_sides as _shared_sides
-from millpond.engine.plan import sources as _sources
-from millpond.engine.plan import state_id
 from millpond.errors import InvariantError, MillpondError
 from millpond.log import Log, Piece
 from millpond.store.manifest import Manifest
@@ -193,9 +190,7 @@ class Coordinator:
         for c in consumers:
             if c.sits_out(self.manifest):  # isolated by a data error; a flow's sink table
                 continue
-            done = self.manifest.offsets.get(c.key, {})
-            channels = {catalog.tables[s.table].channel for s in _sources(c.plan) if s.table in catalog.tables}
-            ranges = {ch: (done.get(ch, 0), ends[ch]) for ch in channels}
+            ranges = c.ranges(catalog, self.manifest, ends)
             if c.derived and c.key not in self.manifest.offsets:  # a first epoch
                 shared = {catalog.tables[t].channel: i for t, i in _shared_sides(c.plan, first=True).items()}
                 for ch, i in shared.items():  # read through an index: from where the index holds the table
@@ -208,9 +203,8 @@ class Coordinator:
             if new_view or batch.get(c.key) or any(a < b for a, b in ranges.values()) or \
                     (keys is not None and (len(keys[0].fill) or len(keys[0].evict))):  # a new view: COUNT(*) = 0
                 work.append((c, ranges))
-        idle = [(c, {ch: (self.manifest.offsets.get(c.key, {}).get(ch, 0), ends[ch])
-                     for ch in {catalog.tables[s.table].channel for s in _sources(c.plan) if s.table in catalog.tables}})
-                for c in consumers if c.views and not c.sits_out(self.manifest)]
+        idle = [(c, c.ranges(catalog, self.manifest, ends)) for c in consumers
+                if c.views and not c.sits_out(self.manifest)]
         while True:  # a view reading a view that runs runs too (after it: _run), to read its changes
             running = {c.name for c, _ in work}
             more = [w for w in idle if w[0].name not in running and running & set(w[0].views)]
@@ -443,16 +437,9 @@ class Coordinator:
 
     def rows(self, consumer: Consumer, manifest: Manifest | None = None, *,
              columns: tuple[str, ...] | None = None) -> StateTable:
-        """The committed rows of a consumer (its final materialize state) in ``manifest`` (default:
-        the last committed one). With ``columns`` (some of ``consumer.columns``), a read of only
-        those: the multiset of the rows' projection, a row's copies perhaps apart (its counts are
-        summed only when one nets against another), which converts none of the other columns."""
-        part = Materialize(consumer.columns, consumer.name).parts()["rows"]
-        sid = consumer.rows_state
-        levels = (manifest or self.manifest).state(sid)
-        if columns is None:
-            return StateTable(self.store, levels, part.keys, additive=part.additive, name=sid)
-        return StateTable(self.store, levels, columns, additive=True, name=sid, summed=False)
+        """The committed rows of a consumer in ``manifest`` (default: the last committed one):
+        :meth:`Consumer.rows`."""
+        return consumer.rows(self.store, manifest or self.manifest, columns=columns)
 
     def _pieces(self, channel: str, start: int, stop: int) -> list[Piece]:
         return self.log.channel(channel).pieces(start, stop)

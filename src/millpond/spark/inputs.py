@@ -23,7 +23,7 @@ from millpond.catalog import TableDef
 from millpond.catalog.types import spark_ddl_type
 from millpond.columns import COUNT, ROW_ID, VN, W
 from millpond.engine import plan as P
-from millpond.engine.consumers import Consumer, table_rows_state
+from millpond.engine.consumers import Consumer, committed_rows, table_rows_state
 from millpond.engine.executor import EpochJob, PieceSource, Ranges, ViewInput
 from millpond.engine.reads import SAMPLE_ROWS
 from millpond.engine.flows import CLUSTER_MAX, CLUSTER_MIN, CLUSTER_NULL, CLUSTER_UNIT
@@ -34,7 +34,6 @@ from millpond.spark.log_source import MAX_PARTITION_ROWS, ScanSlots, write_scan
 from millpond.spark.jvm import select_expr
 from millpond.store.manifest import Levels
 from millpond.store.objects import open_store
-from millpond.store.state_table import StateTable
 
 __all__ = ["Inputs", "DRIVER_READ_ROWS", "read_columns", "read_rows", "quote", "arrow_schema", "key_hash", "cluster_hash"]
 
@@ -166,7 +165,7 @@ class Inputs:
         if stored < 4 * SAMPLE_ROWS:
             return True
         cols = tuple(dict.fromkeys(renames[k.name] for k in keys))
-        state = StateTable(open_store(self.job.root, self.job.storage), levels, cols, additive=True, summed=False)
+        state = committed_rows(open_store(self.job.root, self.job.storage), levels, cols)
         sample, share = state.sample(SAMPLE_ROWS)
         if sample is None or sample.num_rows == 0:
             return True
@@ -366,7 +365,7 @@ def read_rows(root: str, storage: dict, levels: Levels, columns: tuple[str, ...]
     view's, with no ``_row_id``, for :meth:`Builder._view`)."""
     store = open_store(root, storage)
     extra = (ROW_ID,) if row_id else ()
-    state = StateTable(store, levels, (*columns, *extra), additive=True, summed=False)
+    state = committed_rows(store, levels, (*columns, *extra))
     width = (1 << 64) // slices
     for batch in batches:
         for i in batch.column(0).to_pylist():
