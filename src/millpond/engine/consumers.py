@@ -16,15 +16,17 @@ partial view's consumer carries its key (:mod:`millpond.engine.partial`).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Mapping
 
 import pyarrow as pa
 
 from millpond.catalog import Catalog, IndexDef, TableDef, ViewDef
 from millpond.columns import ROW_ID
 from millpond.engine import plan as P
-from millpond.engine.flows import Expiry, Merge, shape
+from millpond.engine.changefeed import Change, rows_of
+from millpond.engine.flows import EXPIRED, SINK_OWED, Expiry, Merge, shape
 from millpond.engine.operators.materialize import Materialize
 from millpond.engine.partial import PartialKey, trace
 from millpond.store.manifest import Levels, Manifest
@@ -33,6 +35,10 @@ from millpond.store.state_table import StateTable
 
 __all__ = ["Consumer", "KeyedTable", "KeylessTable", "FlowTarget", "Index", "View", "PartialView", "Flow",
            "table_plan", "index_plan", "table_rows_state", "index_rows_state", "committed_rows", "consumers"]
+
+
+log = logging.getLogger(__name__)
+Ranges = Mapping[str, tuple[int, int]]
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,12 @@ class Consumer:
         channels = {catalog.tables[s.table].channel for s in P.sources(self.plan) if s.table in catalog.tables}
         return {ch: (done.get(ch, 0), ends[ch]) for ch in channels}
 
+    def read_up_to(self, offsets: Mapping[str, int], ranges: Ranges, epoch: int, marks: Mapping[str, int],
+                   change: Change) -> dict[str, int]:
+        """Its offsets in the commit of ``epoch`` (step 4), which read ``ranges`` and made ``change``
+        (``marks``: what its tasks reported beside it): the end of each range it read."""
+        return {**offsets, **{ch: b for ch, (_, b) in ranges.items()}}
+
     def sits_out(self, manifest: Manifest) -> bool:
         """Whether it takes no part in epochs now: isolated by a data error (its state and offsets
         stay at its last good epoch)."""
@@ -105,13 +117,6 @@ class KeylessTable(Consumer):
 @dataclass(frozen=True)
 class FlowTarget(Consumer):
     """A flow's sink table: its rows are the flow's (``fed_by``); it runs no epochs while the flow exists."""
-
-    def ranges(self, catalog: Catalog, manifest: Manifest, ends: dict[str, int]) -> dict[str, tuple[int, int]]:
-        """What it reads of each table channel its plan reads this epoch: from its committed offset
-        in ``manifest`` to the log snapshot's end (``ends``)."""
-        done = manifest.offsets.get(self.key, {})
-        channels = {catalog.tables[s.table].channel for s in P.sources(self.plan) if s.table in catalog.tables}
-        return {ch: (done.get(ch, 0), ends[ch]) for ch in channels}
 
     def sits_out(self, manifest: Manifest) -> bool:
         return True
@@ -144,6 +149,20 @@ class Flow(Consumer):
     into its sink table (``sink``) after the commit."""
 
     derived: ClassVar[bool] = True
+
+    def read_up_to(self, offsets: Mapping[str, int], ranges: Ranges, epoch: int, marks: Mapping[str, int],
+                   change: Change) -> dict[str, int]:
+        """Also its window expiry (``marks``: :mod:`millpond.engine.flows`), and, when the epoch
+        changed its rows, that the epoch's changes are owed to its sink table."""
+        out = super().read_up_to(offsets, ranges, epoch, marks, change)
+        if marks:
+            if marks[EXPIRED] > out.get(EXPIRED, 0):
+                log.warning("flow %r: %d late changes to expired windows were dropped at epoch %d (%d so far)",
+                            self.name, marks[EXPIRED] - out.get(EXPIRED, 0), epoch, marks[EXPIRED])
+            out.update(marks)
+        if rows_of(change):
+            out[SINK_OWED] = epoch
+        return out
 
 
 def table_plan(table: TableDef) -> P.Materialize:

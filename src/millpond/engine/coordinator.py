@@ -120,7 +120,7 @@ import pyarrow as pa
 from millpond import faults, paths
 from millpond.catalog import Catalog
 from millpond.columns import ROW_ID, W
-from millpond.engine.changefeed import Change, ChangeFeed, Changelogs, rows_of
+from millpond.engine.changefeed import Change, ChangeFeed, Changelogs
 from millpond.engine.epoch import EpochPlan, EpochReport, EpochResult, EpochStep
 from millpond.engine.consumers import Consumer, Flow, KeyedTable
 from millpond.engine.executor import EpochExecutor, EpochJob, ViewInput, Work
@@ -128,7 +128,7 @@ from millpond.engine.failures import cause as _cause
 from millpond.engine.failures import data_error as _data_error
 from millpond.engine.failures import internal_error as _internal_error
 from millpond.engine.failures import describe_failure
-from millpond.engine.flows import EXPIRED, SINK_OWED, expiry_floors, merge
+from millpond.engine.flows import expiry_floors, merge
 from millpond.engine.partial import KEY, PartialStep, filled_state, read_filled
 from millpond.engine.partial import step as partial_step
 from millpond.engine.plan import shared_sides as _shared_sides
@@ -258,16 +258,9 @@ class Coordinator:
         live = {c.key for c in consumers}
         stateful = {c.key for c in consumers if not c.log_only}  # a key-less table's old state goes
         offsets = {k: v for k, v in self.manifest.offsets.items() if k in live}
-        for c, ranges in work:
-            offsets[c.key] = {**offsets.get(c.key, {}), **{ch: b for ch, (_, b) in ranges.items()}}
-            if marks.get(c.key):  # a flow's window expiry (engine/flows.py)
-                if marks[c.key][EXPIRED] > offsets[c.key].get(EXPIRED, 0):
-                    log.warning("flow %r: %d late changes to expired windows were dropped at epoch %d (%d so far)",
-                                c.name, marks[c.key][EXPIRED] - offsets[c.key].get(EXPIRED, 0), epoch,
-                                marks[c.key][EXPIRED])
-                offsets[c.key].update(marks[c.key])
-            if isinstance(c, Flow) and rows_of(changes.get(c.key)):
-                offsets[c.key][SINK_OWED] = epoch  # a flow: this epoch's changes are owed to its sink
+        for c, ranges in work:  # what each read, by its kind (a flow's window expiry, its sink owed)
+            offsets[c.key] = c.read_up_to(offsets.get(c.key, {}), ranges, epoch, marks.get(c.key) or {},
+                                          changes.get(c.key))
         # 4b. keep the epoch's changes (engine/changefeed.py): before the commit, so a reader of a
         # committed epoch finds them, and files of an epoch that never commits are never read
         kept = {}
