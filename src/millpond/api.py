@@ -102,7 +102,7 @@ class Database:
 
     @property
     def parallelism(self) -> int:
-        return self.runtime.coordinator.parallelism
+        return self.runtime.parallelism
 
     @property
     def catalog(self) -> Catalog:
@@ -127,7 +127,7 @@ class Database:
         with self._guard():
             if self.read_only:
                 return wiring.read_only(self.runtime, self.plans, lambda: session.run(self.runtime, text))
-            with shown(progress, self.runtime.coordinator, lambda: self.spark):
+            with shown(progress, lambda: self.runtime.epoch, lambda: self.spark):
                 return session.run(self.runtime, text)
 
     def create_function(self, fn: Callable, *, params: list[str] | None = None, returns: str | None = None,
@@ -158,7 +158,7 @@ class Database:
         epoch ran; ``SELECT * FROM millpond_source_errors`` lists them."""
         with self._guard():
             self._guard.writable("flush()")
-            with shown(progress, self.runtime.coordinator, lambda: self.spark):
+            with shown(progress, lambda: self.runtime.epoch, lambda: self.spark):
                 return self.runtime.flush(notice=True)
 
     def read(self, name: str, *, epoch: int | None = None) -> pa.Table:

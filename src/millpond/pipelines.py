@@ -376,7 +376,7 @@ def run(db: "Database", project: Project, full_refresh: "set[str] | bool" = froz
     n = len({d.name for d in ordered} | {name for p in project.python for name in names(p)})
     report[0] += f": {n} dataset{'s' * (n != 1)}"
     report += [f"  not run: {u}" for u in unsupported]
-    store = db.runtime.coordinator.store
+    store = db.runtime.store
     try:
         owned = set(json.loads(store.get(_key(project))))
     except MissingError:

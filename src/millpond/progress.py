@@ -23,22 +23,22 @@ DELAY_SECONDS = 0.5
 POLL_SECONDS = 0.25
 
 
-def shown(show: bool, coordinator: Any, spark: Callable[[], Any]) -> AbstractContextManager:
+def shown(show: bool, committed: Callable[[], int], spark: Callable[[], Any]) -> AbstractContextManager:
     """A :class:`FlushProgress` when ``show`` (``spark()`` gives the session), else nothing."""
-    return FlushProgress(coordinator, spark()) if show else nullcontext()
+    return FlushProgress(committed, spark()) if show else nullcontext()
 
 
 class FlushProgress:
-    """A context manager around epochs run by ``coordinator`` on ``spark``."""
+    """A context manager around epochs run on ``spark``; ``committed()`` is the last committed epoch."""
 
-    def __init__(self, coordinator: Any, spark: Any, *, label: str = "FLUSH"):
-        self.coordinator, self.spark, self.label = coordinator, spark, label
+    def __init__(self, committed: Callable[[], int], spark: Any, *, label: str = "FLUSH"):
+        self.committed, self.spark, self.label = committed, spark, label
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._progress: Any = None
 
     def __enter__(self) -> "FlushProgress":
-        self._first = self.coordinator.manifest.epoch
+        self._first = self.committed()
         self._thread = threading.Thread(target=self._run, name="millpond-progress", daemon=True)
         self._thread.start()
         return self
@@ -61,9 +61,9 @@ class FlushProgress:
         with progress:
             while True:
                 done, total = self._tasks()
-                committed = self.coordinator.manifest.epoch - self._first
+                committed = self.committed() - self._first
                 text = (f"{self.label}: {committed} epoch{'s' * (committed != 1)} committed, "
-                        f"epoch {self.coordinator.manifest.epoch + 1} running")
+                        f"epoch {self.committed() + 1} running")
                 progress.update(task, description=text, completed=done, total=total or None)
                 if self._stop.wait(POLL_SECONDS):
                     break

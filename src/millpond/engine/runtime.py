@@ -38,6 +38,7 @@ from millpond.engine.upkeep import LogUpkeep
 from millpond.errors import CatalogError, MillpondError, MillpondNotice, RetentionError, SqlError
 from millpond.log import Channel, Log
 from millpond.store.manifest import Manifest
+from millpond.store.objects import ObjectStore
 
 __all__ = ["Runtime", "SYSTEM_VIEWS"]
 
@@ -104,6 +105,24 @@ class Runtime(Reads):
     def executor(self) -> EpochExecutor:
         """What runs an epoch's step 3 (Spark; it also types a new view's rows)."""
         return self.coordinator.executor
+
+    @property
+    def manifest(self) -> Manifest:
+        """The last committed version: its offsets, its isolated views, its state."""
+        return self.coordinator.manifest
+
+    @property
+    def store(self) -> ObjectStore:
+        return self.coordinator.store
+
+    @property
+    def parallelism(self) -> int:
+        """Spark partitions of stateful stages (``SET parallelism``)."""
+        return self.coordinator.parallelism
+
+    def set_parallelism(self, n: int | None) -> None:
+        """Partitions of stateful stages from the next epoch on (None: the database's default)."""
+        self.coordinator.with_parallelism(self.coordinator.default_parallelism if n is None else n)
 
     def run_epoch(self) -> EpochReport | None:
         """One epoch over all consumers, with the work around them (the protocol in

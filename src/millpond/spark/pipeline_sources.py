@@ -161,7 +161,7 @@ def stream_into(db: Any, source: Source, checkpoints: Path) -> None:
             schema: pa.Schema = to_arrow_schema(df.schema)
             cols = ", ".join(f'"{f.name}" {sql_type(f.type)}' for f in schema)
             db.sql(f'CREATE TABLE "{source.name}" ({cols}) APPEND ONLY')
-        query = (df.writeStream.format("millpond").option("root", db.runtime.coordinator.store.root)
+        query = (df.writeStream.format("millpond").option("root", db.runtime.store.root)
                  .option("channel", source.name).option("checkpointLocation", str(checkpoints / f"{source.name}-{flow_name}"))
                  .trigger(availableNow=True).start())
         query.awaitTermination()

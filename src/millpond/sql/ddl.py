@@ -331,7 +331,7 @@ def setting(rt: Runtime, name: str) -> str:
     """A setting's value as ``SHOW name`` prints it."""
     name = ALIASES.get(name, name)
     if name == "parallelism":
-        return str(rt.coordinator.parallelism)
+        return str(rt.parallelism)
     if name == "on_error":
         return rt.on_error
     if name == "implicit_flush":
@@ -360,11 +360,11 @@ def set_(rt: Runtime, s: exp.Set) -> None:
         if name == "parallelism":
             if value in ("default", "adaptive", "0") and eq.this.name.lower() == "streaming_parallelism" \
                     or value == "default":
-                rt.coordinator.with_parallelism(rt.coordinator.default_parallelism)
+                rt.set_parallelism(None)
                 continue
             if value is None or not value.isdigit() or int(value) < 1:
                 raise SqlError(f"parallelism must be an integer of at least 1 (or default), got {eq.expression.sql('postgres')}")
-            rt.coordinator.with_parallelism(int(value))
+            rt.set_parallelism(int(value))
         elif name == "on_error":
             if value not in ON_ERROR:
                 raise SqlError(f"on_error must be one of {', '.join(map(repr, ON_ERROR))}, got {value!r}")

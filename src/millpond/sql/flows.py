@@ -232,7 +232,7 @@ def drop(rt: Runtime, s: exp.Command) -> None:
     name, if_exists = dropped(s, "FLOW")
     if name not in rt.catalog.flows and if_exists:
         return
-    rt.flow_targets.settle(rt.catalog, rt.consumers, rt.coordinator.manifest)  # its sink holds every change it committed
+    rt.flow_targets.settle(rt.catalog, rt.consumers, rt.manifest)  # its sink holds every change it committed
     rt.commit_catalog(rt.catalog.without_flow(name))
     try:  # the sink, a table of its own now, materializes its log: one epoch, so it is never read empty
         rt.run_epoch()
@@ -247,7 +247,7 @@ def show(rt: Runtime) -> pa.Table:
     failure: it sits out epochs, its sink keeps its rows, as a failed view does), ``comment``,
     ``sql``."""
     flows = sorted(rt.catalog.flows.values(), key=lambda f: f.name)
-    offsets, failed = rt.coordinator.manifest.offsets, rt.coordinator.manifest.failed
+    offsets, failed = rt.manifest.offsets, rt.manifest.failed
     done = [offsets.get(f"o{f.id}", {}) for f in flows]
     return pa.table({
         "name": pa.array([f.name for f in flows], pa.string()),
