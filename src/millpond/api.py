@@ -124,11 +124,10 @@ class Database:
         if not self.read_only and (query := session.lock_free(self.runtime, text)) is not None:
             with self._guard(lock=False), self.runtime.reading():  # a pinned version: epochs go on
                 return session.execute(self.runtime, query)
-        with self._guard():
-            if self.read_only:
-                return wiring.read_only(self.runtime, self.plans, lambda: session.run(self.runtime, text))
-            with shown(progress, lambda: self.runtime.epoch, lambda: self.spark):
-                return session.run(self.runtime, text)
+        if self.read_only:
+            return self._guard.read(lambda: session.run(self.runtime, text))
+        with self._guard(), shown(progress, lambda: self.runtime.epoch, lambda: self.spark):
+            return session.run(self.runtime, text)
 
     def create_function(self, fn: Callable, *, params: list[str] | None = None, returns: str | None = None,
                         name: str | None = None, strict: bool = True, replace: bool = False) -> str:
