@@ -64,6 +64,7 @@ class Consumer:
     log_only: ClassVar[bool] = False  # a key-less table: its log is its rows; epochs only advance its offsets
     derived: ClassVar[bool] = False  # computed from tables (an index, a view, a flow): its first epoch reads their rows
     runs_new: ClassVar[bool] = False  # runs in its first epoch even when no record is new (COUNT(*) shows 0)
+    keeps_rows: ClassVar[bool] = True  # its committed rows are in its own rows state (else: its log, its flow's)
 
     @property
     def rows_state(self) -> str:
@@ -112,11 +113,14 @@ class KeylessTable(Consumer):
     """A table without a key: its log is its rows; it takes no part in the job."""
 
     log_only: ClassVar[bool] = True
+    keeps_rows: ClassVar[bool] = False
 
 
 @dataclass(frozen=True)
 class FlowTarget(Consumer):
     """A flow's sink table: its rows are the flow's (``fed_by``); it runs no epochs while the flow exists."""
+
+    keeps_rows: ClassVar[bool] = False
 
     def sits_out(self, manifest: Manifest) -> bool:
         return True

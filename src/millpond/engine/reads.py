@@ -200,7 +200,7 @@ class Reads:
         integer columns (their values, or least and greatest); a slice's stored rows outside them
         are dropped as read (a query keeps its WHERE: this only spares it the rows that fail)."""
         consumer = self._by_name.get(name)
-        if consumer is None or consumer.log_only or consumer.fed_by is not None or self._system(name) is not None:
+        if consumer is None or not consumer.keeps_rows or self._system(name) is not None:
             return self.snapshot(name, hidden=hidden, pending=pending, columns=columns)
         rel = self.catalog.relation(name)
         manifest = self._manifest
@@ -238,7 +238,7 @@ class Reads:
         table's primary key, a view's group key: :func:`millpond.engine.plan.row_key`), for
         :meth:`rows_by_key`; () when its rows can only be scanned."""
         consumer = self._by_name.get(name)
-        if consumer is None or consumer.log_only or consumer.fed_by is not None or self._system(name) is not None:
+        if consumer is None or not consumer.keeps_rows or self._system(name) is not None:
             return ()
         return consumer.plan.key if isinstance(consumer.plan, P.Materialize) else ()
 
