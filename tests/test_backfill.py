@@ -164,7 +164,7 @@ def test_a_first_epoch_combines_before_its_exchange_only_where_groups_are_few(op
     import duckdb
     import pyarrow as pa
 
-    from millpond.spark import build, executor
+    from millpond.spark import executor, inputs
 
     for where in ("local", "cluster"):
         monkeypatch.setitem(executor.DRIVER_RECORDS, where, 0)
@@ -176,13 +176,13 @@ def test_a_first_epoch_combines_before_its_exchange_only_where_groups_are_few(op
     db.insert("t", t)
     db.flush()
     said = []
-    reduces = build.Builder.reduces
+    reduces = inputs.Inputs.reduces
 
     def watched(self, node):  # noqa: ANN001, ANN202
         said.append((self.consumer.name, reduces(self, node)))
         return said[-1][1]
 
-    monkeypatch.setattr(build.Builder, "reduces", watched)
+    monkeypatch.setattr(inputs.Inputs, "reduces", watched)
     db.sql("CREATE MATERIALIZED VIEW by_few AS SELECT few, count(*) AS n, sum(x) AS s FROM t WHERE x > 1 GROUP BY few")
     db.sql("CREATE MATERIALIZED VIEW by_many AS SELECT many, count(*) AS n, sum(x) AS s FROM t GROUP BY many")
     db.flush()

@@ -202,28 +202,28 @@ def test_stateful_tasks_reading_the_log_themselves_match_duckdb(open_db, monkeyp
     monkeypatch.setattr(inputs, "FUSED_ROWS_PER_TASK", 10)  # as many fused tasks: each keeps its vnodes
     fused = []
     for method in ("fuse_aggregate", "fuse_join", "fuse_materialize"):
-        def spy(self, *args, _method=getattr(fusing.Fusing, method)):
+        def spy(self, *args, _method=getattr(fusing.Fuser, method)):
             fused.append(_method(self, *args))
             return fused[-1]
-        monkeypatch.setattr(fusing.Fusing, method, spy)
+        monkeypatch.setattr(fusing.Fuser, method, spy)
     chained = []
 
-    def chain(self, *args, _method=fusing.Fusing.fuse_partial_join):  # a partial and its join: one task
+    def chain(self, *args, _method=fusing.Fuser.fuse_partial_join):  # a partial and its join: one task
         chained.append(_method(self, *args))
         return chained[-1]
-    monkeypatch.setattr(fusing.Fusing, "fuse_partial_join", chain)
+    monkeypatch.setattr(fusing.Fuser, "fuse_partial_join", chain)
     above = []
 
-    def join_aggregate(self, *args, _method=fusing.Fusing.fuse_join_aggregate):  # an aggregate in its join's task
+    def join_aggregate(self, *args, _method=fusing.Fuser.fuse_join_aggregate):  # an aggregate in its join's task
         above.append(_method(self, *args))
         return above[-1]
-    monkeypatch.setattr(fusing.Fusing, "fuse_join_aggregate", join_aggregate)
+    monkeypatch.setattr(fusing.Fuser, "fuse_join_aggregate", join_aggregate)
     fed, spark_path = [], [False]
 
-    def feed(self, *args, _method=fusing.Fusing._feed):  # a view's rows made in its operator's task
+    def feed(self, *args, _method=fusing.Fuser.feed):  # a view's rows made in its operator's task
         fed.append(None if spark_path[0] else _method(self, *args))
         return fed[-1]
-    monkeypatch.setattr(fusing.Fusing, "_feed", feed)
+    monkeypatch.setattr(fusing.Fuser, "feed", feed)
     db = open_db(parallelism=parallelism)
     db.sql("CREATE TABLE t (id INT PRIMARY KEY, g SMALLINT, s VARCHAR, d DATE, b BOOLEAN, v BIGINT, ts TIMESTAMP); "
            "CREATE TABLE u (s VARCHAR, w INT); CREATE TABLE a (s VARCHAR, w INT) APPEND ONLY")
@@ -299,10 +299,10 @@ def test_an_overflow_in_a_task_reading_the_log_fails_its_view_alone(open_db, mon
     monkeypatch.setattr(build, "PRE_AGGREGATE_ROWS", 0)
     fused = []
 
-    def spy(self, *args, _method=fusing.Fusing.fuse_materialize):
+    def spy(self, *args, _method=fusing.Fuser.fuse_materialize):
         fused.append(_method(self, *args))
         return fused[-1]
-    monkeypatch.setattr(fusing.Fusing, "fuse_materialize", spy)
+    monkeypatch.setattr(fusing.Fuser, "fuse_materialize", spy)
     db = open_db()
     db.sql("CREATE TABLE t (k INT, v INT) APPEND ONLY; "
            "CREATE MATERIALIZED VIEW big AS SELECT k, v * 1000000 AS m FROM t; "
@@ -332,10 +332,10 @@ def test_decimal_double_and_timestamp_expressions_in_tasks_reading_the_log_match
     monkeypatch.setattr(inputs, "FUSED_ROWS_PER_TASK", 10)
     fused = []
     for method in ("fuse_aggregate", "fuse_join", "fuse_materialize"):
-        def spy(self, *args, _method=getattr(fusing.Fusing, method)):
+        def spy(self, *args, _method=getattr(fusing.Fuser, method)):
             fused.append(_method(self, *args))
             return fused[-1]
-        monkeypatch.setattr(fusing.Fusing, method, spy)
+        monkeypatch.setattr(fusing.Fuser, method, spy)
     db = open_db(parallelism=2)
     key = "" if append_only else " PRIMARY KEY"
     db.sql(f"CREATE TABLE t (id INT{key}, k SMALLINT, price NUMERIC(12,2), disc NUMERIC(4,2), ts TIMESTAMP, "

@@ -26,7 +26,7 @@ from millpond.catalog import Catalog, IndexDef, TableDef, ViewDef
 from millpond.columns import ROW_ID
 from millpond.engine import plan as P
 from millpond.engine.changefeed import Change, rows_of
-from millpond.engine.flows import EXPIRED, SINK_OWED, Expiry, Merge, shape
+from millpond.engine.flows import EXPIRED, SINK_OWED, Expiry, Merge, expiry_floors, shape
 from millpond.engine.operators.materialize import Materialize
 from millpond.engine.partial import PartialKey, trace
 from millpond.store.manifest import Levels, Manifest
@@ -52,15 +52,13 @@ class Consumer:
     columns: tuple[str, ...]  # output columns (the rows state's key)
     on_error: str = "fail"  # a data error in its expressions: "fail" (the view is isolated) or "null"
     sql: str = ""  # a view's SQL as the user wrote it (its errors name the column's expression in it)
-    sink: str | None = None  # a flow: the table its changes are written into
-    expiry: Expiry | None = None  # a flow's EXPIRE AFTER
-    merge: Merge | None = None  # a flow whose trigger merges Spark's partial aggregates on the driver
-    fed_by: str | None = None  # a flow's sink table: the flow's key (its rows are the flow's; it runs no epochs)
-    partial: PartialKey | None = None  # a partial view's key (millpond.engine.partial)
-    views: tuple[str, ...] = ()  # the views whose changes it reads (computed before it in an epoch)
     schema: pa.Schema | None = None  # a view's or flow's rows: its changes are written with these types
 
-    # what its kind says (a kind overrides)
+    # what its kind says (a kind overrides; the unannotated ones are fields of the kinds that have them)
+    views = ()  # the views whose changes it reads, computed before it in an epoch (View.views)
+    partial = None  # a partial view's key (PartialView.partial)
+    merge = None  # a flow's trigger merging Spark's partial aggregates on the driver (Flow.merge)
+    fed_by = None  # a flow's sink table: the flow's key (FlowTarget.fed_by)
     log_only: ClassVar[bool] = False  # a key-less table: its log is its rows; epochs only advance its offsets
     derived: ClassVar[bool] = False  # computed from tables (an index, a view, a flow): its first epoch reads their rows
     runs_new: ClassVar[bool] = False  # runs in its first epoch even when no record is new (COUNT(*) shows 0)
@@ -93,6 +91,11 @@ class Consumer:
         (``marks``: what its tasks reported beside it): the end of each range it read."""
         return {**offsets, **{ch: b for ch, (_, b) in ranges.items()}}
 
+    def expires(self, offsets: Mapping[str, int]) -> dict[str, list]:
+        """The floors below which compaction drops its states' rows, given its committed ``offsets``
+        (the manifest's ``expiry``): none but an expiring flow's."""
+        return {}
+
     def sits_out(self, manifest: Manifest) -> bool:
         """Whether it takes no part in epochs now: isolated by a data error (its state and offsets
         stay at its last good epoch)."""
@@ -120,6 +123,7 @@ class KeylessTable(Consumer):
 class FlowTarget(Consumer):
     """A flow's sink table: its rows are the flow's (``fed_by``); it runs no epochs while the flow exists."""
 
+    fed_by: str = ""  # the flow's key: its rows are the flow's
     keeps_rows: ClassVar[bool] = False
 
     def sits_out(self, manifest: Manifest) -> bool:
@@ -138,6 +142,7 @@ class Index(Consumer):
 class View(Consumer):
     """A materialized view: its plan's rows."""
 
+    views: tuple[str, ...] = ()  # the views whose changes it reads (computed before it in an epoch)
     derived: ClassVar[bool] = True
     runs_new: ClassVar[bool] = True
 
@@ -146,12 +151,17 @@ class View(Consumer):
 class PartialView(View):
     """A view that holds the keys read from it (``partial``, :mod:`millpond.engine.partial`)."""
 
+    partial: PartialKey | None = None  # its key, traced to the sources it filters
+
 
 @dataclass(frozen=True)
 class Flow(Consumer):
     """A flow: its trigger's partial aggregates merged on the driver (``merge``), its changes written
     into its sink table (``sink``) after the commit."""
 
+    sink: str = ""  # the table its changes are written into
+    expiry: Expiry | None = None  # its EXPIRE AFTER
+    merge: Merge | None = None  # its trigger's shape, merged on the driver (None: Spark's stages run it)
     derived: ClassVar[bool] = True
 
     def read_up_to(self, offsets: Mapping[str, int], ranges: Ranges, epoch: int, marks: Mapping[str, int],
@@ -167,6 +177,10 @@ class Flow(Consumer):
         if rows_of(change):
             out[SINK_OWED] = epoch
         return out
+
+    def expires(self, offsets: Mapping[str, int]) -> dict[str, list]:
+        """Its windows' aggregation states older than its EXPIRE AFTER (:func:`~millpond.engine.flows.expiry_floors`)."""
+        return expiry_floors(self.object_id, self.merge, self.expiry, offsets)
 
 
 def table_plan(table: TableDef) -> P.Materialize:
@@ -207,17 +221,17 @@ def consumers(catalog: Catalog, view_plans: dict[str, P.Materialize]) -> list[Co
     fed = {f.sink: f"o{f.id}" for f in catalog.flows.values()}
     out: list[Consumer] = []
     for t in catalog.tables.values():
-        kind = FlowTarget if t.name in fed else KeyedTable if t.primary_key else KeylessTable
-        out.append(kind(f"o{t.id}", t.id, t.name, table_plan(t), (*(c.name for c in t.columns), ROW_ID),
-                        fed_by=fed.get(t.name)))
+        row = (f"o{t.id}", t.id, t.name, table_plan(t), (*(c.name for c in t.columns), ROW_ID))
+        out.append(FlowTarget(*row, fed_by=fed[t.name]) if t.name in fed else
+                   KeyedTable(*row) if t.primary_key else KeylessTable(*row))
     out += [Index(f"o{i.id}", i.id, i.name, index_plan(i, catalog.tables[i.table]), ())
             for i in catalog.indexes.values()]
     for v in catalog.views.values():
         partial = _partial(catalog, v, view_plans[v.name])
-        out.append((View if partial is None else PartialView)(
-            f"o{v.id}", v.id, v.name, view_plans[v.name], tuple(v.schema.names), on_error=v.on_error, sql=v.sql,
-            partial=partial, schema=v.schema,
-            views=tuple(sorted({s.table for s in P.sources(view_plans[v.name]) if s.table in catalog.views}))))
+        common = dict(on_error=v.on_error, sql=v.sql, schema=v.schema,
+                      views=tuple(sorted({s.table for s in P.sources(view_plans[v.name]) if s.table in catalog.views})))
+        row = (f"o{v.id}", v.id, v.name, view_plans[v.name], tuple(v.schema.names))
+        out.append(View(*row, **common) if partial is None else PartialView(*row, **common, partial=partial))
     out += [Flow(f"o{f.id}", f.id, f.name, view_plans[f.name], tuple(f.schema.names), sql=f.sql, sink=f.sink,
                  schema=f.schema, expiry=Expiry(f.key, f.time_key, f.expire_micros) if f.expire_micros else None,
                  merge=shape(view_plans[f.name], f.schema, f.time_key, f.cluster))

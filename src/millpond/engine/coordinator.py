@@ -128,7 +128,7 @@ from millpond.engine.failures import cause as _cause
 from millpond.engine.failures import data_error as _data_error
 from millpond.engine.failures import internal_error as _internal_error
 from millpond.engine.failures import describe_failure
-from millpond.engine.flows import expiry_floors, merge
+from millpond.engine.flows import merge
 from millpond.engine.partial import KEY, PartialStep, filled_state, read_filled
 from millpond.engine.partial import step as partial_step
 from millpond.engine.plan import shared_sides as _shared_sides
@@ -276,7 +276,7 @@ class Coordinator:
         # 5. commit: the one atomic write (compaction, step 6, starts inside it, in the background)
         failed = {k: v for k, v in {**self.manifest.failed, **failures}.items() if k in live}  # dropped: gone
         self.state.commit(epoch, new_ssts, offsets, keep=lambda sid: sid.split(".", 1)[0] in stateful, failed=failed,
-                          expiry=expiry_floors(work, offsets))
+                          expiry={sid: floor for c, _ in work for sid, floor in c.expires(offsets[c.key]).items()})
         faults.point("epoch.after_commit")
         names = {c.key: c.name for c in consumers}
         texts = {c.key: c.sql for c in consumers}

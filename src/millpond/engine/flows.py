@@ -51,7 +51,7 @@ from millpond.store.manifest import Manifest
 from millpond.store.objects import ObjectStore
 
 if TYPE_CHECKING:
-    from millpond.engine.consumers import Consumer
+    from millpond.engine.consumers import Flow
 
 __all__ = ["SINK_OWED", "WATERMARK", "EXPIRED", "Expiry", "Merge", "shape", "merge", "expiry_floors",
            "as_micros", "cluster_floor", "CLUSTER_UNIT", "CLUSTER_MIN", "CLUSTER_MAX", "CLUSTER_NULL"]
@@ -125,7 +125,7 @@ def shape(plan: P.Materialize, schema: pa.Schema, time_key: str | None, cluster:
     return Merge(node, tuple(reversed(above)), schema, group(time_key), group(cluster))
 
 
-def merge(store: ObjectStore, manifest: Manifest, epoch: int, attempt: str, flow: "Consumer", partials: pa.Table
+def merge(store: ObjectStore, manifest: Manifest, epoch: int, attempt: str, flow: "Flow", partials: pa.Table
           ) -> tuple[pa.Table | None, dict[str, int]]:
     """One trigger's merge of the partial aggregates of its dirty groups (module docstring): the
     flow's changelog and its new window-expiry offsets. State rows are written as this attempt's
@@ -177,23 +177,20 @@ def _expire(delta: pl.DataFrame, m: Merge, rule: Expiry, done: Mapping[str, int]
     return delta, marks
 
 
-def expiry_floors(work: "list[tuple[Consumer, dict]]", offsets: Mapping[str, Mapping[str, int]]
+def expiry_floors(object_id: int, m: Merge | None, expiry: Expiry | None, offsets: Mapping[str, int]
                   ) -> dict[str, list]:
-    """Each expiring flow's aggregation states, with their window column and the oldest window not
-    expired, and for a flow whose state is in time order the smallest key of that window
-    (:func:`cluster_floor`) — the manifest's ``expiry``: compaction drops the older windows'
-    state; their sink rows stay in the flow's rows state, which has none."""
-    floors = {}
-    for flow, _ in work:
-        m, mark = flow.merge, offsets.get(flow.key, {}).get(WATERMARK)
-        if flow.expiry is None or m is None or m.time_group is None or mark is None:
-            continue
-        floor = [m.time_group, mark - flow.expiry.micros]
-        if m.cluster_group == m.time_group:  # its files older than the floor go whole
-            floor.append(cluster_floor(floor[1]))
-        for part in ("groups", "values"):
-            floors[P.state_id(flow.object_id, m.aggregate.node_id, part)] = floor
-    return floors
+    """An expiring flow's aggregation states (flow ``object_id``, its trigger ``m``, its committed
+    ``offsets``), with their window column and the oldest window not expired, and for a flow whose
+    state is in time order the smallest key of that window (:func:`cluster_floor`) — the
+    manifest's ``expiry``: compaction drops the older windows' state; their sink rows stay in the
+    flow's rows state, which has none."""
+    mark = offsets.get(WATERMARK)
+    if expiry is None or m is None or m.time_group is None or mark is None:
+        return {}
+    floor = [m.time_group, mark - expiry.micros]
+    if m.cluster_group == m.time_group:  # its files older than the floor go whole
+        floor.append(cluster_floor(floor[1]))
+    return {P.state_id(object_id, m.aggregate.node_id, part): floor for part in ("groups", "values")}
 
 
 def _above(name: str, m: Merge, rows: pl.DataFrame) -> pl.DataFrame:

@@ -33,10 +33,10 @@ from millpond.engine.operators.join import SIDE
 from millpond.errors import IndexMismatch, InvariantError
 from millpond.spark.combine import Combine, plan_combine
 from millpond.spark.functions import register_calls
-from millpond.spark.fusing import Fusing
-from millpond.spark.inputs import DRIVER_READ_ROWS, arrow_schema, cluster_hash, key_hash, quote
+from millpond.spark.fusing import Fuser
+from millpond.spark.inputs import DRIVER_READ_ROWS, Inputs, arrow_schema, cluster_hash, key_hash, quote
 from millpond.spark.jvm import map_in_arrow, select_expr
-from millpond.spark.local_plan import Localizing
+from millpond.spark.local_plan import LocalPlan, localizing
 from millpond.spark.types import common_type, expression_types, over_type
 from millpond.spark.task import CONSUMER, FILE, ROWS, Task
 from millpond.store.sst import VNODES
@@ -50,42 +50,41 @@ class Unlocal(Exception):
     """A node of a build for types only is not made in one task: Spark's stages will run it."""
 
 
-class Builder(Localizing, Fusing):
-    """Builds one consumer's DataFrame for one epoch."""
+class Builder:
+    """Builds one consumer's DataFrame for one epoch: the stateless nodes as Catalyst expressions,
+    each stateful node as an exchange and a task. Its collaborators: :class:`~millpond.spark.inputs.Inputs`
+    (where the rows come from), a :class:`~millpond.spark.fusing.Fuser` (tasks reading their delta
+    themselves) and a :class:`~millpond.spark.local_plan.LocalPlan` (the epoch in one task), the
+    last two new for each build."""
 
     def __init__(self, spark: SparkSession, job: EpochJob, consumer: Consumer, ranges: Ranges,
                  tables: Mapping[str, TableDef], pieces: PieceSource, scans: dict | None = None,
                  loaded: dict | None = None, views: Mapping[str, ViewInput] | None = None, single: bool = False,
                  udfs: dict | None = None, fused_only: bool = False):
-        self.spark, self.job, self.consumer = spark, job, consumer
-        self.single = single  # read every range in one task (a flow's small trigger: its partials need no shuffle)
-        self.views = views or {}  # the views read as sources: their changes in this epoch
-        self.ranges, self.tables, self.pieces = ranges, tables, pieces
-        self.scans = {} if scans is None else scans  # (channel, start, stop) -> DataFrame, shared by an epoch's consumers
-        self.loaded = {} if loaded is None else loaded  # data source DataFrames reused across epochs
+        self.spark, self.job, self.consumer, self.ranges, self.tables = spark, job, consumer, ranges, tables
+        self.inputs = Inputs(spark, job, consumer, ranges, tables, pieces, {} if scans is None else scans,
+                             {} if loaded is None else loaded, views or {}, single, fused_only)
         self.udfs = {} if udfs is None else udfs  # stateful tasks' Python UDFs, kept across epochs (see _map)
-        self.fused_only = fused_only
         self._start(local=False)
 
     def _start(self, *, local: bool) -> None:
         """What a build makes, empty: ``local``, each node made in one task too, and the DataFrame's
         types read only (it never runs, see :func:`~millpond.engine.expressions.for_types`)."""
-        self.local = self.types_only = local
+        self.types_only = local
         self.state_ids: set[str] = set()  # the states its tasks read (the job's descriptor holds their levels)
-        self.fused_sources, self._projected = set(), {}
-        self._made: dict[int, tuple[DataFrame, Task]] = {}  # stateful tasks by node id, and their input (_feed)
-        self._slot_frames, self.one_stage = {}, None
-        self._local, self._noted, self._folded = {}, {}, {}  # (local_plan.Localizing)
+        self.fuser = Fuser(self.inputs)
+        self.local_plan = LocalPlan(self.inputs, lambda e: self._sql(e, run=True), active=local)
+        self.one_stage: tuple[Task, int] | None = None  # the consumer's whole epoch: one fused task over its slots
 
     def final(self) -> DataFrame:
-        self._start(local=self.localizing())  # its one task runs it, if every node is made there
+        self._start(local=localizing(self.inputs))  # its one task runs it, if every node is made there
         try:
             df = self.build(self.consumer.plan)
         except Unlocal:  # Spark's stages run it: built again, whole
             self._start(local=False)
             df = self.build(self.consumer.plan)
         if self.one_stage is None:  # a fused stage reads the log in several tasks: kept where it is one
-            self.one_stage = self.local_stage()
+            self.one_stage = self.local_plan.stage()
         return df
 
     def all_fused(self) -> bool:
@@ -93,7 +92,7 @@ class Builder(Localizing, Fusing):
         (:mod:`millpond.spark.fused`): then no range need be read by the driver, and its
         DataFrame is re-run whatever the ranges' sizes (a later build passes ``fused_only``)."""
         sources = P.sources(self.consumer.plan)
-        return bool(sources) and all(id(s) in self.fused_sources for s in sources)
+        return bool(sources) and all(id(s) in self.fuser.sources for s in sources)
 
     def reuse_key(self) -> tuple | None:
         """The key under which this consumer's DataFrame of this epoch may be kept and re-run in a
@@ -103,28 +102,20 @@ class Builder(Localizing, Fusing):
         parallelism, whether the delta is pre-aggregated, which inputs are empty), and the rest
         reaches the tasks at run time (:mod:`millpond.spark.task`) or through the scan objects the
         data source reads (:meth:`~millpond.spark.inputs.Inputs.named`, which writes them)."""
-        c, job = self.consumer, self.job
-        if not self.reusable():
+        c, job, inputs = self.consumer, self.job, self.inputs
+        if not inputs.reusable():
             return None
         reads = []
         for source in P.sources(c.plan):
             t = self.tables.get(source.table)
             if t is None:
                 return None
-            how = self.named(source)
+            how = inputs.named(source)
             if how is None:
                 return None
             reads.append((t.channel, t.channel_id, how))
-        return (c, job.root, job.parallelism, self._records() > PRE_AGGREGATE_ROWS, self.fused_tasks(),
-                self.localizing(), tuple(sorted(set(reads))))
-
-    def reusable(self) -> bool:
-        """Whether this consumer's DataFrame may be re-run by later epochs as far as the consumer
-        goes (its reads decide the rest, :meth:`reuse_key`): not a first epoch, a partial view, a
-        view over views, a flow's merge or a single-task build."""
-        c, job = self.consumer, self.job
-        return not (c.key not in job.manifest.offsets or job.batch.get(c.key) or c.key in job.partial
-                    or c.partial is not None or c.views or c.merge is not None or self.single)
+        return (c, job.root, job.parallelism, inputs.records() > PRE_AGGREGATE_ROWS, inputs.fused_tasks(),
+                localizing(inputs), tuple(sorted(set(reads))))
 
     def check(self) -> None:
         """The checks a build makes of this epoch's inputs (an index read at the view's offset),
@@ -141,11 +132,12 @@ class Builder(Localizing, Fusing):
 
     def build(self, node: P.Node) -> DataFrame:
         df = getattr(self, f"_{type(node).__name__.lower()}")(node)
-        if self.local:
-            self.localize(node, df)
-            if self._local[id(node)] is None:
-                raise Unlocal(node)
+        if self.local_plan.active and not self.local_plan.made(node, df):
+            raise Unlocal(node)
         return df
+
+    def _source(self, node: P.Source) -> DataFrame:
+        return self.inputs.source(node)
 
     # -- stateless ----------------------------------------------------------------------------
     def _sql(self, e: exp.Expression, run: bool = False) -> str:
@@ -236,10 +228,10 @@ class Builder(Localizing, Fusing):
                 self.udfs.clear()
             udf = self.udfs[key] = pandas_udf(task, returnType=schema,  # type: ignore[call-overload]
                                               functionType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF)
-        if task.consumer is None and task.combine is None:  # an operator a view's rows may come from (_feed)
-            self._made[task.node_id] = (df, task)
-        elif task.consumer is not None and id(df) in self._slot_frames:  # the whole epoch: one fused stage
-            self.one_stage = (task, self._slot_frames[id(df)][1])
+        if task.consumer is None and task.combine is None:  # an operator a view's rows may come from (Fuser.feed)
+            self.fuser.made[task.node_id] = (df, task)
+        elif task.consumer is not None and id(df) in self.fuser.slot_frames:  # the whole epoch: one fused stage
+            self.one_stage = (task, self.fuser.slot_frames[id(df)][1])
         return map_in_arrow(df, udf)
 
     def _join(self, node: P.Join, combined: tuple[Combine, T.StructType] | None = None) -> DataFrame:
@@ -279,12 +271,12 @@ class Builder(Localizing, Fusing):
                       right_shared=stored["right"][1] if "right" in stored else None)
         task = self._task(node.node_id, op, schema, shared={label: sid for label, (sid, _) in stored.items()})
         if combined is None:
-            self.note(node.node_id, task, both.schema)
+            self.local_plan.note(node.node_id, task, both.schema)
         else:
             task, schema = replace(task, combine=combined[0], out_schema=arrow_schema(combined[1])), combined[1]
-        if fused := self.fuse_join(node, both.schema):
+        if fused := self.fuser.fuse_join(node, both.schema):
             return self._map(fused[1], replace(task, fused=fused[0]), schema)  # its delta read from the log by itself
-        if chained := self.fuse_partial_join(node, both.schema):  # and a partial aggregate's output, made here
+        if chained := self.fuser.fuse_partial_join(node, both.schema):  # and a partial aggregate's output, made here
             return self._map(chained[2], replace(task, fused=chained[0], feed=chained[1]), schema)
         return self._map(both, task, schema)
 
@@ -331,17 +323,17 @@ class Builder(Localizing, Fusing):
         op = Arrange(tuple(kcols), tuple(cols), name=self.consumer.name)
         out = FINAL
         task = self._task(node.node_id, op, out, final=True, emit=False)
-        self.note(node.node_id, task, df.schema)
+        self.local_plan.note(node.node_id, task, df.schema)
         return self._map(df, task, out)
 
     def _aggregate(self, node: P.Aggregate) -> DataFrame:
         """Built from SQL text, as :meth:`_exchange` (a Column object costs a JVM round trip)."""
         df, group, values, measures, having = self._delta(node)
-        if self.local_records() > PRE_AGGREGATE_ROWS and not _over_partials(node) and self.reduces(node):  # a big
+        if self.inputs.local_records() > PRE_AGGREGATE_ROWS and not _over_partials(node) and self.inputs.reduces(node):  # a big
             # delta (a first epoch's committed rows too, when it has far fewer groups than rows): combined map-side
             df = self._group(df, [*group, *values], measures)  # before any exchange, in the scan's tasks where
             # they can, else by Catalyst
-            df = self.combined(node, df.schema) or self._combined_join(node, df.schema) or df
+            df = self.inputs.combined(node, df.schema) or self._combined_join(node, df.schema) or df
         df = self._exchange(df, group)
         # Catalyst consolidates the delta per (group, min/max/distinct values) before Python sees it.
         agged = self._group(df, [VN, KH, *group, *values], measures, having=having)
@@ -364,10 +356,10 @@ class Builder(Localizing, Fusing):
         op = HashAggregate(tuple(group), node.calls, name=f"{self.consumer.name}#{node.node_id}", whole=node.whole,
                            append_only=node.append_only)
         task = self._task(node.node_id, op, schema)
-        self.note(node.node_id, task, agged.schema, having)
-        if fused := self.fuse_aggregate(node, agged.schema, having):
+        self.local_plan.note(node.node_id, task, agged.schema, having)
+        if fused := self.fuser.fuse_aggregate(node, agged.schema, having):
             return self._map(fused[1], replace(task, fused=fused[0]), schema)  # its delta read from the log by itself
-        if fed := self.fuse_join_aggregate(node, agged.schema, having):
+        if fed := self.fuser.fuse_join_aggregate(node, agged.schema, having):
             return self._map(fed[0], replace(task, feed=fed[1]), schema)  # in the one task of the join it reads
         return self._map(agged, task, schema)
 
@@ -386,7 +378,7 @@ class Builder(Localizing, Fusing):
         :mod:`millpond.engine.flows`, merges them into its state on the driver). ``single``: in
         one task, partial and final aggregation with no exchange between them."""
         df, group, values, measures, having = self._delta(node)
-        if self.single:
+        if self.inputs.single:
             df = df.coalesce(1)
         m = self.consumer.merge
         kh = key_hash(group) if m is None or m.cluster_group is None else \
@@ -398,7 +390,7 @@ class Builder(Localizing, Fusing):
         value columns, the measures over them, and the columns of which one must be non-zero
         for a partial to change anything."""
         df = self.build(node.input)
-        self._projected[id(node)] = df.schema
+        self.fuser.projected[id(node)] = df.schema
         group = list(node.group)
         pre, sums, values, extremes = [], [], [], []
         for i, call in enumerate(node.calls):
@@ -436,10 +428,6 @@ class Builder(Localizing, Fusing):
             sql = f"SELECT * FROM ({sql}) WHERE " + text(" OR ".join(f"{quote(c)} != 0" for c in having))
         return self.spark.sql(sql, df=df)
 
-    def _records(self) -> int:
-        """New records of the epoch over all channels this consumer reads."""
-        return sum(b - a for a, b in self.ranges.values())
-
     def _topn(self, node: P.TopN) -> DataFrame:
         df = self.build(node.input)
         cols = [c for c in df.columns if c != W]
@@ -451,7 +439,7 @@ class Builder(Localizing, Fusing):
         op = TopN(tuple(cols), node.partition, node.order, node.limit, node.offset, node.row_number,
                   name=f"{self.consumer.name}#{node.node_id}")
         task = self._task(node.node_id, op, schema)
-        self.note(node.node_id, task, df.schema)
+        self.local_plan.note(node.node_id, task, df.schema)
         return self._map(df, task, schema)
 
     def _over(self, node: P.Over) -> DataFrame:
@@ -464,7 +452,7 @@ class Builder(Localizing, Fusing):
         schema = T.StructType([*fields, T.StructField(W, T.LongType())])
         op = Over(tuple(cols), node.partition, node.order, node.calls, name=f"{self.consumer.name}#{node.node_id}")
         task = self._task(node.node_id, op, schema)
-        self.note(node.node_id, task, df.schema)
+        self.local_plan.note(node.node_id, task, df.schema)
         return self._map(df, task, schema)
 
     def _materialize(self, node: P.Materialize) -> DataFrame:
@@ -479,10 +467,10 @@ class Builder(Localizing, Fusing):
         op = Materialize(tuple(cols), name=self.consumer.name, check=not table)
         out = FINAL
         task = self._task(node.node_id, op, out, final=True, emit=not table)
-        self.note(node.node_id, task, df.schema)
-        if fused := self.fuse_materialize(node, df.schema, key):
+        self.local_plan.note(node.node_id, task, df.schema)
+        if fused := self.fuser.fuse_materialize(node, df.schema, key):
             return self._map(fused[1], replace(task, fused=fused[0]), out)  # its rows read from the log by itself
-        if fed := self._feed(node.input, key, df.schema):
+        if fed := self.fuser.feed(node.input, key, df.schema):
             return self._map(fed[0], replace(task, feed=fed[1]), out)  # its rows made in the operator's task
         return self._map(df, task, out)
 

@@ -105,7 +105,7 @@ class SparkExecutor:
             if one is not None:
                 stages.append(one)
                 if records is not None and one[0].local is not None:  # a whole plan: its records, committed rows too
-                    records.append(builder.local_records())
+                    records.append(builder.inputs.local_records())
                 elif records is not None:
                     records = None if job.batch.get(c.key) or c.key in job.partial else \
                         [*records, sum(b - a for a, b in ranges.values())]
@@ -190,7 +190,7 @@ class SparkExecutor:
         # a small trigger runs as one task: no shuffle stage, and (below) no planning per trigger
         single = not job.batch.get(consumer.key) and sum(b - a for a, b in ranges.values()) <= SINGLE_TASK_ROWS
         builder = Builder(self.spark, job, consumer, ranges, tables, pieces, {}, self._loaded, single=single)
-        reads = builder.reads(node.input)  # this epoch's ranges named; the same DataFrame reads them
+        reads = builder.inputs.reads(node.input)  # this epoch's ranges named; the same DataFrame reads them
         if reads is None:
             return builder.partials(node).toArrow()
         key = (consumer.key, reads)

@@ -26,17 +26,22 @@ from millpond.spark.fused import Fused, Side, hashed_here
 from millpond.spark.inputs import Inputs, arrow_schema, without_vnode
 from millpond.spark.task import Feed, Task
 
-__all__ = ["Fusing"]
+__all__ = ["Fuser"]
 
 
-class Fusing(Inputs):
-    """The fusing half of a builder (:class:`~millpond.spark.build.Builder`)."""
+class Fuser:
+    """The fusing collaborator of a build (:class:`~millpond.spark.build.Builder`): which stateful
+    tasks read their delta from the log themselves, or take it from the task it comes from. One
+    per build; it records what that build made (:attr:`made`, :attr:`slot_frames`)."""
 
-    fused_sources: set[int]  # the sources (by id) a fused task of this build reads
-    _projected: dict[int, T.StructType]  # an aggregate's (by id) input as Catalyst types it
-    _made: dict[int, tuple[DataFrame, Task]]  # stateful tasks by node id, and their input (_feed)
-    _slot_frames: dict[int, tuple[DataFrame, int]]  # the slots of fused stages (by id): their number
-    one_stage: tuple[Task, int] | None  # the consumer's whole epoch: one fused task over that many slots
+    def __init__(self, inputs: Inputs):
+        self.inputs = inputs
+        self.spark, self.job, self.consumer = inputs.spark, inputs.job, inputs.consumer
+        self.tables, self.ranges = inputs.tables, inputs.ranges
+        self.sources: set[int] = set()  # the sources (by id) a fused task of this build reads
+        self.projected: dict[int, T.StructType] = {}  # an aggregate's (by id) input as Catalyst types it
+        self.made: dict[int, tuple[DataFrame, Task]] = {}  # stateful tasks by node id, and their input (feed)
+        self.slot_frames: dict[int, tuple[DataFrame, int]] = {}  # the slots of fused stages (by id): their number
 
     def fuse_aggregate(self, node: P.Aggregate, schema: T.StructType, having: list[str] | None
                        ) -> tuple[Fused, DataFrame] | None:
@@ -63,7 +68,7 @@ class Fusing(Inputs):
             named = [(e, f"_mp{i}") for i, (e, _) in enumerate(computed)]
             if (query := self._computed(source, named)) is None:
                 return None
-            projected = self._projected[id(node)]
+            projected = self.projected[id(node)]
             renamed = {name: exp.column(f"_mp{i}", quoted=True) for i, (_, name) in enumerate(computed)}
             project = replace(project, exprs=tuple((renamed.get(name, e), name) for e, name in project.exprs))
             columns.update({f"_mp{i}": (f"_mp{i}", projected[name].dataType.simpleString())
@@ -72,9 +77,9 @@ class Fusing(Inputs):
         arrow = arrow_schema(schema)
         if combine is None or not all(hashed_here(arrow.field(g).type) for g in node.group):
             return None
-        cols = self.columns(source)
-        side = Side(self._load(t, *self.ranges[t.channel], cols)[1], t.read_schema(cols), (), query=query)
-        self.fused_sources.add(id(source))
+        cols = self.inputs.columns(source)
+        side = Side(self.inputs.load(t, *self.ranges[t.channel], cols)[1], t.read_schema(cols), (), query=query)
+        self.sources.add(id(source))
         return self._fused((side,), tuple(node.group), schema, combine, tuple(having or ()))
 
     def _fuse_chain_aggregate(self, node: P.Aggregate, chain: list, source: P.Source, schema: T.StructType,
@@ -84,17 +89,17 @@ class Fusing(Inputs):
         over the records (:func:`_chain_sql`), whose columns the aggregate then takes as they are."""
         if self.consumer.on_error != "fail":  # a data error is Spark's to report (engine.failures)
             return None
-        t, cols, project = self.tables[source.table], self.columns(source), chain[0]
+        t, cols, project = self.tables[source.table], self.inputs.columns(source), chain[0]
         if (sql := self._over_table(chain, source)) is None:
             return None
-        projected = self._projected[id(node)]
+        projected = self.projected[id(node)]
         columns = {name: (name, projected[name].dataType.simpleString()) for _, name in project.exprs}
         plain = replace(project, exprs=tuple((exp.column(name, quoted=True), name) for _, name in project.exprs))
         combine = plan_combine(replace(node, input=plain), columns)
         if combine is None or not all(hashed_here(arrow_schema(schema).field(g).type) for g in node.group):
             return None
-        side = Side(self._load(t, *self.ranges[t.channel], cols)[1], t.read_schema(cols), (), query=sql)
-        self.fused_sources.add(id(source))
+        side = Side(self.inputs.load(t, *self.ranges[t.channel], cols)[1], t.read_schema(cols), (), query=sql)
+        self.sources.add(id(source))
         return self._fused((side,), tuple(node.group), schema, combine, tuple(having or ()))
 
     def fuse_join(self, node: P.Join, schema: T.StructType) -> tuple[Fused, DataFrame] | None:
@@ -108,7 +113,7 @@ class Fusing(Inputs):
                  for k, (source, keys) in enumerate(((node.left, node.left_keys), (node.right, node.right_keys)))]
         if any(s is None for s in sides):
             return None
-        self.fused_sources.update((id(node.left), id(node.right)))
+        self.sources.update((id(node.left), id(node.right)))
         return self._fused(tuple(s for s in sides if s != ()), tuple(f"_k{i}" for i in range(len(node.left_keys))),
                            schema)
 
@@ -124,9 +129,9 @@ class Fusing(Inputs):
             return None
         partial, keys = (node.left, node.left_keys) if k == 0 else (node.right, node.right_keys)
         other, other_keys = (node.right, node.right_keys) if k == 0 else (node.left, node.left_keys)
-        made = self._made.get(partial.node_id)
+        made = self.made.get(partial.node_id)
         arrow = arrow_schema(schema)
-        if (made is None or made[1].fused is None or made[1].fused.tasks != self.fused_tasks()
+        if (made is None or made[1].fused is None or made[1].fused.tasks != self.inputs.fused_tasks()
                 or not isinstance(other, P.Source) or other.table not in self.tables
                 or [e.name if isinstance(e, exp.Column) else None for e in keys] != list(partial.group)
                 or any(made[1].out_schema.field(g).type != arrow.field(f"_k{i}").type
@@ -135,7 +140,7 @@ class Fusing(Inputs):
         side = self._join_side(other, other_keys, 1 - k, schema)
         if side is None:
             return None
-        self.fused_sources.add(id(other))
+        self.sources.add(id(other))
         hashed = tuple(f"_k{i}" for i in range(len(keys)))
         fused, slots = self._fused((side,) if side != () else (), hashed, schema)
         up = made[1].out_schema.names
@@ -150,8 +155,8 @@ class Fusing(Inputs):
         as Catalyst's ``schema`` has it) — no exchange, one stage for the join and the aggregate (a
         single task holds every vnode of both). The join's slots and the feed; None otherwise."""
         join = node.input.input if isinstance(node.input, P.Project) else None
-        made = self._made.get(join.node_id) if isinstance(join, P.Join) else None
-        if made is None or self._slot_frames.get(id(made[0]), (None, 0))[1] != 1 or node.whole:
+        made = self.made.get(join.node_id) if isinstance(join, P.Join) else None
+        if made is None or self.slot_frames.get(id(made[0]), (None, 0))[1] != 1 or node.whole:
             return None
         columns = {f.name: (f.name, _spark_name(f.type)) for f in made[1].out_schema if f.name != W}
         arrow = arrow_schema(schema)
@@ -167,7 +172,7 @@ class Fusing(Inputs):
         None when it cannot be read so (a key of a type not hashed here, an expression DuckDB may
         not evaluate as Spark does)."""
         t, srcs = self.tables[source.table], dict(source.columns)
-        cols = self.columns(source)
+        cols = self.inputs.columns(source)
         types = [arrow_schema(T.StructType([schema[f"_k{i}"]])).field(0).type for i in range(len(keys))]
         if not all(hashed_here(type_) for type_ in types):
             return None
@@ -179,7 +184,7 @@ class Fusing(Inputs):
         start, stop = self.ranges[t.channel]
         if start >= stop:
             return ()
-        return Side(self._load(t, start, stop, cols)[1], t.read_schema(cols),
+        return Side(self.inputs.load(t, start, stop, cols)[1], t.read_schema(cols),
                     tuple((out, src) for out, src in source.columns if src in cols), k, typed, query)
 
     def fuse_materialize(self, node: P.Materialize, schema: T.StructType, key: list[str]
@@ -199,20 +204,20 @@ class Fusing(Inputs):
                 or not all(hashed_here(f.type) or pa.types.is_decimal128(f.type)
                            for f in arrow if f.name not in (W, KH, VN))):
             return None
-        t, cols = self.tables[source.table], self.columns(source)
+        t, cols = self.tables[source.table], self.inputs.columns(source)
         renamed = tuple((out, src) for out, src in source.columns if src in cols)
         sql = None  # a table's columns as they are (its own rows): renamed in the task, no query to copy them
         if chain and (sql := self._over_table(chain, source)) is None:  # a data error is Spark's (engine.failures)
             return None
-        side = Side(self._load(t, *self.ranges[t.channel], cols)[1], t.read_schema(cols), () if sql else renamed,
+        side = Side(self.inputs.load(t, *self.ranges[t.channel], cols)[1], t.read_schema(cols), () if sql else renamed,
                     query=sql)
-        self.fused_sources.add(id(source))
+        self.sources.add(id(source))
         return self._fused((side,), tuple(key), schema, share=t.append_only)
 
     def _over_table(self, chain: list, source: P.Source) -> str | None:
         """DuckDB SQL of ``chain`` (:func:`_chain_sql`) over ``source``'s records, its columns named
         as the source names them; None where the chain cannot be made so."""
-        t, cols = self.tables[source.table], self.columns(source)
+        t, cols = self.tables[source.table], self.inputs.columns(source)
         renamed = [(out, src) for out, src in source.columns if src in cols]
         sql = f"SELECT {', '.join([*(f'{_dq(src)} AS {_dq(out)}' for out, src in renamed), W])} FROM records"
         return _chain_sql(chain, sql, {out: t.log_schema.field(src).type for out, src in renamed})
@@ -239,8 +244,8 @@ class Fusing(Inputs):
         """Whether a stateful task over ``sources`` may read its delta from the log itself: each
         a table's whole range (no partial view, no batch mode), read through a scan object or
         empty, and few tasks."""
-        if (self.consumer.partial is not None or self.job.batch.get(self.consumer.key) or self.single
-                or not self.fused_tasks()):
+        if (self.consumer.partial is not None or self.job.batch.get(self.consumer.key) or self.inputs.single
+                or not self.inputs.fused_tasks()):
             return False
         sizes = []
         for source in sources:
@@ -254,20 +259,20 @@ class Fusing(Inputs):
     def _fused(self, sides: tuple[Side, ...], hashed: tuple[str, ...], schema: T.StructType,
                combine: Combine | None = None, having: tuple[str, ...] = (), share: bool = False) -> tuple[Fused, DataFrame]:
         arrow = arrow_schema(schema)
-        fused = Fused(self.job.root, tuple(sorted(self.job.storage.items())), sides, hashed, self.fused_tasks(),
+        fused = Fused(self.job.root, tuple(sorted(self.job.storage.items())), sides, hashed, self.inputs.fused_tasks(),
                       without_vnode(arrow), combine, having,
                       share)
         slots = self.spark.range(0, fused.tasks, 1, fused.tasks)
-        self._slot_frames[id(slots)] = (slots, fused.tasks)
+        self.slot_frames[id(slots)] = (slots, fused.tasks)
         return fused, slots
 
-    def _feed(self, node: P.Node, key: list[str], schema: T.StructType) -> tuple[DataFrame, Feed] | None:
+    def feed(self, node: P.Node, key: list[str], schema: T.StructType) -> tuple[DataFrame, Feed] | None:
         """A view's rows ``node`` made in the task of the operator they come from (``P.keyed_by``),
         with no Python/JVM round trip between (:class:`~millpond.spark.task.Feed`): the operator's
         input DataFrame and the feed; None where Spark must evaluate what lies between (an
         expression that may raise or round, or columns of types DuckDB and Spark may differ on)."""
         up = P.keyed_by(node)
-        made = self._made.get(up.node_id) if up is not None else None
+        made = self.made.get(up.node_id) if up is not None else None
         if made is None:
             return None
         chain, n = [], node

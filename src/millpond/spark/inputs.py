@@ -47,21 +47,40 @@ BATCH_ROWS = 1 << 17  # rows per Arrow batch a task hands the JVM
 
 
 class Inputs:
-    """The reading half of a builder: the attributes :class:`~millpond.spark.build.Builder` sets."""
+    """Where one consumer's rows of one epoch come from, as DataFrames: the reading collaborator
+    of :class:`~millpond.spark.build.Builder` (and of its fusing and local planning)."""
 
-    spark: SparkSession
-    job: EpochJob
-    consumer: Consumer
-    ranges: Ranges
-    tables: Mapping[str, TableDef]
-    pieces: PieceSource
-    scans: dict
-    loaded: dict
-    views: Mapping[str, ViewInput]
-    single: bool
-    fused_only: bool  # every source is read by a fused task (as a build found): no range is read by the driver
+    def __init__(self, spark: SparkSession, job: EpochJob, consumer: Consumer, ranges: Ranges,
+                 tables: Mapping[str, TableDef], pieces: PieceSource, scans: dict, loaded: dict,
+                 views: Mapping[str, ViewInput], single: bool, fused_only: bool):
+        self.spark, self.job, self.consumer, self.ranges, self.tables = spark, job, consumer, ranges, tables
+        self.pieces = pieces
+        self.scans = scans  # (channel, start, stop, columns[, how]) -> DataFrame, shared by an epoch's consumers
+        self.loaded = loaded  # data source DataFrames reused across epochs
+        self.views = views  # the views read as sources: their changes in this epoch
+        self.single = single  # read every range in one task (a flow's small trigger: its partials need no shuffle)
+        self.fused_only = fused_only  # every source is read by a fused task (as a build found): no range read here
+        self._read_columns: dict[int, tuple[str, ...]] | None = None
 
-    def _source(self, node: P.Source) -> DataFrame:
+    def reusable(self) -> bool:
+        """Whether this consumer's DataFrame may be re-run by later epochs as far as the consumer
+        goes (its reads decide the rest, :meth:`~millpond.spark.build.Builder.reuse_key`): not a
+        first epoch, a partial view, a view over views, a flow's merge or a single-task build."""
+        c, job = self.consumer, self.job
+        return not (c.key not in job.manifest.offsets or job.batch.get(c.key) or c.key in job.partial
+                    or c.partial is not None or c.views or c.merge is not None or self.single)
+
+    def records(self) -> int:
+        """New records of the epoch over all channels this consumer reads."""
+        return sum(b - a for a, b in self.ranges.values())
+
+    def local_records(self) -> int:
+        """The records the consumer's epoch reads: its ranges', and the committed rows it reads."""
+        committed = sum(ref.rows for t in self.tables.values() if (sid := self.committed(t)) is not None
+                        for ref in self.job.manifest.state(sid).files())
+        return self.records() + committed
+
+    def source(self, node: P.Source) -> DataFrame:
         if node.table not in self.tables:
             return self._view(node)
         t = self.tables[node.table]
@@ -88,7 +107,7 @@ class Inputs:
 
     def columns(self, node: P.Source) -> tuple[str, ...]:
         """The columns of ``node``'s table the consumer's plan uses (its scan reads only those)."""
-        if not hasattr(self, "_read_columns"):
+        if self._read_columns is None:
             roots = [self.consumer.plan] + ([self.consumer.merge.aggregate] if self.consumer.merge else [])
             self._read_columns = {k: v for root in roots for k, v in read_columns(root).items()}
         found = self._read_columns.get(id(node))
@@ -157,7 +176,7 @@ class Inputs:
         keys = [exprs.get(g) for g in node.group]
         if not keys or not all(isinstance(k, exp.Column) and k.name in renames for k in keys):
             return True
-        sid = self._committed(self.tables[source.table])
+        sid = self.committed(self.tables[source.table])
         if sid is None:
             return True
         levels = self.job.manifest.state(sid)
@@ -171,7 +190,7 @@ class Inputs:
             return True
         return groups_estimate(sample.select(list(cols)), share) * COMBINE_REDUCTION <= stored
 
-    def _committed(self, t: TableDef) -> str | None:
+    def committed(self, t: TableDef) -> str | None:
         """The rows state of ``t`` a first epoch in batch mode reads (coordinator, step 1), if any."""
         key = self.job.batch.get(self.consumer.key, {}).get(t.channel)
         return None if key is None else table_rows_state(t)
@@ -197,7 +216,7 @@ class Inputs:
             rows = read_pieces(open_store(self.job.root, self.job.storage), t.channel_id, t.log_schema,
                                self.pieces(t.channel, start, stop), start, stop)
             return self.spark.createDataFrame(rows.select([*cols, W]), _ddl(t, cols))
-        return self.loaded[self._load(t, start, stop, cols)]
+        return self.loaded[self.load(t, start, stop, cols)]
 
     def _by_driver(self, start: int, stop: int) -> bool:
         """Whether the range is read by the driver, its records embedded in the DataFrame (which
@@ -210,13 +229,13 @@ class Inputs:
         return 0 < stop - start <= DRIVER_READ_ROWS and not (self.fused_only and self.fused_tasks()) \
             and not self.reusable()
 
-    def _load(self, t: TableDef, start: int, stop: int, cols: tuple[str, ...]) -> tuple:
+    def load(self, t: TableDef, start: int, stop: int, cols: tuple[str, ...]) -> tuple:
         """Name this epoch's range ``[start, stop)`` of ``t``'s channel for the scan, and return the
         key of the DataFrame that reads its columns ``cols`` (built once, then re-run: it reads
         whatever range the scan object names, :class:`~millpond.spark.log_source.ScanSlots`). The
         weights cross from Python as bytes (a record's weight is +1 or -1): each column a scan
         hands the JVM costs (1M records of 3 BIGINT columns: 0.34 s, of 5: 0.44 s)."""
-        key, slots = self._scan_object(t, start, stop)
+        key, slots = self.scan_object(t, start, stop)
         cached = (self.job.root, key, _ddl(t, cols), slots)
         if cached not in self.loaded:  # an APPEND ONLY table's weights are all +1: they need not cross
             ones = t.append_only and bool(cols)
@@ -227,7 +246,7 @@ class Inputs:
                                               *map(quote, cols), f"CAST({1 if ones else W} AS BIGINT) AS {W}")
         return cached
 
-    def _scan_object(self, t: TableDef, start: int, stop: int) -> tuple[str, int]:
+    def scan_object(self, t: TableDef, start: int, stop: int) -> tuple[str, int]:
         """Write the scan object naming this epoch's range of ``t``'s channel: its key, and the slots
         (tasks) that read the range."""
         ranges = list(dict.fromkeys((s[1], s[2]) for s in self.scans if s[0] == t.channel and s[-1] != "driver"))
@@ -250,7 +269,7 @@ class Inputs:
                 or (combine := plan_combine(node, columns)) is None):
             return None
         cols = self.columns(source)
-        _, key, _, slots = self._load(t, start, stop, cols)  # the range's scan object, as reuse finds it
+        _, key, _, slots = self.load(t, start, stop, cols)  # the range's scan object, as reuse finds it
         read = ScanSlots(self.job.root, tuple(sorted(self.job.storage.items())), key, slots, t.read_schema(cols),
                          arrow_schema(schema), combine)
         return self.spark.range(0, slots, 1, slots).mapInArrow(read, schema)
@@ -276,7 +295,7 @@ class Inputs:
             return None
         scan = (t.channel, start, stop, self.columns(source))
         if scan not in self.scans:
-            self.scans[scan] = self.loaded[self._load(t, start, stop, scan[3])]
+            self.scans[scan] = self.loaded[self.load(t, start, stop, scan[3])]
         return next(k for k, df in self.loaded.items() if df is self.scans[scan])
 
     def reads(self, node: P.Node) -> tuple | None:
@@ -298,7 +317,7 @@ class Inputs:
             scan = (t.channel, start, stop, self.columns(source))
             if (stop - start <= DRIVER_READ_ROWS and not self.single) or scan in self.scans:
                 return None
-            cached = self._load(t, start, stop, scan[3])
+            cached = self.load(t, start, stop, scan[3])
             self.scans[scan] = self.loaded[cached]
             keys.append(cached)
         return tuple(keys)

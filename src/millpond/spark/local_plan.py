@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
+from typing import Callable
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
@@ -39,7 +40,7 @@ from millpond.spark.inputs import Inputs, arrow_schema, without_vnode
 from millpond.spark.local import Committed, Concat, Empty, Keyed, Log, Op, Rows, Sql
 from millpond.spark.task import Task
 
-__all__ = ["Localizing", "LOCAL_RECORDS"]
+__all__ = ["LocalPlan", "localizing", "LOCAL_RECORDS"]
 
 # an epoch reading at most this many records runs each consumer it can as one task (a bigger one
 # spreads its operators over Spark's tasks); $MILLPOND_LOCAL_RECORDS sets it (0: never). Measured
@@ -49,43 +50,46 @@ __all__ = ["Localizing", "LOCAL_RECORDS"]
 LOCAL_RECORDS = int(os.environ.get("MILLPOND_LOCAL_RECORDS", 2_000_000))
 
 
-class Localizing(Inputs):
-    """The local half of a builder (:class:`~millpond.spark.build.Builder`)."""
+def localizing(inputs: Inputs) -> bool:
+    """Whether this epoch of the consumer may run as one task (the module's docstring)."""
+    c, job = inputs.consumer, inputs.job
+    if c.on_error != "fail" or c.key in job.partial or c.partial is not None or c.views or c.merge is not None \
+            or inputs.single:
+        return False
+    return 0 < inputs.local_records() <= LOCAL_RECORDS
 
-    local: bool  # this build makes each node here too (Builder.final: when localizing)
-    _local: dict[int, Rows | None]  # each node's (by id) rows made here, or None
-    _noted: dict[int, tuple[Task, T.StructType, tuple[str, ...]]]  # stateful nodes' tasks, their input, having
-    _folded: dict[str, exp.Expression | None]
 
-    def localizing(self) -> bool:
-        """Whether this epoch of the consumer may run as one task (the module's docstring)."""
-        c, job = self.consumer, self.job
-        if c.on_error != "fail" or c.key in job.partial or c.partial is not None or c.views or c.merge is not None \
-                or self.single:
-            return False
-        return 0 < self.local_records() <= LOCAL_RECORDS
+class LocalPlan:
+    """The local collaborator of a build (:class:`~millpond.spark.build.Builder`): how each node's
+    rows are made in one task, beside the DataFrame the build makes of it. ``active``: the build
+    makes each node here too (:meth:`Builder.final <millpond.spark.build.Builder.final>`, when
+    :func:`localizing`); ``sql``: the build's Spark SQL of an expression, to be run."""
 
-    def local_records(self) -> int:
-        """The records the consumer's epoch reads: its ranges', and the committed rows it reads."""
-        committed = sum(ref.rows for t in self.tables.values() if (sid := self._committed(t)) is not None
-                        for ref in self.job.manifest.state(sid).files())
-        return self._records() + committed
+    def __init__(self, inputs: Inputs, sql: Callable[[exp.Expression], str], *, active: bool):
+        self.inputs, self.sql, self.active = inputs, sql, active
+        self.spark, self.job, self.consumer, self.tables = inputs.spark, inputs.job, inputs.consumer, inputs.tables
+        self._local: dict[int, Rows | None] = {}  # each node's (by id) rows made here, or None
+        # stateful nodes' tasks, their input, having
+        self._noted: dict[int, tuple[Task, T.StructType, tuple[str, ...]]] = {}
+        self._folded: dict[str, exp.Expression | None] = {}
 
     def note(self, node_id: int, task: Task, schema: T.StructType, having: list[str] | None = None) -> None:
         """The task of a stateful node and its input as Spark hands it over (``schema``)."""
         self._noted[node_id] = (task, schema, tuple(having or ()))
 
-    def localize(self, node: P.Node, df: DataFrame) -> None:
-        """Record how ``node``'s rows (``df``'s, as Catalyst types them) are made here, if they can be."""
+    def made(self, node: P.Node, df: DataFrame) -> bool:
+        """Record how ``node``'s rows (``df``'s, as Catalyst types them) are made here, if they can
+        be, and whether they can."""
         try:
             self._local[id(node)] = self._rows_of(node, arrow_schema(df.schema))
         except Exception:  # noqa: BLE001 - an expression DuckDB's dialect cannot spell, a type it has not: Spark's path
             self._local[id(node)] = None
+        return self._local[id(node)] is not None
 
-    def local_stage(self) -> tuple[Task, int] | None:
+    def stage(self) -> tuple[Task, int] | None:
         """After the build: the consumer's whole epoch as one task (over one slot), or None."""
         op = self._local.get(id(self.consumer.plan))
-        if not isinstance(op, Op) or not self.local:
+        if not isinstance(op, Op) or not self.active:
             return None
         return replace(op.task, local=op.input), 1
 
@@ -142,11 +146,11 @@ class Localizing(Inputs):
     def _log(self, node: P.Source, schema: pa.Schema) -> Rows | None:
         if node.table not in self.tables:  # a view's changes
             return None
-        t, cols = self.tables[node.table], self.columns(node)
+        t, cols = self.tables[node.table], self.inputs.columns(node)
         named = tuple((out, src) for out, src in node.columns if src in cols)
-        start, stop = self.ranges[t.channel]
+        start, stop = self.inputs.ranges[t.channel]
         committed = None
-        if (sid := self._committed(t)) is not None:  # a first epoch in batch mode: the table's rows, then its log
+        if (sid := self.inputs.committed(t)) is not None:  # a first epoch in batch mode: the table's rows, then its log
             read = tuple(dict.fromkeys(src for _, src in named if src != ROW_ID))  # only the columns used
             row_id = any(src == ROW_ID for _, src in named)
             stored = pa.schema([*(t.log_schema.field(c) for c in read), *([t.log_schema.field(ROW_ID)] if row_id else []),
@@ -155,14 +159,14 @@ class Localizing(Inputs):
                                   read, row_id, stored, named, schema)
         if start >= stop:
             return committed or Empty(schema)
-        if self.reusable():  # the scan object the re-run DataFrame reads too
-            how = self.named(node)
+        if self.inputs.reusable():  # the scan object the re-run DataFrame reads too
+            how = self.inputs.named(node)
             if how is None:
                 return None
             key = how[1]
         else:  # a first epoch's: a scan object of its own range, numbered among the epoch's others
-            self.scans.setdefault((t.channel, start, stop, "local"), None)
-            key = self._scan_object(t, start, stop)[0]
+            self.inputs.scans.setdefault((t.channel, start, stop, "local"), None)
+            key = self.inputs.scan_object(t, start, stop)[0]
         log = Log(self.job.root, tuple(sorted(self.job.storage.items())), key, t.read_schema(cols), named, schema)
         return log if committed is None else Concat((committed, log), schema)
 
@@ -216,7 +220,7 @@ class Localizing(Inputs):
 
     def _constant(self, e: exp.Expression) -> exp.Expression | None:
         try:
-            df = self.spark.sql(f"SELECT {self._sql(e, run=True)} AS v")  # type: ignore[attr-defined]
+            df = self.spark.sql(f"SELECT {self.sql(e)} AS v")
             value, t = df.collect()[0][0], df.schema[0].dataType
         except Exception:  # noqa: BLE001 - a constant Spark refuses: its path reports it
             return None
