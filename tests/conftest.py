@@ -9,7 +9,7 @@ import pytest
 
 import millpond
 from millpond.spark.class_archive import ARCHIVE_ENV
-from millpond.spark.session import local_session
+from millpond.spark.session import JAVA_OPTIONS_ENV, local_session
 
 
 def lengths(fast: int, long: int) -> pytest.MarkDecorator:
@@ -29,6 +29,9 @@ def _spark_log(tmp_path_factory):
         # the processes tests start map one class-data archive of this run's (millpond.spark.class_archive),
         # shared by the run's workers (xdist's basetemp is one folder per worker, inside the run's)
         mp.setenv(ARCHIVE_ENV, str((run.parent if os.environ.get("PYTEST_XDIST_WORKER") else run) / "jvm-archive"))
+        # the tests' JVMs compile with C1 alone: their epochs are small, C2's compiles were half the JVM's
+        # CPU and two test processes fill both cores (docs/development.md)
+        mp.setenv(JAVA_OPTIONS_ENV, "-XX:TieredStopAtLevel=1")
         yield
 
 

@@ -43,6 +43,7 @@ LOG_LEVELS: dict[str, tuple[str, int]] = {
 QUIET = ("OFF", "ERROR")  # at these levels the JVM's output goes to the log file, not the terminal
 LOG_LEVEL_ENV = "MILLPOND_LOG_LEVEL"
 SPARK_LOG_ENV = "MILLPOND_SPARK_LOG"
+JAVA_OPTIONS_ENV = "MILLPOND_JAVA_OPTIONS"
 
 
 def log_level_from(level: str | None) -> str | None:
@@ -197,8 +198,11 @@ def local_session(*, cores: str = "*", shuffle_partitions: int | None = None, lo
     }
     with SparkContext._lock:
         fresh_jvm = SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ
-    if fresh_jvm and (archive := class_archive.java_options()):  # (a JVM already running keeps its options)
-        settings["spark.driver.extraJavaOptions"] = archive
+    # $MILLPOND_JAVA_OPTIONS: more options for the JVM it starts (the tests' C1-only JIT, docs/development.md)
+    options = " ".join(o for o in (class_archive.java_options() if fresh_jvm else "",
+                                   os.environ.get(JAVA_OPTIONS_ENV, "")) if o)
+    if fresh_jvm and options:  # (a JVM already running keeps its options)
+        settings["spark.driver.extraJavaOptions"] = options
     if fresh_jvm and level in QUIET and SparkContext._active_spark_context is None:
         conf = SparkConf()
         for k, v in settings.items():
