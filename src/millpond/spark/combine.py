@@ -4,7 +4,7 @@ A ``GROUP BY`` over a table's columns or a join's output, whose arguments are in
 has its epoch's delta combined per group where the rows already are: the log scan's task (a slot
 of the log) or the join's task hands the JVM one row per (group, MIN/MAX/DISTINCT value) instead
 of every row — measured on 1,000,000 records of 10,000 groups, the rows crossing into the JVM are
-what the scan costs (see :meth:`millpond.spark.inputs.Inputs._load`). Spark then exchanges these
+what the scan costs (see :meth:`millpond.spark.inputs.Inputs.load`). Spark then exchanges these
 partials and sums them per group (:meth:`millpond.spark.build.Builder._aggregate`), as it does
 its own partials.
 
