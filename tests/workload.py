@@ -85,7 +85,7 @@ SINKS = {
     "thirds_log": ("thirds", "append-only"),
 }
 
-# a table read from a folder of parquet files beside the root (``<root>.files``, engine/files.py):
+# a table read from a folder of parquet files beside the root (``<root>.files``, connectors/files.py):
 # the crash chains' "file" steps drop files into it (written aside, then renamed in: a producer's
 # atomic write); it and a view over it are checked against the oracle's copy of every file's rows
 ARRIVALS = "CREATE TABLE arrivals (product VARCHAR, n INT)"

@@ -22,7 +22,8 @@ Layout::
     pin/<id>.json                                  a reader's pin (epoch, version): GC keeps its files
     sinks/<token>.json                             a sink's last epoch past which nothing is owed (engine/sinks.py)
     sinks/pending/<name, hex>.json                 a sink whose CREATE SINK wrote its target, not yet the catalog
-    files/t<table id>/<n:010d>.json                the n-th file a files table took (engine/files.py)
+    files/t<table id>/<n:010d>.json                the n-th file a files table took (connectors/files.py)
+    sources/t<table id>/<name>.json                a source table's own record (connectors/kafka.py: start offsets)
     changes/epochs/<epoch:020d>.json               a committed epoch: when, the views it changed (engine/changefeed.py)
     changes/<view key>/<epoch:020d>.parquet        one view's (or flow's) changes in that epoch
 """
@@ -246,6 +247,11 @@ def files_prefix(table_id: int) -> str:
 
 def files_key(table_id: int, n: int) -> str:
     return f"{files_prefix(table_id)}{n:010d}.json"
+
+
+def source_key(table_id: int, name: str) -> str:
+    """A source table's record of its own (a Kafka table's start offsets)."""
+    return f"sources/t{table_id}/{name}.json"
 
 
 def random_id() -> str:

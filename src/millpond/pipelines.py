@@ -441,7 +441,7 @@ def _columns(db: "Database", src: Files) -> str:
     object storage (read with the root's storage options)."""
     from millpond.catalog.types import sql_type
 
-    schema = db.runtime.files.first_schema(src.path, src.format)
+    schema = db.runtime.sources.files.first_schema(src.path, src.format)
     if schema is None:
         raise PipelineError(f"{src.path}: no {src.format} file to read the columns of (SDP infers them from the files)")
     return ", ".join(f"{_q(f.name)} {sql_type(f.type)}" for f in schema)

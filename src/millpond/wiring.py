@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterator, TypeVar
 import pyarrow as pa
 
 from millpond.catalog import Catalog, CatalogStore
+from millpond.connectors import Sources
 from millpond.engine import ingest
 from millpond.engine.coordinator import Coordinator
 from millpond.engine.readonly import ReadOnlyRuntime
@@ -103,7 +104,7 @@ def open_runtime(root: str, storage_options: dict[str, str] | None, spark: Spark
         catalogs = CatalogStore(store)
         catalog = bind_plans(catalogs.load(), mode=plans)
         if read_only:  # no Spark: SELECTs are answered from the snapshots by DuckDB
-            return ReadOnlyRuntime.open(store, catalog)
+            return ReadOnlyRuntime.open(store, catalog, sources=Sources.of)
         return _writer(root, store, catalogs, catalog, spark, parallelism=parallelism, compaction=compaction,
                        lazy=lazy)
     except BaseException as exc:
@@ -126,7 +127,7 @@ def _writer(root: str, store: ObjectStore, catalogs: CatalogStore, catalog: Cata
         else CompactionProcess()
     coordinator = Coordinator(executor, store, log, parallelism=parallelism or local_parallelism(),
                               compaction=runner)
-    runtime = Runtime(catalogs, catalog, log, coordinator)
+    runtime = Runtime(catalogs, catalog, log, coordinator, Sources.of)
     try:
         try:
             ingest.serve(runtime)  # 2. the root's log writer while open: other writers go through it

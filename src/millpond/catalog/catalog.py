@@ -55,7 +55,7 @@ class TableDef:
     # tables made before catalog format 10, whose rows are addressed by the hash of every column
     key_hashed: bool = False
     # where its rows also come from: ``(("connector", "files"), ("format", ...), ("path", ...))``
-    # (millpond.engine.files); () for a table written by statements and inserts only
+    # (millpond.connectors.files); () for a table written by statements and inserts only
     source: tuple[tuple[str, str], ...] = ()
 
     @property

@@ -12,7 +12,7 @@ with ports of its own.
 *Driver, before the job*:
 
 0. **Take in.** Files tables take in their folders' new files, appended to their logs
-   (:mod:`millpond.engine.files`); flows' sink tables receive what a committed epoch owes them
+   (:mod:`millpond.connectors.files`); flows' sink tables receive what a committed epoch owes them
    (:mod:`millpond.engine.flow_targets`); sinks write the epochs their targets missed (after a
    restart; :mod:`millpond.engine.sinks`). What this step appends is read by this epoch.
 1. **Fix the input.** Take one log snapshot (:meth:`millpond.log.Log.snapshot`: every channel's

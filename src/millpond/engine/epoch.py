@@ -73,7 +73,7 @@ class EpochReport:
     failed: dict[str, dict] = field(default_factory=dict)  # view name -> its failure (views that failed in it)
     rows_in: dict[str, int] = field(default_factory=dict)  # consumer name -> records it read (consumers that ran)
     # files table -> its source's problems in force after its files were taken in for this epoch
-    # (millpond.engine.source_errors: refused files, a path that cannot be listed)
+    # (millpond.connectors.source_errors: refused files, a path that cannot be listed)
     source_errors: dict[str, tuple[str, ...]] = field(default_factory=dict)
     manifest: Manifest | None = field(default=None, compare=False)  # the version the commit wrote
 

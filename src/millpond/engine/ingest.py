@@ -74,6 +74,22 @@ def insert(rt: Runtime, table: TableDef, rows: pa.Table, *, producer: tuple[str,
                           producer=producer)
 
 
+def apply_by_key(rt: Runtime, table: TableDef, upserts: pa.Table | None, deletes: pa.Table | None, *,
+                 producer: tuple[str, int] | None = None) -> Appended | None:
+    """Upsert ``upserts`` (the table's columns, conformed) and delete the rows whose keys are the
+    rows of ``deletes`` (the key's columns) in one durable append of ``table`` (keyed); the caller
+    gives each key one change (its last). A deleted key that is not there deletes nothing."""
+    key = list(table.primary_key)
+    keys = [part.select(key) for part in (upserts, deletes) if part is not None and part.num_rows]
+    if not keys:
+        return None
+    keys = pa.concat_tables(keys) if len(keys) > 1 else keys[0]
+    current = _current(rt, table, keys)
+    old = pl.from_arrow(current).join(pl.from_arrow(keys), on=key, how="semi").to_arrow()
+    new = None if upserts is None else upserts.append_column(ROW_ID, pa.nulls(upserts.num_rows, pa.int64()))
+    return append_changes(rt, table, old, new, current=current, producer=producer)
+
+
 def append_changes(rt: Runtime, table: TableDef, old: pa.Table | None, new: pa.Table | None, *,
                    current: pa.Table | None = None, producer: tuple[str, int] | None = None) -> Appended | None:
     """Append retractions of ``old`` and insertions of ``new`` (both with ``_row_id``) as one

@@ -18,7 +18,7 @@ one committed state:
 from __future__ import annotations
 
 import time
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 import pyarrow as pa
 
@@ -44,13 +44,14 @@ class ReadOnlyRuntime(Runtime):
     sleep: Callable[[float], None] = staticmethod(time.sleep)  # replaced by tests that count retries
 
     @classmethod
-    def open(cls, store: ObjectStore, catalog: Catalog | None = None) -> "ReadOnlyRuntime":
+    def open(cls, store: ObjectStore, catalog: Catalog | None = None, *,
+             sources: Callable[[Runtime], Any] | None = None) -> "ReadOnlyRuntime":
         """A reader of the root in ``store``, with ``catalog`` (bound by the caller; default: the
         newest, running the plans stored with its views as they are)."""
         catalogs = CatalogStore(store)
         log = Log(store)
         coordinator = Coordinator(NoEpochs(), store, log, parallelism=1)
-        return cls(catalogs, catalogs.load() if catalog is None else catalog, log, coordinator)
+        return cls(catalogs, catalogs.load() if catalog is None else catalog, log, coordinator, sources)
 
     def follow(self, catalog: Catalog | None = None, *, log: bool = False) -> None:
         """Step 1: adopt ``catalog`` (the newest, bound; None: unchanged), then the newest manifest

@@ -12,7 +12,7 @@ import threading
 import time
 import warnings
 from collections import deque
-from typing import Iterator
+from typing import Any, Callable, Iterator
 from datetime import datetime, timezone
 
 import numpy as np
@@ -28,9 +28,7 @@ from millpond.engine.coordinator import Coordinator, describe_failure
 from millpond.engine.epoch import EpochPlan, EpochReport, EpochStep
 from millpond.engine.consumers import Consumer, consumers
 from millpond.engine.executor import EpochExecutor
-from millpond.engine.files import Files
 from millpond.engine.flow_targets import FlowTargets
-from millpond.engine.ingest import insert
 from millpond.engine.partial import Wanted, filled_rows, missing, read_filled
 from millpond.engine.reads import Installed, Reads, consolidate_rows
 from millpond.engine.sinks import Sinks
@@ -55,7 +53,8 @@ _EPOCHS_SCHEMA = pa.schema([
 
 
 class Runtime(Reads):
-    def __init__(self, catalogs: CatalogStore, catalog: Catalog, log: Log, coordinator: Coordinator):
+    def __init__(self, catalogs: CatalogStore, catalog: Catalog, log: Log, coordinator: Coordinator,
+                 sources: Callable[[Runtime], Any] | None = None):
         self.catalogs, self.log, self.coordinator = catalogs, log, coordinator
         self.lock = threading.RLock()
         self.on_error = "fail"  # what a data error does in views created from now on (SET on_error)
@@ -64,12 +63,14 @@ class Runtime(Reads):
         self._local = threading.local()  # a thread's pinned version while it reads (reading())
         # the work around an epoch's consumers (engine/epoch.py: befores in order, afters reversed)
         self.history = History()
-        self.files = Files(coordinator.store, self.channel, lambda t, rows, producer: insert(self, t, rows, producer=producer))
+        # source tables' rows taken in (millpond.connectors.Sources, handed in by the entry points)
+        self.sources = sources(self) if sources is not None else None
         self.wanted = Wanted()
         self.flow_targets = FlowTargets(self.channel, coordinator.rows)
         self.sinks = Sinks(coordinator.store, self)
         self.upkeep = LogUpkeep(log, self.channel, coordinator.changes)
-        self.steps = (self.upkeep, self.history, self.sinks, self.flow_targets, self.wanted, self.files)
+        self.steps = (self.upkeep, self.history, self.sinks, self.flow_targets, self.wanted,
+                      *([self.sources] if self.sources is not None else []))
         self._install(catalog)
 
     # -- the catalog ------------------------------------------------------------------------------
@@ -153,7 +154,7 @@ class Runtime(Reads):
         reports = []
         while (report := self.run_epoch()) is not None:
             reports.append(report)
-        if notice and (said := self.files.errors.notice(self.catalog)) is not None:
+        if notice and self.sources is not None and (said := self.sources.errors.notice(self.catalog)) is not None:
             logger.warning("%s", said)
             warnings.warn(said, MillpondNotice, stacklevel=3)
         return reports
@@ -341,6 +342,8 @@ class Runtime(Reads):
         return self.log.create_channel(table.channel, table.log_schema, id=table.channel_id)
 
     def close(self) -> None:
+        if self.sources is not None:
+            self.sources.close()
         self.coordinator.close()
         self.log.close()
 
@@ -376,5 +379,6 @@ class History(EpochStep):
 
 
 SYSTEM_VIEWS = {"millpond_views": Runtime.views_status, "millpond_epochs": Runtime.epochs,
-                "millpond_source_errors": lambda rt: rt.files.errors.table(rt.catalog)}
+                "millpond_source_errors": lambda rt: rt.sources.errors.table(rt.catalog),
+                "millpond_sources": lambda rt: rt.sources.status(rt.catalog)}
 

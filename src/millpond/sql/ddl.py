@@ -18,7 +18,7 @@ from sqlglot import exp
 from millpond.catalog import Column, FunctionDef, Retention, index_dependency
 from millpond.catalog.types import normalize_type
 from millpond.columns import RESERVED_PREFIX
-from millpond.engine.files import check_source, local_listing_error
+from millpond.connectors import check as check_source, local_listing_error
 from millpond.engine import plan as P
 from millpond.engine.partial import DEFAULT_MAX_KEYS, NotPartial
 from millpond.engine.partial import trace as partial_trace
@@ -68,7 +68,10 @@ def _create_table(rt: Runtime, s: exp.Create) -> None:
                 pk.append(d.name)
         elif isinstance(d, exp.PrimaryKey):
             pk.extend(e.name for e in d.expressions)
-    append_only, files = _table_options(name, s)
+    append_only, source = _table_options(name, s)
+    if source:
+        source, included = check_source(name, source, cols, pk)
+        cols += included
     if append_only and pk:
         raise SqlError(f"table {name!r}: an APPEND ONLY table cannot have a primary key (an insert of an existing "
                        "key would replace a row)")
@@ -83,17 +86,18 @@ def _create_table(rt: Runtime, s: exp.Create) -> None:
         raise SqlError(f"table {name!r}: invalid column {bad!r} (unknown primary key column, "
                        f"or a name starting with {RESERVED_PREFIX!r}, which millpond reserves)")
     rt.commit_catalog(rt.catalog.with_table(name, tuple(cols), tuple(pk), append_only=append_only,
-                                            source=tuple(sorted(files.items()))))
+                                            source=tuple(sorted(source.items()))))
     t = rt.catalog.tables[name]  # its channel, now: a writer outside the database finds it, with its key
     rt.log.create_channel(t.channel, t.log_schema, id=t.channel_id, table_key=t.primary_key)
-    if files and (problem := local_listing_error(files["path"])) is not None:  # created: it may appear later
-        warnings.warn(f"table {name!r}: its path {files['path']!r} cannot be listed ({problem}); no file comes "
+    if source.get("connector") == "files" and (problem := local_listing_error(source["path"])) is not None:
+        warnings.warn(f"table {name!r}: its path {source['path']!r} cannot be listed ({problem}); no file comes "
                       "in until it can (millpond_source_errors says why meanwhile)", MillpondNotice, stacklevel=2)
 
 
 def _table_options(table: str, s: exp.Create) -> tuple[bool, dict[str, str]]:
-    """``WITH (append_only = true)`` (or ``APPEND ONLY``), and a files source's ``WITH (connector =
-    'files', path = '...', format = '...')`` (:mod:`millpond.engine.files`); any other option is refused."""
+    """``WITH (append_only = true)`` (or ``APPEND ONLY``), and a source table's options: ``WITH
+    (connector = '<name>', ...)`` (:mod:`millpond.connectors`; option names may be dotted,
+    ``properties.bootstrap.server``), checked by its connector; any other option is refused."""
     props = s.args.get("properties")
     append_only, source = False, {}
     for p in props.expressions if props else []:
@@ -102,18 +106,16 @@ def _table_options(table: str, s: exp.Create) -> tuple[bool, dict[str, str]]:
             append_only = bool(value.this)
         elif isinstance(p, exp.FileFormatProperty):  # format = 'parquet'
             source["format"] = p.name.lower()
-        elif isinstance(p, exp.Property) and p.name.lower() in ("connector", "path") and \
-                isinstance(value, exp.Literal) and value.is_string:
-            source[p.name.lower()] = value.this
+        elif isinstance(p, exp.Property) and isinstance(value, exp.Literal) and value.is_string:
+            name = p.this.sql("postgres") if isinstance(p.this, exp.Dot) else p.name
+            source[name.replace('"', "").lower()] = value.this
         else:
             raise SqlError(f"table {table!r}: unsupported table option {p.sql('postgres')!r} "
-                           "(known: APPEND ONLY, or WITH (append_only = true|false); WITH (connector = 'files', "
-                           "path = '<folder or glob>', format = 'parquet' | 'csv' | 'json'))")
-    if source:
-        if source.get("connector") != "files":
-            raise SqlError(f"table {table!r}: connector must be 'files' (path and format are its options)"
-                           f"{', got ' + repr(source['connector']) if source.get('connector') else ''}")
-        source = check_source(table, source)
+                           "(known: APPEND ONLY, or WITH (append_only = true|false); a source's options as "
+                           "strings, WITH (connector = 'files' | 'kafka', ...))")
+    if source and "connector" not in source:
+        raise SqlError(f"table {table!r}: its options {', '.join(sorted(source))} need a connector "
+                       "(WITH (connector = 'files' | 'kafka', ...))")
     return append_only, source
 
 

@@ -70,7 +70,8 @@ def _own(text: str) -> bool:
 
 def _masked(text: str, tokens: Sequence[Token], base: int) -> str:
     """``text`` (one statement, starting at ``base`` of the script) with millpond's own clauses
-    blanked out: ``APPEND ONLY`` after a table's columns, ``AS OF EPOCH n`` / ``AS OF TIMESTAMP '…'``
+    blanked out: ``APPEND ONLY`` after a table's columns, a source table's ``INCLUDE …`` and ``FORMAT …
+    ENCODE …`` clauses (its dotted option names' dots as ``_``), ``AS OF EPOCH n`` / ``AS OF TIMESTAMP '…'``
     / ``FOR SYSTEM_TIME AS OF …`` after a relation, ``STRUCT<…>`` and ``MAP(…)`` types (as ``text``)."""
     chars = list(text)
 
@@ -79,10 +80,25 @@ def _masked(text: str, tokens: Sequence[Token], base: int) -> str:
         chars[a:b] = list(keep.ljust(b - a))
 
     n = len(tokens)
+    table = n > 2 and tokens[0].text.upper() == "CREATE" and tokens[1].text.upper() == "TABLE"
+    skip = -1
     for i, t in enumerate(tokens):
         word = t.text.upper()
         nxt = tokens[i + 1].text.upper() if i + 1 < n else ""
-        if word == "APPEND" and nxt == "ONLY" and i and tokens[i - 1].token_type == TokenType.R_PAREN:
+        if i <= skip:
+            continue
+        if table and t.token_type == TokenType.DOT:  # a source's dotted options (properties.bootstrap.server)
+            blank(t, t, "_")
+        elif table and word == "INCLUDE" and nxt and nxt != "(":  # INCLUDE partition [AS p]
+            skip = i + 3 if i + 2 < n and tokens[i + 2].token_type == TokenType.ALIAS else i + 1
+            blank(t, tokens[min(skip, n - 1)])
+        elif table and word == "FORMAT" and i + 3 < n and tokens[i + 2].text.upper() == "ENCODE":
+            skip = i + 3
+            if skip + 1 < n and tokens[skip + 1].token_type == TokenType.L_PAREN:
+                while skip + 1 < n and tokens[skip].token_type != TokenType.R_PAREN:
+                    skip += 1
+            blank(t, tokens[min(skip, n - 1)])
+        elif word == "APPEND" and nxt == "ONLY" and i and tokens[i - 1].token_type == TokenType.R_PAREN:
             blank(t, tokens[i + 1])
         elif word in ("AS", "FOR") and i + 2 < n and (
                 (word == "AS" and nxt == "OF" and tokens[i + 2].text.upper() in ("EPOCH", "TIMESTAMP"))

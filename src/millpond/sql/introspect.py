@@ -5,7 +5,7 @@ Each returns an Arrow table, like a query:
 
 - ``SHOW TABLES``: ``name``, ``columns``, ``primary_key`` (``"a, b"`` or NULL), ``append_only``,
   ``source`` (a files table's options), ``error`` (its source's problems in force, counted, the
-  first of them named: :meth:`millpond.engine.source_errors.SourceErrors.summary`);
+  first of them named: :meth:`millpond.connectors.source_errors.SourceErrors.summary`);
 - ``SHOW MATERIALIZED VIEWS`` (or ``SHOW VIEWS``): ``name``, ``columns``, ``depends_on``, ``sql``;
 - ``SHOW FUNCTIONS``: ``name``, ``arguments``, ``returns``, ``sql`` (SQL functions, :mod:`millpond.sql.functions`);
 - ``SHOW FLOWS``: ``name``, ``sink``, ``key``, ``depends_on``, ``comment``, ``sql`` (:mod:`millpond.sql.flows`);
@@ -55,8 +55,9 @@ def show(rt: Runtime, s: exp.Command) -> pa.Table:
             "columns": pa.array([len(t.columns) for t in tables], pa.int32()),
             "primary_key": pa.array([", ".join(t.primary_key) or None for t in tables], pa.string()),
             "append_only": pa.array([t.append_only for t in tables], pa.bool_()),
-            "source": pa.array([" ".join(f"{k}={v}" for k, v in t.source) or None for t in tables], pa.string()),
-            "error": pa.array([rt.files.errors.summary(t.id) for t in tables], pa.string()),
+            "source": pa.array([" ".join(f"{k}={'***' if _secret(k) else v}" for k, v in t.source) or None
+                                for t in tables], pa.string()),
+            "error": pa.array([rt.sources.errors.summary(t.id) for t in tables], pa.string()),
         })
     if _SHOW.get(what) == "views":
         views = sorted(rt.catalog.views.values(), key=lambda v: v.name)
@@ -81,10 +82,17 @@ def show(rt: Runtime, s: exp.Command) -> pa.Table:
         return rt.indexes_status()
     if what == "SINKS":
         return sinks.show(rt)
+    if what == "SOURCES":
+        return rt.snapshot("millpond_sources")
     if what.lower() in (*ddl.SETTINGS, *ddl.ALIASES):  # PostgreSQL's SHOW name: one row, one column
         return pa.table({what.lower(): pa.array([ddl.setting(rt, what.lower())], pa.string())})
     raise SqlError(f"SHOW {what or '(nothing)'} is not supported (known: SHOW TABLES, SHOW MATERIALIZED VIEWS, "
-                   f"SHOW FUNCTIONS, SHOW FLOWS, SHOW INDEXES, SHOW SINKS, SHOW <setting>: {', '.join(ddl.SETTINGS)})")
+                   f"SHOW FUNCTIONS, SHOW FLOWS, SHOW INDEXES, SHOW SINKS, SHOW SOURCES, SHOW <setting>: {', '.join(ddl.SETTINGS)})")
+
+
+def _secret(option: str) -> bool:
+    """A source's option that SHOW does not show (a password, a secret, a key's file)."""
+    return any(word in option for word in ("password", "secret", "sasl.jaas", "ssl.key"))
 
 
 def describe(rt: Runtime, s: exp.Describe) -> pa.Table:

@@ -152,7 +152,9 @@ def _rewrite(text: str) -> str:
     """Syntax the parser does not know, as syntax it does: ``CREATE TABLE t (...) APPEND ONLY``
     (RisingWave's) as the storage parameter ``WITH (append_only = true)``; a relation's ``AS OF
     EPOCH n`` / ``AS OF TIMESTAMP '...'`` (time travel) as ``FOR SYSTEM_TIME AS OF n`` / ``FOR
-    SYSTEM_TIME AS OF TIMESTAMP '...'``."""
+    SYSTEM_TIME AS OF TIMESTAMP '...'``; a source table's ``INCLUDE ...`` and ``FORMAT ... ENCODE ...``
+    (RisingWave's) as its options (:func:`_source_clauses`)."""
+    text = _source_clauses(text)
     tokens = sqlglot.Dialect.get_or_raise(_DIALECT).tokenize(text)
     for prev, a, b, c, d in reversed(list(zip(tokens, tokens[1:], tokens[2:], [*tokens[3:], None],
                                               [*tokens[4:], None, None]))):
@@ -163,6 +165,76 @@ def _rewrite(text: str) -> str:
             typed = c.text.upper() == "TIMESTAMP" and d is not None and d.token_type == TokenType.STRING
             end = b.end + 1 if typed else c.end + 1  # TIMESTAMP '...' is a typed constant; TIMESTAMP now() is not
             text = text[:a.start] + "FOR SYSTEM_TIME AS OF" + text[end:]
+    return text
+
+
+def _source_clauses(text: str) -> str:
+    """``CREATE TABLE t (...) INCLUDE partition [AS p] ... WITH (...) FORMAT PLAIN ENCODE JSON
+    [(delimiter = ',')]`` as ``CREATE TABLE t (...) WITH (..., "include.partition" = 'p',
+    format = 'plain', encode = 'json', "encode.delimiter" = ',')``: RisingWave's clauses of a Kafka
+    table as options (:mod:`millpond.connectors.kafka`)."""
+    tokens = sqlglot.Dialect.get_or_raise(_DIALECT).tokenize(text)
+    if not any(t.text.upper() in ("INCLUDE", "ENCODE") for t in tokens):
+        return text
+    edits: list[tuple[int, int, str]] = []  # (start, end, replacement) in the text
+    n, i = len(tokens), 0
+    while i < n:
+        start = i  # one statement: tokens[start:stop]
+        while i < n and tokens[i].token_type != TokenType.SEMICOLON:
+            i += 1
+        stop, i = i, i + 1
+        if stop - start < 3 or tokens[start].text.upper() != "CREATE" or tokens[start + 1].text.upper() != "TABLE":
+            continue
+        options, close, depth, j = [], None, 0, start
+        last = tokens[stop - 1]
+        while j < stop:
+            t = tokens[j]
+            word = t.text.upper()
+            nxt = tokens[j + 1] if j + 1 < stop else None
+            if t.token_type == TokenType.L_PAREN:
+                depth += 1
+            elif t.token_type == TokenType.R_PAREN:
+                depth -= 1
+            elif depth == 0 and word == "WITH" and nxt is not None and nxt.token_type == TokenType.L_PAREN:
+                k, d = j + 1, 0
+                while k < stop:
+                    d += (tokens[k].token_type == TokenType.L_PAREN) - (tokens[k].token_type == TokenType.R_PAREN)
+                    if d == 0:
+                        break
+                    k += 1
+                close = tokens[min(k, stop - 1)]
+            elif depth == 0 and word == "INCLUDE" and nxt is not None and nxt.token_type != TokenType.L_PAREN:
+                end = j + 1
+                name = f"kafka_{nxt.text.lower()}"
+                if end + 2 < stop + 1 and end + 1 < stop and tokens[end + 1].token_type == TokenType.ALIAS:
+                    end += 2
+                    alias = tokens[end]
+                    name = alias.text if alias.token_type == TokenType.IDENTIFIER else alias.text.lower()
+                options.append(f"\"include.{nxt.text.lower()}\" = '{name}'")
+                edits.append((t.start, tokens[end].end + 1, ""))
+                j = end + 1
+                continue
+            elif depth == 0 and word == "FORMAT" and j + 3 < stop and tokens[j + 2].text.upper() == "ENCODE":
+                options += [f"format = '{nxt.text.lower()}'", f"encode = '{tokens[j + 3].text.lower()}'"]
+                end = j + 3
+                if end + 1 < stop and tokens[end + 1].token_type == TokenType.L_PAREN:
+                    k = end + 2
+                    while k + 2 < stop and tokens[k].token_type != TokenType.R_PAREN:
+                        options.append(f"\"encode.{tokens[k].text.lower()}\" = '{tokens[k + 2].text}'")
+                        k += 4 if k + 3 < stop and tokens[k + 3].token_type == TokenType.COMMA else 3
+                    end = k
+                edits.append((t.start, tokens[min(end, stop - 1)].end + 1, ""))
+                j = end + 1
+                continue
+            j += 1
+        if not options:
+            continue
+        if close is not None:
+            edits.append((close.start, close.start, ", " + ", ".join(options)))
+        else:
+            edits.append((last.end + 1, last.end + 1, " WITH (" + ", ".join(options) + ")"))
+    for a, b, new in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
+        text = text[:a] + new + text[b:]
     return text
 
 

@@ -20,7 +20,7 @@ wrong type) is recorded with its error and skipped: the error names the file (an
 reader says, the row), a warning is logged, and the files after it still come in. **A path that
 cannot be listed** (a local folder that does not exist or cannot be read, a bucket out of reach)
 takes nothing in and is listed again before every epoch; the other tables go on. Both are
-problems of the table's source (:mod:`millpond.engine.source_errors`): rows of
+problems of the table's source (:mod:`millpond.connectors.source_errors`): rows of
 ``millpond_source_errors``, counted in the table's row of ``SHOW TABLES``, carried by every epoch's
 report and said by ``flush()``, until they go away: a refused file that is removed, or rewritten
 (another size or modification time: it is read again, under a new number) and reads well; a
@@ -38,7 +38,6 @@ import os
 import re
 from datetime import datetime, timezone
 from pathlib import Path
-from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Container
 
 import pyarrow as pa
@@ -48,16 +47,13 @@ import pyarrow.parquet as pq
 
 from millpond import faults, paths
 from millpond.catalog import TableDef
-from millpond.engine.epoch import EpochPlan, EpochReport, EpochStep
-from millpond.engine.source_errors import SourceErrors
+from millpond.connectors.source_errors import SourceErrors
+from millpond.engine.ingest import conform_rows
 from millpond.errors import SqlError
 from millpond.store.objects import ObjectStore
 
 if TYPE_CHECKING:
-    from millpond.catalog import Catalog
-    from millpond.engine.consumers import Consumer
     from millpond.log import Channel
-    from millpond.store.manifest import Manifest
 
     Insert = Callable[[TableDef, pa.Table, tuple[str, int]], object]
 
@@ -97,34 +93,24 @@ def local_listing_error(path: str) -> str | None:
     return None
 
 
-class Files(EpochStep):
+class Files:
     """The files tables of one writable runtime: which files each has taken, and taking new ones
-    (step 0). Ports: ``store`` (the root: what was taken), ``channel`` (a table's log: what it
-    applied) and ``insert`` (rows appended to a table, idempotent per producer)."""
+    (step 0, run by :class:`millpond.connectors.Sources`). Ports: ``store`` (the root: what was
+    taken), ``channel`` (a table's log: what it applied), ``insert`` (rows appended to a table,
+    idempotent per producer) and ``errors`` (what the tables' sources fail on)."""
 
-    def __init__(self, store: ObjectStore, channel: Callable[[TableDef], Channel], insert: "Insert"):
-        self.store, self.channel, self.insert = store, channel, insert
+    def __init__(self, store: ObjectStore, channel: Callable[[TableDef], Channel], insert: "Insert",
+                 errors: SourceErrors):
+        self.store, self.channel, self.insert, self.errors = store, channel, insert, errors
         self._taken: dict[int, dict[str, int]] = {}  # table id -> file path -> its last number (read once)
         self._next: dict[int, int] = {}  # table id -> the number of its next file
-        self.errors = SourceErrors()  # what each table's source failed on, while it lasts
         self._stores: dict[str, ObjectStore] = {}  # a bucket's URL -> its store (a path on object storage)
 
-    def before(self, catalog: Catalog, consumers: list[Consumer], manifest: Manifest) -> None:
-        if any(t.source for t in catalog.tables.values()):
-            self.ingest(catalog, manifest.epoch + 1)
-
-    def after(self, plan: EpochPlan, report: EpochReport) -> EpochReport:
-        if any(t.source for t in plan.catalog.tables.values()):
-            return replace(report, source_errors=self.errors.by_table(plan.catalog))
-        return report
-
-    def ingest(self, catalog: Catalog, epoch: int) -> None:
-        """Take every new file of every files table of ``catalog`` for ``epoch``. A table whose
+    def ingest(self, tables: list[TableDef], epoch: int) -> None:
+        """Take every new file of the files tables ``tables`` for ``epoch``. A table whose
         folder cannot be listed, or whose append fails, is said (a source error, and the log) and
         retried before the next epoch (its records read anew: a file recorded but not appended is
         appended then); the epoch and the other tables go on."""
-        tables = [t for t in catalog.tables.values() if t.source]
-        self.errors.keep(t.id for t in tables)
         now = datetime.now(timezone.utc)
         for t in tables:
             try:
@@ -137,6 +123,10 @@ class Files(EpochStep):
             else:
                 if self.errors.clear(t.id, "ingest"):
                     log.info("table %s: taking its files in works again", t.name)
+
+    def status(self, t: TableDef) -> list[dict]:
+        """``t``'s row of ``millpond_sources``: its path, and how many files it has taken."""
+        return [{"split": dict(t.source)["path"], "position": self._next.get(t.id)}]
 
     def _ingest(self, t: TableDef, epoch: int, now: datetime) -> None:
         taken = self._recorded(t, epoch, now)
@@ -300,8 +290,6 @@ def _local(path: str) -> list[str]:
 
 def _read(t: TableDef, fmt: str, path: "str | pa.BufferReader") -> pa.Table:
     """The file's rows as the table's columns (an error names what does not fit)."""
-    from millpond.engine.ingest import conform_rows
-
     schema = t.schema
     if fmt == "parquet":
         rows = pq.read_table(path)

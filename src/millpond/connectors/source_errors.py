@@ -1,6 +1,7 @@
-"""What the sources of files tables failed on, for as long as it lasts (:mod:`millpond.engine.files`).
+"""What source tables' sources failed on, for as long as it lasts (:mod:`millpond.connectors`).
 
-Three kinds of problem, each kept per table until it goes away:
+Files tables' three kinds of problem (:mod:`millpond.connectors.files`), each kept per table until
+it goes away:
 
 - ``file``: a file was refused (unreadable, or rows that do not fit the table) and skipped; the
   files after it still come in. It goes away when the file is removed (or no longer matches the
@@ -11,6 +12,14 @@ Three kinds of problem, each kept per table until it goes away:
   problem goes away with the first listing that works;
 - ``ingest``: the files were listed but taking one in failed otherwise (recording it under the
   root, appending its rows to the table's log); retried before every epoch.
+
+Kafka tables' (:mod:`millpond.connectors.kafka`):
+
+- ``broker``: the broker could not be reached, or refused (authentication, a topic gone); tried
+  again before the epochs, and gone with the first read that works;
+- ``message``: a malformed message was skipped (``path`` is ``topic/partition/offset``); the last
+  100 of a table are kept;
+- ``stopped``: a malformed message stopped the table (``on_error = 'stop'``).
 
 They are the rows of the system view ``millpond_source_errors`` (:meth:`SourceErrors.table`),
 summed up in ``SHOW TABLES``' ``error`` column (:meth:`SourceErrors.summary`), carried by every
@@ -30,7 +39,7 @@ from millpond.catalog import Catalog
 
 __all__ = ["KINDS", "SCHEMA", "SourceError", "SourceErrors"]
 
-KINDS = ("listing", "ingest", "file")  # in the order they are shown: what stops the whole table first
+KINDS = ("listing", "ingest", "broker", "stopped", "file", "message")  # in the order they are shown: what stops the whole table first
 
 SCHEMA = pa.schema([
     ("table_name", pa.string()), ("kind", pa.string()), ("path", pa.string()), ("error", pa.string()),
@@ -58,6 +67,12 @@ class SourceError:
             return f"file {self.path!r}: {self.error}"
         if self.kind == "listing":
             return f"path {self.path!r} cannot be listed: {self.error}"
+        if self.kind == "broker":
+            return f"broker {self.path!r}: {self.error}"
+        if self.kind == "stopped":
+            return f"stopped at message {self.path} (on_error = 'stop'): {self.error}"
+        if self.kind == "message":
+            return f"message {self.path} skipped: {self.error}"
         return f"taking its files in failed: {self.error}"
 
 
@@ -88,6 +103,13 @@ class SourceErrors:
         gone = [key for key in problems if key[0] == kind and (path is None or key[1] == path)]
         return [problems.pop(key) for key in gone]
 
+    def trim(self, table_id: int, kind: str, keep: int) -> None:
+        """Keep the last ``keep`` problems of ``kind`` of ``table_id`` (skipped messages: the newest)."""
+        problems = self._by_table.get(table_id, {})
+        found = [key for key in problems if key[0] == kind]
+        for key in found[:max(len(found) - keep, 0)]:
+            del problems[key]
+
     def refused(self, table_id: int) -> dict[str, SourceError]:
         """``table_id``'s refused files by path (a copy)."""
         return {p: e for (k, p), e in self._by_table.get(table_id, {}).items() if k == "file"}
@@ -113,11 +135,12 @@ class SourceErrors:
         found = self.of(table_id)
         if len(found) <= 1:
             return found[0].describe() if found else None
-        files = sum(e.kind == "file" for e in found)
-        if files == len(found):
-            return f"{files} files refused (each in millpond_source_errors); the first: {found[0].describe()}"
-        tail = f"; and {files} file{'s' if files > 1 else ''} refused (each in millpond_source_errors)" if files else ""
-        return "; ".join(e.describe() for e in found if e.kind != "file") + tail
+        items = sum(e.kind in ("file", "message") for e in found)
+        noun, verb = ("file", "refused") if found[-1].kind == "file" else ("message", "skipped")
+        if items == len(found):
+            return f"{items} {noun}s {verb} (each in millpond_source_errors); the first: {found[0].describe()}"
+        tail = f"; and {items} {noun}{'s' if items > 1 else ''} {verb} (each in millpond_source_errors)" if items else ""
+        return "; ".join(e.describe() for e in found if e.kind not in ("file", "message")) + tail
 
     def notice(self, catalog: Catalog) -> str | None:
         """What ``flush()`` says when sources have problems (None: they have none)."""
@@ -128,7 +151,7 @@ class SourceErrors:
         said = "; ".join(f"table {name!r}: {found[0].describe()}" if len(found) == 1
                          else f"table {name!r}: {len(found)} errors, first {found[0].describe()}"
                          for name, found in tables)
-        return f"files tables' sources have errors (SELECT * FROM millpond_source_errors): {said}"
+        return f"source tables have errors (SELECT * FROM millpond_source_errors): {said}"
 
     def table(self, catalog: Catalog) -> pa.Table:
         """``millpond_source_errors``: one row per problem in force."""

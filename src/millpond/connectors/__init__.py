@@ -1,0 +1,161 @@
+"""Connectors: where a table's rows come from besides ``INSERT``, one module per connector.
+
+A **source table** is ``CREATE TABLE t (...) WITH (connector = '<name>', ...)``: ``files``
+(:mod:`millpond.connectors.files`: a folder, each new file once) and ``kafka``
+(:mod:`millpond.connectors.kafka`: a topic's partitions). Its connector is a :class:`Connector`:
+
+- at ``CREATE TABLE``, :func:`check` reads the table's options (unknown ones refused by name), and
+  the columns its ``INCLUDE`` clauses add;
+- before every epoch (step 0, :class:`Sources`) the writer's connector discovers the table's
+  **splits** (a folder's files, a topic's partitions), fixes how far each is read for this epoch,
+  and appends what is new to the table's log, each split as an **idempotent producer** of the log
+  whose sequence is the split's position (a file's number, a partition's offset). The log applies a
+  producer's sequence once, so its producer table *is* the record of how far every split was read:
+  a restart (or a retry after an error) reads each split again from the position after the last
+  one applied, and nothing is lost or doubled (the log's dedup, seed ``003``);
+- the epoch then reads the table's log range like any other table's, in Spark tasks.
+
+Why a source is copied into the log and not read by the epoch's tasks directly: a table keeps its
+rows (``SELECT * FROM t``, time travel, a view created later backfills from them) where the
+upstream does not — a topic's retention deletes old messages, a folder's files are moved away; an
+upsert or Debezium stream's update needs the key's previous row, which the table's log has; and
+one epoch machinery (ranges of log channels in the manifest) serves every table. The copy costs one
+durable append per split per chunk (``benchmarks/sources.py`` measures it against a bare Kafka
+consumer).
+
+What each source failed on — a refused file, an unreachable broker, a malformed message — is a
+row of ``millpond_source_errors`` (:mod:`millpond.connectors.source_errors`); how far each split
+is — its position, the upstream's end, the lag, the rate — is ``millpond_sources`` (``SHOW
+SOURCES``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import TYPE_CHECKING, Callable, Protocol
+
+import pyarrow as pa
+
+from millpond.catalog import Column, TableDef
+from millpond.connectors.files import Files, local_listing_error
+from millpond.connectors.source_errors import SourceErrors
+from millpond.engine.epoch import EpochStep
+from millpond.errors import SqlError
+
+if TYPE_CHECKING:
+    from millpond.catalog import Catalog
+    from millpond.engine.consumers import Consumer
+    from millpond.engine.epoch import EpochPlan, EpochReport
+    from millpond.engine.runtime import Runtime
+    from millpond.store.manifest import Manifest
+
+__all__ = ["CONNECTORS", "Connector", "Sources", "STATUS_SCHEMA", "check", "local_listing_error"]
+
+log = logging.getLogger("millpond")
+
+CONNECTORS = ("files", "kafka")
+
+# millpond_sources (SHOW SOURCES): one row per split of every source table
+STATUS_SCHEMA = pa.schema([
+    ("table_name", pa.string()), ("connector", pa.string()), ("split", pa.string()),
+    ("position", pa.int64()), ("upstream_end", pa.int64()), ("lag", pa.int64()), ("rows", pa.int64()),
+    ("rows_per_second", pa.float64()), ("last_epoch", pa.int64())])
+
+
+class Connector(Protocol):
+    """What a source connector does in a writable runtime (one object per connector)."""
+
+    def ingest(self, tables: list[TableDef], epoch: int) -> None:
+        """Append what is new in each of ``tables``' splits to its log, before ``epoch``; a table's
+        failure is its source error, and the other tables go on."""
+
+    def status(self, t: TableDef) -> list[dict]:
+        """``t``'s rows of ``millpond_sources`` (``STATUS_SCHEMA``'s columns but the first two)."""
+
+    def close(self) -> None:
+        """Let go of clients (a broker's connections)."""
+
+
+def check(table: str, options: dict[str, str], columns: list[Column], key: list[str]
+          ) -> tuple[dict[str, str], list[Column]]:
+    """A source table's options checked (the connector's own module says what it knows), and the
+    columns its ``INCLUDE`` clauses add; a SqlError names what is wrong."""
+    connector = options.get("connector")
+    if connector == "files":
+        from millpond.connectors.files import check_source
+
+        return check_source(table, options), []
+    if connector == "kafka":
+        from millpond.connectors.kafka import check_source
+
+        return check_source(table, options, columns, key)
+    raise SqlError(f"table {table!r}: connector must be one of {', '.join(map(repr, CONNECTORS))}"
+                   f"{', got ' + repr(connector) if connector else ' (its options need one)'}")
+
+
+class Sources(EpochStep):
+    """The epoch step (0) that takes every source table's new rows in, by connector. Ports:
+    ``store`` (the root), ``channel`` (a table's log), ``insert`` (rows appended to a table,
+    upserts where it has a key; idempotent per producer) and ``apply`` (upserts and deletes by key,
+    as one idempotent append)."""
+
+    def __init__(self, store, channel, insert, apply):
+        self.store, self.channel, self.insert, self.apply = store, channel, insert, apply
+        self.errors = SourceErrors()  # what each table's source failed on, while it lasts
+        self.files = Files(store, channel, insert, self.errors)
+        self._kafka = None  # made for the first Kafka table (its client is imported then)
+
+    @classmethod
+    def of(cls, rt: Runtime) -> "Sources":
+        from millpond.engine.ingest import apply_by_key, insert
+
+        return cls(rt.coordinator.store, rt.channel,
+                   lambda t, rows, producer: insert(rt, t, rows, producer=producer),
+                   lambda t, upserts, deletes, producer: apply_by_key(rt, t, upserts, deletes, producer=producer))
+
+    @property
+    def kafka(self):
+        if self._kafka is None:
+            from millpond.connectors.kafka import Kafka
+
+            self._kafka = Kafka(self.store, self.channel, self.insert, self.apply, self.errors)
+        return self._kafka
+
+    def _by_connector(self, catalog: Catalog) -> dict[str, list[TableDef]]:
+        found: dict[str, list[TableDef]] = {}
+        for t in catalog.tables.values():
+            if t.source:
+                found.setdefault(dict(t.source)["connector"], []).append(t)
+        return found
+
+    def before(self, catalog: Catalog, consumers: list[Consumer], manifest: Manifest) -> None:
+        by = self._by_connector(catalog)
+        if not by:
+            return
+        self.errors.keep(t.id for tables in by.values() for t in tables)
+        epoch = manifest.epoch + 1
+        if "files" in by:
+            self.files.ingest(by["files"], epoch)
+        if "kafka" in by:
+            self.kafka.ingest(by["kafka"], epoch)
+
+    def after(self, plan: EpochPlan, report: EpochReport) -> EpochReport:
+        if any(t.source for t in plan.catalog.tables.values()):
+            return replace(report, source_errors=self.errors.by_table(plan.catalog))
+        return report
+
+    def status(self, catalog: Catalog) -> pa.Table:
+        """``millpond_sources``: every split of every source table, how far it is read."""
+        rows = []
+        for connector, tables in sorted(self._by_connector(catalog).items()):
+            reader: Callable | None = {"files": self.files.status,
+                                       "kafka": self._kafka.status if self._kafka else None}.get(connector)
+            for t in sorted(tables, key=lambda t: t.name):
+                for row in reader(t) if reader else []:
+                    rows.append({"table_name": t.name, "connector": connector, **row})
+        return pa.Table.from_pylist(rows, schema=STATUS_SCHEMA)
+
+    def close(self) -> None:
+        if self._kafka is not None:
+            self._kafka.close()
