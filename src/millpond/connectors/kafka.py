@@ -176,6 +176,8 @@ class Kafka:
         self._failed: dict[int, float] = {}  # table id -> when its broker last failed (monotonic)
 
     def ingest(self, tables: list[TableDef], epoch: int) -> None:
+        from confluent_kafka import KafkaException
+
         for gone in set(self._topics) - {t.id for t in tables}:
             self._topics.pop(gone).close()
         now = datetime.now(timezone.utc)
@@ -191,12 +193,13 @@ class Kafka:
                 self._failed[t.id] = time.monotonic()
                 if (topic := self._topics.pop(t.id, None)) is not None:
                     topic.close()  # a new client next time, from the positions the log applied
-                if self.errors.seen(t.id, "broker", dict(t.source)["properties.bootstrap.server"], _text(exc),
+                kind = "broker" if isinstance(exc, KafkaException) else "ingest"
+                if self.errors.seen(t.id, kind, dict(t.source)["properties.bootstrap.server"], _text(exc),
                                     epoch=epoch, now=now):
                     log.warning("table %s: reading Kafka failed (tried again before the epochs): %s", t.name, _text(exc))
             else:
                 self._failed.pop(t.id, None)
-                if self.errors.clear(t.id, "broker"):
+                if self.errors.clear(t.id, "broker") + self.errors.clear(t.id, "ingest"):
                     log.info("table %s: reading Kafka works again", t.name)
 
     def status(self, t: TableDef) -> list[dict]:
@@ -217,10 +220,12 @@ class _Topic:
 
         self.t, self.kafka, self.options = t, kafka, dict(t.source)
         self.name = self.options["topic"]
+        # a partition's end is known when a fetch comes back empty: the broker holds an empty fetch
+        # for fetch.wait.max.ms (500 by default), which an epoch would wait for every time
         self.consumer = Consumer({
-            **client_config(self.options), "group.id": f"millpond-t{t.id}", "enable.auto.commit": False,
-            "enable.partition.eof": True, "auto.offset.reset": "earliest", "logger": _quiet,
-            "error_cb": self._error})
+            "fetch.wait.max.ms": 10, **client_config(self.options), "group.id": f"millpond-t{t.id}",
+            "enable.auto.commit": False, "enable.partition.eof": True, "auto.offset.reset": "earliest",
+            "logger": _quiet, "error_cb": self._error})
         self.next: dict[int, int] = {}  # partition -> the offset read next
         self.taken: dict[int, int] = {}  # partition -> messages taken by this process
         self.last: tuple[int, float, int] = (0, 0.0, -1)  # the last ingest: messages, seconds, epoch
@@ -272,6 +277,8 @@ class _Topic:
                 break
         if taken:
             self.last = (taken, time.monotonic() - started, epoch)
+        for p in [p for p in partitions if self.next[p] < 0 and p not in pending]:  # at its end, no message yet
+            self.next[p] = self.consumer.get_watermark_offsets(TopicPartition(self.name, p), timeout=METADATA_SECONDS)[0]
 
     def _starts(self, partitions: list[int]) -> dict[int, int]:
         """Where each of ``partitions`` is read from: after the last offset the log applied, else

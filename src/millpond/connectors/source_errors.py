@@ -11,7 +11,8 @@ it goes away:
   No file of the table comes in meanwhile; the listing is retried before every epoch and the
   problem goes away with the first listing that works;
 - ``ingest``: the files were listed but taking one in failed otherwise (recording it under the
-  root, appending its rows to the table's log); retried before every epoch.
+  root, appending its rows to the table's log); retried before every epoch (a Kafka table's too:
+  its messages were read but could not be appended).
 
 Kafka tables' (:mod:`millpond.connectors.kafka`):
 
@@ -73,7 +74,7 @@ class SourceError:
             return f"stopped at message {self.path} (on_error = 'stop'): {self.error}"
         if self.kind == "message":
             return f"message {self.path} skipped: {self.error}"
-        return f"taking its files in failed: {self.error}"
+        return f"taking its rows in failed: {self.error}"
 
 
 class SourceErrors:

@@ -80,7 +80,8 @@ def apply_by_key(rt: Runtime, table: TableDef, upserts: pa.Table | None, deletes
     rows of ``deletes`` (the key's columns) in one durable append of ``table`` (keyed); the caller
     gives each key one change (its last). A deleted key that is not there deletes nothing."""
     key = list(table.primary_key)
-    keys = [part.select(key) for part in (upserts, deletes) if part is not None and part.num_rows]
+    schema = pa.schema([table.schema.field(k) for k in key])
+    keys = [part.select(key).cast(schema) for part in (upserts, deletes) if part is not None and part.num_rows]
     if not keys:
         return None
     keys = pa.concat_tables(keys) if len(keys) > 1 else keys[0]

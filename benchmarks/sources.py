@@ -1,0 +1,182 @@
+"""Sources against their bare clients: a Kafka topic of JSON messages read by millpond and by a bare
+``confluent-kafka`` consumer on the same broker, and a view's freshness over it.
+
+**Ingest.** ``--messages`` JSON objects (an id, a user, an amount, a kind) over ``--partitions``
+partitions of a real Kafka-API broker (Tansu, ``tests/tansu.py``: a test-only process, installed by
+``make setup``). The bare consumer assigns every partition from its beginning and consumes until
+each reports its end, touching every message's value: messages / seconds. millpond reads the same
+topic into a table (``CREATE TABLE ... WITH (connector = 'kafka')``) before its first epoch: the
+JSON decoded, conformed to the columns and appended durably to the table's log, one append per
+partition per chunk: messages / seconds of that step (``millpond_sources.rows_per_second``); then
+the epoch that makes them visible (``flush()``). Each run on a fresh topic, alternating, median of
+``--repeat``. Goal: millpond ≥ 50% of the bare consumer's rate.
+
+**Freshness.** Background epochs every ``--interval`` seconds over a table of the topic and a view
+(``max(id)`` and a count per user); one message every 100 ms is produced with a fresh id and the
+view polled every 10 ms until it shows it: produce → visible, p50 and p90 over ``--samples``.
+Goal: p50 ≤ 2 intervals.
+
+    .venv/bin/python benchmarks/sources.py [--messages 200000] [--partitions 4] [--repeat 3]
+                                           [--samples 30] [--interval 0.5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import millpond  # noqa: E402
+from millpond.spark.session import local_session  # noqa: E402
+from tests.tansu import Broker  # noqa: E402
+
+
+def _produce(broker: Broker, topic: str, messages: int, partitions: int) -> None:
+    for p in range(partitions):
+        broker.produce(topic, [json.dumps({"id": i, "user": f"u{i % 1000}", "amount": i * 0.25, "kind": "click"})
+                               for i in range(p, messages, partitions)], partition=p)
+
+
+def bare(broker: Broker, topic: str, partitions: int) -> tuple[int, float]:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"bare-{topic}",
+                         "enable.partition.eof": True, "enable.auto.commit": False, "fetch.wait.max.ms": 10})
+    started = time.perf_counter()
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    pending, n = set(range(partitions)), 0
+    while pending:
+        for m in consumer.consume(100_000, 0.2):
+            if m.error() is not None:
+                pending.discard(m.partition())
+            else:
+                m.value()
+                n += 1
+    seconds = time.perf_counter() - started
+    consumer.close()
+    return n, seconds
+
+
+def create(db: millpond.Database, broker: Broker, topic: str, table: str = "ev") -> None:
+    db.sql(f"CREATE TABLE {table} (id BIGINT, \"user\" TEXT, amount DOUBLE PRECISION, kind TEXT) WITH ("
+           f"connector = 'kafka', topic = '{topic}', properties.bootstrap.server = '{broker.bootstrap}') "
+           "FORMAT PLAIN ENCODE JSON")
+
+
+def ingest(spark, broker: Broker, topic: str, messages: int) -> tuple[float, float, float]:
+    """millpond's rate of taking the topic in (messages/s), the seconds of its first flush, and
+    the seconds of millpond's own work in the ingest (decoding and appending: the rest is waiting
+    for the broker)."""
+    from millpond.connectors import kafka
+
+    work = [0.0]
+    take = kafka._Topic._take
+
+    def timed(self, *a):
+        started = time.perf_counter()
+        try:
+            return take(self, *a)
+        finally:
+            work[0] += time.perf_counter() - started
+
+    kafka._Topic._take = timed
+    with tempfile.TemporaryDirectory() as root:
+        db = millpond.connect(root, spark=spark, interval=None)
+        try:
+            create(db, broker, topic)
+            started = time.perf_counter()
+            db.flush()
+            flushed = time.perf_counter() - started
+            status = db.sql("SELECT sum(rows) AS n, max(rows_per_second) AS rate FROM millpond_sources").to_pylist()[0]
+            assert status["n"] == messages, status
+            assert db.sql("SELECT count(*) AS n FROM ev").to_pylist()[0]["n"] == messages
+            return status["rate"], flushed, work[0]
+        finally:
+            kafka._Topic._take = take
+            db.close()
+
+
+def freshness(spark, broker: Broker, samples: int, interval: float) -> list[float]:
+    topic = broker.topic("fresh", partitions=2)
+    with tempfile.TemporaryDirectory() as root:
+        db = millpond.connect(root, spark=spark, interval=interval)
+        try:
+            create(db, broker, topic)
+            db.sql("CREATE MATERIALIZED VIEW latest AS SELECT max(id) AS top, count(*) AS n FROM ev")
+            db.sql("CREATE MATERIALIZED VIEW per_user AS SELECT \"user\", count(*) AS n FROM ev GROUP BY \"user\"")
+            db.flush()
+            from confluent_kafka import Producer
+
+            producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+            lags = []
+            for i in range(1, samples + 1):
+                producer.produce(topic, json.dumps({"id": i, "user": f"u{i % 7}", "amount": 1.0, "kind": "x"}))
+                producer.flush(10)
+                sent = time.perf_counter()
+                while True:
+                    top = db.sql("SELECT top FROM latest").to_pylist()
+                    if top and top[0]["top"] is not None and top[0]["top"] >= i:
+                        break
+                    if time.perf_counter() - sent > 60:
+                        raise RuntimeError(f"message {i} not visible after 60 s")
+                    time.sleep(0.01)
+                lags.append(time.perf_counter() - sent)
+                time.sleep(0.1)
+            return lags
+        finally:
+            db.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--messages", type=int, default=200_000)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--samples", type=int, default=30)
+    ap.add_argument("--interval", type=float, default=0.5)
+    args = ap.parse_args()
+    spark = local_session(cores="2", shuffle_partitions=2)
+    broker = Broker()
+    threading.excepthook = lambda a: None
+    try:
+        bare_rates, rates, flushes, works = [], [], [], []
+        for r in range(args.repeat):
+            for who in ("bare", "millpond") if r % 2 == 0 else ("millpond", "bare"):
+                topic = broker.topic(f"ev_{who}_{r}", partitions=args.partitions)
+                _produce(broker, topic, args.messages, args.partitions)
+                if who == "bare":
+                    n, seconds = bare(broker, topic, args.partitions)
+                    assert n == args.messages, n
+                    bare_rates.append(n / seconds)
+                else:
+                    rate, flushed, work = ingest(spark, broker, topic, args.messages)
+                    rates.append(rate)
+                    flushes.append(flushed)
+                    works.append(work)
+        b, m = statistics.median(bare_rates), statistics.median(rates)
+        print(f"Kafka JSON ingest, {args.messages:,} messages over {args.partitions} partitions (median of {args.repeat}):")
+        print(f"  bare confluent-kafka consumer   {b:>12,.0f} messages/s")
+        print(f"  millpond into a table's log     {m:>12,.0f} messages/s   ratio {m / b:.2f} (goal >= 0.50)")
+        print(f"  millpond's own work (decode, conform, append; not waiting for the broker) "
+              f"{args.messages / statistics.median(works):>12,.0f} messages/s of one core")
+        print(f"  millpond's first flush (ingest + epoch)  {statistics.median(flushes):.2f} s "
+              f"= {args.messages / statistics.median(flushes):,.0f} messages/s")
+        lags = sorted(freshness(spark, broker, args.samples, args.interval))
+        p50, p90 = statistics.median(lags), lags[int(0.9 * (len(lags) - 1))]
+        print(f"Freshness, produce -> visible in a view, epochs every {args.interval}s ({args.samples} messages):")
+        print(f"  p50 {p50:.2f} s ({p50 / args.interval:.1f} intervals; goal <= 2)   p90 {p90:.2f} s "
+              f"({p90 / args.interval:.1f} intervals)")
+    finally:
+        broker.stop()
+        spark.stop()
+
+
+if __name__ == "__main__":
+    main()
