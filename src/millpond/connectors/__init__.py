@@ -1,8 +1,9 @@
 """Connectors: where a table's rows come from besides ``INSERT``, one module per connector.
 
 A **source table** is ``CREATE TABLE t (...) WITH (connector = '<name>', ...)``: ``files``
-(:mod:`millpond.connectors.files`: a folder, each new file once) and ``kafka``
-(:mod:`millpond.connectors.kafka`: a topic's partitions). Its connector is a :class:`Connector`:
+(:mod:`millpond.connectors.files`: a folder, each new file once), ``kafka``
+(:mod:`millpond.connectors.kafka`: a topic's partitions) and ``deltalake``
+(:mod:`millpond.connectors.delta`: a Delta table's versions). Its connector is a :class:`Connector`:
 
 - at ``CREATE TABLE``, :func:`check` reads the table's options (unknown ones refused by name), and
   the columns its ``INCLUDE`` clauses add;
@@ -54,7 +55,7 @@ __all__ = ["CONNECTORS", "Connector", "Sources", "STATUS_SCHEMA", "check", "loca
 
 log = logging.getLogger("millpond")
 
-CONNECTORS = ("files", "kafka")
+CONNECTORS = ("files", "kafka", "deltalake")
 
 # millpond_sources (SHOW SOURCES): one row per split of every source table
 STATUS_SCHEMA = pa.schema([
@@ -79,15 +80,23 @@ class Connector(Protocol):
 
 def check(table: str, options: dict[str, str], columns: list[Column], key: list[str]
           ) -> tuple[dict[str, str], list[Column]]:
-    """A source table's options checked (the connector's own module says what it knows), and the
-    columns its ``INCLUDE`` clauses add; a SqlError names what is wrong."""
+    """A source table's options checked (the connector's own module says what it knows), and its
+    columns: those given, with the ones its ``INCLUDE`` clauses add (Kafka), or the upstream
+    table's (Delta Lake, when none are given); a SqlError names what is wrong."""
     connector = options.get("connector")
+    if not columns and connector != "deltalake":
+        raise SqlError(f"table {table!r} needs at least one column (only a Delta table's source gives its own)")
     if connector == "files":
         from millpond.connectors.files import check_source
 
-        return check_source(table, options), []
+        return check_source(table, options), columns
     if connector == "kafka":
         from millpond.connectors.kafka import check_source
+
+        options, included = check_source(table, options, columns, key)
+        return options, [*columns, *included]
+    if connector == "deltalake":
+        from millpond.connectors.delta import check_source
 
         return check_source(table, options, columns, key)
     raise SqlError(f"table {table!r}: connector must be one of {', '.join(map(repr, CONNECTORS))}"
@@ -105,6 +114,7 @@ class Sources(EpochStep):
         self.errors = SourceErrors()  # what each table's source failed on, while it lasts
         self.files = Files(store, channel, insert, self.errors)
         self._kafka = None  # made for the first Kafka table (its client is imported then)
+        self._delta = None
 
     @classmethod
     def of(cls, rt: Runtime) -> "Sources":
@@ -121,6 +131,14 @@ class Sources(EpochStep):
 
             self._kafka = Kafka(self.store, self.channel, self.insert, self.apply, self.errors)
         return self._kafka
+
+    @property
+    def delta(self):
+        if self._delta is None:
+            from millpond.connectors.delta import Delta
+
+            self._delta = Delta(self.store, self.channel, self.insert, self.apply, self.errors)
+        return self._delta
 
     def _by_connector(self, catalog: Catalog) -> dict[str, list[TableDef]]:
         found: dict[str, list[TableDef]] = {}
@@ -139,6 +157,8 @@ class Sources(EpochStep):
             self.files.ingest(by["files"], epoch)
         if "kafka" in by:
             self.kafka.ingest(by["kafka"], epoch)
+        if "deltalake" in by:
+            self.delta.ingest(by["deltalake"], epoch)
 
     def after(self, plan: EpochPlan, report: EpochReport) -> EpochReport:
         if any(t.source for t in plan.catalog.tables.values()):
@@ -150,7 +170,8 @@ class Sources(EpochStep):
         rows = []
         for connector, tables in sorted(self._by_connector(catalog).items()):
             reader: Callable | None = {"files": self.files.status,
-                                       "kafka": self._kafka.status if self._kafka else None}.get(connector)
+                                       "kafka": self._kafka.status if self._kafka else None,
+                                       "deltalake": self._delta.status if self._delta else None}.get(connector)
             for t in sorted(tables, key=lambda t: t.name):
                 for row in reader(t) if reader else []:
                     rows.append({"table_name": t.name, "connector": connector, **row})

@@ -44,7 +44,6 @@ tables go on.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from datetime import datetime, timezone
@@ -55,8 +54,9 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from millpond import faults, paths
+from millpond import faults
 from millpond.catalog import Column, TableDef
+from millpond.connectors import records
 from millpond.connectors.source_errors import SourceErrors
 from millpond.connectors.kafka_formats import decode, decode_all
 from millpond.engine.ingest import conform_rows
@@ -290,9 +290,8 @@ class _Topic:
         fresh = [p for p, s in starts.items() if s == 0]
         mode = self.options["scan.startup.mode"]
         if fresh and mode != "earliest":
-            key = paths.source_key(self.t.id, "kafka-start")
             store = self.kafka.store
-            recorded = {int(p): o for p, o in json.loads(store.get(key)).items()} if store.list(key) else None
+            recorded = records.read(store, self.t.id, "kafka-start")
             if recorded is None:  # the first read of the table: its start, fixed once
                 if mode == "latest":
                     ends = {p: self.consumer.get_watermark_offsets(TopicPartition(self.name, p),
@@ -303,8 +302,8 @@ class _Topic:
                     found = self.consumer.offsets_for_times([TopicPartition(self.name, p, at) for p in fresh],
                                                             timeout=METADATA_SECONDS)
                     ends = {tp.partition: tp.offset for tp in found}
-                store.put(key, json.dumps({str(p): o for p, o in ends.items()}).encode())
-                recorded = ends
+                recorded = records.fix(store, self.t.id, "kafka-start", {str(p): o for p, o in ends.items()})
+            recorded = {int(p): o for p, o in recorded.items()}
             for p in fresh:
                 if p in recorded and recorded[p] >= 0:  # a partition added later starts at its beginning
                     starts[p] = recorded[p]
@@ -414,4 +413,9 @@ def _text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}".strip()
 
 
-_quiet = logging.getLogger("millpond.kafka")
+# librdkafka's own log lines (a connection refused, every retry...) go here, silent by default:
+# millpond says a broker's problems once, as the table's source error (the logger "millpond").
+# logging.getLogger("millpond.kafka.client").propagate = True shows them.
+_quiet = logging.getLogger("millpond.kafka.client")
+_quiet.propagate = False
+_quiet.addHandler(logging.NullHandler())

@@ -48,6 +48,8 @@ def create(rt: Runtime, s: exp.Create) -> None:
 
 def _create_table(rt: Runtime, s: exp.Create) -> None:
     schema = s.this
+    if isinstance(schema, exp.Table) and s.args.get("properties") is not None and s.expression is None:
+        schema = exp.Schema(this=schema, expressions=[])  # CREATE TABLE t WITH (...): a source's columns
     if not isinstance(schema, exp.Schema) or s.expression is not None:
         raise SqlError("CREATE TABLE needs a column list (CREATE TABLE ... AS SELECT is not supported)")
     name = schema.this.name
@@ -70,8 +72,9 @@ def _create_table(rt: Runtime, s: exp.Create) -> None:
             pk.extend(e.name for e in d.expressions)
     append_only, source = _table_options(name, s)
     if source:
-        source, included = check_source(name, source, cols, pk)
-        cols += included
+        source, cols = check_source(name, source, cols, pk)
+    if not cols:
+        raise SqlError(f"table {name!r} needs at least one column")
     if append_only and pk:
         raise SqlError(f"table {name!r}: an APPEND ONLY table cannot have a primary key (an insert of an existing "
                        "key would replace a row)")
@@ -106,16 +109,18 @@ def _table_options(table: str, s: exp.Create) -> tuple[bool, dict[str, str]]:
             append_only = bool(value.this)
         elif isinstance(p, exp.FileFormatProperty):  # format = 'parquet'
             source["format"] = p.name.lower()
+        elif isinstance(p, exp.LocationProperty) and isinstance(p.this, exp.Literal):  # location = '...'
+            source["location"] = p.this.this
         elif isinstance(p, exp.Property) and isinstance(value, exp.Literal) and value.is_string:
             name = p.this.sql("postgres") if isinstance(p.this, exp.Dot) else p.name
             source[name.replace('"', "").lower()] = value.this
         else:
             raise SqlError(f"table {table!r}: unsupported table option {p.sql('postgres')!r} "
                            "(known: APPEND ONLY, or WITH (append_only = true|false); a source's options as "
-                           "strings, WITH (connector = 'files' | 'kafka', ...))")
+                           "strings, WITH (connector = 'files' | 'kafka' | 'deltalake', ...))")
     if source and "connector" not in source:
         raise SqlError(f"table {table!r}: its options {', '.join(sorted(source))} need a connector "
-                       "(WITH (connector = 'files' | 'kafka', ...))")
+                       "(WITH (connector = 'files' | 'kafka' | 'deltalake', ...))")
     return append_only, source
 
 

@@ -21,6 +21,7 @@ token where it was so positions stay true.
 
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 import pgparse
@@ -133,6 +134,9 @@ def _masked(text: str, tokens: Sequence[Token], base: int) -> str:
     return "".join(chars)
 
 
+_NO_COLUMNS = re.compile(r'^(\s*CREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?(?:"[^"]*"|[\w.]+))\s+WITH\s*\(', re.I)
+
+
 def check(text: str, statements: Sequence[tuple[int, Sequence[Token]]] | None = None) -> None:
     """Raise PostgreSQL's syntax error for the first statement of ``text`` its parser refuses.
 
@@ -145,6 +149,8 @@ def check(text: str, statements: Sequence[tuple[int, Sequence[Token]]] | None = 
         if not tokens or _own(text[base:end]):
             continue
         source = _masked(text[base:end], tokens, base)
+        # a source table whose columns are its upstream's: CREATE TABLE t WITH (connector = ...)
+        source = _NO_COLUMNS.sub(r"\1 () WITH (", source, count=1)
         try:
             pgparse.parse(source)
         except pgparse.PGQueryError as exc:

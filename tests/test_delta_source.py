@@ -1,0 +1,143 @@
+"""A Delta Lake table is a source (``WITH (connector = 'deltalake', location = ...)``), as delta-rs
+writes it: its snapshot, then each version — appends, and updates and deletes from the change data
+feed or from the files a version removed and added — with every view equal to DuckDB over the
+Delta table itself after every epoch; a key-less table stops at a delete with a clear error; a
+SIGKILL between appends loses and doubles nothing."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from millpond import SqlError
+from tests.conftest import rows
+
+
+def _sorted(table_rows: list[tuple]) -> list[tuple]:
+    return sorted(table_rows, key=lambda r: tuple((v is not None, v) for v in r))
+
+
+def _oracle(sql: str, location: str) -> list[tuple]:
+    con = duckdb.connect()
+    con.register("d", DeltaTable(location).to_pyarrow_table())
+    return _sorted([tuple(r) for r in con.execute(sql).fetchall()])
+
+
+def _batch(rng: random.Random, keys: range) -> pa.Table:
+    return pa.table({"id": pa.array(list(keys), pa.int64()),
+                     "region": [rng.choice(["eu", "us", "ap"]) for _ in keys],
+                     "amount": pa.array([rng.randrange(1000) for _ in keys], pa.int64())})
+
+
+@pytest.mark.parametrize("feed", [True, False], ids=["change_data_feed", "file_diff"])
+def test_a_delta_tables_versions_are_followed_with_updates_and_deletes(open_db, tmp_path, feed):
+    location = str(tmp_path / "orders")
+    rng = random.Random(3)
+    write_deltalake(location, _batch(rng, range(0, 200)), partition_by=["region"],
+                    configuration={"delta.enableChangeDataFeed": "true"} if feed else None)
+    db = open_db()
+    db.sql(f"CREATE TABLE orders (PRIMARY KEY (id)) WITH (connector = 'deltalake', location = '{location}')")
+    assert [c.name for c in db.catalog.tables["orders"].columns] == ["id", "region", "amount"]
+    db.sql("CREATE MATERIALIZED VIEW per_region AS SELECT region, count(*) AS n, sum(amount) AS total "
+           "FROM orders GROUP BY region")
+    next_id = 200
+    for step in range(5):
+        db.flush()
+        assert rows(db.sql("SELECT * FROM orders")) == _oracle("SELECT id, region, amount FROM d", location)
+        assert rows(db.sql("SELECT * FROM per_region")) == _oracle(
+            "SELECT region, count(*), sum(amount) FROM d GROUP BY region", location)
+        dt = DeltaTable(location)
+        what = step % 4
+        if what == 0:
+            write_deltalake(location, _batch(rng, range(next_id, next_id + 30)), mode="append")
+            next_id += 30
+        elif what == 1:
+            dt.update({"amount": "amount + 1"}, predicate=f"id < {rng.randrange(50, 150)}")
+        elif what == 2:
+            dt.delete(f"id % 7 = {rng.randrange(7)}")
+        else:
+            dt.optimize.compact()  # files rewritten, rows unchanged
+    db.flush()
+    assert rows(db.sql("SELECT * FROM per_region")) == _oracle(
+        "SELECT region, count(*), sum(amount) FROM d GROUP BY region", location)
+    status = db.sql("SELECT split, position, lag FROM millpond_sources").to_pylist()
+    assert status == [{"split": location, "position": DeltaTable(location).version(), "lag": 0}]
+
+
+def test_a_keyless_delta_table_takes_appends_and_stops_at_a_delete(open_db, tmp_path):
+    location = str(tmp_path / "events")
+    write_deltalake(location, pa.table({"g": ["a", "b"], "v": pa.array([1, 2], pa.int32())}))
+    db = open_db()
+    db.sql(f"CREATE TABLE ev WITH (connector = 'deltalake', location = '{location}')")
+    db.sql("CREATE MATERIALIZED VIEW s AS SELECT g, sum(v) AS total FROM ev GROUP BY g")
+    write_deltalake(location, pa.table({"g": ["a"], "v": pa.array([10], pa.int32())}), mode="append")
+    db.flush()
+    assert rows(db.sql("SELECT * FROM s")) == [("a", 11), ("b", 2)]
+    DeltaTable(location).delete("g = 'b'")
+    write_deltalake(location, pa.table({"g": ["c"], "v": pa.array([5], pa.int32())}), mode="append")
+    with pytest.warns(Warning, match="create it with a PRIMARY KEY"):
+        db.flush()
+    assert rows(db.sql("SELECT * FROM s")) == [("a", 11), ("b", 2)]  # stopped before the delete
+    errors = db.sql("SELECT kind, error FROM millpond_source_errors").to_pylist()
+    assert errors[0]["kind"] == "stopped" and "version 2" in errors[0]["error"]
+
+
+def test_delta_source_columns_are_checked(open_db, tmp_path):
+    location = str(tmp_path / "t")
+    write_deltalake(location, pa.table({"a": pa.array([1], pa.int64()), "b": ["x"]}))
+    db = open_db()
+    for sql, message in [
+        (f"CREATE TABLE x (a BIGINT, c TEXT) WITH (connector = 'deltalake', location = '{location}')",
+         "column 'c' is not in the Delta table"),
+        (f"CREATE TABLE x (a INT) WITH (connector = 'deltalake', location = '{location}')",
+         "column 'a' is INT here but BIGINT in the Delta table"),
+        (f"CREATE TABLE x WITH (connector = 'deltalake', location = '{tmp_path / 'nothing'}')",
+         "no Delta table at"),
+        (f"CREATE TABLE x WITH (connector = 'deltalake', location = '{location}', bogus = '1')",
+         "unknown option 'bogus'"),
+        ("CREATE TABLE x WITH (connector = 'kafka', topic = 't', properties.bootstrap.server = '127.0.0.1:1')",
+         "needs at least one column"),
+    ]:
+        with pytest.raises(SqlError, match=message):
+            db.sql(sql)
+    assert not db.catalog.tables
+    db.sql(f"CREATE TABLE x (b TEXT) WITH (connector = 'deltalake', location = '{location}')")  # some columns
+    db.flush()
+    assert rows(db.sql("SELECT * FROM x")) == [("x",)]
+
+
+WORKER = r"""
+import sys, millpond
+db = millpond.connect(sys.argv[1], parallelism=1, interval=None)
+if "ev" not in db.catalog.tables:
+    db.sql(f"CREATE TABLE ev (PRIMARY KEY (id)) WITH (connector = 'deltalake', location = '{sys.argv[2]}');"
+           "CREATE MATERIALIZED VIEW per_g AS SELECT g, count(*) AS n, sum(v) AS s FROM ev GROUP BY g")
+db.flush()
+"""
+
+
+@pytest.mark.parametrize("point", ["delta.before_append:2", "delta.after_append:2"])
+def test_a_sigkill_between_versions_loses_and_doubles_nothing(open_db, root, tmp_path, point):
+    location = str(tmp_path / "ev")
+    write_deltalake(location, pa.table({"id": pa.array([0, 1], pa.int64()), "g": ["a", "b"], "v": [1, 2]}))
+    repo = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo / "src"), str(repo)])}
+    subprocess.run([sys.executable, "-c", WORKER, root, location], env=env, check=True, timeout=600)
+    for i in range(3):  # three versions to read in the next epoch: the kill lands after the first
+        write_deltalake(location, pa.table({"id": pa.array([10 + i], pa.int64()), "g": ["a"], "v": [10]}), mode="append")
+    DeltaTable(location).update({"v": "v + 100"}, predicate="id = 1")
+    proc = subprocess.run([sys.executable, "-c", WORKER, root, location], env={**env, "MILLPOND_CRASH_AT": point},
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == -9, f"the worker was not killed: {proc.stderr[-2000:]}"
+    db = open_db()
+    db.flush()
+    assert rows(db.sql("SELECT id, g, v FROM ev")) == _oracle("SELECT id, g, v FROM d", location)
+    assert rows(db.sql("SELECT * FROM per_g")) == _oracle("SELECT g, count(*), sum(v) FROM d GROUP BY g", location)
