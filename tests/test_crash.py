@@ -57,6 +57,8 @@ NTH = {
     "sink.before_commit": 4,        # an epoch committed, its changes not yet in a sink's Delta table
     "sink.after_commit": 4,         # a sink's Delta commit done (the first two: inside CREATE SINK)
     "files.after_record": 1,        # a file of the arrivals folder recorded as taken, its rows not yet appended
+    "delta.before_append": 1,       # a Delta version read, not yet appended to the delivered table's log
+    "delta.after_append": 1,        # a Delta version appended, the next not yet
 }
 CATALOG = "catalog.after_put"  # only passed while the schema is created: drawn while it is incomplete
 BUDGET = 6  # steps a worker runs past the recovered state before it stops uncrashed
@@ -248,6 +250,8 @@ QUICK = [  # the first five in make test, the rest in make chaos
     ("compaction.after_outputs", 1),  # merged files written, the compaction's version not
     ("log.truncate.after_start", 1),  # a log truncation half done
     ("log.compact.after_put", 1),     # a log compaction half done
+    ("delta.before_append", 1),   # a Delta version read, its rows not appended: read again
+    ("delta.after_append", 1),    # a Delta version appended: not read again
 ]
 
 

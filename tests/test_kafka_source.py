@@ -86,16 +86,20 @@ def test_upsert_json_with_tombstones_keeps_each_keys_last_value(open_db, kafka):
     rng = random.Random(11)
     state: dict[int, dict] = {}
     for epoch in range(4):
+        messages: dict[int, list] = {0: [], 1: []}  # partition -> (key, value) in order
         for _ in range(rng.randint(20, 60)):
             k = rng.randrange(30)
             key = json.dumps({"id": k}) if rng.random() < 0.5 else str(k)  # an object, or the key's value
             if k in state and rng.random() < 0.3:
-                kafka.produce(topic, [None], keys=[key], partition=k % 2)  # a tombstone deletes
+                messages[k % 2].append((key, None))  # a tombstone deletes
                 del state[k]
             else:
                 row = {"id": k, "owner": rng.choice("abc"), "balance": rng.randrange(40)}
-                kafka.produce(topic, [json.dumps(row)], keys=[key], partition=k % 2)
+                messages[k % 2].append((key, json.dumps(row)))
                 state[k] = row
+        for p, found in messages.items():
+            if found:
+                kafka.produce(topic, [v for _, v in found], keys=[k for k, _ in found], partition=p)
         db.flush()
         current = pa.Table.from_pylist(list(state.values()), schema=pa.schema(
             [("id", pa.int32()), ("owner", pa.string()), ("balance", pa.int64())]))

@@ -100,6 +100,29 @@ def files_folder(root: str) -> str:
     return f"{root.rstrip('/')}.files"
 
 
+# a table read from a Delta Lake table beside the root (``<root>.delta``, connectors/delta.py): the
+# crash chains' "file" steps append the same rows to it as a new version (written whole before the
+# worker's next millpond call: a kill never lands between the file and the version)
+DELIVERED_VIEW = ("delivered_per_product", ARRIVALS_VIEW[1].replace("arrivals", "delivered"))
+
+
+def delta_statement(root: str) -> str:
+    return f"CREATE TABLE delivered WITH (connector = 'deltalake', location = '{delta_location(root)}')"
+
+
+def delta_location(root: str) -> str:
+    return f"{root.rstrip('/')}.delta"
+
+
+def ensure_delta(root: str) -> None:
+    """The Delta table the ``delivered`` table reads, empty, unless it is there already."""
+    from deltalake import write_deltalake
+
+    if not os.path.exists(f"{delta_location(root)}/_delta_log"):
+        write_deltalake(delta_location(root), pa.table({"product": pa.array([], pa.string()),
+                                                        "n": pa.array([], pa.int32())}))
+
+
 PRODUCTS = [f"p{i}" for i in range(8)]
 USERS = [f"u{i}" for i in range(5)] + [None]
 CATEGORIES = ["c0", "c1", "c2", None]
@@ -209,6 +232,10 @@ def apply(db, step: Step) -> None:  # noqa: ANN001
         os.makedirs(aside, exist_ok=True)
         pq.write_table(rows, f"{aside}/{token:016x}.parquet")
         os.replace(f"{aside}/{token:016x}.parquet", f"{folder}/{token:016x}.parquet")
+        if "delivered" in db.catalog.tables:  # the same rows as a new version of the Delta table
+            from deltalake import write_deltalake
+
+            write_deltalake(delta_location(db.root), rows, mode="append")
     else:
         db.sql(step.payload)
 
@@ -343,6 +370,9 @@ def mismatches(db, ref: Reference, *, sinks: bool = True,  # noqa: ANN001
     bad = [t for t in ("info", "visit") if norm(db.sql(f"SELECT * FROM {t}")) != ref.query(f"SELECT * FROM {t}")]
     if "arrivals" in db.catalog.tables:  # the crash chains' files table
         bad += [t for t, sql in (("arrivals", "SELECT * FROM arrivals"), ARRIVALS_VIEW)
+                if norm(db.sql(f"SELECT * FROM {t}")) != ref.query(sql)]
+    if "delivered" in db.catalog.tables:  # the crash chains' Delta table: the same rows as arrivals
+        bad += [t for t, sql in (("delivered", "SELECT * FROM arrivals"), (DELIVERED_VIEW[0], ARRIVALS_VIEW[1]))
                 if norm(db.sql(f"SELECT * FROM {t}")) != ref.query(sql)]
     bad += [v for v, sql in VIEWS.items() if norm(db.sql(f"SELECT * FROM {v}")) != ref.query(sql)]
     if base is not None:

@@ -2,8 +2,9 @@
 
 A **source table** is ``CREATE TABLE t (...) WITH (connector = '<name>', ...)``: ``files``
 (:mod:`millpond.connectors.files`: a folder, each new file once), ``kafka``
-(:mod:`millpond.connectors.kafka`: a topic's partitions) and ``deltalake``
-(:mod:`millpond.connectors.delta`: a Delta table's versions). Its connector is a :class:`Connector`:
+(:mod:`millpond.connectors.kafka`: a topic's partitions), ``deltalake`` and ``iceberg``
+(:mod:`millpond.connectors.delta`, :mod:`millpond.connectors.iceberg`: a table's versions, read by
+:mod:`millpond.connectors.versioned`). Its connector is a :class:`Connector`:
 
 - at ``CREATE TABLE``, :func:`check` reads the table's options (unknown ones refused by name), and
   the columns its ``INCLUDE`` clauses add;
@@ -32,6 +33,7 @@ SOURCES``).
 
 from __future__ import annotations
 
+import importlib
 import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Protocol
@@ -55,7 +57,9 @@ __all__ = ["CONNECTORS", "Connector", "Sources", "STATUS_SCHEMA", "check", "loca
 
 log = logging.getLogger("millpond")
 
-CONNECTORS = ("files", "kafka", "deltalake")
+CONNECTORS = ("files", "kafka", "deltalake", "iceberg")
+VERSIONED = {"deltalake": ("delta", "millpond.connectors.delta", "DeltaReader"),
+             "iceberg": ("iceberg", "millpond.connectors.iceberg", "IcebergReader")}
 
 # millpond_sources (SHOW SOURCES): one row per split of every source table
 STATUS_SCHEMA = pa.schema([
@@ -84,8 +88,9 @@ def check(table: str, options: dict[str, str], columns: list[Column], key: list[
     columns: those given, with the ones its ``INCLUDE`` clauses add (Kafka), or the upstream
     table's (Delta Lake, when none are given); a SqlError names what is wrong."""
     connector = options.get("connector")
-    if not columns and connector != "deltalake":
-        raise SqlError(f"table {table!r} needs at least one column (only a Delta table's source gives its own)")
+    if not columns and connector not in VERSIONED:
+        raise SqlError(f"table {table!r} needs at least one column (only a Delta or Iceberg table's source gives "
+                       "its own)")
     if connector == "files":
         from millpond.connectors.files import check_source
 
@@ -95,10 +100,8 @@ def check(table: str, options: dict[str, str], columns: list[Column], key: list[
 
         options, included = check_source(table, options, columns, key)
         return options, [*columns, *included]
-    if connector == "deltalake":
-        from millpond.connectors.delta import check_source
-
-        return check_source(table, options, columns, key)
+    if connector in VERSIONED:
+        return importlib.import_module(VERSIONED[connector][1]).check_source(table, options, columns, key)
     raise SqlError(f"table {table!r}: connector must be one of {', '.join(map(repr, CONNECTORS))}"
                    f"{', got ' + repr(connector) if connector else ' (its options need one)'}")
 
@@ -114,7 +117,7 @@ class Sources(EpochStep):
         self.errors = SourceErrors()  # what each table's source failed on, while it lasts
         self.files = Files(store, channel, insert, self.errors)
         self._kafka = None  # made for the first Kafka table (its client is imported then)
-        self._delta = None
+        self._versioned: dict = {}  # connector -> its step part (a Delta table's, an Iceberg table's)
 
     @classmethod
     def of(cls, rt: Runtime) -> "Sources":
@@ -132,13 +135,15 @@ class Sources(EpochStep):
             self._kafka = Kafka(self.store, self.channel, self.insert, self.apply, self.errors)
         return self._kafka
 
-    @property
-    def delta(self):
-        if self._delta is None:
-            from millpond.connectors.delta import Delta
+    def versioned(self, connector: str):
+        """The step part of a connector whose tables are read version by version (Delta, Iceberg)."""
+        if connector not in self._versioned:
+            from millpond.connectors.versioned import Versioned
 
-            self._delta = Delta(self.store, self.channel, self.insert, self.apply, self.errors)
-        return self._delta
+            name, module, reader = VERSIONED[connector]
+            self._versioned[connector] = Versioned(name, getattr(importlib.import_module(module), reader), self.store,
+                                                   self.channel, self.insert, self.apply, self.errors)
+        return self._versioned[connector]
 
     def _by_connector(self, catalog: Catalog) -> dict[str, list[TableDef]]:
         found: dict[str, list[TableDef]] = {}
@@ -157,8 +162,9 @@ class Sources(EpochStep):
             self.files.ingest(by["files"], epoch)
         if "kafka" in by:
             self.kafka.ingest(by["kafka"], epoch)
-        if "deltalake" in by:
-            self.delta.ingest(by["deltalake"], epoch)
+        for connector in VERSIONED:
+            if connector in by:
+                self.versioned(connector).ingest(by[connector], epoch)
 
     def after(self, plan: EpochPlan, report: EpochReport) -> EpochReport:
         if any(t.source for t in plan.catalog.tables.values()):
@@ -171,7 +177,7 @@ class Sources(EpochStep):
         for connector, tables in sorted(self._by_connector(catalog).items()):
             reader: Callable | None = {"files": self.files.status,
                                        "kafka": self._kafka.status if self._kafka else None,
-                                       "deltalake": self._delta.status if self._delta else None}.get(connector)
+                                       **{c: v.status for c, v in self._versioned.items()}}.get(connector)
             for t in sorted(tables, key=lambda t: t.name):
                 for row in reader(t) if reader else []:
                     rows.append({"table_name": t.name, "connector": connector, **row})

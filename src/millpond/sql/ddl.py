@@ -117,10 +117,10 @@ def _table_options(table: str, s: exp.Create) -> tuple[bool, dict[str, str]]:
         else:
             raise SqlError(f"table {table!r}: unsupported table option {p.sql('postgres')!r} "
                            "(known: APPEND ONLY, or WITH (append_only = true|false); a source's options as "
-                           "strings, WITH (connector = 'files' | 'kafka' | 'deltalake', ...))")
+                           "strings, WITH (connector = 'files' | 'kafka' | 'deltalake' | 'iceberg', ...))")
     if source and "connector" not in source:
         raise SqlError(f"table {table!r}: its options {', '.join(sorted(source))} need a connector "
-                       "(WITH (connector = 'files' | 'kafka' | 'deltalake', ...))")
+                       "(WITH (connector = 'files' | 'kafka' | 'deltalake' | 'iceberg', ...))")
     return append_only, source
 
 
