@@ -232,6 +232,37 @@ def test_a_project_reading_parquet_folders_as_sdp_does(open_db, tmp_path):
         ev(round_ + 1, 20)
 
 
+def test_a_project_over_a_delta_table_keeps_its_view_incrementally(open_db, tmp_path):
+    """``delta.`path``` and ``STREAM(delta.`path`)`` in a project become a Delta source table: each
+    run reads only the versions written since (the epoch's input is the new rows), and the views
+    equal DuckDB over the Delta table."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    location = tmp_path / "lake" / "ev"
+    write_deltalake(str(location), pa.table({"k": pa.array([1, 2, 1], pa.int64()), "v": pa.array([5, 6, 7], pa.int64())}))
+    (tmp_path / "transformations").mkdir()
+    (tmp_path / "transformations" / "views.sql").write_text(
+        "CREATE MATERIALIZED VIEW per_k AS SELECT k, count(*) AS n, sum(v) AS s FROM delta.`lake/ev` GROUP BY k;\n"
+        "CREATE STREAMING TABLE big AS SELECT * FROM STREAM(delta.`lake/ev`) WHERE v > 5;\n")
+    (tmp_path / "spark-pipeline.yml").write_text(SPEC)
+    db = open_db()
+    project = pipelines.load(tmp_path / "spark-pipeline.yml")
+    for round_ in range(3):
+        report = pipelines.run(db, project)
+        assert sum("Delta source table" in line for line in report) == (1 if round_ == 0 else 0), report
+        oracle = duckdb.connect()
+        oracle.register("d", DeltaTable(str(location)).to_pyarrow_table())
+        assert rows(db.sql("SELECT * FROM per_k")) == rows(oracle.sql(
+            "SELECT k, count(*), sum(v) FROM d GROUP BY k").to_arrow_table())
+        assert rows(db.sql("SELECT * FROM big")) == rows(oracle.sql("SELECT * FROM d WHERE v > 5").to_arrow_table())
+        if round_:
+            assert db.sql("SELECT rows_in FROM millpond_epochs WHERE name = 'per_k' ORDER BY epoch DESC LIMIT 1"
+                          ).to_pylist() == [{"rows_in": 2}]  # the version's two rows, not the table
+        write_deltalake(str(location), pa.table({"k": pa.array([round_, 3], pa.int64()),
+                                                 "v": pa.array([10 * round_, 1], pa.int64())}), mode="append")
+
+
 def test_spark_sql_means_what_spark_means_and_a_failing_dataset_stops_only_its_readers(open_db, tmp_path):
     """SDP's SQL files are Spark's SQL: ``/`` of integers is a double, ``"…"`` a string, ``nvl``,
     ``if`` and ``LATERAL VIEW explode`` Spark's; a dataset millpond cannot create is named with its

@@ -82,7 +82,8 @@ class Dataset:
 @dataclass(frozen=True)
 class Files:
     """A folder of files a query reads (``parquet.`path```, ``read_files('path', format => 'csv')``):
-    a files table of the root, its columns those of the folder's first file."""
+    a files table of the root, its columns those of the folder's first file; or a Delta table
+    (``delta.`path```, format ``delta``): a Delta source table, its columns the table's."""
 
     name: str
     path: str
@@ -136,7 +137,7 @@ _HEAD = re.compile(
     r"CREATE\s+(?:OR\s+(?:REFRESH|REPLACE)\s+)?(?P<kind>MATERIALIZED\s+VIEW|STREAMING\s+TABLE|TEMP(?:ORARY)?\s+VIEW|"
     r"VIEW|FLOW)\s+(?P<name>[\w.`\"]+)\s*(?P<rest>.*)\Z", re.I | re.S)
 _INTO = re.compile(r"AS\s+INSERT\s+INTO\s+(?P<target>[\w.`\"]+)\s+(?:BY\s+NAME\s+)?(?P<query>.*)\Z", re.I | re.S)
-_FILES = re.compile(r"\b(parquet|csv|json)\.`([^`]+)`|\bread_files\(\s*'([^']+)'\s*(?:,\s*format\s*=>\s*'(\w+)')?\s*\)",
+_FILES = re.compile(r"\b(parquet|csv|json|delta)\.`([^`]+)`|\bread_files\(\s*'([^']+)'\s*(?:,\s*format\s*=>\s*'(\w+)')?\s*\)",
                     re.I)
 _AS_QUERY = re.compile(r"\bAS\s+(\(?\s*(?:SELECT|WITH|VALUES|TABLE)\b.*)\Z", re.I | re.S)
 _STREAM = re.compile(r"\bSTREAM\s*\(\s*([\w.`\"]+)\s*\)|\bSTREAM\s+([\w`\"][\w.`\"]*)", re.I)
@@ -231,16 +232,17 @@ def _statements(text: str) -> list[tuple[str, int]]:
 
 def _sources(sql: str, folder: Path, files: dict[str, Files], where: str) -> str:
     """``sql`` with each folder it reads (``parquet.`p```, ``read_files('p', format => 'f')``) as
-    the files table that takes it in."""
+    the files table that takes it in, and each Delta table (``delta.`p```, ``STREAM(delta.`p`)``)
+    as the Delta source table that follows its versions."""
     import hashlib
 
     def table(m: re.Match) -> str:
         fmt = (m.group(1) or m.group(4) or "").lower()
         path = m.group(2) or m.group(3)
-        if fmt not in ("parquet", "csv", "json"):
+        if fmt not in ("parquet", "csv", "json", "delta"):
             raise PipelineError(f"{where}: read_files needs format => 'parquet', 'csv' or 'json'")
         path = path if "://" in path else str((folder / path).resolve())
-        name = "files_" + hashlib.sha256(f"{fmt}:{path}".encode()).hexdigest()[:10]
+        name = ("delta_" if fmt == "delta" else "files_") + hashlib.sha256(f"{fmt}:{path}".encode()).hexdigest()[:10]
         files[name] = Files(name, path, fmt)
         return name
     return _FILES.sub(table, sql)
@@ -381,11 +383,16 @@ def run(db: "Database", project: Project, full_refresh: "set[str] | bool" = froz
         owned = set(json.loads(store.get(_key(project))))
     except MissingError:
         owned = set()
-    for src in project.files.values():  # the folders read, as files tables (created once)
-        if src.name not in db.catalog.tables:
-            db.sql(f"CREATE TABLE {src.name} ({_columns(db, src)}) APPEND ONLY WITH (connector = 'files', "
-                   f"path = '{src.path}', format = '{src.format}')")
-            report.append(f"  created {src.name} (files table of {src.path})")
+    for src in project.files.values():  # the folders and Delta tables read, as source tables (created once)
+        if src.name in db.catalog.tables:
+            continue
+        if src.format == "delta":  # its columns are the Delta table's; each version read as a change
+            db.sql(f"CREATE TABLE {src.name} WITH (connector = 'deltalake', location = '{src.path}')")
+            report.append(f"  created {src.name} (Delta source table of {src.path})")
+            continue
+        db.sql(f"CREATE TABLE {src.name} ({_columns(db, src)}) APPEND ONLY WITH (connector = 'files', "
+               f"path = '{src.path}', format = '{src.format}')")
+        report.append(f"  created {src.name} (files table of {src.path})")
     views = db.catalog.views
     wanted = {d.name: d.sql() for d in ordered}
     clash = sorted(n for n in wanted if n in tables)
