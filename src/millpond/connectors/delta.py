@@ -75,14 +75,18 @@ def _open(options: dict[str, str], version: int | None = None):
 
 
 class DeltaReader:
-    """One Delta table, version by version (:class:`millpond.connectors.versioned.Reader`)."""
+    """One Delta table, version by version (:class:`millpond.connectors.versioned.Reader`): kept
+    open across epochs, its log read on from where it was (``update_incremental``), and a second
+    handle walked forward a version at a time to see what each version added and removed."""
 
     def __init__(self, t: TableDef):
         self.options = dict(t.source)
         self.location = self.options["location"]
         self.table = _open(self.options)
+        self._walker = None  # a handle at the version before the one read next (no change data feed)
 
     def latest(self) -> int:
+        self.table.update_incremental()
         return self.table.version()
 
     def operations(self, after: int, upto: int) -> dict[int, str | None]:
@@ -96,17 +100,21 @@ class DeltaReader:
         return _read(self._snapshot, files)
 
     def change(self, version: int, operation: str | None) -> tuple[pa.Table, pa.Table] | None:
+        walker = self._walker
+        if walker is None or walker.version() != version - 1:
+            walker = self._walker = _open(self.options, version - 1)
+        before = walker.to_pyarrow_dataset() if operation not in NO_CHANGE else None
+        walker.load_as_version(version)  # one commit read on
         if operation in NO_CHANGE:
             return None
-        dt = _open(self.options, version)
-        if dt.metadata().configuration.get("delta.enableChangeDataFeed", "false").lower() == "true":
-            feed = dt.load_cdf(starting_version=version, ending_version=version)
+        if walker.metadata().configuration.get("delta.enableChangeDataFeed", "false").lower() == "true":
+            feed = walker.load_cdf(starting_version=version, ending_version=version)
             feed = plain(pa.table(feed.read_all() if hasattr(feed, "read_all") else feed))
-            kind, names = feed.column("_change_type"), [f.name for f in dt.schema().to_arrow()]
+            kind, names = feed.column("_change_type"), [f.name for f in walker.schema().to_arrow()]
             added = feed.filter(pc.is_in(kind, pa.array(["insert", "update_postimage"]))).select(names)
             removed = feed.filter(pc.is_in(kind, pa.array(["delete", "update_preimage"]))).select(names)
             return added, removed
-        now, before = dt.to_pyarrow_dataset(), _open(self.options, version - 1).to_pyarrow_dataset()
+        now = walker.to_pyarrow_dataset()
         now_files, before_files = {f.path: f for f in now.get_fragments()}, {f.path: f for f in before.get_fragments()}
         return (_read(now, [now_files[p] for p in sorted(set(now_files) - set(before_files))]),
                 _read(before, [before_files[p] for p in sorted(set(before_files) - set(now_files))]))

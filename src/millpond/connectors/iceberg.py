@@ -61,16 +61,19 @@ class IcebergReader:
     """One Iceberg table, snapshot by snapshot (:class:`millpond.connectors.versioned.Reader`)."""
 
     def __init__(self, t: TableDef):
-        from pyiceberg.table.snapshots import ancestors_of
-
         options = dict(t.source)
         self.location = f"{options['database.name']}.{options['table.name']}"
         self.table = _load(options)
+        self.chain: list = []
+
+    def latest(self) -> int:
+        """The current snapshot's place in its ancestry (the table's metadata read anew)."""
+        from pyiceberg.table.snapshots import ancestors_of
+
+        self.table = self.table.refresh()
         current = self.table.current_snapshot()
         self.chain = list(reversed(list(ancestors_of(current, self.table.metadata)))) if current else []
         self.schema = plain_schema(self.table.schema().as_arrow())
-
-    def latest(self) -> int:
         return len(self.chain) if self.chain else -1
 
     def operations(self, after: int, upto: int) -> dict[int, str | None]:

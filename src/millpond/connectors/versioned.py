@@ -79,9 +79,12 @@ class Versioned:
         self._status: dict[int, dict] = {}  # table id -> its millpond_sources row
         self._stopped: dict[int, str] = {}
         self._at: dict[int, tuple[int, int]] = {}  # table id -> (version, its files done; PARTS - 1: all)
+        self._readers: dict[int, Reader] = {}  # table id -> its reader, kept open across epochs
 
     def ingest(self, tables: list[TableDef], epoch: int) -> None:
         now = datetime.now(timezone.utc)
+        for gone in set(self._readers) - {t.id for t in tables}:  # dropped since
+            del self._readers[gone]
         for t in tables:
             if t.id in self._stopped:
                 continue
@@ -89,10 +92,12 @@ class Versioned:
             try:
                 self._ingest(t, epoch)
             except Stop as exc:
+                self._readers.pop(t.id, None)
                 self._stopped[t.id] = str(exc)
                 self.errors.seen(t.id, "stopped", where, str(exc), epoch=epoch, now=now)
                 log.warning("table %s stopped: %s", t.name, exc)
             except Exception as exc:  # noqa: BLE001 - one table's source must not stop the epoch
+                self._readers.pop(t.id, None)  # opened anew next time
                 if self.errors.seen(t.id, "listing", where, _text(exc), epoch=epoch, now=now):
                     log.warning("table %s: reading its %s table failed (tried again before every epoch): %s",
                                 t.name, self.connector, _text(exc))
@@ -107,7 +112,7 @@ class Versioned:
         pass
 
     def _ingest(self, t: TableDef, epoch: int) -> None:
-        reader = self.open(t)
+        reader = self._readers.get(t.id) or self._readers.setdefault(t.id, self.open(t))
         producer = f"{self.connector}:t{t.id}"
         latest = reader.latest()
         if t.id not in self._at:  # where this process starts: the snapshot's version, the log's last append
