@@ -124,6 +124,7 @@ db.flush()
 """
 
 
+@pytest.mark.slow  # two worker processes, each starting Spark (make slow, which CI runs)
 @pytest.mark.parametrize("point", ["delta.before_append:2", "delta.after_append:2"])
 def test_a_sigkill_between_versions_loses_and_doubles_nothing(open_db, root, tmp_path, point):
     location = str(tmp_path / "ev")

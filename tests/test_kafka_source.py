@@ -233,6 +233,7 @@ db.flush()
 """
 
 
+@pytest.mark.slow  # two worker processes, each starting Spark (make slow, which CI runs)
 @pytest.mark.parametrize("point", ["kafka.before_append:2", "kafka.after_append:2"])
 def test_a_sigkill_between_a_chunks_appends_loses_and_doubles_nothing(open_db, root, kafka, point):
     topic = kafka.topic(f"crash_{point.split('.')[1].split(':')[0]}", partitions=3)
