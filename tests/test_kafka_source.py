@@ -252,3 +252,29 @@ def test_a_sigkill_between_a_chunks_appends_loses_and_doubles_nothing(open_db, r
     want = pa.Table.from_pylist(produced)
     assert rows(db.sql("SELECT * FROM ev")) == _oracle("SELECT g, CAST(v AS INT) FROM w", w=want)
     assert rows(db.sql("SELECT * FROM per_g")) == _oracle("SELECT g, count(*), sum(v) FROM w GROUP BY g", w=want)
+
+
+def test_a_broker_out_of_reach_is_said_and_the_other_tables_go_on(open_db):
+    from tests.tansu import Broker
+
+    broker = Broker()  # its own: stopped below
+    try:
+        topic = broker.topic("gone", partitions=1)
+        broker.produce(topic, ['{"a": 1}'])
+        db = open_db()
+        db.sql(_kafka_table(broker, "k", "a INT", topic))
+        db.sql("CREATE TABLE plain_t (a INT)")
+        db.sql("CREATE MATERIALIZED VIEW t_sum AS SELECT sum(a) AS s FROM plain_t")
+        db.flush()
+        broker.stop()
+        db.sql("INSERT INTO plain_t VALUES (5)")
+        with pytest.warns(Warning, match="source tables have errors"):
+            db.flush()  # the broker's answer is waited for 2 s, then again only after a back-off
+        assert rows(db.sql("SELECT * FROM t_sum")) == [(5,)]  # the other table went on
+        assert rows(db.sql("SELECT * FROM k")) == [(1,)]
+        errors = db.sql("SELECT table_name, kind, path FROM millpond_source_errors").to_pylist()
+        assert errors == [{"table_name": "k", "kind": "broker", "path": broker.bootstrap}]
+        shown = {t["name"]: t["error"] for t in db.sql("SHOW TABLES").to_pylist()}
+        assert "broker" in shown["k"] and shown["plain_t"] is None
+    finally:
+        broker.stop()

@@ -38,8 +38,8 @@ the table first reads it) or ``timestamp`` (the first message at or after
 skipped and recorded with its partition and offset in ``millpond_source_errors`` (the last 100
 per table), or with ``on_error = 'stop'`` stops the table there: the messages before it come in,
 none after it (in any partition) until the table is created again. **A broker out of reach** is a
-source error of the table, tried again before the epochs at most every few seconds; the other
-tables go on.
+source error of the table: an epoch waits 2 s for its answer, and the next tries wait 5, 10, 20...
+up to 60 s apart (epochs meanwhile do not wait for it); the other tables go on.
 """
 
 from __future__ import annotations
@@ -79,8 +79,10 @@ KNOWN = {"connector", "topic", "properties.bootstrap.server", "scan.startup.mode
 CHUNK = 100_000  # messages per consume: one append per partition per chunk (bounds an ingest's memory)
 MAX_EPOCH_MESSAGES = 2_000_000  # per table and epoch: the rest in the next epoch (bounds an epoch)
 MAX_SECONDS = 30.0  # reading one table before one epoch, at most
-METADATA_SECONDS = 5.0  # a broker's answer about the topic, at most
-RETRY_SECONDS = 5.0  # after a broker could not be reached, before trying it again
+METADATA_SECONDS = 5.0  # a broker's answer about the topic at CREATE, at most
+EPOCH_METADATA_SECONDS = 2.0  # ... before an epoch (an epoch waits this long for a broker out of reach)
+RETRY_SECONDS = 5.0  # after a broker could not be reached, before trying it again (doubling to MAX_RETRY_SECONDS)
+MAX_RETRY_SECONDS = 60.0
 KEEP_MESSAGES = 100  # skipped messages kept per table in millpond_source_errors
 
 
@@ -173,7 +175,7 @@ class Kafka:
                  apply: Callable, errors: SourceErrors):
         self.store, self.channel, self.insert, self.apply, self.errors = store, channel, insert, apply, errors
         self._topics: dict[int, _Topic] = {}
-        self._failed: dict[int, float] = {}  # table id -> when its broker last failed (monotonic)
+        self._failed: dict[int, tuple[float, float]] = {}  # table id -> when its broker last failed, the wait
 
     def ingest(self, tables: list[TableDef], epoch: int) -> None:
         from confluent_kafka import KafkaException
@@ -182,7 +184,8 @@ class Kafka:
             self._topics.pop(gone).close()
         now = datetime.now(timezone.utc)
         for t in tables:
-            if time.monotonic() - self._failed.get(t.id, -RETRY_SECONDS) < RETRY_SECONDS:
+            failed, wait = self._failed.get(t.id, (None, 0.0))
+            if failed is not None and time.monotonic() - failed < wait:
                 continue
             try:
                 topic = self._topics.get(t.id)
@@ -190,7 +193,7 @@ class Kafka:
                     topic = self._topics[t.id] = _Topic(t, self)
                 topic.ingest(epoch, now)
             except Exception as exc:  # noqa: BLE001 - one table's broker must not stop the epoch
-                self._failed[t.id] = time.monotonic()
+                self._failed[t.id] = (time.monotonic(), min(max(2 * wait, RETRY_SECONDS), MAX_RETRY_SECONDS))
                 if (topic := self._topics.pop(t.id, None)) is not None:
                     topic.close()  # a new client next time, from the positions the log applied
                 kind = "broker" if isinstance(exc, KafkaException) else "ingest"
@@ -247,7 +250,7 @@ class _Topic:
 
         if self.stopped is not None:
             return
-        meta = self.consumer.list_topics(self.name, timeout=METADATA_SECONDS).topics.get(self.name)
+        meta = self.consumer.list_topics(self.name, timeout=EPOCH_METADATA_SECONDS).topics.get(self.name)
         if meta is None or meta.error is not None:
             raise KafkaException(meta.error if meta is not None else f"topic {self.name!r} is gone")
         partitions = sorted(meta.partitions)
