@@ -154,14 +154,14 @@ class Sources(EpochStep):
 
     def before(self, catalog: Catalog, consumers: list[Consumer], manifest: Manifest) -> None:
         by = self._by_connector(catalog)
-        if not by:
+        if not by and self._kafka is None:
             return
         self.errors.keep(t.id for tables in by.values() for t in tables)
         epoch = manifest.epoch + 1
         if "files" in by:
             self.files.ingest(by["files"], epoch)
-        if "kafka" in by:
-            self.kafka.ingest(by["kafka"], epoch)
+        if "kafka" in by or self._kafka is not None:  # (none left: the dropped tables' clients are closed)
+            self.kafka.ingest(by.get("kafka", []), epoch)
         for connector in VERSIONED:
             if connector in by:
                 self.versioned(connector).ingest(by[connector], epoch)
