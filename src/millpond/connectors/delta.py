@@ -21,8 +21,9 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pds
 
 from millpond.catalog import Column, TableDef
-from millpond.connectors.versioned import plain, plain_schema
 from millpond.catalog.types import normalize_type, sql_type
+from millpond.connectors.source_errors import text
+from millpond.connectors.versioned import plain, plain_schema
 from millpond.errors import SqlError
 
 __all__ = ["DeltaReader", "check_source", "check_columns"]
@@ -46,7 +47,7 @@ def check_source(table: str, options: dict[str, str], columns: list[Column], key
     try:
         schema = plain_schema(pa.schema(_open(options).schema().to_arrow()))
     except Exception as exc:  # noqa: BLE001 - any reader's error: the location is named
-        raise SqlError(f"{where}: no Delta table at {options['location']!r} can be read: {_text(exc)}") from None
+        raise SqlError(f"{where}: no Delta table at {options['location']!r} can be read: {text(exc)}") from None
     return options, check_columns(where, f"the Delta table at {options['location']!r}", schema, columns, key)
 
 
@@ -126,6 +127,3 @@ def _read(ds: pds.FileSystemDataset, fragments: list) -> pa.Table:
         return ds.schema.empty_table()
     return plain(pds.FileSystemDataset(fragments, ds.schema, ds.format, ds.filesystem).to_table())
 
-
-def _text(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}".strip()

@@ -47,7 +47,7 @@ import pyarrow.parquet as pq
 
 from millpond import faults, paths
 from millpond.catalog import TableDef
-from millpond.connectors.source_errors import SourceErrors
+from millpond.connectors.source_errors import SourceErrors, text
 from millpond.engine.ingest import conform_rows
 from millpond.errors import SqlError
 from millpond.store.objects import ObjectStore
@@ -89,7 +89,7 @@ def local_listing_error(path: str) -> str | None:
     try:
         _local(path)
     except OSError as exc:
-        return _text(exc)
+        return text(exc)
     return None
 
 
@@ -117,9 +117,9 @@ class Files:
                 self._ingest(t, epoch, now)
             except Exception as exc:  # noqa: BLE001 - one table's folder must not stop the epoch
                 self._taken.pop(t.id, None)
-                if self.errors.seen(t.id, "ingest", dict(t.source)["path"], _text(exc), epoch=epoch, now=now):
+                if self.errors.seen(t.id, "ingest", dict(t.source)["path"], text(exc), epoch=epoch, now=now):
                     log.warning("table %s: taking its files in failed (retried before every epoch): %s",
-                                t.name, _text(exc))
+                                t.name, text(exc))
             else:
                 if self.errors.clear(t.id, "ingest"):
                     log.info("table %s: taking its files in works again", t.name)
@@ -135,9 +135,9 @@ class Files:
         try:
             found = _candidates(self._folder(source["path"]), source["path"], taken, refused)
         except Exception as exc:  # noqa: BLE001 - any listing error: said, retried, the others go on
-            if self.errors.seen(t.id, "listing", source["path"], _text(exc), epoch=epoch, now=now):
+            if self.errors.seen(t.id, "listing", source["path"], text(exc), epoch=epoch, now=now):
                 log.warning("table %s: its path %s cannot be listed (retried before every epoch): %s",
-                            t.name, source["path"], _text(exc))
+                            t.name, source["path"], text(exc))
             return
         if self.errors.clear(t.id, "listing"):
             log.info("table %s: its path %s is listed again", t.name, source["path"])
@@ -156,7 +156,7 @@ class Files:
             try:
                 rows = self._read(t, path)
             except Exception as exc:  # noqa: BLE001 - any reader's error: the file is named, the next come in
-                record["error"] = _text(exc)
+                record["error"] = text(exc)
             self.store.put(paths.files_key(t.id, n), json.dumps(record).encode())
             taken[path], self._next[t.id] = n, n + 1
             if "error" in record:
@@ -236,9 +236,6 @@ class Files:
 def _producer(t: TableDef) -> str:
     return f"files:t{t.id}"
 
-
-def _text(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}".strip()
 
 
 def _candidates(store: ObjectStore | None, path: str, taken: dict[str, int], refused: Container[str]

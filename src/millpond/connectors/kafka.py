@@ -57,9 +57,8 @@ import pyarrow as pa
 from millpond import faults
 from millpond.catalog import Column, TableDef
 from millpond.connectors import records
-from millpond.connectors.source_errors import SourceErrors
+from millpond.connectors.source_errors import SourceErrors, text
 from millpond.connectors.kafka_formats import decode, decode_all
-from millpond.engine.ingest import conform_rows
 from millpond.errors import SqlError
 from millpond.store.objects import ObjectStore
 
@@ -152,12 +151,12 @@ def _check_client(where: str, options: dict[str, str]) -> None:
     try:
         consumer = Consumer({**client_config(options), "group.id": "millpond-check", "logger": _quiet})
     except (KafkaException, ValueError, TypeError) as exc:
-        raise SqlError(f"{where}: the Kafka client refuses its properties: {_text(exc)}") from None
+        raise SqlError(f"{where}: the Kafka client refuses its properties: {text(exc)}") from None
     try:
         topic = consumer.list_topics(options["topic"], timeout=METADATA_SECONDS).topics.get(options["topic"])
     except KafkaException as exc:
         raise SqlError(f"{where}: broker {options['properties.bootstrap.server']!r} cannot be reached: "
-                       f"{_text(exc)}") from None
+                       f"{text(exc)}") from None
     finally:
         consumer.close()
     if topic is None or topic.error is not None:
@@ -197,9 +196,9 @@ class Kafka:
                 if (topic := self._topics.pop(t.id, None)) is not None:
                     topic.close()  # a new client next time, from the positions the log applied
                 kind = "broker" if isinstance(exc, KafkaException) else "ingest"
-                if self.errors.seen(t.id, kind, dict(t.source)["properties.bootstrap.server"], _text(exc),
+                if self.errors.seen(t.id, kind, dict(t.source)["properties.bootstrap.server"], text(exc),
                                     epoch=epoch, now=now):
-                    log.warning("table %s: reading Kafka failed (tried again before the epochs): %s", t.name, _text(exc))
+                    log.warning("table %s: reading Kafka failed (tried again before the epochs): %s", t.name, text(exc))
             else:
                 self._failed.pop(t.id, None)
                 if self.errors.clear(t.id, "broker") + self.errors.clear(t.id, "ingest"):
@@ -376,7 +375,7 @@ class _Topic:
         producer = (_producer(self.t, p), last)
         faults.point("kafka.before_append")
         if "_op" not in rows.column_names:
-            self.kafka.insert(self.t, conform_rows(self.t, rows), producer)
+            self.kafka.insert(self.t, self._fit(rows), producer)
             faults.point("kafka.after_append")
             return
         key = list(self.t.primary_key)
@@ -384,9 +383,14 @@ class _Topic:
         deleted = rows.get_column("_op") < 0
         upserts = rows.filter(~deleted).drop("_op")
         deletes = rows.filter(deleted).select(key)
-        self.kafka.apply(self.t, conform_rows(self.t, upserts.to_arrow()) if upserts.height else None,
+        self.kafka.apply(self.t, self._fit(upserts.to_arrow()) if upserts.height else None,
                          deletes.to_arrow() if deletes.height else None, producer)
         faults.point("kafka.after_append")
+
+    def _fit(self, rows: pa.Table) -> pa.Table:
+        """Decoded rows (conformed to their columns already, by :func:`decode`) with INCLUDE's
+        columns, in the table's order and types: not conformed a second time."""
+        return rows.select(self.t.schema.names).cast(self.t.schema)
 
     def status(self) -> list[dict]:
         from confluent_kafka import TopicPartition
@@ -411,9 +415,6 @@ class _Topic:
 def _producer(t: TableDef, p: int) -> str:
     return f"kafka:t{t.id}:{p}"
 
-
-def _text(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}".strip()
 
 
 # librdkafka's own log lines (a connection refused, every retry...) go here, silent by default:

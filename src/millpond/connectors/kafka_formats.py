@@ -14,6 +14,7 @@ import pyarrow.csv as pcsv
 import pyarrow.json as pjson
 
 from millpond.catalog import TableDef
+from millpond.connectors.source_errors import text
 from millpond.log.conform import conform
 
 __all__ = ["decode", "decode_all"]
@@ -33,7 +34,7 @@ def decode(t: TableDef, options: dict[str, str], values: list, keys: list | None
         try:
             decode_all(t, options, [v], None if keys is None else [keys[i]])
         except Exception as exc:  # noqa: BLE001 - any reader's error names the message
-            bad.append((i, _text(exc)))
+            bad.append((i, text(exc)))
     skipped = {i for i, _ in bad}
     good = [i for i in range(len(values)) if i not in skipped]
     if not bad:  # each reads alone, not together: read them one by one
@@ -186,6 +187,3 @@ def _fill(rows: pa.Table, schema: pa.Schema) -> pa.Table:
             rows = rows.append_column(f.name, pa.nulls(rows.num_rows, f.type))
     return rows.select(schema.names)
 
-
-def _text(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}".strip()

@@ -38,7 +38,7 @@ import pyarrow as pa
 
 from millpond.catalog import Catalog
 
-__all__ = ["KINDS", "SCHEMA", "SourceError", "SourceErrors"]
+__all__ = ["KINDS", "SCHEMA", "SourceError", "SourceErrors", "text"]
 
 KINDS = ("listing", "ingest", "broker", "stopped", "file", "message")  # in the order they are shown: what stops the whole table first
 
@@ -161,3 +161,8 @@ class SourceErrors:
                  "last_seen": e.last_seen}
                 for t in sorted(catalog.tables.values(), key=lambda t: t.name) for e in self.of(t.id)]
         return pa.Table.from_pylist(rows, schema=SCHEMA)
+
+
+def text(exc: BaseException) -> str:
+    """An exception as a source error says it: its type and message."""
+    return f"{type(exc).__name__}: {exc}".strip()

@@ -28,7 +28,7 @@ import pyarrow as pa
 from millpond import faults
 from millpond.catalog import TableDef
 from millpond.connectors import records
-from millpond.connectors.source_errors import SourceErrors
+from millpond.connectors.source_errors import SourceErrors, text
 from millpond.engine.ingest import conform_rows
 from millpond.store.objects import ObjectStore
 
@@ -98,9 +98,9 @@ class Versioned:
                 log.warning("table %s stopped: %s", t.name, exc)
             except Exception as exc:  # noqa: BLE001 - one table's source must not stop the epoch
                 self._readers.pop(t.id, None)  # opened anew next time
-                if self.errors.seen(t.id, "listing", where, _text(exc), epoch=epoch, now=now):
+                if self.errors.seen(t.id, "listing", where, text(exc), epoch=epoch, now=now):
                     log.warning("table %s: reading its %s table failed (tried again before every epoch): %s",
-                                t.name, self.connector, _text(exc))
+                                t.name, self.connector, text(exc))
             else:
                 if self.errors.clear(t.id, "listing"):
                     log.info("table %s: reading its %s table works again", t.name, self.connector)
@@ -197,6 +197,3 @@ def plain(table: pa.Table) -> pa.Table:
 def plain_schema(schema: pa.Schema) -> pa.Schema:
     return pa.schema([f.with_type(_PLAIN.get(f.type, f.type)) for f in schema])
 
-
-def _text(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}".strip()
