@@ -124,6 +124,19 @@ def s3_options(s3_url):
 
 
 @pytest.fixture(scope="session")
+def postgres_cdc():
+    """A real PostgreSQL server with ``wal_level = logical`` on loopback for the whole run (Debian's,
+    which make setup installs): its port and superuser."""
+    from tests import pg
+
+    reason = pg.unavailable()
+    if reason:
+        pytest.fail(f"{reason}: the postgres-cdc connector's tests need one (make setup installs Debian's)")
+    with pg.server(logical=True) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
 def kafka():
     """A real Kafka-API broker (Tansu, tests/tansu.py) on loopback for the whole run."""
     from tests.tansu import Broker

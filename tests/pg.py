@@ -82,8 +82,9 @@ def unavailable() -> str | None:
 
 
 @contextmanager
-def server() -> Iterator[Server]:
-    """Start a server (initdb, pg_ctl start; as the ``postgres`` user when root), stop it after.
+def server(logical: bool = False) -> Iterator[Server]:
+    """Start a server (initdb, pg_ctl start; as the ``postgres`` user when root), stop it after;
+    ``logical``: with ``wal_level = logical`` (replication slots), listening on loopback TCP too.
 
     Raises :class:`StartError` when it does not start; check :func:`unavailable` first."""
     reason = unavailable()
@@ -102,6 +103,9 @@ def server() -> Iterator[Server]:
     initdb = [*as_user, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "--no-sync", "-E", "UTF8",
               "--locale=C.UTF-8", *(["-U", user] if user else [])]
     options = f"-k {home} -c listen_addresses='' -p {port} -c fsync=off -c TimeZone=UTC"
+    if logical:
+        options = options.replace("listen_addresses=''", "listen_addresses=127.0.0.1") + \
+            " -c wal_level=logical -c max_replication_slots=40 -c max_wal_senders=40 -c max_connections=200"
     start = [*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(home / "log"), "-w", "start"]
     for command in (initdb, start):
         done = subprocess.run(command, capture_output=True, text=True, timeout=120)

@@ -53,11 +53,11 @@ if TYPE_CHECKING:
     from millpond.engine.runtime import Runtime
     from millpond.store.manifest import Manifest
 
-__all__ = ["CONNECTORS", "Connector", "Sources", "STATUS_SCHEMA", "check", "local_listing_error"]
+__all__ = ["CONNECTORS", "Connector", "Sources", "STATUS_SCHEMA", "check", "dropped", "local_listing_error"]
 
 log = logging.getLogger("millpond")
 
-CONNECTORS = ("files", "kafka", "deltalake", "iceberg")
+CONNECTORS = ("files", "kafka", "deltalake", "iceberg", "postgres-cdc")
 VERSIONED = {"deltalake": ("delta", "millpond.connectors.delta", "DeltaReader"),
              "iceberg": ("iceberg", "millpond.connectors.iceberg", "IcebergReader")}
 
@@ -100,10 +100,22 @@ def check(table: str, options: dict[str, str], columns: list[Column], key: list[
 
         options, included = check_source(table, options, columns, key)
         return options, [*columns, *included]
+    if connector == "postgres-cdc":
+        from millpond.connectors.postgres_cdc import check_source
+
+        return check_source(table, options, columns, key)
     if connector in VERSIONED:
         return importlib.import_module(VERSIONED[connector][1]).check_source(table, options, columns, key)
     raise SqlError(f"table {table!r}: connector must be one of {', '.join(map(repr, CONNECTORS))}"
                    f"{', got ' + repr(connector) if connector else ' (its options need one)'}")
+
+
+def dropped(t: TableDef) -> None:
+    """What a dropped source table leaves upstream let go of (a PostgreSQL table's slot)."""
+    if t.source and dict(t.source).get("connector") == "postgres-cdc":
+        from millpond.connectors.postgres_cdc import dropped as pg_dropped
+
+        pg_dropped(t)
 
 
 class Sources(EpochStep):
@@ -117,6 +129,7 @@ class Sources(EpochStep):
         self.errors = SourceErrors()  # what each table's source failed on, while it lasts
         self.files = Files(store, channel, insert, self.errors)
         self._kafka = None  # made for the first Kafka table (its client is imported then)
+        self._pg = None  # made for the first PostgreSQL CDC table
         self._versioned: dict = {}  # connector -> its step part (a Delta table's, an Iceberg table's)
 
     @classmethod
@@ -134,6 +147,14 @@ class Sources(EpochStep):
 
             self._kafka = Kafka(self.store, self.channel, self.insert, self.apply, self.errors)
         return self._kafka
+
+    @property
+    def pg(self):
+        if self._pg is None:
+            from millpond.connectors.postgres_cdc import PostgresCdc
+
+            self._pg = PostgresCdc(self.store, self.channel, self.insert, self.apply, self.errors)
+        return self._pg
 
     def versioned(self, connector: str):
         """The step part of a connector whose tables are read version by version (Delta, Iceberg)."""
@@ -154,7 +175,7 @@ class Sources(EpochStep):
 
     def before(self, catalog: Catalog, consumers: list[Consumer], manifest: Manifest) -> None:
         by = self._by_connector(catalog)
-        if not by and self._kafka is None:
+        if not by and self._kafka is None and self._pg is None:
             return
         self.errors.keep(t.id for tables in by.values() for t in tables)
         epoch = manifest.epoch + 1
@@ -165,8 +186,12 @@ class Sources(EpochStep):
         for connector in VERSIONED:
             if connector in by:
                 self.versioned(connector).ingest(by[connector], epoch)
+        if "postgres-cdc" in by or self._pg is not None:
+            self.pg.ingest(by.get("postgres-cdc", []), epoch)
 
     def after(self, plan: EpochPlan, report: EpochReport) -> EpochReport:
+        if self._pg is not None:  # PostgreSQL's slots move once what they gave is committed
+            self._pg.committed()
         if any(t.source for t in plan.catalog.tables.values()):
             return replace(report, source_errors=self.errors.by_table(plan.catalog))
         return report
@@ -177,6 +202,7 @@ class Sources(EpochStep):
         for connector, tables in sorted(self._by_connector(catalog).items()):
             reader: Callable | None = {"files": self.files.status,
                                        "kafka": self._kafka.status if self._kafka else None,
+                                       "postgres-cdc": self._pg.status if self._pg else None,
                                        **{c: v.status for c, v in self._versioned.items()}}.get(connector)
             for t in sorted(tables, key=lambda t: t.name):
                 for row in reader(t) if reader else []:
@@ -186,3 +212,5 @@ class Sources(EpochStep):
     def close(self) -> None:
         if self._kafka is not None:
             self._kafka.close()
+        if self._pg is not None:
+            self._pg.close()

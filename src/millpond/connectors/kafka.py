@@ -333,7 +333,8 @@ class _Topic:
                 stop = self.options["on_error"] == "stop"
                 for i, err in bad[:1] if stop else bad:
                     where = f"{self.name}/{p}/{group[i].offset()}"
-                    self.kafka.errors.seen(self.t.id, "stopped" if stop else "message", where, err, epoch=epoch, now=now)
+                    self.kafka.errors.seen(self.t.id, "stopped" if stop else "message", where,
+                                           f"{err} (on_error = 'stop')" if stop else err, epoch=epoch, now=now)
                     log.warning("table %s: message %s %s: %s", self.t.name, where,
                                 "stopped the table" if stop else "was skipped", err)
                 if stop:  # the messages before it come in, none after it

@@ -20,7 +20,12 @@ Kafka tables' (:mod:`millpond.connectors.kafka`):
   again before the epochs, and gone with the first read that works;
 - ``message``: a malformed message was skipped (``path`` is ``topic/partition/offset``); the last
   100 of a table are kept;
-- ``stopped``: a malformed message stopped the table (``on_error = 'stop'``).
+- ``stopped``: a malformed message stopped the table (``on_error = 'stop'``; ``path`` is
+  ``topic/partition/offset``); a Delta or Iceberg version, or a PostgreSQL change, that the table
+  cannot follow stopped it (an upstream ``ALTER TABLE``, a delete where there is no key).
+
+PostgreSQL CDC tables' (:mod:`millpond.connectors.postgres_cdc`): ``upstream``, the server could
+not be reached or refused (tried again before every epoch), and ``stopped``.
 
 They are the rows of the system view ``millpond_source_errors`` (:meth:`SourceErrors.table`),
 summed up in ``SHOW TABLES``' ``error`` column (:meth:`SourceErrors.summary`), carried by every
@@ -40,7 +45,7 @@ from millpond.catalog import Catalog
 
 __all__ = ["KINDS", "SCHEMA", "SourceError", "SourceErrors", "text"]
 
-KINDS = ("listing", "ingest", "broker", "stopped", "file", "message")  # in the order they are shown: what stops the whole table first
+KINDS = ("listing", "upstream", "ingest", "broker", "stopped", "file", "message")  # in the order they are shown: what stops the whole table first
 
 SCHEMA = pa.schema([
     ("table_name", pa.string()), ("kind", pa.string()), ("path", pa.string()), ("error", pa.string()),
@@ -71,7 +76,9 @@ class SourceError:
         if self.kind == "broker":
             return f"broker {self.path!r}: {self.error}"
         if self.kind == "stopped":
-            return f"stopped at message {self.path} (on_error = 'stop'): {self.error}"
+            return f"stopped at {self.path}: {self.error}"
+        if self.kind == "upstream":
+            return f"{self.path} cannot be read: {self.error}"
         if self.kind == "message":
             return f"message {self.path} skipped: {self.error}"
         return f"taking its rows in failed: {self.error}"

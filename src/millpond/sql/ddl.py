@@ -18,7 +18,7 @@ from sqlglot import exp
 from millpond.catalog import Column, FunctionDef, Retention, index_dependency
 from millpond.catalog.types import normalize_type
 from millpond.columns import RESERVED_PREFIX
-from millpond.connectors import check as check_source, local_listing_error
+from millpond.connectors import check as check_source, dropped as source_dropped, local_listing_error
 from millpond.engine import plan as P
 from millpond.engine.partial import DEFAULT_MAX_KEYS, NotPartial
 from millpond.engine.partial import trace as partial_trace
@@ -321,9 +321,11 @@ def drop(rt: Runtime, s: exp.Drop) -> None:
         if kind == "INDEX":
             rt.commit_catalog(rt.catalog.without_index(name))
             continue
+        gone = rt.catalog.tables.get(name)
         rt.commit_catalog(rt.catalog.without(name))
         if kind == "TABLE":  # after the catalog: a crash in between leaves a channel the next CREATE replaces
             rt.log.drop_channel(name)
+            source_dropped(gone)
 
 
 # RisingWave's session settings seen in scripts: with a millpond meaning they are aliases,
