@@ -24,8 +24,20 @@ view's query over the Delta table's files (``spark.read.parquet`` of the files o
 version, as Spark with the Delta package reads a snapshot) in the same session: median seconds, and
 the view checked equal to Spark's answer. Goal: the refresh ≥ 20× faster.
 
-    .venv/bin/python benchmarks/sources.py [--only kafka|delta] [--messages 200000] [--partitions 4]
+**PostgreSQL CDC.** A PostgreSQL server (Debian's, ``wal_level = logical``; tests/pg.py) with
+pgbench's tables at ``--pg-scale`` (``pgbench_history`` given a key), each a ``postgres-cdc`` table,
+and views of each table's balance sum; then ``pgbench`` runs its TPC-B-like transactions for
+``--pg-seconds`` at ``--pg-rate`` transactions/s from 2 clients while millpond's background epochs
+run every ``--interval`` seconds. Every second: the slot's lag behind the server's WAL (bytes) and
+the view's lag (how many of pgbench's transactions the history view does not hold yet). pgbench
+keeps every balance sum equal to the history's sum of deltas: every epoch's views must agree (a
+transaction split across epochs would show). After the load, one flush, and every table and view
+equal to DuckDB over the upstream tables. Goal: lag bounded (the last 10 s's no larger than the
+first 10 s's), every view equal.
+
+    .venv/bin/python benchmarks/sources.py [--only kafka|delta|pg] [--messages 200000] [--partitions 4]
         [--repeat 3] [--samples 30] [--interval 0.5] [--delta-rows 10000000] [--delta-rounds 3]
+        [--pg-scale 1] [--pg-seconds 60] [--pg-rate 200]
 """
 
 from __future__ import annotations
@@ -191,6 +203,89 @@ def delta(spark, rows: int, rounds: int) -> None:
           f"{c / r:.1f}x faster (goal >= 20x)")
 
 
+PG_TABLES = {"pgbench_accounts": ("aid INT, bid INT, abalance INT, PRIMARY KEY (aid)", "abalance"),
+             "pgbench_tellers": ("tid INT, bid INT, tbalance INT, PRIMARY KEY (tid)", "tbalance"),
+             "pgbench_branches": ("bid INT, bbalance INT, PRIMARY KEY (bid)", "bbalance"),
+             "pgbench_history": ("hid BIGINT, tid INT, bid INT, aid INT, delta INT, PRIMARY KEY (hid)", "delta")}
+
+
+def postgres(spark, scale: int, seconds: int, rate: int, interval: float) -> None:
+    import subprocess
+
+    import duckdb
+    import psycopg
+    import pyarrow as pa
+
+    from tests import pg
+
+    with pg.server(logical=True) as server, tempfile.TemporaryDirectory() as root:
+        user = server.user or "postgres"
+        pgbench = str(pg._postgres_bin() / "pgbench")
+        base = ["-h", "127.0.0.1", "-p", str(server.port), "-U", user]
+        subprocess.run([pgbench, "-i", "-q", "-s", str(scale), *base, "postgres"], check=True, capture_output=True)
+        conn = psycopg.connect(host="127.0.0.1", port=server.port, user=user, dbname="postgres", autocommit=True)
+        conn.execute("ALTER TABLE pgbench_history ADD COLUMN hid bigserial PRIMARY KEY")
+        db = millpond.connect(root, spark=spark, interval=None)
+        try:
+            for table, (columns, total) in PG_TABLES.items():
+                name = table.removeprefix("pgbench_")
+                db.sql(f"CREATE TABLE {name} ({columns}) WITH (connector = 'postgres-cdc', hostname = '127.0.0.1', "
+                       f"port = '{server.port}', username = '{user}', database.name = 'postgres', table.name = '{table}')")
+                db.sql(f"CREATE MATERIALIZED VIEW {name}_sum AS SELECT sum({total}) AS s, count(*) AS n FROM {name}")
+            started = time.perf_counter()
+            db.flush()
+            print(f"PostgreSQL CDC, pgbench scale {scale} ({100_000 * scale:,} accounts): snapshot in "
+                  f"{time.perf_counter() - started:.2f} s")
+            db.close()
+            db = millpond.connect(root, spark=spark, interval=interval)
+            load = subprocess.Popen([pgbench, "-n", "-c", "2", "-j", "2", "-T", str(seconds), "-R", str(rate), *base,
+                                     "postgres"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            wal, behind, split = [], [], 0
+            while load.poll() is None:
+                time.sleep(1)
+                got = db.sql("SELECT a.s AS a, t.s AS t, b.s AS b, h.s AS h, h.n AS n FROM accounts_sum a, "
+                             "tellers_sum t, branches_sum b, history_sum h").to_pylist()[0]
+                split += len({got["a"], got["t"], got["b"], got["h"] or 0}) > 1
+                upstream = conn.execute("SELECT count(*) FROM pgbench_history").fetchone()[0]
+                behind.append(upstream - (got["n"] or 0))
+                wal.append(int(conn.execute("SELECT max(pg_current_wal_lsn() - confirmed_flush_lsn) FROM "
+                                            "pg_replication_slots").fetchone()[0]))
+            out = load.stdout.read()
+            tps = next((line.split("=")[1].split()[0] for line in out.splitlines() if line.startswith("tps")), "?")
+            db.close()
+            db = millpond.connect(root, spark=spark, interval=None)
+            db.flush()
+            equal = True
+            for table, (columns, total) in PG_TABLES.items():
+                name = table.removeprefix("pgbench_")
+                cols = [c.split()[0] for c in columns.split(", ") if not c.startswith("PRIMARY")]
+                cur = conn.execute(f"SELECT {', '.join(cols)} FROM {table}")
+                up = pa.Table.from_pylist([dict(zip(cols, r)) for r in cur.fetchall()])
+                mine = db.sql(f"SELECT {', '.join(cols)} FROM {name}")
+                duck = duckdb.connect()
+                duck.register("up", up)
+                duck.register("mine", mine)
+                diff = duck.execute(f"SELECT count(*) FROM ((SELECT * FROM up EXCEPT ALL SELECT * FROM mine) UNION ALL "
+                                    f"(SELECT * FROM mine EXCEPT ALL SELECT * FROM up))").fetchone()[0]
+                view = db.sql(f"SELECT s, n FROM {name}_sum").to_pylist()[0]
+                want = duck.execute(f"SELECT sum({total}), count(*) FROM up").fetchone()
+                equal &= diff == 0 and (view["s"], view["n"]) == want
+            first, last = wal[:10], wal[-10:]
+            print(f"  pgbench {seconds} s at {rate} tps asked, {tps} tps made (2 clients); epochs every {interval}s")
+            print(f"  slot lag behind the WAL: p50 {statistics.median(wal):,.0f} bytes, max {max(wal):,} "
+                  f"(first 10 s max {max(first):,}, last 10 s max {max(last):,})")
+            print(f"  history view behind pgbench: p50 {statistics.median(behind):,.0f} transactions, max {max(behind):,}"
+                  f" (first 10 s max {max(behind[:10]):,}, last 10 s max {max(behind[-10:]):,}; "
+                  f"{rate * interval:,.0f} a epoch's interval)")
+            print(f"  samples where the views' sums disagreed (a split transaction): {split} of {len(wal)}")
+            print(f"  after the load: every table and view equal to DuckDB over the upstream tables: {equal}")
+            bounded = max(last) <= max(2 * max(first), 1_000_000)
+            print(f"  goal: lag bounded ({'met' if bounded else 'NOT met'}), views equal ({'met' if equal else 'NOT met'})")
+        finally:
+            db.close()
+            conn.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--messages", type=int, default=200_000)
@@ -198,11 +293,19 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--samples", type=int, default=30)
     ap.add_argument("--interval", type=float, default=0.5)
-    ap.add_argument("--only", choices=["kafka", "delta"])
+    ap.add_argument("--only", choices=["kafka", "delta", "pg"])
+    ap.add_argument("--pg-scale", type=int, default=1)
+    ap.add_argument("--pg-seconds", type=int, default=60)
+    ap.add_argument("--pg-rate", type=int, default=200)
     ap.add_argument("--delta-rows", type=int, default=10_000_000)
     ap.add_argument("--delta-rounds", type=int, default=3)
     args = ap.parse_args()
     spark = local_session(cores="2", shuffle_partitions=2)
+    if args.only in (None, "pg"):
+        postgres(spark, args.pg_scale, args.pg_seconds, args.pg_rate, args.interval)
+        if args.only == "pg":
+            spark.stop()
+            return
     if args.only != "kafka":
         delta(spark, args.delta_rows, args.delta_rounds)
         if args.only == "delta":

@@ -2,7 +2,9 @@
 
 A **source table** is ``CREATE TABLE t (...) WITH (connector = '<name>', ...)``: ``files``
 (:mod:`millpond.connectors.files`: a folder, each new file once), ``kafka``
-(:mod:`millpond.connectors.kafka`: a topic's partitions), ``deltalake`` and ``iceberg``
+(:mod:`millpond.connectors.kafka`: a topic's partitions), ``postgres-cdc``
+(:mod:`millpond.connectors.postgres_cdc`: a table's snapshot, then its replication slot's
+transactions), ``deltalake`` and ``iceberg``
 (:mod:`millpond.connectors.delta`, :mod:`millpond.connectors.iceberg`: a table's versions, read by
 :mod:`millpond.connectors.versioned`). Its connector is a :class:`Connector`:
 

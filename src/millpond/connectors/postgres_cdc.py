@@ -13,10 +13,11 @@ table.name = '...'[, slot.name = '...', publication.name = '...', ssl.mode = '..
   copies the table as of that snapshot (``COPY ... TO STDOUT``, parsed by Arrow's CSV reader) in
   one append: the snapshot and the slot's stream meet exactly, nothing lost or doubled. A restart
   before that append is recorded makes the slot again (the snapshot cannot be reopened).
-- **Each later epoch** peeks at the slot's changes up to the server's WAL position read just
-  before (``pg_logical_slot_peek_binary_changes``: whole transactions, at most ``CHANGES`` changes
-  an epoch), keeps each key's last change, and appends them as upserts and deletes in one append:
-  a PostgreSQL transaction is never split across epochs.
+- **Each later epoch** fixes one WAL position per server (what it had written just before, at
+  most ``WAL_STEP`` past its slowest slot) and peeks at each slot's transactions that commit before
+  it (``pg_logical_slot_peek_binary_changes``: whole transactions), keeps each key's last change,
+  and appends them as upserts and deletes in one append per table: a PostgreSQL transaction is
+  never split across epochs, nor across the tables it wrote.
 - **Exactly once**: the table's log producer is ``pg:t<id>``; its sequence is 1 for the snapshot,
   then the end LSN of the last transaction taken (a WAL position: above 1 always). A restart
   skips the transactions at or before it. The slot's confirmed position is advanced only once
@@ -67,7 +68,7 @@ log = logging.getLogger("millpond")
 
 KNOWN = ("connector", "hostname", "port", "username", "password", "database.name", "schema.name", "table.name",
          "slot.name", "publication.name", "ssl.mode")
-CHANGES = 200_000  # the most changes an epoch peeks at (whole transactions: the last one may pass it)
+WAL_STEP = 64 << 20  # the most WAL an epoch reads past a server's slowest slot (bytes)
 SNAPSHOT = "pg-snapshot"  # the record of a table's snapshot
 
 
@@ -209,48 +210,85 @@ class PostgresCdc:
         self._stopped: dict[int, str] = {}
 
     def ingest(self, tables: list[TableDef], epoch: int) -> None:
-        now = datetime.now(timezone.utc)
+        """Each server's tables read to one WAL position, fixed once for them all: a transaction
+        over several of its tables comes into all of them in the same epoch."""
         for gone in set(self._tables) - {t.id for t in tables}:
             self._close(gone)
+        servers: dict[tuple, list[TableDef]] = {}
         for t in tables:
-            if t.id in self._stopped:
+            if t.id not in self._stopped:
+                o = dict(t.source)
+                servers.setdefault((o["hostname"], o.get("port", "5432"), o["database.name"]), []).append(t)
+        for group in servers.values():
+            ready = [t for t in group if self._guard(t, epoch, self._open)]
+            if not ready:
                 continue
-            where = _where(dict(t.source))
-            try:
-                self._ingest(t, epoch)
-            except Unfollowable as exc:
-                self._close(t.id)
-                self._stopped[t.id] = str(exc)
-                self.errors.seen(t.id, "stopped", where, str(exc), epoch=epoch, now=now)
-                log.warning("table %s stopped: %s", t.name, exc)
-            except Exception as exc:  # noqa: BLE001 - one table's source must not stop the epoch
-                self._close(t.id)  # connected anew next time
-                if self.errors.seen(t.id, "upstream", where, text(exc), epoch=epoch, now=now):
-                    log.warning("table %s: reading %s failed (tried again before every epoch): %s",
-                                t.name, where, text(exc))
-            else:
-                if self.errors.clear(t.id, "upstream"):
-                    log.info("table %s: reading %s works again", t.name, where)
+            at = {}
+            try:  # the server's WAL position, and the step's end: at most WAL_STEP past the slowest slot
+                current = int(self._tables[ready[0].id].conn.execute(
+                    "SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()[0])
+                floor = min(self._tables[t.id].advance for t in ready)
+                at = {"current": current, "end": min(current, floor + WAL_STEP) if floor else current}
+            except Exception:  # noqa: BLE001 - said by each table below
+                at = {}
+            for t in ready:
+                self._guard(t, epoch, lambda t: self._take(t, at, epoch))
 
-    def _ingest(self, t: TableDef, epoch: int) -> None:
+    def _guard(self, t: TableDef, epoch: int, work: Callable[[TableDef], None]) -> bool:
+        """``work`` on ``t``; its failure is ``t``'s source error (stopped, or tried again before
+        the next epoch), and the other tables go on. True when it worked."""
+        now = datetime.now(timezone.utc)
+        where = _where(dict(t.source))
+        try:
+            work(t)
+        except Unfollowable as exc:
+            self._close(t.id)
+            self._stopped[t.id] = str(exc)
+            self.errors.seen(t.id, "stopped", where, str(exc), epoch=epoch, now=now)
+            log.warning("table %s stopped: %s", t.name, exc)
+        except Exception as exc:  # noqa: BLE001 - one table's source must not stop the epoch
+            self._close(t.id)  # connected anew next time
+            if self.errors.seen(t.id, "upstream", where, text(exc), epoch=epoch, now=now):
+                log.warning("table %s: reading %s failed (tried again before every epoch): %s", t.name, where, text(exc))
+            return False
+        else:
+            if self.errors.clear(t.id, "upstream"):
+                log.info("table %s: reading %s works again", t.name, where)
+            return t.id not in self._stopped
+        return False
+
+    def _open(self, t: TableDef) -> None:
+        """``t``'s connection, and its slot: made with the snapshot the first time."""
+        if t.id in self._tables:
+            return
         options = dict(t.source)
-        state = self._tables.get(t.id)
-        if state is None:
-            state = self._tables[t.id] = _Table(_connect(options), options["slot.name"])
+        slot = options["slot.name"]
+        state = _Table(_connect(options), slot)
+        try:
             state.applied = self.channel(t).producer_seq(f"pg:t{t.id}")
             if records.read(self.store, t.id, SNAPSHOT) is None:
                 if state.applied < 1:  # no snapshot in the log: the slot (if any) is made again
                     self._snapshot(t, state)
-                records.fix(self.store, t.id, SNAPSHOT, {"slot": options["slot.name"]})
-            elif not state.conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s",
-                                        (options["slot.name"],)).fetchone():
-                raise Unfollowable(f"replication slot {options['slot.name']!r} is gone from {_where(options)}: "
-                                   "create the table again")
-        slot, publication = options["slot.name"], options["publication.name"]
-        end = state.conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()[0]
+                records.fix(self.store, t.id, SNAPSHOT, {"slot": slot})
+            found = state.conn.execute("SELECT confirmed_flush_lsn - '0/0'::pg_lsn FROM pg_replication_slots WHERE "
+                                       "slot_name = %s", (slot,)).fetchone()
+            if not found:
+                raise Unfollowable(f"replication slot {slot!r} is gone from {_where(options)}: create the table again")
+            state.advance = state.advanced = int(found[0] or 0)
+        except BaseException:
+            state.conn.close()
+            raise
+        self._tables[t.id] = state
+
+    def _take(self, t: TableDef, at: dict, epoch: int) -> None:
+        """The slot's transactions that commit before ``at["end"]``, as one append."""
+        if not at:
+            raise RuntimeError("the server's WAL position could not be read")
+        options, state = dict(t.source), self._tables[t.id]
+        slot, publication, end = options["slot.name"], options["publication.name"], at["end"]
         messages = [bytes(r[0]) for r in state.conn.cursor(binary=True).execute(
-            "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, %s, 'proto_version', '1', "
-            "'publication_names', %s)", (slot, lsn_text(int(end)), CHANGES, _quote(publication)))]
+            "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, NULL, 'proto_version', '1', "
+            "'publication_names', %s)", (slot, lsn_text(end), _quote(publication)))]
         columns, key = [c.name for c in t.columns], list(t.primary_key)
         change, last, stop = decode(messages, state.relations, columns, key, max(state.applied, 0),
                                     lambda rel: self._check(t, rel))
@@ -261,14 +299,13 @@ class PostgresCdc:
             self.apply(t, upserts, deletes, (f"pg:t{t.id}", last))
             faults.point("pg.after_append")
             state.applied = last
-        caught_up = stop is None and len(messages) < CHANGES
-        state.advance = max(state.advance, last, int(end) if caught_up else 0)
+        state.advance = max(state.advance, last if stop is not None else end)
         seconds, state.at = time.monotonic() - state.at, time.monotonic()
         state.rows += rows
         state.status = {"split": f"{options['schema.name']}.{options['table.name']} (slot {slot})",
-                        "position": state.advance, "upstream_end": int(end), "lag": max(int(end) - state.advance, 0),
-                        "rows": state.rows, "rows_per_second": rows / seconds if seconds > 0 else None,
-                        "last_epoch": epoch}
+                        "position": state.advance, "upstream_end": at["current"],
+                        "lag": max(at["current"] - state.advance, 0), "rows": state.rows,
+                        "rows_per_second": rows / seconds if seconds > 0 else None, "last_epoch": epoch}
         if stop is not None:
             raise stop
 
