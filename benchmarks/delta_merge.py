@@ -1,7 +1,7 @@
 """What a Delta upsert sink's MERGE costs as its table ages: delta-rs alone, no millpond.
 
 A Delta table of ``--rows`` rows (one file); the median time of a ``MERGE`` of ``--batch`` random
-keys (the upsert sink's write, :class:`millpond.engine.sink_targets.DeltaTarget`) while the table
+keys (the upsert sink's write, :class:`millpond.connectors.lake_sinks.DeltaTarget`) while the table
 is young (the baseline), after ``--versions`` more commits that each add one small file (a
 changelog's appends), and after compacting those files: which of the table's age — its log's
 versions — and its small files a sink's write follows. Ratios are to the baseline, in one process.

@@ -265,8 +265,8 @@ def postgres(spark, scale: int, seconds: int, rate: int, interval: float) -> Non
                 duck = duckdb.connect()
                 duck.register("up", up)
                 duck.register("mine", mine)
-                diff = duck.execute(f"SELECT count(*) FROM ((SELECT * FROM up EXCEPT ALL SELECT * FROM mine) UNION ALL "
-                                    f"(SELECT * FROM mine EXCEPT ALL SELECT * FROM up))").fetchone()[0]
+                diff = duck.execute("SELECT count(*) FROM ((SELECT * FROM up EXCEPT ALL SELECT * FROM mine) UNION ALL "
+                                    "(SELECT * FROM mine EXCEPT ALL SELECT * FROM up))").fetchone()[0]
                 view = db.sql(f"SELECT s, n FROM {name}_sum").to_pylist()[0]
                 want = duck.execute(f"SELECT sum({total}), count(*) FROM up").fetchone()
                 equal &= diff == 0 and (view["s"], view["n"]) == want

@@ -5,6 +5,8 @@ target's; errors name the problem."""
 
 from __future__ import annotations
 
+import getpass
+import json
 import os
 import random
 import subprocess
@@ -17,7 +19,9 @@ import pytest
 from deltalake import DeltaTable
 
 from millpond import MillpondError, SqlError
-from millpond.engine import sink_targets as targets
+from millpond.connectors import lake_sinks as targets
+from millpond.connectors.kafka_sink import KafkaTarget
+from millpond.connectors.postgres_sink import PostgresTarget
 from millpond.errors import CatalogError
 from tests.conftest import rows
 
@@ -39,15 +43,75 @@ SINKS = {  # name: (source, type)
 }
 
 
-def _create(db, out: Path, names=SINKS, connector: str = "deltalake") -> None:  # noqa: ANN001
+def _create(db, out: Path, names=SINKS, connector: str = "deltalake", server=None) -> None:  # noqa: ANN001
+    """The sinks, each into its own target; ``server``: the PostgreSQL server or Kafka broker (its
+    address kept in ``out`` for the readers below)."""
+    out.mkdir(parents=True, exist_ok=True)
     for name in names:
         src, kind = SINKS[name]
-        where = (f"location = '{out / name}'" if connector == "deltalake" else
-                 f"catalog.type = 'sql', catalog.uri = 'sqlite:///{out}/catalog.db', warehouse.path = '{out}/wh', "
-                 f"database.name = 'd', table.name = '{name}'")
-        if connector == "iceberg":
-            out.mkdir(parents=True, exist_ok=True)
+        if connector == "postgres":
+            (out / "postgres").write_text(str(server.port))
+            where = (f"hostname = '127.0.0.1', port = '{server.port}', username = '{server.user or getpass.getuser()}', "
+                     f"database.name = 'postgres', table.name = '{out.parent.name}_{name}'")
+        elif connector == "kafka":
+            (out / "kafka").write_text(server.bootstrap)
+            where = f"topic = '{out.parent.name}_{name}', properties.bootstrap.server = '{server.bootstrap}'"
+        elif connector == "deltalake":
+            where = f"location = '{out / name}'"
+        else:
+            where = (f"catalog.type = 'sql', catalog.uri = 'sqlite:///{out}/catalog.db', warehouse.path = '{out}/wh', "
+                     f"database.name = 'd', table.name = '{name}'")
         db.sql(f"CREATE SINK {name} FROM {src} WITH (connector = '{connector}', {where}, type = '{kind}')")
+
+
+def _pg_rows(out: Path, sql: str) -> list[tuple]:
+    import psycopg
+
+    port = int((out / "postgres").read_text())
+    with psycopg.connect(host="127.0.0.1", port=port, user=getpass.getuser() if os.geteuid() else "postgres",
+                         dbname="postgres") as conn:
+        cur = conn.execute(sql)
+        return [d.name for d in cur.description], cur.fetchall()
+
+
+def _kafka_messages(out: Path, topic: str) -> list:
+    """A topic's committed messages, in order per partition."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": (out / "kafka").read_text(), "group.id": "check",
+                         "isolation.level": "read_committed", "enable.partition.eof": True})
+    parts = sorted(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
+    consumer.assign([TopicPartition(topic, p, 0) for p in parts])
+    got, done = [], set()
+    while len(done) < len(parts):
+        m = consumer.poll(30)
+        assert m is not None, f"topic {topic}: no answer"
+        if m.error() is not None:
+            assert m.error().code() == KafkaError._PARTITION_EOF, m.error()
+            done.add(m.partition())
+            continue
+        done.discard(m.partition())
+        got.append(m)
+    consumer.close()
+    return got
+
+
+_READ: dict[str, list] = {}  # topic -> its messages as _target last read them (_written reads them again)
+
+
+def _kafka_target(out: Path, name: str) -> pa.Table:
+    """An upsert sink's topic folded by key (a null value deletes its key), or an append-only
+    sink's messages, as rows."""
+    topic = f"{out.parent.name}_{name}"
+    messages = _READ[topic] = _kafka_messages(out, topic)
+    if (SINKS[name][1] if name in SINKS else {"up": "upsert"}.get(name)) == "upsert":
+        by_key = {}
+        for m in messages:
+            by_key[m.key()] = None if m.value() is None else json.loads(m.value())
+        found = [v for v in by_key.values() if v is not None]
+    else:
+        found = [json.loads(m.value()) for m in messages]
+    return pa.Table.from_pylist(found) if found else pa.table({})
 
 
 def _iceberg(out: Path, name: str):  # noqa: ANN202
@@ -57,7 +121,12 @@ def _iceberg(out: Path, name: str):  # noqa: ANN202
 
 
 def _target(out: Path, name: str) -> pa.Table:
-    """The target's rows, read by the format's own library."""
+    """The target's rows, read by the format's own library (or client)."""
+    if (out / "postgres").exists():
+        names, found = _pg_rows(out, f"SELECT * FROM {out.parent.name}_{name}")
+        return pa.Table.from_pylist([dict(zip(names, r)) for r in found]) if found else pa.table({})
+    if (out / "kafka").exists():
+        return _kafka_target(out, name)
     if (out / "catalog.db").exists():
         return _iceberg(out, name).scan().to_arrow()
     return DeltaTable(str(out / name)).to_pyarrow_table()
@@ -65,6 +134,13 @@ def _target(out: Path, name: str) -> pa.Table:
 
 def _written(out: Path, name: str, token: str) -> int | None:
     """The epoch the target's last commit recorded for the sink."""
+    if (out / "postgres").exists():
+        return _pg_rows(out, f"SELECT epoch FROM millpond_sinks WHERE token = '{token}'")[1][0][0]
+    if (out / "kafka").exists():
+        topic = f"{out.parent.name}_{name}"
+        epochs = [int(dict(m.headers())["millpond-epoch"]) for m in _READ.pop(topic, None) or _kafka_messages(out, topic)
+                  if dict(m.headers() or []).get("millpond-sink") == token.encode()]
+        return max(epochs) if epochs else None
     if (out / "catalog.db").exists():
         return int(_iceberg(out, name).properties[f"millpond.sink.{token}"])
     return DeltaTable(str(out / name)).transaction_version(token)
@@ -128,10 +204,12 @@ def _setup(db):  # noqa: ANN001, ANN202
     return duck
 
 
-@pytest.mark.parametrize("connector", ["deltalake", "iceberg"])
+@pytest.mark.parametrize("connector", ["deltalake", "iceberg", "postgres", "kafka"])
 def test_sinks_equal_duckdb_after_every_epoch_through_failures_and_a_restart(open_db, root, tmp_path, monkeypatch,
-                                                                             connector):
+                                                                             connector, request):
     out = tmp_path / "out"
+    server = request.getfixturevalue({"postgres": "postgres_cdc", "kafka": "kafka"}[connector]) \
+        if connector in ("postgres", "kafka") else None
     rng = random.Random(5)
     db = open_db()
     db.sql("SET retention = 1")  # changes kept for one epoch: a sink that falls behind keeps those it needs
@@ -139,11 +217,12 @@ def test_sinks_equal_duckdb_after_every_epoch_through_failures_and_a_restart(ope
     for _ in range(2):  # the sinks are created over views that hold rows already
         _step(db, duck, rng)
     db.flush()
-    _create(db, out, connector=connector)
+    _create(db, out, connector=connector, server=server)
     _check(db, duck, out, "created")
     for step in range(8):
         if step == 3:  # the targets fail for two epochs: the views go on, the sinks wait and catch up once
-            kind = targets.DeltaTarget if connector == "deltalake" else targets.IcebergTarget
+            kind = {"deltalake": targets.DeltaTarget, "iceberg": targets.IcebergTarget,
+                    "postgres": PostgresTarget, "kafka": KafkaTarget}[connector]
             real = kind.upsert
 
             def broken(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
@@ -180,8 +259,14 @@ def test_sink_errors_name_the_problem(open_db, tmp_path):
     for sql, message in [
         (f"CREATE SINK s FROM big WITH (connector = 'deltalake', location = '{loc}', type = 'upsert')",
          "an upsert sink keeps rows by the key of 'big', and it has none"),
+        (f"CREATE SINK s FROM kv WITH (connector = 'jdbc', location = '{loc}', type = 'upsert')",
+         "connector must be one of deltalake, iceberg, postgres, kafka, got 'jdbc'"),
         (f"CREATE SINK s FROM kv WITH (connector = 'kafka', location = '{loc}', type = 'upsert')",
-         "connector must be one of deltalake, iceberg, got 'kafka'"),
+         "unknown option 'location' for connector 'kafka'"),
+        ("CREATE SINK s FROM kv WITH (connector = 'kafka', topic = 't', properties.bootstrap.server = 'b:9092', "
+         "type = 'append-only') FORMAT UPSERT ENCODE JSON", "FORMAT UPSERT needs type = 'upsert'"),
+        ("CREATE SINK s FROM kv WITH (connector = 'postgres', type = 'upsert', hostname = 'h', username = 'u', "
+         "database.name = 'd')", "connector 'postgres' needs table.name"),
         ("CREATE SINK s FROM kv WITH (connector = 'iceberg', type = 'upsert', catalog.type = 'sql')",
          "an Iceberg sink needs catalog.uri, warehouse.path, database.name, table.name"),
         ("CREATE SINK s FROM kv WITH (connector = 'iceberg', type = 'upsert', catalog.type = 'rest', catalog.uri = 'x', "
@@ -224,7 +309,7 @@ def test_sink_errors_name_the_problem(open_db, tmp_path):
 
 WORKER = """
 import sys, millpond, pyarrow as pa
-root, out, n, connector = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+root, out, n, connector, target = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
 db = millpond.connect(root, parallelism=1, interval=None)
 if "ev" not in db.catalog.tables:
     db.sql("CREATE TABLE ev (g VARCHAR, v INT); CREATE MATERIALIZED VIEW per_g AS "
@@ -234,7 +319,7 @@ if "ev" not in db.catalog.tables:
 for name, kind in (("up", "upsert"), ("ch", "append-only")):  # after a kill inside one: the same statement again
     where = (f"location = '{out}/{name}'" if connector == "deltalake" else
              f"catalog.type = 'sql', catalog.uri = 'sqlite:///{out}/catalog.db', warehouse.path = '{out}/wh', "
-             f"database.name = 'd', table.name = '{name}'")
+             f"database.name = 'd', table.name = '{name}'" if connector == "iceberg" else target.format(name=name))
     db.sql(f"CREATE SINK IF NOT EXISTS {name} FROM per_g WITH (connector = '{connector}', {where}, type = '{kind}')")
 for i in range(n):
     db.insert("ev", pa.table({"g": ["a", "b", None][: 1 + i % 3], "v": pa.array([i, 2 * i, 1][: 1 + i % 3], pa.int32())}))
@@ -248,19 +333,34 @@ db.close()
     ("deltalake", "sink.after_commit:1"),  # inside CREATE SINK: its first write done, the catalog not
     pytest.param("deltalake", "sink.before_commit:3", marks=pytest.mark.chaos),
     pytest.param("iceberg", "sink.after_commit:4", marks=pytest.mark.chaos),
-    pytest.param("iceberg", "sink.before_commit:3", marks=pytest.mark.chaos)])
-def test_a_sigkill_around_the_targets_commit_writes_each_epoch_once(open_db, root, tmp_path, connector, point):
+    pytest.param("iceberg", "sink.before_commit:3", marks=pytest.mark.chaos),
+    pytest.param("postgres", "sink.before_commit:3", marks=pytest.mark.slow),
+    pytest.param("postgres", "sink.after_commit:1", marks=pytest.mark.chaos),
+    pytest.param("kafka", "sink.after_commit:4", marks=pytest.mark.slow),
+    pytest.param("kafka", "sink.before_commit:3", marks=pytest.mark.chaos)])
+def test_a_sigkill_around_the_targets_commit_writes_each_epoch_once(open_db, root, tmp_path, connector, point,
+                                                                    request):
     out = tmp_path / "out"
     out.mkdir()
+    target = ""
+    if connector == "postgres":
+        server = request.getfixturevalue("postgres_cdc")
+        (out / "postgres").write_text(str(server.port))
+        target = (f"hostname = '127.0.0.1', port = '{server.port}', username = '{server.user or getpass.getuser()}', "
+                  f"database.name = 'postgres', table.name = '{tmp_path.name}_{{name}}'")
+    elif connector == "kafka":
+        server = request.getfixturevalue("kafka")
+        (out / "kafka").write_text(server.bootstrap)
+        target = f"topic = '{tmp_path.name}_{{name}}', properties.bootstrap.server = '{server.bootstrap}'"
     repo = Path(__file__).resolve().parent.parent
     env = {**os.environ, "MILLPOND_CRASH_AT": point,
            "PYTHONPATH": os.pathsep.join([str(repo / "src"), str(repo)])}
-    proc = subprocess.run([sys.executable, "-c", WORKER, root, str(out), "6", connector], env=env, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-c", WORKER, root, str(out), "6", connector, target], env=env,
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == -9, f"the worker was not killed at {point}: {proc.stderr[-2000:]}"
     env.pop("MILLPOND_CRASH_AT")  # the next worker: the same statements, two more epochs
-    proc = subprocess.run([sys.executable, "-c", WORKER, root, str(out), "2", connector], env=env, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-c", WORKER, root, str(out), "2", connector, target], env=env,
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"the worker after the kill failed: {proc.stderr[-3000:]}"
     db = open_db()
     db.flush()  # recovery: each sink writes what its target misses, once

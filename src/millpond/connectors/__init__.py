@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Callable, Protocol
 
 import pyarrow as pa
 
-from millpond.catalog import Column, TableDef
+from millpond.catalog import Column, SinkDef, TableDef
 from millpond.connectors.files import Files, local_listing_error
 from millpond.connectors.source_errors import SourceErrors
 from millpond.engine.epoch import EpochStep
@@ -52,10 +52,12 @@ if TYPE_CHECKING:
     from millpond.catalog import Catalog
     from millpond.engine.consumers import Consumer
     from millpond.engine.epoch import EpochPlan, EpochReport
+    from millpond.engine.sink_targets import Target
     from millpond.engine.runtime import Runtime
     from millpond.store.manifest import Manifest
 
-__all__ = ["CONNECTORS", "Connector", "Sources", "STATUS_SCHEMA", "check", "dropped", "local_listing_error"]
+__all__ = ["CONNECTORS", "Connector", "SINKS", "Sources", "STATUS_SCHEMA", "check", "dropped", "local_listing_error",
+           "target_of"]
 
 log = logging.getLogger("millpond")
 
@@ -112,6 +114,24 @@ def check(table: str, options: dict[str, str], columns: list[Column], key: list[
                    f"{', got ' + repr(connector) if connector else ' (its options need one)'}")
 
 
+SINKS = ("deltalake", "iceberg", "postgres", "kafka")  # CREATE SINK ... WITH (connector = ...)
+
+
+def target_of(sink: SinkDef) -> Target:
+    """What ``sink`` writes to, by its connector."""
+    if sink.connector == "postgres":
+        from millpond.connectors.postgres_sink import PostgresTarget
+
+        return PostgresTarget(dict(sink.options))
+    if sink.connector == "kafka":
+        from millpond.connectors.kafka_sink import KafkaTarget
+
+        return KafkaTarget(dict(sink.options))
+    from millpond.connectors.lake_sinks import lake_target
+
+    return lake_target(sink)
+
+
 def dropped(t: TableDef) -> None:
     """What a dropped source table leaves upstream let go of (a PostgreSQL table's slot)."""
     if t.source and dict(t.source).get("connector") == "postgres-cdc":
@@ -125,6 +145,8 @@ class Sources(EpochStep):
     ``store`` (the root), ``channel`` (a table's log), ``insert`` (rows appended to a table,
     upserts where it has a key; idempotent per producer) and ``apply`` (upserts and deletes by key,
     as one idempotent append)."""
+
+    target_of = staticmethod(target_of)  # the sinks' targets (the entry points hand connectors in as one)
 
     def __init__(self, store, channel, insert, apply):
         self.store, self.channel, self.insert, self.apply = store, channel, insert, apply

@@ -1,6 +1,6 @@
 """An Iceberg table is a source: ``CREATE TABLE t [(columns | PRIMARY KEY (k))] WITH (connector =
 'iceberg', catalog.type = 'sql', catalog.uri = '…', warehouse.path = '…', database.name = '…',
-table.name = '…')`` — the sinks' catalog options (:mod:`millpond.engine.sink_targets`) — read with
+table.name = '…')`` — the sinks' catalog options (:mod:`millpond.connectors.lake_sinks`) — read with
 ``pyiceberg`` as other jobs write it, snapshot by snapshot (:mod:`millpond.connectors.versioned`).
 
 - A **version** is a snapshot's place in the current snapshot's ancestry (1 for the oldest): the

@@ -67,7 +67,7 @@ class Runtime(Reads):
         self.sources = sources(self) if sources is not None else None
         self.wanted = Wanted()
         self.flow_targets = FlowTargets(self.channel, coordinator.rows)
-        self.sinks = Sinks(coordinator.store, self)
+        self.sinks = Sinks(coordinator.store, self, getattr(self.sources, "target_of", None))
         self.upkeep = LogUpkeep(log, self.channel, coordinator.changes)
         self.steps = (self.upkeep, self.history, self.sinks, self.flow_targets, self.wanted,
                       *([self.sources] if self.sources is not None else []))

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Iterator, Protocol
+from typing import TYPE_CHECKING, Callable, Iterator, Protocol
 
 import numpy as np
 import polars as pl
@@ -49,7 +49,7 @@ from millpond import faults, jsonb, paths
 from millpond.catalog import SinkDef, TableDef
 from millpond.columns import EPOCH, W
 from millpond.engine.epoch import EpochPlan, EpochReport, EpochStep
-from millpond.engine.sink_targets import COMPACT_EVERY, DELETE, OP, UPSERT, Target, target_of
+from millpond.engine.sink_targets import COMPACT_EVERY, DELETE, OP, UPSERT, Target
 from millpond.errors import MissingError, SqlError
 
 if TYPE_CHECKING:
@@ -58,11 +58,10 @@ if TYPE_CHECKING:
     from millpond.store.manifest import Manifest
     from millpond.store.objects import ObjectStore
 
-__all__ = ["Sinks", "CONNECTORS", "KINDS", "OP", "sink_key", "check_schema", "target_of"]
+__all__ = ["Sinks", "KINDS", "OP", "sink_key", "check_schema"]
 
 log = logging.getLogger("millpond")
 
-CONNECTORS = ("deltalake", "iceberg")
 KINDS = ("upsert", "append-only")
 
 
@@ -101,15 +100,23 @@ def check_schema(name: str, schema: pa.Schema) -> None:
 class Sinks(EpochStep):
     """The sinks of one writable runtime: what each has written, and writing what it has not —
     before an epoch (after a restart: the epochs a target missed) and after its commit. Ports:
-    ``store`` (the root: a sink's progress) and ``source`` (what a sink reads of its source)."""
+    ``store`` (the root: a sink's progress), ``source`` (what a sink reads of its source) and
+    ``target_of`` (a sink's target, by its connector: :func:`millpond.connectors.target_of`)."""
 
-    def __init__(self, store: ObjectStore, source: Source):
+    def __init__(self, store: ObjectStore, source: Source, target_of: Callable[[SinkDef], Target] | None = None):
         self.store, self.source = store, source
+        self._target_of = target_of
         self._done: dict[str, int] = {}  # token -> the last epoch the target holds (this process knows)
         self._writes: dict[str, int] = {}  # token -> writes to the target by this process
         self._targets: dict[str, Target] = {}  # token -> its target, opened once
         self.rows: dict[str, int] = {}  # token -> rows this process wrote to the target
         self.errors: dict[str, str] = {}  # sink name -> why its last write failed
+
+    def target_of(self, sink: SinkDef) -> Target:
+        """``sink``'s target, made by its connector (the port the entry points hand in)."""
+        if self._target_of is None:
+            raise SqlError(f"sink {sink.name!r}: this runtime was made without connectors, so it writes no sink")
+        return self._target_of(sink)
 
     def before(self, catalog: Catalog, consumers: list[Consumer], manifest: Manifest) -> None:
         if catalog.sinks:
@@ -132,7 +139,7 @@ class Sinks(EpochStep):
         read. Nothing is remembered here: only a write moves what this process knows."""
         if (done := self._done.get(sink.token)) is not None:
             return done
-        done = self._durable(sink, target_of(sink))
+        done = self._durable(sink, self.target_of(sink))
         return None if done < 0 else done
 
     def catch_up(self, catalog: Catalog, upto: int) -> None:
@@ -149,7 +156,7 @@ class Sinks(EpochStep):
     def write(self, catalog: Catalog, sink: SinkDef, upto: int) -> None:
         """Make ``sink`` (of ``catalog``)'s target hold its source's changes up to epoch ``upto``."""
         if (target := self._targets.get(sink.token)) is None:
-            target = self._targets[sink.token] = target_of(sink)
+            target = self._targets[sink.token] = self.target_of(sink)
         done = self._done.get(sink.token)
         try:
             if done is None:  # (epoch 0 is an epoch: not "or -1")

@@ -31,15 +31,16 @@ from sqlglot.tokens import TokenType
 
 from millpond.catalog import SinkDef
 from millpond.engine.runtime import Runtime
-from millpond.engine.sink_targets import ICEBERG_OPTIONS, target_of
-from millpond.engine.sinks import CONNECTORS, KINDS, check_schema, sink_key
+from millpond.connectors import SINKS as CONNECTORS, target_of
+from millpond.connectors.lake_sinks import ICEBERG_OPTIONS
+from millpond.engine.sinks import KINDS, check_schema, sink_key
 from millpond.errors import MillpondError, SqlError
 from millpond.sql.statements import Words, dropped, is_command, source
 
 __all__ = ["is_sink", "create", "drop", "show"]
 
-_SYNTAX = ("CREATE SINK [IF NOT EXISTS] name FROM table_or_view WITH (connector = 'deltalake' | 'iceberg', "
-           "type = 'upsert' | 'append-only', ...)")
+_SYNTAX = ("CREATE SINK [IF NOT EXISTS] name FROM table_or_view WITH (connector = 'deltalake' | 'iceberg' | "
+           "'postgres' | 'kafka', type = 'upsert' | 'append-only', ...) [FORMAT PLAIN | UPSERT | DEBEZIUM ENCODE JSON]")
 
 
 def is_sink(s: exp.Expression, verb: str) -> bool:
@@ -74,6 +75,13 @@ def _parse(text: str) -> tuple[str, str, bool, dict[str, str]]:
             break
         if not w.word(","):
             raise SqlError(f"CREATE SINK {sink}: expected ',' or ')' after option {key!r}", sql=text)
+    if w.word("FORMAT"):  # RisingWave's FORMAT ... ENCODE ... of a Kafka sink
+        fmt = toks[w.i].text.lower() if w.i < len(toks) else ""
+        w.i += 1
+        if not fmt or not w.word("ENCODE") or w.i >= len(toks):
+            raise SqlError(f"CREATE SINK {sink}: expected FORMAT PLAIN | UPSERT | DEBEZIUM ENCODE JSON", sql=text)
+        options["format"], options["encode"] = fmt, toks[w.i].text.lower()
+        w.i += 1
     if w.i < len(toks) and toks[w.i].text != ";":
         raise SqlError(f"CREATE SINK {sink}: unexpected {toks[w.i].text!r} after its options", sql=text)
     return sink, src, if_not_exists, options
@@ -93,7 +101,7 @@ def create(rt: Runtime, s: exp.Command) -> None:
     if kind not in KINDS:
         raise SqlError(f"CREATE SINK {name}: type must be 'upsert' or 'append-only'"
                        f"{f', got {kind!r}' if kind else ''}", sql=text)
-    where = _where(name, connector, options, text)
+    where = _where(name, connector, kind, options, text)
     rel = catalog.relation(src)
     sink = SinkDef(0, name, src, connector, kind, tuple(sorted(options.items())), rt.epoch,
                    f"millpond-{uuid.uuid4().hex}", text)
@@ -130,8 +138,16 @@ def create(rt: Runtime, s: exp.Command) -> None:
     rt.sinks.clear_pending(name)
 
 
-def _where(name: str, connector: str, options: dict[str, str], text: str) -> str:
+def _where(name: str, connector: str, kind: str, options: dict[str, str], text: str) -> str:
     """Check the target's options (a relative path made absolute) and say where the target is."""
+    if connector == "postgres":
+        from millpond.connectors.postgres_sink import check_options
+
+        return check_options(name, options, text)
+    if connector == "kafka":
+        from millpond.connectors.kafka_sink import check_options
+
+        return check_options(name, options, kind, text)
     if connector == "deltalake":
         allowed = ("location",)
         if not options.get("location"):
@@ -192,8 +208,8 @@ def show(rt: Runtime) -> pa.Table:
         "source": pa.array([k.source for k in sinks], pa.string()),
         "connector": pa.array([k.connector for k in sinks], pa.string()),
         "type": pa.array([k.kind for k in sinks], pa.string()),
-        "location": pa.array([k.option("location") or f"{k.option('database.name')}.{k.option('table.name')}"
-                              for k in sinks], pa.string()),
+        "location": pa.array([k.option("location") or k.option("topic") or
+                              f"{k.option('database.name')}.{k.option('table.name')}" for k in sinks], pa.string()),
         "epoch": pa.array(done, pa.int64()),
         "lag": pa.array([None if d is None else last - d for d in done], pa.int64()),
         "error": pa.array(errors, pa.string()),
