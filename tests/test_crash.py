@@ -16,6 +16,7 @@ is not counted.
 
 from __future__ import annotations
 
+import getpass
 import os
 import random
 import signal
@@ -59,6 +60,8 @@ NTH = {
     "files.after_record": 1,        # a file of the arrivals folder recorded as taken, its rows not yet appended
     "delta.before_append": 1,       # a Delta version read, not yet appended to the delivered table's log
     "delta.after_append": 1,        # a Delta version appended, the next not yet
+    "pg.before_append": 1,          # PostgreSQL's changes read, not yet appended to the shipped table's log
+    "pg.after_append": 1,           # PostgreSQL's changes appended, the slot not yet advanced
 }
 CATALOG = "catalog.after_put"  # only passed while the schema is created: drawn while it is incomplete
 BUDGET = 6  # steps a worker runs past the recovered state before it stops uncrashed
@@ -252,7 +255,17 @@ QUICK = [  # the first five in make test, the rest in make chaos
     ("log.compact.after_put", 1),     # a log compaction half done
     ("delta.before_append", 1),   # a Delta version read, its rows not appended: read again
     ("delta.after_append", 1),    # a Delta version appended: not read again
+    ("pg.before_append", 2),      # PostgreSQL's transactions read, not appended: read again from the slot
+    ("pg.after_append", 2),       # appended, the slot not advanced: the transactions skipped by their LSN
 ]
+
+
+@pytest.fixture(autouse=True)
+def pg_chain(request, monkeypatch):  # noqa: ANN001
+    """The chains' PostgreSQL server (the session's): its table ``shipped`` and sink ``per_user_pg``
+    (workload.SHIPPED, workload.PG_SINKS) are in the schema of every chain, harness and workers."""
+    server = request.getfixturevalue("postgres_cdc")
+    monkeypatch.setenv("MILLPOND_TEST_PG", f"{server.port} {server.user or getpass.getuser()}")
 
 
 @pytest.mark.slow

@@ -123,6 +123,51 @@ def ensure_delta(root: str) -> None:
                                                         "n": pa.array([], pa.int32())}))
 
 
+# a table read from PostgreSQL by logical replication (connectors/postgres_cdc.py), where the chain
+# has a server (``MILLPOND_TEST_PG = "<port> <user>"``, the harness's): the "file" steps insert the
+# same rows upstream, keyed by the file's token and row (ON CONFLICT DO NOTHING: a step run again
+# after a kill adds nothing); and a sink of per_user into a PostgreSQL table
+SHIPPED = "shipped"
+SHIPPED_VIEW = ("shipped_per_product", ARRIVALS_VIEW[1].replace("arrivals", SHIPPED))
+PG_SINKS = {"per_user_pg": ("per_user", "upsert")}
+
+
+def pg_server() -> tuple[str, str] | None:
+    found = os.environ.get("MILLPOND_TEST_PG")
+    return tuple(found.split()) if found else None
+
+
+def _pg_name(root: str, name: str) -> str:
+    import hashlib
+
+    return f"{name}_{hashlib.sha1(root.rstrip('/').encode()).hexdigest()[:10]}"
+
+
+def _pg_where(root: str, name: str) -> str:
+    port, user = pg_server()
+    return (f"hostname = '127.0.0.1', port = '{port}', username = '{user}', database.name = 'postgres', "
+            f"table.name = '{_pg_name(root, name)}'")
+
+
+def pg_statement(root: str) -> str:
+    return (f"CREATE TABLE {SHIPPED} (id BIGINT, product VARCHAR, n INT, PRIMARY KEY (id)) WITH "
+            f"(connector = 'postgres-cdc', {_pg_where(root, SHIPPED)})")
+
+
+def _pg_connect(options: dict):  # noqa: ANN202
+    import psycopg
+
+    return psycopg.connect(host=options["hostname"], port=int(options["port"]), user=options["username"],
+                           dbname=options["database.name"], autocommit=True)
+
+
+def ensure_pg(root: str) -> None:
+    """The upstream table the ``shipped`` table reads, unless it is there already."""
+    port, user = pg_server()
+    with _pg_connect({"hostname": "127.0.0.1", "port": port, "username": user, "database.name": "postgres"}) as c:
+        c.execute(f"CREATE TABLE IF NOT EXISTS {_pg_name(root, SHIPPED)} (id bigint PRIMARY KEY, product text, n int)")
+
+
 PRODUCTS = [f"p{i}" for i in range(8)]
 USERS = [f"u{i}" for i in range(5)] + [None]
 CATEGORIES = ["c0", "c1", "c2", None]
@@ -189,16 +234,29 @@ def setup(db) -> None:  # noqa: ANN001
 
 
 def sink_statements(root: str) -> dict[str, str]:
-    """The CREATE statement of each sink, its Delta table under ``<root>.sinks/``."""
-    return {name: f"CREATE SINK {name} FROM {src} WITH (connector = 'deltalake', "
-                  f"location = '{root.rstrip('/')}.sinks/{name}', type = '{kind}')" for name, (src, kind) in SINKS.items()}
+    """The CREATE statement of each sink, its Delta table under ``<root>.sinks/`` (and, with a
+    PostgreSQL server, the PostgreSQL sinks)."""
+    out = {name: f"CREATE SINK {name} FROM {src} WITH (connector = 'deltalake', "
+                 f"location = '{root.rstrip('/')}.sinks/{name}', type = '{kind}')" for name, (src, kind) in SINKS.items()}
+    if pg_server():
+        out.update({name: f"CREATE SINK {name} FROM {src} WITH (connector = 'postgres', {_pg_where(root, name)}, "
+                          f"type = '{kind}')" for name, (src, kind) in PG_SINKS.items()})
+    return out
 
 
 def sink_rows(db, name: str) -> list[tuple]:  # noqa: ANN001
-    """A sink's Delta table as its source's rows (an append-only sink's changes replayed)."""
+    """A sink's table as its source's rows (an append-only sink's changes replayed)."""
+    sink = db.catalog.sinks[name]
+    if sink.connector == "postgres":
+        options = dict(sink.options)
+        with _pg_connect(options) as c:
+            cur = c.execute(f"SELECT * FROM {options['table.name']}")
+            names = [d.name for d in cur.description]
+            return norm(pa.Table.from_pylist([dict(zip(names, r)) for r in cur.fetchall()]) if cur.rowcount else
+                        pa.table({n: pa.array([], pa.string()) for n in names}))
     from deltalake import DeltaTable
 
-    table = DeltaTable(db.catalog.sinks[name].option("location")).to_pyarrow_table()
+    table = DeltaTable(sink.option("location")).to_pyarrow_table()
     if SINKS[name][1] == "upsert":
         return norm(table)
     cols = [c for c in table.column_names if c not in ("_op", "_epoch")]
@@ -236,6 +294,12 @@ def apply(db, step: Step) -> None:  # noqa: ANN001
             from deltalake import write_deltalake
 
             write_deltalake(delta_location(db.root), rows, mode="append")
+        if SHIPPED in db.catalog.tables:  # and upstream in PostgreSQL, once (keyed by token and row)
+            options = dict(db.catalog.tables[SHIPPED].source)
+            with _pg_connect(options) as c, c.cursor() as cur:
+                cur.executemany(f"INSERT INTO {options['table.name']} VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+                                [((token % 2**40) * 100_000 + i, r["product"], r["n"])
+                                 for i, r in enumerate(rows.to_pylist())])
     else:
         db.sql(step.payload)
 
@@ -374,6 +438,10 @@ def mismatches(db, ref: Reference, *, sinks: bool = True,  # noqa: ANN001
     if "delivered" in db.catalog.tables:  # the crash chains' Delta table: the same rows as arrivals
         bad += [t for t, sql in (("delivered", "SELECT * FROM arrivals"), (DELIVERED_VIEW[0], ARRIVALS_VIEW[1]))
                 if norm(db.sql(f"SELECT * FROM {t}")) != ref.query(sql)]
+    if SHIPPED in db.catalog.tables:  # the crash chains' PostgreSQL table: the same rows as arrivals
+        bad += [t for t, mine, sql in ((SHIPPED, f"SELECT product, n FROM {SHIPPED}", "SELECT * FROM arrivals"),
+                                      (SHIPPED_VIEW[0], f"SELECT * FROM {SHIPPED_VIEW[0]}", ARRIVALS_VIEW[1]))
+                if norm(db.sql(mine)) != ref.query(sql)]
     bad += [v for v, sql in VIEWS.items() if norm(db.sql(f"SELECT * FROM {v}")) != ref.query(sql)]
     if base is not None:
         base = (0, Reference()) if base[0] == 0 else base
@@ -382,6 +450,6 @@ def mismatches(db, ref: Reference, *, sinks: bool = True,  # noqa: ANN001
     bad += [v for v, (sql, _, _) in PARTIAL.items() if sinks and norm(db.sql(f"SELECT * FROM {v} WHERE {where}")) != ref.query(f"SELECT * FROM ({sql}) q WHERE {where}")]
     if sinks:
         bad += [s for s, sql in FLOWS.values() if norm(db.sql(f"SELECT * FROM {s}")) != ref.query(sql)]
-        bad += [f"sink {k}" for k, (src, _) in SINKS.items() if k in db.catalog.sinks and
+        bad += [f"sink {k}" for k, (src, _) in {**SINKS, **PG_SINKS}.items() if k in db.catalog.sinks and
                 sink_rows(db, k) != ref.query(VIEWS[src])]
     return bad
