@@ -56,15 +56,18 @@ def setup_statements(root: str = "<root>") -> list[tuple[str, str, str]]:
     out.append(("table", "delivered", workload.delta_statement(root)))
     if workload.pg_server():
         out.append(("table", workload.SHIPPED, workload.pg_statement(root)))
+    if workload.kafka_server():
+        out.append(("table", workload.STREAMED, workload.kafka_statement(root)))
     out += [("index", name, sql) for name, sql in workload.INDEXES.items()]
     out += [("view", name, f"CREATE MATERIALIZED VIEW {name} AS {sql}") for name, sql in workload.VIEWS.items()]
     out.append(("view", workload.ARRIVALS_VIEW[0], f"CREATE MATERIALIZED VIEW {workload.ARRIVALS_VIEW[0]} AS "
                                                    f"{workload.ARRIVALS_VIEW[1]}"))
     out.append(("view", workload.DELIVERED_VIEW[0], f"CREATE MATERIALIZED VIEW {workload.DELIVERED_VIEW[0]} AS "
                                                     f"{workload.DELIVERED_VIEW[1]}"))
-    if workload.pg_server():
-        out.append(("view", workload.SHIPPED_VIEW[0], f"CREATE MATERIALIZED VIEW {workload.SHIPPED_VIEW[0]} AS "
-                                                      f"{workload.SHIPPED_VIEW[1]}"))
+    for server, (name, sql) in ((workload.pg_server, workload.SHIPPED_VIEW),
+                                (workload.kafka_server, workload.STREAMED_VIEW)):
+        if server():
+            out.append(("view", name, f"CREATE MATERIALIZED VIEW {name} AS {sql}"))
     out += [("view", name, sql) for name, sql in workload.partial_views().items()]
     out += [("flow", name, f"CREATE FLOW {name} SINK TO {sink} AS {sql}")
             for name, (sink, sql) in workload.FLOWS.items()]
@@ -88,6 +91,8 @@ def finish_setup(db) -> None:  # noqa: ANN001
     workload.ensure_delta(db.root)
     if workload.pg_server():
         workload.ensure_pg(db.root)
+    if workload.kafka_server():
+        workload.ensure_kafka(db.root)
     for kind, name, statement in setup_statements(db.root):
         if name not in _made(db, kind):
             db.sql(statement)

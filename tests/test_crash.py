@@ -62,6 +62,8 @@ NTH = {
     "delta.after_append": 1,        # a Delta version appended, the next not yet
     "pg.before_append": 1,          # PostgreSQL's changes read, not yet appended to the shipped table's log
     "pg.after_append": 1,           # PostgreSQL's changes appended, the slot not yet advanced
+    "kafka.before_append": 2,       # a partition's messages read, not yet appended to the streamed table's log
+    "kafka.after_append": 2,        # a partition's messages appended, the next partition's not yet
 }
 CATALOG = "catalog.after_put"  # only passed while the schema is created: drawn while it is incomplete
 BUDGET = 6  # steps a worker runs past the recovered state before it stops uncrashed
@@ -257,15 +259,19 @@ QUICK = [  # the first five in make test, the rest in make chaos
     ("delta.after_append", 1),    # a Delta version appended: not read again
     ("pg.before_append", 2),      # PostgreSQL's transactions read, not appended: read again from the slot
     ("pg.after_append", 2),       # appended, the slot not advanced: the transactions skipped by their LSN
+    ("kafka.before_append", 2),   # a partition's messages read, not appended: read again from its offset
+    ("kafka.after_append", 2),    # one partition appended, the other not: each goes on from its own
 ]
 
 
 @pytest.fixture(autouse=True)
 def pg_chain(request, monkeypatch):  # noqa: ANN001
-    """The chains' PostgreSQL server (the session's): its table ``shipped`` and sink ``per_user_pg``
-    (workload.SHIPPED, workload.PG_SINKS) are in the schema of every chain, harness and workers."""
+    """The chains' PostgreSQL server and Kafka broker (the session's): the tables ``shipped`` and
+    ``streamed`` and the sinks ``per_user_pg`` and ``per_user_kafka`` (workload.SHIPPED, STREAMED,
+    PG_SINKS, KAFKA_SINKS) are in the schema of every chain, harness and workers."""
     server = request.getfixturevalue("postgres_cdc")
     monkeypatch.setenv("MILLPOND_TEST_PG", f"{server.port} {server.user or getpass.getuser()}")
+    monkeypatch.setenv("MILLPOND_TEST_KAFKA", request.getfixturevalue("kafka").bootstrap)
 
 
 @pytest.mark.slow

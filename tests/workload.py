@@ -168,6 +168,71 @@ def ensure_pg(root: str) -> None:
         c.execute(f"CREATE TABLE IF NOT EXISTS {_pg_name(root, SHIPPED)} (id bigint PRIMARY KEY, product text, n int)")
 
 
+# a table read from a Kafka topic (connectors/kafka.py, FORMAT UPSERT: each row keyed by the file's
+# token and row, so a step produced again after a kill changes nothing), where the chain has a broker
+# (``MILLPOND_TEST_KAFKA`` = its bootstrap address); and a sink of per_user into a topic
+STREAMED = "streamed"
+STREAMED_VIEW = ("streamed_per_product", ARRIVALS_VIEW[1].replace("arrivals", STREAMED))
+KAFKA_SINKS = {"per_user_kafka": ("per_user", "upsert")}
+
+
+def kafka_server() -> str | None:
+    return os.environ.get("MILLPOND_TEST_KAFKA") or None
+
+
+def kafka_statement(root: str) -> str:
+    return (f"CREATE TABLE {STREAMED} (id BIGINT PRIMARY KEY, product VARCHAR, n INT) WITH (connector = 'kafka', "
+            f"topic = '{_pg_name(root, STREAMED)}', properties.bootstrap.server = '{kafka_server()}') "
+            "FORMAT UPSERT ENCODE JSON")
+
+
+def ensure_kafka(root: str) -> None:
+    """The topic the ``streamed`` table reads, unless it is there already."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": kafka_server()})
+    topic = _pg_name(root, STREAMED)
+    if topic not in admin.list_topics(timeout=30).topics:
+        admin.create_topics([NewTopic(topic, num_partitions=2)])[topic].result(30)
+
+
+def _kafka_produce(bootstrap: str, topic: str, rows: list[tuple[int, dict]]) -> None:
+    import json
+
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for key, value in rows:
+        producer.produce(topic, key=json.dumps({"id": key}).encode(), value=json.dumps({"id": key, **value}).encode())
+    assert producer.flush(30) == 0, "messages not delivered"
+
+
+def _kafka_rows(bootstrap: str, topic: str) -> pa.Table:
+    """An upsert topic's committed messages folded by key (a null value deletes its key)."""
+    import json
+
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "check", "isolation.level": "read_committed",
+                         "enable.partition.eof": True})
+    try:
+        parts = sorted(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
+        consumer.assign([TopicPartition(topic, p, 0) for p in parts])
+        by_key, done = {}, set()
+        while len(done) < len(parts):
+            m = consumer.poll(30)
+            assert m is not None, f"topic {topic}: no answer"
+            if m.error() is not None:
+                assert m.error().code() == KafkaError._PARTITION_EOF, m.error()
+                done.add(m.partition())
+                continue
+            done.discard(m.partition())
+            by_key[m.key()] = None if m.value() is None else json.loads(m.value())
+    finally:
+        consumer.close()
+    return pa.Table.from_pylist([v for v in by_key.values() if v is not None])
+
+
 PRODUCTS = [f"p{i}" for i in range(8)]
 USERS = [f"u{i}" for i in range(5)] + [None]
 CATEGORIES = ["c0", "c1", "c2", None]
@@ -241,12 +306,18 @@ def sink_statements(root: str) -> dict[str, str]:
     if pg_server():
         out.update({name: f"CREATE SINK {name} FROM {src} WITH (connector = 'postgres', {_pg_where(root, name)}, "
                           f"type = '{kind}')" for name, (src, kind) in PG_SINKS.items()})
+    if kafka_server():
+        out.update({name: f"CREATE SINK {name} FROM {src} WITH (connector = 'kafka', topic = '{_pg_name(root, name)}', "
+                          f"properties.bootstrap.server = '{kafka_server()}', type = '{kind}') FORMAT UPSERT ENCODE JSON"
+                    for name, (src, kind) in KAFKA_SINKS.items()})
     return out
 
 
 def sink_rows(db, name: str) -> list[tuple]:  # noqa: ANN001
     """A sink's table as its source's rows (an append-only sink's changes replayed)."""
     sink = db.catalog.sinks[name]
+    if sink.connector == "kafka":
+        return norm(_kafka_rows(sink.option("properties.bootstrap.server"), sink.option("topic")))
     if sink.connector == "postgres":
         options = dict(sink.options)
         with _pg_connect(options) as c:
@@ -300,6 +371,10 @@ def apply(db, step: Step) -> None:  # noqa: ANN001
                 cur.executemany(f"INSERT INTO {options['table.name']} VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
                                 [((token % 2**40) * 100_000 + i, r["product"], r["n"])
                                  for i, r in enumerate(rows.to_pylist())])
+        if STREAMED in db.catalog.tables:  # and to Kafka, keyed likewise (produced again: the same rows)
+            options = dict(db.catalog.tables[STREAMED].source)
+            _kafka_produce(options["properties.bootstrap.server"], options["topic"],
+                           [((token % 2**40) * 100_000 + i, r) for i, r in enumerate(rows.to_pylist())])
     else:
         db.sql(step.payload)
 
@@ -438,10 +513,11 @@ def mismatches(db, ref: Reference, *, sinks: bool = True,  # noqa: ANN001
     if "delivered" in db.catalog.tables:  # the crash chains' Delta table: the same rows as arrivals
         bad += [t for t, sql in (("delivered", "SELECT * FROM arrivals"), (DELIVERED_VIEW[0], ARRIVALS_VIEW[1]))
                 if norm(db.sql(f"SELECT * FROM {t}")) != ref.query(sql)]
-    if SHIPPED in db.catalog.tables:  # the crash chains' PostgreSQL table: the same rows as arrivals
-        bad += [t for t, mine, sql in ((SHIPPED, f"SELECT product, n FROM {SHIPPED}", "SELECT * FROM arrivals"),
-                                      (SHIPPED_VIEW[0], f"SELECT * FROM {SHIPPED_VIEW[0]}", ARRIVALS_VIEW[1]))
-                if norm(db.sql(mine)) != ref.query(sql)]
+    for table, view in ((SHIPPED, SHIPPED_VIEW), (STREAMED, STREAMED_VIEW)):  # PostgreSQL's, Kafka's: as arrivals
+        if table in db.catalog.tables:
+            bad += [t for t, mine, sql in ((table, f"SELECT product, n FROM {table}", "SELECT * FROM arrivals"),
+                                          (view[0], f"SELECT * FROM {view[0]}", ARRIVALS_VIEW[1]))
+                    if norm(db.sql(mine)) != ref.query(sql)]
     bad += [v for v, sql in VIEWS.items() if norm(db.sql(f"SELECT * FROM {v}")) != ref.query(sql)]
     if base is not None:
         base = (0, Reference()) if base[0] == 0 else base
@@ -450,6 +526,6 @@ def mismatches(db, ref: Reference, *, sinks: bool = True,  # noqa: ANN001
     bad += [v for v, (sql, _, _) in PARTIAL.items() if sinks and norm(db.sql(f"SELECT * FROM {v} WHERE {where}")) != ref.query(f"SELECT * FROM ({sql}) q WHERE {where}")]
     if sinks:
         bad += [s for s, sql in FLOWS.values() if norm(db.sql(f"SELECT * FROM {s}")) != ref.query(sql)]
-        bad += [f"sink {k}" for k, (src, _) in {**SINKS, **PG_SINKS}.items() if k in db.catalog.sinks and
+        bad += [f"sink {k}" for k, (src, _) in {**SINKS, **PG_SINKS, **KAFKA_SINKS}.items() if k in db.catalog.sinks and
                 sink_rows(db, k) != ref.query(VIEWS[src])]
     return bad

@@ -215,3 +215,25 @@ def test_unnest_with_ordinality_is_refused_by_name(db):
     with pytest.raises(SqlError, match=r"no WITH ORDINALITY.*\(line 1, column \d+\)"):
         db.sql("SELECT u.x, u.n FROM arrays, unnest(arrays.a) WITH ORDINALITY AS u(x, n)")
     db.sql("DROP TABLE arrays")
+
+
+def test_not_null_columns_refuse_null_as_postgresql_does(db, postgres):
+    """``NOT NULL`` (kept in the catalog) refuses a NULL from INSERT, UPDATE and ``db.insert`` with
+    PostgreSQL's SQLSTATE 23502, and nothing of the statement is kept; ``NULL`` allows it."""
+    import pyarrow as pa
+
+    from millpond import SchemaError
+
+    db.sql("CREATE TABLE nn (k INT PRIMARY KEY, a TEXT NOT NULL, b INT NULL)")
+    db.sql("INSERT INTO nn VALUES (1, 'x', NULL)")
+    for statement in ("INSERT INTO nn VALUES (2, 'y', 2), (3, NULL, 3)", "UPDATE nn SET a = NULL WHERE k = 1"):
+        with pytest.raises(SchemaError, match="null value in column 'a' violates its NOT NULL constraint") as got:
+            db.sql(statement)
+        assert got.value.sqlstate == "23502"
+        assert postgres is None or pg_error(postgres, "CREATE TEMP TABLE nn (k INT PRIMARY KEY, a TEXT NOT NULL, b INT NULL); "
+                                  "INSERT INTO nn VALUES (1, 'x', NULL); " + statement)[0] == "23502"
+    with pytest.raises(SchemaError, match="NOT NULL"):
+        db.insert("nn", pa.table({"k": [4], "a": pa.array([None], pa.string()), "b": [4]}))
+    db.flush()
+    assert db.sql("SELECT * FROM nn").to_pylist() == [{"k": 1, "a": "x", "b": None}]
+    assert [c.not_null for c in db.catalog.tables["nn"].columns] == [False, True, False]

@@ -42,6 +42,7 @@ FORMAT = 12
 class Column:
     name: str
     type: str  # normalized SQL type, see catalog.types
+    not_null: bool = False  # NOT NULL: a row with NULL here is refused (PostgreSQL's 23502)
 
 
 @dataclass(frozen=True)
@@ -357,7 +358,7 @@ class Catalog:
                 "version": self.version,
                 "next_id": self.next_id,
                 "tables": [
-                    {"id": t.id, "name": t.name, "columns": [[c.name, c.type] for c in t.columns],
+                    {"id": t.id, "name": t.name, "columns": [[c.name, c.type, *([True] if c.not_null else [])] for c in t.columns],
                      "primary_key": list(t.primary_key), **({"append_only": True} if t.append_only else {}),
                      **({"key_hashed": True} if t.key_hashed else {}),
                      **({"source": dict(t.source)} if t.source else {})}

@@ -53,7 +53,7 @@ def to_arrow(data: Any) -> pa.Table:
 def conform_rows(table: TableDef, rows: pa.Table) -> pa.Table:
     """``rows`` cast to the table's columns, or a SchemaError naming the column and row."""
     return conform(f"table {table.name!r}", table.schema, rows, key=table.primary_key,
-                   types={c.name: c.type for c in table.columns})
+                   types={c.name: c.type for c in table.columns}, not_null={c.name for c in table.columns if c.not_null})
 
 
 def insert(rt: Runtime, table: TableDef, rows: pa.Table, *, producer: tuple[str, int] | None = None

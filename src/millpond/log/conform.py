@@ -11,7 +11,7 @@ extension type), kept as PostgreSQL prints it (:mod:`millpond.jsonb`).
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -25,11 +25,11 @@ __all__ = ["conform", "to_interval", "from_interval"]
 
 
 def conform(where: str, schema: pa.Schema, data: Any, *, key: Sequence[str] = (),
-            types: Mapping[str, str] | None = None) -> pa.Table:
+            types: Mapping[str, str] | None = None, not_null: Collection[str] = ()) -> pa.Table:
     """``data`` (a Table, RecordBatch or dict of columns) cast to ``schema``, or a SchemaError.
 
     ``where`` names the target in messages (``"table 'visit'"``, ``"channel 'visit'"``); columns
-    in ``key`` (a primary key) and non-nullable fields may not be NULL; ``types`` are the names
+    in ``key`` (a primary key), in ``not_null`` (``NOT NULL``) and non-nullable fields may not be NULL; ``types`` are the names
     of the columns' types to show (SQL types for a table; Arrow's by default). Nothing is
     partially accepted: the first problem found rejects the whole batch.
     """
@@ -71,10 +71,13 @@ def conform(where: str, schema: pa.Schema, data: Any, *, key: Sequence[str] = ()
             found = f" at row {exc.row} (value {col[exc.row].as_py()!r})" if exc.row is not None else ""
             raise SchemaError(f"{where}: column {f.name!r} expects {want}, got {col.type}{found}: {exc.reason}",
                               sqlstate=exc.sqlstate) from None
-        if col.null_count and (f.name in key or not f.nullable):
+        if col.null_count and (f.name in key or f.name in not_null or not f.nullable):
             row = pc.index(pc.is_null(col), True).as_py()
             if f.name in key:
                 raise SchemaError(f"{where}: primary key column {f.name!r} is NULL in row {row}")
+            if f.name in not_null:
+                raise SchemaError(f"{where}: null value in column {f.name!r} violates its NOT NULL constraint "
+                                  f"(row {row})", sqlstate="23502")
             raise SchemaError(f"{where}: column {f.name!r} is not nullable, but row {row} is null")
         columns.append(col)
     return pa.Table.from_arrays(columns, schema=schema)

@@ -64,7 +64,9 @@ def _create_table(rt: Runtime, s: exp.Create) -> None:
         if isinstance(d, exp.ColumnDef):
             if d.args.get("kind") is None:
                 raise SqlError(f"column {d.name!r} of {name!r} needs a type")
-            cols.append(Column(d.name, normalize_type(d.args["kind"])))
+            not_null = any(isinstance(c.args.get("kind"), exp.NotNullColumnConstraint) and not c.args["kind"].args.get(
+                "allow_null") for c in d.args.get("constraints") or [])
+            cols.append(Column(d.name, normalize_type(d.args["kind"]), not_null))
             if any(isinstance(c.args.get("kind"), exp.PrimaryKeyColumnConstraint)
                    for c in d.args.get("constraints") or []):
                 pk.append(d.name)
