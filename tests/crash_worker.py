@@ -36,7 +36,7 @@ import shlex
 import sys
 import time
 
-from tests import workload
+from tests import workload, workload_upstream
 
 
 RETENTION = "3 epochs"
@@ -55,9 +55,9 @@ def setup_statements(root: str = "<root>") -> list[tuple[str, str, str]]:
     out.append(("table", "arrivals", workload.files_statement(root)))
     out.append(("table", "delivered", workload.delta_statement(root)))
     if workload.pg_server():
-        out.append(("table", workload.SHIPPED, workload.pg_statement(root)))
+        out.append(("table", workload.SHIPPED, workload_upstream.pg_statement(root)))
     if workload.kafka_server():
-        out.append(("table", workload.STREAMED, workload.kafka_statement(root)))
+        out.append(("table", workload.STREAMED, workload_upstream.kafka_statement(root)))
     out += [("index", name, sql) for name, sql in workload.INDEXES.items()]
     out += [("view", name, f"CREATE MATERIALIZED VIEW {name} AS {sql}") for name, sql in workload.VIEWS.items()]
     out.append(("view", workload.ARRIVALS_VIEW[0], f"CREATE MATERIALIZED VIEW {workload.ARRIVALS_VIEW[0]} AS "
@@ -90,9 +90,9 @@ def finish_setup(db) -> None:  # noqa: ANN001
     """Create what a crash during setup left out (each statement commits one catalog version)."""
     workload.ensure_delta(db.root)
     if workload.pg_server():
-        workload.ensure_pg(db.root)
+        workload_upstream.ensure_pg(db.root)
     if workload.kafka_server():
-        workload.ensure_kafka(db.root)
+        workload_upstream.ensure_kafka(db.root)
     for kind, name, statement in setup_statements(db.root):
         if name not in _made(db, kind):
             db.sql(statement)

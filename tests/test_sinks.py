@@ -24,6 +24,7 @@ from millpond.connectors.kafka_sink import KafkaTarget
 from millpond.connectors.postgres_sink import PostgresTarget
 from millpond.errors import CatalogError
 from tests.conftest import rows
+from tests.workload_upstream import folded, kafka_messages
 
 TABLES = """
 CREATE TABLE kv (k INT PRIMARY KEY, g VARCHAR, v BIGINT);
@@ -75,25 +76,7 @@ def _pg_rows(out: Path, sql: str) -> list[tuple]:
 
 
 def _kafka_messages(out: Path, topic: str) -> list:
-    """A topic's committed messages, in order per partition."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": (out / "kafka").read_text(), "group.id": "check",
-                         "isolation.level": "read_committed", "enable.partition.eof": True})
-    parts = sorted(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
-    consumer.assign([TopicPartition(topic, p, 0) for p in parts])
-    got, done = [], set()
-    while len(done) < len(parts):
-        m = consumer.poll(30)
-        assert m is not None, f"topic {topic}: no answer"
-        if m.error() is not None:
-            assert m.error().code() == KafkaError._PARTITION_EOF, m.error()
-            done.add(m.partition())
-            continue
-        done.discard(m.partition())
-        got.append(m)
-    consumer.close()
-    return got
+    return kafka_messages((out / "kafka").read_text(), topic)
 
 
 _READ: dict[str, list] = {}  # topic -> its messages as _target last read them (_written reads them again)
@@ -105,12 +88,8 @@ def _kafka_target(out: Path, name: str) -> pa.Table:
     topic = f"{out.parent.name}_{name}"
     messages = _READ[topic] = _kafka_messages(out, topic)
     if (SINKS[name][1] if name in SINKS else {"up": "upsert"}.get(name)) == "upsert":
-        by_key = {}
-        for m in messages:
-            by_key[m.key()] = None if m.value() is None else json.loads(m.value())
-        found = [v for v in by_key.values() if v is not None]
-    else:
-        found = [json.loads(m.value()) for m in messages]
+        return folded(messages)
+    found = [json.loads(m.value()) for m in messages]
     return pa.Table.from_pylist(found) if found else pa.table({})
 
 
