@@ -17,7 +17,9 @@ table.name = '...'[, slot.name = '...', publication.name = '...', ssl.mode = '..
   most ``WAL_STEP`` past its slowest slot) and peeks at each slot's transactions that commit before
   it (``pg_logical_slot_peek_binary_changes``: whole transactions), keeps each key's last change,
   and appends them as upserts and deletes in one append per table: a PostgreSQL transaction is
-  never split across epochs, nor across the tables it wrote.
+  never split across epochs, nor across the tables it wrote. A table with nothing to take (and
+  nothing appended that awaits a commit) moves its slot to that position at once: an idle table
+  on a busy server does not keep the server's WAL.
 - **Exactly once**: the table's log producer is ``pg:t<id>``; its sequence is 1 for the snapshot,
   then the end LSN of the last transaction taken (a WAL position: above 1 always). A restart
   skips the transactions at or before it. The slot's confirmed position is advanced only once
@@ -196,6 +198,7 @@ class _Table:
         self.applied = -1  # the log's last sequence of this table
         self.advance = 0  # where the slot may move once the epoch commits
         self.advanced = 0
+        self.in_flight = False  # rows appended that no committed epoch has read yet
         self.rows, self.at = 0, time.monotonic()
         self.status: dict = {}
 
@@ -298,8 +301,10 @@ class PostgresCdc:
             faults.point("pg.before_append")
             self.apply(t, upserts, deletes, (f"pg:t{t.id}", last))
             faults.point("pg.after_append")
-            state.applied = last
+            state.applied, state.in_flight = last, True
         state.advance = max(state.advance, last if stop is not None else end)
+        if not state.in_flight:  # nothing of this table waits for a commit (an epoch with no work has no
+            self._advance(state)  # commit): the slot moves past the WAL its publication did not touch now
         seconds, state.at = time.monotonic() - state.at, time.monotonic()
         state.rows += rows
         state.status = {"split": f"{options['schema.name']}.{options['table.name']} (slot {slot})",
@@ -351,7 +356,7 @@ class PostgresCdc:
         faults.point("pg.before_append")
         if rows.num_rows:
             self.insert(t, rows, (f"pg:t{t.id}", 1))
-            state.applied = 1
+            state.applied, state.in_flight = 1, True
         faults.point("pg.after_append")
         state.rows += rows.num_rows
 
@@ -386,14 +391,22 @@ class PostgresCdc:
         """After an epoch's commit: each slot moved to what that epoch took (PostgreSQL may then
         let go of the WAL before it)."""
         for table_id, state in list(self._tables.items()):
-            if state.advance > state.advanced:
-                try:
-                    state.conn.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)",
-                                       (state.slot, lsn_text(state.advance)))
-                    state.advanced = state.advance
-                except Exception as exc:  # noqa: BLE001 - moved after the next commit instead
-                    log.warning("replication slot %r could not be advanced: %s", state.slot, text(exc))
-                    self._close(table_id)
+            state.in_flight = False
+            if not self._advance(state):
+                self._close(table_id)
+
+    def _advance(self, state: _Table) -> bool:
+        """``state``'s slot moved to ``state.advance``; False when the server refused (moved after
+        the next commit instead)."""
+        if state.advance > state.advanced:
+            try:
+                state.conn.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (state.slot,
+                                                                                        lsn_text(state.advance)))
+                state.advanced = state.advance
+            except Exception as exc:  # noqa: BLE001 - moved after the next commit instead
+                log.warning("replication slot %r could not be advanced: %s", state.slot, text(exc))
+                return False
+        return True
 
     def status(self, t: TableDef) -> list[dict]:
         state = self._tables.get(t.id)
