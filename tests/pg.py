@@ -38,6 +38,13 @@ class Server:
     socket_dir: str
     port: int
     user: str | None
+    ctl: tuple[str, ...] = ()  # pg_ctl's command line up to its action (with -D, -o, -l)
+
+    def restart(self) -> None:
+        """Stop the server (``-m fast``: its sessions cut) and start it again on the same port."""
+        done = subprocess.run([*self.ctl, "-m", "fast", "-w", "restart"], capture_output=True, text=True, timeout=120)
+        if done.returncode:
+            raise StartError(f"pg_ctl restart failed: {done.stderr or done.stdout}")
 
     def psql(self, database: str = "postgres") -> list[str]:
         """``psql`` arguments for ``database``: unaligned, tuples only, quiet, stop on the first error."""
@@ -106,14 +113,15 @@ def server(logical: bool = False) -> Iterator[Server]:
     if logical:
         options = options.replace("listen_addresses=''", "listen_addresses=127.0.0.1") + \
             " -c wal_level=logical -c max_replication_slots=40 -c max_wal_senders=40 -c max_connections=200"
-    start = [*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(home / "log"), "-w", "start"]
+    ctl = (*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(home / "log"))
+    start = [*ctl, "-w", "start"]
     for command in (initdb, start):
         done = subprocess.run(command, capture_output=True, text=True, timeout=120)
         if done.returncode:
             shutil.rmtree(home, ignore_errors=True)
             raise StartError(f"{' '.join(command)} failed: {done.stderr or done.stdout}")
     try:
-        yield Server(psql, str(home), port, user)
+        yield Server(psql, str(home), port, user, ctl)
     finally:
         subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
                        capture_output=True, timeout=120)
