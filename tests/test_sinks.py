@@ -360,3 +360,31 @@ def test_a_sigkill_around_the_targets_commit_writes_each_epoch_once(open_db, roo
     assert per_epoch == (0,)
     for name in ("up", "ch"):
         _caught_up(db, out, name, "after the recovery")
+
+
+def test_a_broker_without_transactions_takes_keyed_kafka_sinks_idempotently(open_db, kafka, tmp_path, monkeypatch,
+                                                                             caplog):
+    """Where the broker refuses a transactional producer (faked here: the test broker has them), an
+    UPSERT sink writes with an idempotent producer and says so; a PLAIN sink's write fails, saying
+    why, and the sink is not created."""
+    import confluent_kafka
+
+    class NoTransactions(confluent_kafka.Producer):
+        def init_transactions(self, *args):  # noqa: ANN002, ANN202
+            raise confluent_kafka.KafkaException("transactions not supported")
+    monkeypatch.setattr(confluent_kafka, "Producer", NoTransactions)
+    db = open_db()
+    db.sql("CREATE TABLE kv (k INT PRIMARY KEY, g VARCHAR, v BIGINT); INSERT INTO kv VALUES (1, 'a', 1), (2, 'b', 2)")
+    db.flush()
+    topic = f"{tmp_path.name}_notx"
+    with caplog.at_level("WARNING", logger="millpond"):
+        db.sql(f"CREATE SINK up FROM kv WITH (connector = 'kafka', topic = '{topic}', "
+               f"properties.bootstrap.server = '{kafka.bootstrap}', type = 'upsert')")
+    assert "refused a transactional producer" in caplog.text and "idempotent producer instead" in caplog.text
+    db.sql("DELETE FROM kv WHERE k = 1; INSERT INTO kv VALUES (3, 'c', 3)")
+    db.flush()
+    assert rows(folded(kafka_messages(kafka.bootstrap, topic))) == [(2, "b", 2), (3, "c", 3)]
+    with pytest.raises(MillpondError, match="FORMAT PLAIN Kafka sink writes exactly once only through Kafka"):
+        db.sql(f"CREATE SINK ch FROM kv WITH (connector = 'kafka', topic = '{topic}_ch', "
+               f"properties.bootstrap.server = '{kafka.bootstrap}', type = 'append-only')")
+    assert "ch" not in db.catalog.sinks

@@ -16,9 +16,11 @@ Each message's value is a JSON object (polars writes the rows: one vectorized pa
 sink's token); every message carries the headers ``millpond-sink`` (the token) and
 ``millpond-epoch``. :meth:`KafkaTarget.written` reads each partition backwards from its end
 (``read_committed``) to the last message of the token, and takes the highest epoch: a restart
-writes only the epochs after it; an aborted transaction is never read. A broker without
-transactions is refused at the first write (an upsert topic read by key would take a replay
-anyway, but nothing else promises it).
+writes only the epochs after it; an aborted transaction is never read. A broker that refuses a
+transactional producer fails a ``FORMAT PLAIN`` sink's writes, saying so; an ``UPSERT`` or
+``DEBEZIUM`` sink writes with an idempotent producer instead, with a warning: a write replayed
+after a crash sends its keys' messages again, with the same values (exact for a consumer keeping
+each key's last value).
 """
 
 from __future__ import annotations
@@ -98,6 +100,7 @@ class KafkaTarget:
         self.topic = options["topic"]
         self._producer = None
         self._token = None
+        self._transactions = True  # False: the broker refused a transactional producer (keyed formats go on)
 
     def forget(self) -> None:
         if self._producer is not None:
@@ -182,14 +185,23 @@ class KafkaTarget:
                 admin = AdminClient(_client(self.options))
                 admin.create_topics([NewTopic(self.topic, num_partitions=1)])[self.topic].result(TIMEOUT)
             producer = Producer(_client(self.options, **{"transactional.id": token, "linger.ms": 5}))
+            self._transactions = True
             try:
                 producer.init_transactions(TIMEOUT)
             except Exception as exc:  # noqa: BLE001 - said with what it means
-                raise RuntimeError(f"the broker at {self.options['properties.bootstrap.server']} refused a "
-                                   f"transactional producer ({exc}); a Kafka sink writes exactly once through "
-                                   "Kafka transactions") from None
+                where = f"the broker at {self.options['properties.bootstrap.server']}"
+                if self.options.get("format") == "plain":
+                    raise RuntimeError(f"{where} refused a transactional producer ({exc}); a FORMAT PLAIN Kafka sink "
+                                       "writes exactly once only through Kafka transactions") from None
+                log.warning("Kafka sink to %r: %s refused a transactional producer (%s): writing with an idempotent "
+                            "producer instead; a write replayed after a crash sends its keys' messages again (the "
+                            "same values: a consumer keeping each key's last is exact, one reading every message "
+                            "sees them twice)", self.topic, where, exc)
+                producer = Producer(_client(self.options, **{"enable.idempotence": True, "linger.ms": 5}))
+                self._transactions = False
             self._producer, self._token = producer, token
-        self._producer.begin_transaction()
+        if self._transactions:
+            self._producer.begin_transaction()
         return self._producer
 
     def _send(self, token: str, epoch: int, values: list[bytes | None], keys: list[bytes] | None) -> None:
@@ -205,12 +217,16 @@ class KafkaTarget:
                         break
                     except BufferError:
                         producer.poll(0.1)
-            producer.commit_transaction(TIMEOUT)
+            if self._transactions:
+                producer.commit_transaction(TIMEOUT)
+            elif producer.flush(TIMEOUT):
+                raise RuntimeError(f"Kafka topic {self.topic!r}: messages not delivered in {TIMEOUT:.0f} s")
             if failed:
                 raise RuntimeError(f"Kafka topic {self.topic!r}: {failed[0]}")
         except BaseException:
             try:
-                producer.abort_transaction(TIMEOUT)
+                if self._transactions:
+                    producer.abort_transaction(TIMEOUT)
             except Exception:  # noqa: BLE001 - the producer is made anew next time
                 pass
             self._producer = None
