@@ -302,7 +302,8 @@ class PostgresCdc:
             self.apply(t, upserts, deletes, (f"pg:t{t.id}", last))
             faults.point("pg.after_append")
             state.applied, state.in_flight = last, True
-        state.advance = max(state.advance, last if stop is not None else end)
+        state.advance = max(state.advance, last if stop is not None else max(last, end))  # (a commit record
+        # straddling ``end`` comes with the peek: its transaction is taken, and passed)
         if not state.in_flight:  # nothing of this table waits for a commit (an epoch with no work has no
             self._advance(state)  # commit): the slot moves past the WAL its publication did not touch now
         seconds, state.at = time.monotonic() - state.at, time.monotonic()
