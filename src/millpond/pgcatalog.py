@@ -80,10 +80,11 @@ def _columns(catalog: "Catalog") -> pa.Table:
     """Each column of millpond's tables and views as ``pg_attribute`` holds it: its PostgreSQL type
     (the OID the wire sends), a table's numeric's precision and scale (its typmod as PostgreSQL
     encodes it, ``(precision << 16 | scale) + 4``; a view's numeric is ``numeric``, as PostgreSQL
-    types an expression), and whether it is NOT NULL (a table's primary key: a NULL is refused)."""
+    types an expression), and whether it is NOT NULL (a table's primary key and NOT NULL columns: a
+    NULL is refused)."""
     rows = []
     for rel in [*catalog.tables.values(), *catalog.views.values()]:
-        key = set(getattr(rel, "primary_key", ()))
+        key = set(getattr(rel, "primary_key", ())) | {c.name for c in getattr(rel, "columns", ()) if c.not_null}
         for f in rel.schema:
             typmod = ((f.type.precision << 16) | f.type.scale) + 4 \
                 if pa.types.is_decimal(f.type) and rel.name in catalog.tables else -1

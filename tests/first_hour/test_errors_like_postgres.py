@@ -237,3 +237,10 @@ def test_not_null_columns_refuse_null_as_postgresql_does(db, postgres):
     db.flush()
     assert db.sql("SELECT * FROM nn").to_pylist() == [{"k": 1, "a": "x", "b": None}]
     assert [c.not_null for c in db.catalog.tables["nn"].columns] == [False, True, False]
+    import psycopg
+
+    with _served(db) as server, psycopg.connect(host="127.0.0.1", port=server.port, user="u", dbname="d",
+                                                autocommit=True) as conn:  # what psql's \d reads
+        got = conn.execute("SELECT a.attname, a.attnotnull FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c "
+                           "ON a.attrelid = c.oid WHERE c.relname = 'nn' AND a.attnum > 0 ORDER BY a.attnum").fetchall()
+    assert got == [("k", True), ("a", True), ("b", False)]
