@@ -240,11 +240,10 @@ class KafkaTarget:
         fmt = self.options.get("format", "upsert")
         gone = (frame[OP] == DELETE).to_list()
         data = frame.drop(OP)
-        keys = _json_lines(data.select(list(key)))
-        if fmt == "plain":
-            keep = [not g for g in gone]
-            self._send(token, epoch, _json_lines(data.filter(pl.Series(keep))), None)
+        if fmt == "plain":  # the new rows only, without keys
+            self._send(token, epoch, _json_lines(data.filter(frame[OP] != DELETE)), None)
             return
+        keys = _json_lines(data.select(list(key)))
         if fmt == "upsert":
             values = _json_lines(data)
             self._send(token, epoch, [None if g else v for g, v in zip(gone, values)], keys)

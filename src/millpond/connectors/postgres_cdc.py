@@ -361,19 +361,21 @@ class PostgresCdc:
         faults.point("pg.after_append")
         state.rows += rows.num_rows
 
-    def _typed(self, t: TableDef, texts: dict[str, pa.Array]) -> pa.Table:
+    def _typed(self, t: TableDef, texts: dict[str, pa.Array], rows: bool = True) -> pa.Table:
+        """PostgreSQL's texts of some of ``t``'s columns as their types; ``rows``: whole rows,
+        conformed to the table (else keys, as they are)."""
         by = {c.name: c for c in t.columns}
         arrays = {}
         for name, arr in texts.items():
             ours = column_type(by[name].type)
             arrays[name] = typed(arr, "jsonb" if is_jsonb(ours) else ours, name)
-        return conform_rows(t, pa.table(arrays))
+        return conform_rows(t, pa.table(arrays)) if rows else pa.table(arrays)
 
     def _last_per_key(self, t: TableDef, change) -> tuple[pa.Table | None, pa.Table | None]:
         """Each key's last change: its new row (an upsert) or its delete."""
         key = list(t.primary_key)
         rows = self._typed(t, {c: pa.array(v, pa.string()) for c, v in change.rows.items()})
-        gone = self._typed_keys(t, change.deletes)
+        gone = self._typed(t, {k: pa.array(v, pa.string()) for k, v in change.deletes.items()}, rows=False)
         places = pl.concat([pl.from_arrow(rows.select(key)).with_columns(pl.Series("_at", change.row_at, pl.Int64)),
                             pl.from_arrow(gone).with_columns(pl.Series("_at", change.delete_at, pl.Int64))])
         last = places.sort("_at").unique(subset=key, keep="last")["_at"].to_numpy()
@@ -383,10 +385,6 @@ class PostgresCdc:
         deletes = gone.filter(pa.array(keep_gone)) if len(change.delete_at) else None
         return (upserts if upserts is not None and upserts.num_rows else None,
                 deletes if deletes is not None and deletes.num_rows else None)
-
-    def _typed_keys(self, t: TableDef, deletes: dict[str, list]) -> pa.Table:
-        by = {c.name: c for c in t.columns}
-        return pa.table({k: typed(pa.array(v, pa.string()), column_type(by[k].type), k) for k, v in deletes.items()})
 
     def committed(self) -> None:
         """After an epoch's commit: each slot moved to what that epoch took (PostgreSQL may then
