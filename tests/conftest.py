@@ -100,19 +100,36 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="session")
 def s3_url():
-    """An S3-protocol server (moto) on loopback with bucket ``pond``; env points obstore at it."""
+    """An S3-protocol server (moto) on loopback with bucket ``pond``; env points obstore at it. It
+    runs in a process of its own, as a real server does: in this one, a client that waits for it
+    holding the GIL (deltalake's ``history()``) would wait for ever."""
+    import subprocess
+    import sys
+    import time
+
     import boto3
-    from moto.server import ThreadedMotoServer
 
     port = _free_port()
     S3_PORT[0] = port
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="k",
-                 aws_secret_access_key="s").create_bucket(Bucket="pond")
-    yield "s3://pond/prefix"
-    server.stop()
+    server = subprocess.Popen([sys.executable, "-c", "from moto.server import main; main()", "-H", "127.0.0.1",
+                               "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"moto's S3 server did not start on port {port}") from None
+                time.sleep(0.1)
+        endpoint = f"http://127.0.0.1:{port}"
+        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="k",
+                     aws_secret_access_key="s").create_bucket(Bucket="pond")
+        yield "s3://pond/prefix"
+    finally:
+        server.terminate()
+        server.wait(10)
 
 
 @pytest.fixture(scope="session")

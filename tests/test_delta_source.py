@@ -37,8 +37,14 @@ def _batch(rng: random.Random, keys: range) -> pa.Table:
                      "amount": pa.array([rng.randrange(1000) for _ in keys], pa.int64())})
 
 
-@pytest.mark.parametrize("feed", [True, False], ids=["change_data_feed", "file_diff"])
-def test_a_delta_tables_versions_are_followed_with_updates_and_deletes(open_db, tmp_path, feed):
+@pytest.mark.parametrize("feed,in_tasks", [(True, False), (False, False), (False, True)],
+                         ids=["change_data_feed", "file_diff", "file_diff_read_in_spark_tasks"])
+def test_a_delta_tables_versions_are_followed_with_updates_and_deletes(open_db, tmp_path, monkeypatch, feed, in_tasks):
+    """``in_tasks``: the cluster's path (``MILLPOND_DRIVER_RECORDS=0``): Spark tasks read the files."""
+    if in_tasks:
+        from millpond.spark import executor
+
+        monkeypatch.setitem(executor.DRIVER_RECORDS, "local", 0)
     location = str(tmp_path / "orders")
     rng = random.Random(3)
     write_deltalake(location, _batch(rng, range(0, 200)), partition_by=["region"],
@@ -70,6 +76,12 @@ def test_a_delta_tables_versions_are_followed_with_updates_and_deletes(open_db, 
         "SELECT region, count(*), sum(amount) FROM d GROUP BY region", location)
     status = db.sql("SELECT split, position, lag FROM millpond_sources").to_pylist()
     assert status == [{"split": location, "position": DeltaTable(location).version(), "lag": 0}]
+    tasks = db.runtime.sources.tasks()
+    if in_tasks:  # the snapshot's 3 partition files, then each version's added and removed files
+        assert tasks.stats["parts"] >= 3 + 2 and tasks.stats["rows"] >= 200, tasks.stats
+        assert not db.runtime.coordinator.store.list("sources/staging/"), "staged parts left behind"
+    else:
+        assert tasks is None
 
 
 def test_a_keyless_delta_table_takes_appends_and_stops_at_a_delete(open_db, tmp_path):

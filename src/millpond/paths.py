@@ -24,6 +24,7 @@ Layout::
     sinks/pending/<name, hex>.json                 a sink whose CREATE SINK wrote its target, not yet the catalog
     files/t<table id>/<n:010d>.json                the n-th file a files table took (connectors/files.py)
     sources/t<table id>/<name>.json                a source table's own record (connectors/kafka.py: start offsets)
+    sources/staging/<read id>/<part>.arrow         a part of a source read by a Spark task, until appended
     changes/epochs/<epoch:020d>.json               a committed epoch: when, the views it changed (engine/changefeed.py)
     changes/<view key>/<epoch:020d>.parquet        one view's (or flow's) changes in that epoch
 """
@@ -252,6 +253,14 @@ def files_key(table_id: int, n: int) -> str:
 def source_key(table_id: int, name: str) -> str:
     """A source table's record of its own (a Kafka table's start offsets)."""
     return f"sources/t{table_id}/{name}.json"
+
+
+SOURCE_STAGING = "sources/staging/"
+
+
+def source_staging_key(read_id: str, part: int) -> str:
+    """One part of a source read in Spark tasks (spark/source_tasks.py), until the driver appends it."""
+    return f"{SOURCE_STAGING}{read_id}/{part:08d}.arrow"
 
 
 def random_id() -> str:

@@ -142,6 +142,57 @@ def test_a_relative_local_root_on_a_shared_filesystem(cluster_spark, tmp_path, m
     assert _session_alive(cluster_spark)
 
 
+# -- a Delta table read in parallel tasks --------------------------------------------------------
+def test_a_delta_tables_files_are_read_by_the_executors(cluster_spark, s3_url, s3_options):
+    """A Delta table on S3 as a source: the snapshot's files and each later version's added and
+    removed files are read by Spark tasks on the executors (a part per file), which stage them under
+    the root; the driver appends the staged parts (it never opens a Parquet file of the table). The
+    table and a view equal DuckDB over the Delta table after every epoch."""
+    from deltalake import DeltaTable, write_deltalake
+
+    port = s3_options["endpoint"].rsplit(":", 1)[1]
+    storage = {"aws_endpoint_url": f"http://127.0.0.1:{port}", "aws_access_key_id": "k", "aws_secret_access_key": "s",
+               "aws_region": "us-east-1", "aws_allow_http": "true", "aws_s3_allow_unsafe_rename": "true"}
+    location = f"s3://pond/delta-{uuid.uuid4().hex[:8]}"
+
+    def batch(ids: range) -> pa.Table:
+        return pa.table({"id": pa.array(list(ids), pa.int64()), "region": [("eu", "us", "ap")[i % 3] for i in ids],
+                         "amount": pa.array([i * 7 % 1000 for i in ids], pa.int64())})
+
+    for start in range(0, 4000, 1000):  # four versions: the snapshot has 12 files (3 partitions each)
+        write_deltalake(location, batch(range(start, start + 1000)), partition_by=["region"], mode="append",
+                        storage_options=storage)
+
+    def check(db: millpond.Database) -> None:
+        con = duckdb.connect()
+        con.register("d", DeltaTable(location, storage_options=storage).to_pyarrow_table())
+        for sql, want in [("SELECT * FROM orders", "SELECT id, region, amount FROM d"),
+                          ("SELECT * FROM per_region", "SELECT region, count(*), sum(amount) FROM d GROUP BY region")]:
+            assert rows(db.sql(sql)) == rows(con.sql(want).to_arrow_table()), f"{sql} differs at epoch {db.epoch}"
+
+    db = millpond.connect(_root(s3_url), spark=cluster_spark, parallelism=2, interval=None, storage_options=s3_options)
+    try:
+        options = ", ".join(f"storage.{k} = '{v}'" for k, v in storage.items())
+        db.sql(f"CREATE TABLE orders (PRIMARY KEY (id)) WITH (connector = 'deltalake', location = '{location}', "
+               f"{options})")
+        db.sql("CREATE MATERIALIZED VIEW per_region AS SELECT region, count(*) AS n, sum(amount) AS total "
+               "FROM orders GROUP BY region")
+        db.flush()
+        check(db)
+        tasks = db.runtime.sources.tasks()
+        assert tasks is not None and tasks.stats["parts"] == 12 and tasks.stats["rows"] == 4000, tasks.stats
+        write_deltalake(location, batch(range(4000, 4500)), partition_by=["region"], mode="append",
+                        storage_options=storage)
+        DeltaTable(location, storage_options=storage).update({"amount": "amount + 1"}, predicate="id < 1500")
+        db.flush()
+        check(db)
+        assert tasks.stats["parts"] > 12 + 3 and tasks.stats["jobs"] >= 3, tasks.stats
+        assert not db.runtime.coordinator.store.list("sources/staging/"), "staged parts left behind"
+    finally:
+        db.close()
+    assert _session_alive(cluster_spark)
+
+
 # -- Nexmark -------------------------------------------------------------------------------------
 VIEWS = ("q4", "q17", "q7", "q5")  # q4: a join, then two aggregations; q17: COUNT and SUM per auction (a doubled
 # bid shows); q7: a window's maximum joined back to the bids; q5: a window's counts joined to their maximum

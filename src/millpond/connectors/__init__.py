@@ -143,13 +143,15 @@ def dropped(t: TableDef) -> None:
 class Sources(EpochStep):
     """The epoch step (0) that takes every source table's new rows in, by connector. Ports:
     ``store`` (the root), ``channel`` (a table's log), ``insert`` (rows appended to a table,
-    upserts where it has a key; idempotent per producer) and ``apply`` (upserts and deletes by key,
-    as one idempotent append)."""
+    upserts where it has a key; idempotent per producer), ``apply`` (upserts and deletes by key,
+    as one idempotent append) and ``spark`` (the session, asked for when a Delta or Iceberg table is
+    first read: on a cluster, Spark tasks read its files, :mod:`millpond.spark.source_tasks`)."""
 
     target_of = staticmethod(target_of)  # the sinks' targets (the entry points hand connectors in as one)
 
-    def __init__(self, store, channel, insert, apply):
-        self.store, self.channel, self.insert, self.apply = store, channel, insert, apply
+    def __init__(self, store, channel, insert, apply, spark=None):
+        self.store, self.channel, self.insert, self.apply, self.spark = store, channel, insert, apply, spark
+        self._tasks: list = []  # [what reads parts in Spark tasks, or None], once asked
         self.errors = SourceErrors()  # what each table's source failed on, while it lasts
         self.files = Files(store, channel, insert, self.errors)
         self._kafka = None  # made for the first Kafka table (its client is imported then)
@@ -162,7 +164,20 @@ class Sources(EpochStep):
 
         return cls(rt.coordinator.store, rt.channel,
                    lambda t, rows, producer: insert(rt, t, rows, producer=producer),
-                   lambda t, upserts, deletes, producer: apply_by_key(rt, t, upserts, deletes, producer=producer))
+                   lambda t, upserts, deletes, producer: apply_by_key(rt, t, upserts, deletes, producer=producer),
+                   lambda: getattr(rt.coordinator.executor, "spark", None))
+
+    def tasks(self):
+        """What reads a table's files in Spark tasks (on a cluster), or None (the driver reads them)."""
+        if not self._tasks:
+            spark = self.spark() if self.spark is not None else None
+            if spark is None:
+                self._tasks.append(None)
+            else:
+                from millpond.spark.source_tasks import task_reads
+
+                self._tasks.append(task_reads(spark, self.store))
+        return self._tasks[0]
 
     @property
     def kafka(self):
@@ -187,7 +202,7 @@ class Sources(EpochStep):
 
             name, module, reader = VERSIONED[connector]
             self._versioned[connector] = Versioned(name, getattr(importlib.import_module(module), reader), self.store,
-                                                   self.channel, self.insert, self.apply, self.errors)
+                                                   self.channel, self.insert, self.apply, self.errors, self.tasks)
         return self._versioned[connector]
 
     def _by_connector(self, catalog: Catalog) -> dict[str, list[TableDef]]:

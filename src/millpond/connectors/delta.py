@@ -15,6 +15,7 @@ version by version (:mod:`millpond.connectors.versioned`).
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -23,10 +24,10 @@ import pyarrow.dataset as pds
 from millpond.catalog import Column, TableDef
 from millpond.catalog.types import normalize_type, sql_type
 from millpond.connectors.source_errors import text
-from millpond.connectors.versioned import plain, plain_schema
+from millpond.connectors.versioned import Parts, plain, plain_schema
 from millpond.errors import SqlError
 
-__all__ = ["DeltaReader", "check_source", "check_columns"]
+__all__ = ["DeltaPart", "DeltaReader", "check_source", "check_columns"]
 
 NO_CHANGE = ("OPTIMIZE", "VACUUM START", "VACUUM END", "SET TBLPROPERTIES", "FSCK")
 
@@ -97,10 +98,10 @@ class DeltaReader:
         self._snapshot = _open(self.options, version).to_pyarrow_dataset()
         return sorted(self._snapshot.get_fragments(), key=lambda f: f.path)
 
-    def read(self, version: int, files: list) -> pa.Table:
-        return _read(self._snapshot, files)
+    def read(self, version: int, files: list, parts: Parts) -> pa.Table:
+        return _read(self._snapshot, files, parts)
 
-    def change(self, version: int, operation: str | None) -> tuple[pa.Table, pa.Table] | None:
+    def change(self, version: int, operation: str | None, parts: Parts) -> tuple[pa.Table, pa.Table] | None:
         walker = self._walker
         if walker is None or walker.version() != version - 1:
             walker = self._walker = _open(self.options, version - 1)
@@ -109,6 +110,7 @@ class DeltaReader:
         if operation in NO_CHANGE:
             return None
         if walker.metadata().configuration.get("delta.enableChangeDataFeed", "false").lower() == "true":
+            # the feed is read by the driver: delta-rs reads a version's change files as one scan
             feed = walker.load_cdf(starting_version=version, ending_version=version)
             feed = plain(pa.table(feed.read_all() if hasattr(feed, "read_all") else feed))
             kind, names = feed.column("_change_type"), [f.name for f in walker.schema().to_arrow()]
@@ -117,13 +119,24 @@ class DeltaReader:
             return added, removed
         now = walker.to_pyarrow_dataset()
         now_files, before_files = {f.path: f for f in now.get_fragments()}, {f.path: f for f in before.get_fragments()}
-        return (_read(now, [now_files[p] for p in sorted(set(now_files) - set(before_files))]),
-                _read(before, [before_files[p] for p in sorted(set(before_files) - set(now_files))]))
+        return (_read(now, [now_files[p] for p in sorted(set(now_files) - set(before_files))], parts),
+                _read(before, [before_files[p] for p in sorted(set(before_files) - set(now_files))], parts))
 
 
-def _read(ds: pds.FileSystemDataset, fragments: list) -> pa.Table:
-    """The rows of ``fragments`` of ``ds`` (partition values included)."""
-    if not fragments:
-        return ds.schema.empty_table()
-    return plain(pds.FileSystemDataset(fragments, ds.schema, ds.format, ds.filesystem).to_table())
+@dataclass
+class DeltaPart:
+    """Files of one version of a Delta table, their partition values included: a part
+    (:class:`~millpond.connectors.versioned.Parts`) that pickles with the table's file system (and
+    its storage options), so that a Spark task reads it."""
 
+    dataset: pds.FileSystemDataset
+
+    def __call__(self) -> pa.Table:
+        return plain(self.dataset.to_table())
+
+
+def _read(ds: pds.FileSystemDataset, fragments: list, parts: Parts) -> pa.Table:
+    """The rows of ``fragments`` of ``ds`` (partition values included), read by ``parts``."""
+    groups = [[f] for f in fragments] if parts.per_file else [fragments] if fragments else []
+    return parts.read([DeltaPart(pds.FileSystemDataset(g, ds.schema, ds.format, ds.filesystem)) for g in groups],
+                      plain_schema(ds.schema))

@@ -13,6 +13,7 @@ table.name = '…')`` — the sinks' catalog options (:mod:`millpond.connectors.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -20,7 +21,7 @@ import pyarrow.parquet as pq
 
 from millpond.catalog import Column, TableDef
 from millpond.connectors.delta import check_columns
-from millpond.connectors.versioned import Stop, plain, plain_schema
+from millpond.connectors.versioned import Parts, Stop, plain, plain_schema
 from millpond.errors import SqlError
 
 __all__ = ["IcebergReader", "check_source"]
@@ -61,7 +62,7 @@ class IcebergReader:
     """One Iceberg table, snapshot by snapshot (:class:`millpond.connectors.versioned.Reader`)."""
 
     def __init__(self, t: TableDef):
-        options = dict(t.source)
+        self.options = options = dict(t.source)
         self.location = f"{options['database.name']}.{options['table.name']}"
         self.table = _load(options)
         self.chain: list = []
@@ -82,12 +83,12 @@ class IcebergReader:
     def files(self, version: int) -> list:
         return [version] if version >= 1 else []  # the snapshot is read in one scan (it applies delete files)
 
-    def read(self, version: int, files: list) -> pa.Table:
+    def read(self, version: int, files: list, parts: Parts) -> pa.Table:
         if not files:
             return self.schema.empty_table()
-        return plain(self.table.scan(snapshot_id=self.chain[version - 1].snapshot_id).to_arrow())
+        return parts.read([_Snapshot(self.options, self.chain[version - 1].snapshot_id)], self.schema)
 
-    def change(self, version: int, operation: str | None) -> tuple[pa.Table, pa.Table] | None:
+    def change(self, version: int, operation: str | None, parts: Parts) -> tuple[pa.Table, pa.Table] | None:
         from pyiceberg.manifest import DataFileContent, ManifestEntryStatus
 
         if operation == "replace":
@@ -106,17 +107,41 @@ class IcebergReader:
                     added.append(entry.data_file.file_path)
                 elif entry.status == ManifestEntryStatus.DELETED:
                     removed.append(entry.data_file.file_path)
-        return self._read_files(sorted(added)), self._read_files(sorted(removed))
+        return self._read_files(sorted(added), parts), self._read_files(sorted(removed), parts)
 
-    def _read_files(self, files: list[str]) -> pa.Table:
-        parts = []
-        for path in files:
-            with self.table.io.new_input(path).open() as f:
+    def _read_files(self, files: list[str], parts: Parts) -> pa.Table:
+        groups = [[f] for f in files] if parts.per_file else [files] if files else []
+        return parts.read([_Files(self.table.io, g, self.schema) for g in groups], self.schema)
+
+
+@dataclass
+class _Snapshot:
+    """A snapshot's rows, as the table's scan gives them (delete files applied): one part."""
+
+    options: dict[str, str]
+    snapshot_id: int
+
+    def __call__(self) -> pa.Table:
+        return plain(_load(self.options).scan(snapshot_id=self.snapshot_id).to_arrow())
+
+
+@dataclass
+class _Files:
+    """Data files of a snapshot, read by the table's file IO (picklable: a Spark task reads them)."""
+
+    io: object
+    paths: list[str]
+    schema: pa.Schema
+
+    def __call__(self) -> pa.Table:
+        tables = []
+        for path in self.paths:
+            with self.io.new_input(path).open() as f:
                 rows = pq.read_table(f)
-            parts.append(plain(rows.select([n for n in self.schema.names if n in rows.column_names])))
-        if not parts:
+            tables.append(plain(rows.select([n for n in self.schema.names if n in rows.column_names])))
+        if not tables:
             return self.schema.empty_table()
-        return pa.concat_tables(parts, promote_options="permissive").cast(self.schema)
+        return pa.concat_tables(tables, promote_options="permissive").cast(self.schema)
 
 
 def _operation(snapshot) -> str | None:

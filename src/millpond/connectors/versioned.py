@@ -14,6 +14,10 @@
   snapshot's version is recorded under the root (:mod:`millpond.connectors.records`) before its
   first append. A restart goes on after the last sequence the log applied; a version that changed
   no row appends nothing and is read again after a restart, to the same effect.
+- **Who reads the files**: the driver fixes which files an epoch reads (a version's snapshot or
+  change) and a :class:`Parts` reads them — on a cluster, in Spark tasks, a file per part
+  (:mod:`millpond.spark.source_tasks`: the driver gets the staged parts to append, never reads or
+  decodes a file); else the driver itself, a read's files together with its threads.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from millpond.store.objects import ObjectStore
 if TYPE_CHECKING:
     from millpond.log import Channel
 
-__all__ = ["PARTS", "Reader", "Stop", "Versioned", "plain"]
+__all__ = ["PARTS", "Parts", "Reader", "Stop", "Versioned", "plain"]
 
 log = logging.getLogger("millpond")
 
@@ -55,13 +59,35 @@ class Reader(Protocol):
         """Each version in (after, upto]: its commit's operation."""
 
     def files(self, version: int) -> list:
-        """The snapshot of ``version``'s parts, in a fixed order (each read by :meth:`read`)."""
+        """The snapshot of ``version``'s files, in a fixed order (read by :meth:`read`)."""
 
-    def read(self, version: int, files: list) -> pa.Table:
-        """The rows of ``files`` of ``version``'s snapshot."""
+    def read(self, version: int, files: list, parts: Parts) -> pa.Table:
+        """The rows of ``files`` of ``version``'s snapshot, read by ``parts``."""
 
-    def change(self, version: int, operation: str | None) -> tuple[pa.Table, pa.Table] | None:
-        """The rows ``version`` added and removed; None when it changed no row."""
+    def change(self, version: int, operation: str | None, parts: Parts) -> tuple[pa.Table, pa.Table] | None:
+        """The rows ``version`` added and removed (their files read by ``parts``); None when it
+        changed no row."""
+
+
+class Parts:
+    """How a read's files are read: by Spark tasks (``tasks``, a
+    :class:`millpond.spark.source_tasks.TaskReads`: a part per file, so that they spread over the
+    cluster) or by the driver (None: a read's files as one part, read together with its threads).
+    A part is a picklable callable returning the rows of its files (a connector's own class)."""
+
+    def __init__(self, tasks: Callable | None, what: str):
+        self.tasks, self.what = tasks, what
+
+    @property
+    def per_file(self) -> bool:
+        return self.tasks is not None
+
+    def read(self, parts: list[Callable[[], pa.Table]], schema: pa.Schema) -> pa.Table:
+        tables = self.tasks(parts, self.what) if self.tasks is not None and parts else [p() for p in parts]
+        tables = [t for t in tables if t.num_rows]
+        if not tables:
+            return schema.empty_table()
+        return pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
 
 
 class Stop(Exception):
@@ -70,11 +96,13 @@ class Stop(Exception):
 
 class Versioned:
     """The source tables of one connector read version by version, in one writable runtime
-    (step 0; ports as the other connectors'). ``open`` makes a table's :class:`Reader`."""
+    (step 0; ports as the other connectors'). ``open`` makes a table's :class:`Reader`; ``tasks``
+    gives what reads files in Spark tasks, or None (:class:`Parts`)."""
 
     def __init__(self, connector: str, open: Callable[[TableDef], Reader], store: ObjectStore,
-                 channel: Callable[[TableDef], Channel], insert: Callable, apply: Callable, errors: SourceErrors):
-        self.connector, self.open = connector, open
+                 channel: Callable[[TableDef], Channel], insert: Callable, apply: Callable, errors: SourceErrors,
+                 tasks: Callable[[], Callable | None] = lambda: None):
+        self.connector, self.open, self.tasks = connector, open, tasks
         self.store, self.channel, self.insert, self.apply, self.errors = store, channel, insert, apply, errors
         self._status: dict[int, dict] = {}  # table id -> its millpond_sources row
         self._stopped: dict[int, str] = {}
@@ -144,14 +172,14 @@ class Versioned:
         for start in range(done, max(len(files), done + 1), SNAPSHOT_FILES):
             group = files[start:start + SNAPSHOT_FILES]
             last = start + len(group) >= len(files)
-            table = reader.read(version, group)
+            table = reader.read(version, group, Parts(self.tasks(), f"{t.name}'s snapshot"))
             rows += table.num_rows
             self._append(t, table, None, (producer, version * PARTS + (PARTS - 1 if last else start + len(group))))
         return rows
 
     def _change(self, t: TableDef, reader: Reader, version: int, operation: str | None, producer: str) -> int:
         """Version ``version``'s change, as one append."""
-        found = reader.change(version, operation)
+        found = reader.change(version, operation, Parts(self.tasks(), f"{t.name}'s version {version}"))
         if found is None:
             return 0
         added, removed = found

@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 RUNTIME_MODULES = ("millpond", "pyarrow", "polars", "duckdb", "sqlglot", "numpy", "pandas", "obstore")
 # the modules whose functions and classes the tasks unpickle (importing them finds anything else missing)
 TASK_MODULES = ("millpond.spark.task", "millpond.spark.log_source", "millpond.spark.inputs",
-                "millpond.store.compaction")
+                "millpond.spark.source_tasks", "millpond.store.compaction")
 
 _checked: "weakref.WeakSet[Any]" = weakref.WeakSet()  # sessions whose workers run millpond
 _shipped: "weakref.WeakSet[Any]" = weakref.WeakSet()
