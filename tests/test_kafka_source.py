@@ -38,8 +38,28 @@ def _kafka_table(kafka, name: str, columns: str, topic: str, tail: str = "", **o
             f"properties.bootstrap.server = '{kafka.bootstrap}'{extra}) {tail}")
 
 
-def test_plain_json_over_partitions_equals_duckdb_after_every_epoch(open_db, kafka):
-    topic = kafka.topic("plain_orders", partitions=3)
+@pytest.fixture(params=["driver", "spark_tasks"])
+def reads(request, monkeypatch):
+    """Who reads the partitions: this process, or Spark tasks, each a partition's range (the
+    cluster's path, taken here as ``MILLPOND_DRIVER_RECORDS=0`` takes it)."""
+    if request.param == "spark_tasks":
+        from millpond.spark import executor
+
+        monkeypatch.setitem(executor.DRIVER_RECORDS, "local", 0)
+    return request.param
+
+
+def _check_reads(db, reads: str) -> None:  # noqa: ANN001
+    tasks = db.runtime.sources.tasks()
+    if reads == "spark_tasks":
+        assert tasks is not None and tasks.stats["parts"] > 0, "no partition was read in a Spark task"
+        assert not db.runtime.coordinator.store.list("sources/staging/"), "staged parts left behind"
+    else:
+        assert tasks is None
+
+
+def test_plain_json_over_partitions_equals_duckdb_after_every_epoch(open_db, kafka, reads):
+    topic = kafka.topic(f"plain_orders_{reads}", partitions=3)
     db = open_db()
     db.sql(_kafka_table(kafka, "orders", "id BIGINT, region TEXT, amount DECIMAL(10,2), note TEXT", topic,
                         "FORMAT PLAIN ENCODE JSON").replace(") WITH", ") INCLUDE partition AS part INCLUDE offset "
@@ -74,10 +94,11 @@ def test_plain_json_over_partitions_equals_duckdb_after_every_epoch(open_db, kaf
     assert [s["split"] for s in status] == [f"{topic}/{p}" for p in range(3)]
     assert sum(s["rows"] for s in status) == len(produced) and all(s["lag"] == 0 for s in status)
     assert db.sql("SHOW SOURCES").num_rows == 3
+    _check_reads(db, reads)
 
 
-def test_upsert_json_with_tombstones_keeps_each_keys_last_value(open_db, kafka):
-    topic = kafka.topic("upserts", partitions=2)
+def test_upsert_json_with_tombstones_keeps_each_keys_last_value(open_db, kafka, reads):
+    topic = kafka.topic(f"upserts_{reads}", partitions=2)
     db = open_db()
     db.sql(_kafka_table(kafka, "acct", "id INT, owner TEXT, balance BIGINT, PRIMARY KEY (id)", topic,
                         "FORMAT UPSERT ENCODE JSON"))
@@ -106,6 +127,7 @@ def test_upsert_json_with_tombstones_keeps_each_keys_last_value(open_db, kafka):
         assert rows(db.sql("SELECT * FROM acct")) == _oracle("SELECT * FROM c", c=current)
         assert rows(db.sql("SELECT * FROM rich")) == _oracle(
             "SELECT owner, count(*), sum(balance) FROM c WHERE balance > 10 GROUP BY owner", c=current)
+    _check_reads(db, reads)
 
 
 def test_debezium_change_events_insert_update_and_delete(open_db, kafka):
@@ -164,8 +186,8 @@ def test_csv_and_bytes_encodings(open_db, kafka):
         [f"{raw_topic}/0", f"{raw_topic}/1"]
 
 
-def test_a_malformed_message_is_skipped_and_named_or_stops_the_table(open_db, kafka):
-    skip_topic, stop_topic = kafka.topic("bad_skip", partitions=2), kafka.topic("bad_stop", partitions=1)
+def test_a_malformed_message_is_skipped_and_named_or_stops_the_table(open_db, kafka, reads):
+    skip_topic, stop_topic = kafka.topic(f"bad_skip_{reads}", partitions=2), kafka.topic(f"bad_stop_{reads}", partitions=1)
     db = open_db()
     db.sql(_kafka_table(kafka, "s", "k INT, v INT, PRIMARY KEY (k)", skip_topic, "FORMAT PLAIN ENCODE JSON"))
     db.sql(_kafka_table(kafka, "t", "k INT, v INT", stop_topic, "FORMAT PLAIN ENCODE JSON", on_error="stop"))
@@ -184,6 +206,7 @@ def test_a_malformed_message_is_skipped_and_named_or_stops_the_table(open_db, ka
     kafka.produce(stop_topic, ['{"k": 5, "v": 5}'])
     db.flush()
     assert rows(db.sql("SELECT * FROM t")) == [(1, 1), (2, 2)]  # stopped: nothing after the bad message
+    _check_reads(db, reads)
 
 
 def test_kafka_table_options_are_checked(open_db, kafka):

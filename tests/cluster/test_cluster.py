@@ -193,6 +193,48 @@ def test_a_delta_tables_files_are_read_by_the_executors(cluster_spark, s3_url, s
     assert _session_alive(cluster_spark)
 
 
+def test_a_kafka_topics_partitions_are_read_by_the_executors(cluster_spark, s3_url, s3_options, kafka):
+    """A Kafka topic as a table (upserts by key, tombstones delete): each partition with new messages
+    is read and decoded by a Spark task on an executor; the driver asks the broker for offsets and
+    appends the staged rows. The table and a view equal DuckDB over what was produced after every
+    epoch."""
+    import json
+    import random
+
+    topic = kafka.topic(f"cluster_{uuid.uuid4().hex[:6]}", partitions=3)
+    db = millpond.connect(_root(s3_url), spark=cluster_spark, parallelism=2, interval=None, storage_options=s3_options)
+    try:
+        db.sql(f"CREATE TABLE acct (id INT, owner TEXT, balance BIGINT, PRIMARY KEY (id)) WITH (connector = 'kafka', "
+               f"topic = '{topic}', properties.bootstrap.server = '{kafka.bootstrap}') FORMAT UPSERT ENCODE JSON")
+        db.sql("CREATE MATERIALIZED VIEW per_owner AS SELECT owner, count(*) AS n, sum(balance) AS b FROM acct "
+               "GROUP BY owner")
+        rng, state = random.Random(5), {}
+        for _ in range(3):
+            messages: dict[int, list] = {0: [], 1: [], 2: []}
+            for _ in range(300):
+                k = rng.randrange(200)
+                if k in state and rng.random() < 0.2:
+                    messages[k % 3].append((str(k), None))
+                    del state[k]
+                else:
+                    state[k] = {"id": k, "owner": rng.choice("abcd"), "balance": rng.randrange(100)}
+                    messages[k % 3].append((str(k), json.dumps(state[k])))
+            for p, found in messages.items():
+                kafka.produce(topic, [v for _, v in found], keys=[k for k, _ in found], partition=p)
+            db.flush()
+            con = duckdb.connect()
+            con.register("c", pa.Table.from_pylist(list(state.values()), schema=pa.schema(
+                [("id", pa.int32()), ("owner", pa.string()), ("balance", pa.int64())])))
+            assert rows(db.sql("SELECT * FROM acct")) == rows(con.sql("SELECT * FROM c").to_arrow_table())
+            assert rows(db.sql("SELECT * FROM per_owner")) == rows(
+                con.sql("SELECT owner, count(*), sum(balance) FROM c GROUP BY owner").to_arrow_table())
+        tasks = db.runtime.sources.tasks()
+        assert tasks is not None and tasks.stats["jobs"] >= 3 and tasks.stats["parts"] >= 9, tasks.stats
+    finally:
+        db.close()
+    assert _session_alive(cluster_spark)
+
+
 # -- Nexmark -------------------------------------------------------------------------------------
 VIEWS = ("q4", "q17", "q7", "q5")  # q4: a join, then two aggregations; q17: COUNT and SUM per auction (a doubled
 # bid shows); q7: a window's maximum joined back to the bids; q5: a window's counts joined to their maximum

@@ -184,7 +184,7 @@ class Sources(EpochStep):
         if self._kafka is None:
             from millpond.connectors.kafka import Kafka
 
-            self._kafka = Kafka(self.store, self.channel, self.insert, self.apply, self.errors)
+            self._kafka = Kafka(self.store, self.channel, self.insert, self.apply, self.errors, self.tasks)
         return self._kafka
 
     @property

@@ -95,7 +95,8 @@ class DeltaReader:
         return {h.get("version"): h.get("operation") for h in self.table.history(upto - after)}
 
     def files(self, version: int) -> list:
-        self._snapshot = _open(self.options, version).to_pyarrow_dataset()
+        self._walker = _open(self.options, version)  # the next version's change walks on from here
+        self._snapshot = self._walker.to_pyarrow_dataset()
         return sorted(self._snapshot.get_fragments(), key=lambda f: f.path)
 
     def read(self, version: int, files: list, parts: Parts) -> pa.Table:

@@ -44,8 +44,10 @@ up to 60 s apart (epochs meanwhile do not wait for it); the other tables go on.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Callable
@@ -58,7 +60,7 @@ from millpond import faults
 from millpond.catalog import Column, TableDef
 from millpond.connectors import records
 from millpond.connectors.source_errors import SourceErrors, text
-from millpond.connectors.kafka_formats import decode, decode_all
+from millpond.connectors.kafka_formats import Decoded, decoded
 from millpond.errors import SqlError
 from millpond.store.objects import ObjectStore
 
@@ -171,8 +173,9 @@ class Kafka:
     and ``apply``: upserts and deletes by key)."""
 
     def __init__(self, store: ObjectStore, channel: Callable[[TableDef], Channel], insert: Callable,
-                 apply: Callable, errors: SourceErrors):
+                 apply: Callable, errors: SourceErrors, tasks: Callable[[], Callable | None] = lambda: None):
         self.store, self.channel, self.insert, self.apply, self.errors = store, channel, insert, apply, errors
+        self.tasks = tasks  # what reads partitions in Spark tasks (on a cluster), or None
         self._topics: dict[int, _Topic] = {}
         self._failed: dict[int, tuple[float, float]] = {}  # table id -> when its broker last failed, the wait
 
@@ -222,14 +225,10 @@ class _Topic:
 
         self.t, self.kafka, self.options = t, kafka, dict(t.source)
         self.name = self.options["topic"]
-        # a partition's end is known when a fetch comes back empty: the broker holds an empty fetch
-        # for fetch.wait.max.ms (500 by default), which an epoch would wait for every time
-        self.consumer = Consumer({
-            "fetch.wait.max.ms": 10, **client_config(self.options), "group.id": f"millpond-t{t.id}",
-            "enable.auto.commit": False, "enable.partition.eof": True, "auto.offset.reset": "earliest",
-            "logger": _quiet, "error_cb": self._error})
+        self.consumer = Consumer({**_consumer_config(t), "error_cb": self._error})
         self.next: dict[int, int] = {}  # partition -> the offset read next
         self.taken: dict[int, int] = {}  # partition -> messages taken by this process
+        self.ends: dict[int, int] = {}  # partition -> its end, as last asked for (read in Spark tasks)
         self.last: tuple[int, float, int] = (0, 0.0, -1)  # the last ingest: messages, seconds, epoch
         self.stopped: str | None = None  # on_error = 'stop': the message it stopped at
         self._broken: str | None = None  # an error the client reported while reading (all brokers down...)
@@ -255,6 +254,9 @@ class _Topic:
         partitions = sorted(meta.partitions)
         if new := [p for p in partitions if p not in self.next]:
             self.next.update(self._starts(new))
+        if (tasks := self.kafka.tasks()) is not None:
+            self._ingest_in_tasks(tasks, partitions, epoch, now)
+            return
         self.consumer.assign([TopicPartition(self.name, p, self.next[p]) for p in partitions])
         pending, started, taken = set(partitions), time.monotonic(), 0
         while pending and taken < MAX_EPOCH_MESSAGES and time.monotonic() - started < MAX_SECONDS:
@@ -281,6 +283,34 @@ class _Topic:
             self.last = (taken, time.monotonic() - started, epoch)
         for p in [p for p in partitions if self.next[p] < 0 and p not in pending]:  # at its end, no message yet
             self.next[p] = self.consumer.get_watermark_offsets(TopicPartition(self.name, p), timeout=METADATA_SECONDS)[0]
+
+    def _ingest_in_tasks(self, tasks: Callable, partitions: list[int], epoch: int, now: datetime) -> None:
+        """On a cluster: each partition with messages past where it was read (the driver asks the
+        broker for offsets only) is read on to its end and decoded by a Spark task, then appended
+        here partition by partition."""
+        from confluent_kafka import TopicPartition
+
+        started, ranges = time.monotonic(), []
+        for p in partitions:
+            low, high = self.consumer.get_watermark_offsets(TopicPartition(self.name, p), timeout=METADATA_SECONDS,
+                                                            cached=False)
+            if self.next[p] < 0:  # from the beginning: the first offset the broker keeps
+                self.next[p] = low
+            self.ends[p] = high
+            if high > self.next[p]:  # something new: read on to the end the task's fetches see
+                ranges.append(KafkaRange(self.t, p, self.next[p], self.next[p] + MAX_EPOCH_MESSAGES))
+        taken = 0
+        for got in tasks(ranges, f"{self.t.name}'s topic {self.name}") if ranges else []:
+            info = json.loads(got.schema.metadata[RANGE_KEY])
+            got = Decoded(info["partition"], got.replace_schema_metadata(None), [tuple(b) for b in info["bad"]],
+                          info["last"], info["stopped"], info["kept"])
+            taken += got.kept + len(got.bad)
+            if not self._took(got, epoch, now):
+                break
+            self.next[got.partition] = max(self.next[got.partition], info["next"])
+            self.ends[got.partition] = max(self.ends[got.partition], info["next"])
+        if taken:
+            self.last = (taken, time.monotonic() - started, epoch)
 
     def _starts(self, partitions: list[int]) -> dict[int, int]:
         """Where each of ``partitions`` is read from: after the last offset the log applied, else
@@ -315,61 +345,40 @@ class _Topic:
         """Append ``msgs`` (one chunk) to the table, one append per partition; False when the table
         stopped at a malformed message."""
         parts = np.fromiter((m.partition() for m in msgs), np.int32, len(msgs))
-        values = [m.value() for m in msgs]
         if (parts == parts[0]).all():
-            groups = [(int(parts[0]), msgs, values)]
+            groups = [(int(parts[0]), msgs)]
         else:
             groups = []
             for p in np.unique(parts):
                 idx = np.flatnonzero(parts == p)
                 pick = itemgetter(*idx) if len(idx) > 1 else (lambda seq, i=idx[0]: (seq[i],))
-                groups.append((int(p), list(pick(msgs)), list(pick(values))))
-        for p, group, vals in groups:
-            last = group[-1].offset()
-            keys = [m.key() for m in group] if self.options["format"] == "upsert" and None in vals else None
-            rows, bad = decode(self.t, self.options, vals, keys)
-            stop = False
-            if bad:
-                stop = self.options["on_error"] == "stop"
-                for i, err in bad[:1] if stop else bad:
-                    where = f"{self.name}/{p}/{group[i].offset()}"
-                    self.kafka.errors.seen(self.t.id, "stopped" if stop else "message", where,
-                                           f"{err} (on_error = 'stop')" if stop else err, epoch=epoch, now=now)
-                    log.warning("table %s: message %s %s: %s", self.t.name, where,
-                                "stopped the table" if stop else "was skipped", err)
-                if stop:  # the messages before it come in, none after it
-                    first = bad[0][0]
-                    rows = decode_all(self.t, self.options, vals[:first], None if keys is None else keys[:first])
-                    group, last = group[:first], group[first].offset() - 1
-                    self.stopped = f"{self.name}/{p}/{last + 1}"
-                else:
-                    self.kafka.errors.trim(self.t.id, "message", KEEP_MESSAGES)
-                    skipped = {i for i, _ in bad}
-                    group = [m for i, m in enumerate(group) if i not in skipped]
-            if self.includes:
-                rows = self._with_metadata(rows, group, p)
-            if group:
-                self._append(p, rows, last)
-            self.next[p] = last + 1
-            self.taken[p] = self.taken.get(p, 0) + len(group)
-            if stop:
+                groups.append((int(p), list(pick(msgs))))
+        for p, group in groups:
+            if not self._took(decoded(self.t, self.options, self.includes, p, group), epoch, now):
                 return False
         return True
 
-    def _with_metadata(self, rows: pa.Table, group: list, p: int) -> pa.Table:
-        """``rows`` (one per message of ``group``) with the columns INCLUDE asks for."""
-        for what, name in sorted(self.includes.items()):
-            if what == "partition":
-                col = pa.array(np.full(len(group), p, np.int32))
-            elif what == "offset":
-                col = pa.array([m.offset() for m in group], pa.int64())
-            elif what == "timestamp":
-                col = pa.array([m.timestamp()[1] for m in group], pa.int64()).cast(
-                    pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC"))
-            else:
-                col = pa.array([m.key() for m in group], pa.binary())
-            rows = rows.append_column(name, col)
-        return rows
+    def _took(self, got: Decoded, epoch: int, now: datetime) -> bool:
+        """One partition's decoded messages: their errors recorded, their rows appended; False when
+        the table stopped at a malformed message."""
+        p = got.partition
+        for offset, err in got.bad:
+            where = f"{self.name}/{p}/{offset}"
+            self.kafka.errors.seen(self.t.id, "stopped" if got.stopped else "message", where,
+                                   f"{err} (on_error = 'stop')" if got.stopped else err, epoch=epoch, now=now)
+            log.warning("table %s: message %s %s: %s", self.t.name, where,
+                        "stopped the table" if got.stopped else "was skipped", err)
+        if got.bad and not got.stopped:
+            self.kafka.errors.trim(self.t.id, "message", KEEP_MESSAGES)
+        if got.kept:
+            self._append(p, got.rows, got.last)
+        if got.last >= 0:
+            self.next[p] = got.last + 1
+        self.taken[p] = self.taken.get(p, 0) + got.kept
+        if got.stopped:
+            self.stopped = f"{self.name}/{p}/{got.last + 1}"
+            return False
+        return True
 
     def _append(self, p: int, rows: pa.Table, last: int) -> None:
         """One append of a partition's rows, idempotent by the partition's last offset."""
@@ -403,7 +412,7 @@ class _Topic:
                 _, end = self.consumer.get_watermark_offsets(TopicPartition(self.name, p), cached=True)
             except Exception:  # noqa: BLE001 - not known yet
                 end = None
-            end = end if end is not None and end >= 0 else None
+            end = end if end is not None and end >= 0 else self.ends.get(p)
             position = position if position >= 0 else None
             out.append({"split": f"{self.name}/{p}", "position": position, "upstream_end": end,
                         "lag": max(end - position, 0) if end is not None and position is not None else None,
@@ -416,6 +425,64 @@ class _Topic:
 def _producer(t: TableDef, p: int) -> str:
     return f"kafka:t{t.id}:{p}"
 
+
+def _consumer_config(t: TableDef) -> dict[str, Any]:
+    # a partition's end is known when a fetch comes back empty: the broker holds an empty fetch
+    # for fetch.wait.max.ms (500 by default), which an epoch would wait for every time
+    return {"fetch.wait.max.ms": 10, **client_config(dict(t.source)), "group.id": f"millpond-t{t.id}",
+            "enable.auto.commit": False, "enable.partition.eof": True, "auto.offset.reset": "earliest",
+            "logger": _quiet}
+
+
+RANGE_KEY = b"millpond.kafka"  # a range's Decoded (but its rows), in its table's schema metadata
+
+
+@dataclass
+class KafkaRange:
+    """Partition ``partition``'s messages from ``start`` on, to the partition's end as the task's
+    fetches see it (before ``end`` at most) of table ``t``'s topic: a part a Spark task reads
+    (:mod:`millpond.spark.source_tasks`), with its own consumer, and decodes; its :class:`Decoded`
+    travels as its rows, the rest in their schema's metadata. (The end is the fetch's, not the one
+    the driver asked for: a broker may answer ListOffsets short — Tansu gives its last batch's first
+    offset + 1 — where a fetch's end is right.)"""
+
+    t: TableDef
+    partition: int
+    start: int
+    end: int
+
+    def __call__(self) -> pa.Table:
+        from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+        options = dict(self.t.source)
+        consumer = Consumer(_consumer_config(self.t))
+        msgs: list = []
+        position = self.start  # past what was read: a message, or the end (transaction markers skipped)
+        try:
+            consumer.assign([TopicPartition(options["topic"], self.partition, self.start)])
+            deadline = time.monotonic() + MAX_SECONDS
+            done = False
+            while not done and time.monotonic() < deadline:  # what is left past it: the next epoch's
+                for m in consumer.consume(CHUNK, timeout=0.2):
+                    if (e := m.error()) is not None:
+                        if e.code() == KafkaError._PARTITION_EOF:  # before ``end``: a transaction still open
+                            done, position = True, max(position, m.offset())
+                        elif e.fatal() or not e.retriable():
+                            raise KafkaException(e)
+                    elif m.offset() >= self.end:
+                        done = True
+                        break
+                    else:
+                        msgs.append(m)
+                        position = m.offset() + 1
+                done = done or bool(msgs) and msgs[-1].offset() >= self.end - 1
+        finally:
+            consumer.close()
+        includes = {k.removeprefix("include."): v for k, v in options.items() if k.startswith("include.")}
+        got = decoded(self.t, options, includes, self.partition, msgs)
+        info = {"partition": got.partition, "bad": got.bad, "last": got.last, "stopped": got.stopped, "kept": got.kept,
+                "next": position}
+        return got.rows.replace_schema_metadata({RANGE_KEY: json.dumps(info).encode()})
 
 
 # librdkafka's own log lines (a connection refused, every retry...) go here, silent by default:

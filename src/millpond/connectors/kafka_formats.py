@@ -1,10 +1,12 @@
 """How a Kafka message's value (and key) becomes rows: ``FORMAT PLAIN | UPSERT | DEBEZIUM ENCODE
 JSON | CSV | BYTES`` (:mod:`millpond.connectors.kafka`). A chunk of one partition's messages is read
 at once (one JSON or CSV read over them all); only when that fails is each read alone, to name the
-messages at fault."""
+messages at fault. :func:`decoded` decodes one partition's messages as the driver or a Spark task
+reads them."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from io import BytesIO
 
 import numpy as np
@@ -17,7 +19,7 @@ from millpond.catalog import TableDef
 from millpond.connectors.source_errors import text
 from millpond.log.conform import conform
 
-__all__ = ["decode", "decode_all"]
+__all__ = ["Decoded", "decode", "decode_all", "decoded"]
 
 
 def decode(t: TableDef, options: dict[str, str], values: list, keys: list | None
@@ -187,3 +189,50 @@ def _fill(rows: pa.Table, schema: pa.Schema) -> pa.Table:
             rows = rows.append_column(f.name, pa.nulls(rows.num_rows, f.type))
     return rows.select(schema.names)
 
+
+@dataclass
+class Decoded:
+    """One partition's messages decoded: ``rows`` (INCLUDE's columns too; ``_op`` for upserts and
+    deletes), the malformed messages' ``(offset, error)``, the ``last`` offset taken (-1: none),
+    whether the table ``stopped`` at the first malformed one (``on_error = 'stop'``), and how many
+    messages were ``kept``."""
+
+    partition: int
+    rows: pa.Table
+    bad: list[tuple[int, str]]
+    last: int
+    stopped: bool
+    kept: int
+
+
+def decoded(t: TableDef, options: dict[str, str], includes: dict[str, str], p: int, group: list) -> Decoded:
+    """Partition ``p``'s messages ``group`` (in offset order) as :class:`Decoded` (no side effect:
+    the driver or a Spark task decodes)."""
+    vals = [m.value() for m in group]
+    last = group[-1].offset() if group else -1
+    keys = [m.key() for m in group] if options["format"] == "upsert" and None in vals else None
+    rows, bad = decode(t, options, vals, keys)
+    stopped = bool(bad) and options["on_error"] == "stop"
+    if stopped:  # the messages before it come in, none after it
+        first = bad[0][0]
+        rows = decode_all(t, options, vals[:first], None if keys is None else keys[:first])
+        group, last, bad = group[:first], group[first].offset() - 1, bad[:1]
+    elif bad:
+        skipped = {i for i, _ in bad}
+        offsets = [m.offset() for m in group]
+        bad = [(offsets[i], err) for i, err in bad]
+        group = [m for i, m in enumerate(group) if i not in skipped]
+    if stopped:
+        bad = [(last + 1, bad[0][1])]
+    for what, name in sorted(includes.items()):
+        if what == "partition":
+            col = pa.array(np.full(len(group), p, np.int32))
+        elif what == "offset":
+            col = pa.array([m.offset() for m in group], pa.int64())
+        elif what == "timestamp":
+            col = pa.array([m.timestamp()[1] for m in group], pa.int64()).cast(
+                pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC"))
+        else:
+            col = pa.array([m.key() for m in group], pa.binary())
+        rows = rows.append_column(name, col)
+    return Decoded(p, rows, bad, last, stopped, len(group))
