@@ -19,6 +19,13 @@ transactions), ``deltalake`` and ``iceberg``
   one applied, and nothing is lost or doubled (the log's dedup, seed ``003``);
 - the epoch then reads the table's log range like any other table's, in Spark tasks.
 
+**On a cluster** the splits that allow it are read by Spark tasks, not the driver
+(:mod:`millpond.spark.source_tasks`): a Kafka partition with new messages, a Delta or Iceberg
+table's files. The driver fixes what each reads (a partition's start, a version's files), the tasks
+read, decode and stage their parts under the root, and the driver appends the staged parts in a
+fixed order with the same producers and sequences, so exactly once holds as above. A replication
+slot (PostgreSQL), a Delta change data feed and a folder's files are read by the driver.
+
 Why a source is copied into the log and not read by the epoch's tasks directly: a table keeps its
 rows (``SELECT * FROM t``, time travel, a view created later backfills from them) where the
 upstream does not — a topic's retention deletes old messages, a folder's files are moved away; an
