@@ -137,8 +137,10 @@ db.flush()
 
 
 @pytest.mark.slow  # two worker processes, each starting Spark (make slow, which CI runs)
-@pytest.mark.parametrize("point", ["delta.before_append:2", "delta.after_append:2"])
-def test_a_sigkill_between_versions_loses_and_doubles_nothing(open_db, root, tmp_path, point):
+@pytest.mark.parametrize("point,in_tasks", [("delta.before_append:2", False), ("delta.after_append:2", False),
+                                            ("delta.after_append:2", True)],
+                         ids=["before_append", "after_append", "after_append_read_in_spark_tasks"])
+def test_a_sigkill_between_versions_loses_and_doubles_nothing(open_db, root, tmp_path, point, in_tasks):
     location = str(tmp_path / "ev")
     write_deltalake(location, pa.table({"id": pa.array([0, 1], pa.int64()), "g": ["a", "b"], "v": [1, 2]}))
     repo = Path(__file__).resolve().parent.parent
@@ -147,7 +149,8 @@ def test_a_sigkill_between_versions_loses_and_doubles_nothing(open_db, root, tmp
     for i in range(3):  # three versions to read in the next epoch: the kill lands after the first
         write_deltalake(location, pa.table({"id": pa.array([10 + i], pa.int64()), "g": ["a"], "v": [10]}), mode="append")
     DeltaTable(location).update({"v": "v + 100"}, predicate="id = 1")
-    proc = subprocess.run([sys.executable, "-c", WORKER, root, location], env={**env, "MILLPOND_CRASH_AT": point},
+    crash = {"MILLPOND_CRASH_AT": point, **({"MILLPOND_DRIVER_RECORDS": "0"} if in_tasks else {})}  # files: tasks
+    proc = subprocess.run([sys.executable, "-c", WORKER, root, location], env={**env, **crash},
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == -9, f"the worker was not killed: {proc.stderr[-2000:]}"
     db = open_db()

@@ -257,16 +257,19 @@ db.flush()
 
 
 @pytest.mark.slow  # two worker processes, each starting Spark (make slow, which CI runs)
-@pytest.mark.parametrize("point", ["kafka.before_append:2", "kafka.after_append:2"])
-def test_a_sigkill_between_a_chunks_appends_loses_and_doubles_nothing(open_db, root, kafka, point):
-    topic = kafka.topic(f"crash_{point.split('.')[1].split(':')[0]}", partitions=3)
+@pytest.mark.parametrize("point,in_tasks", [("kafka.before_append:2", False), ("kafka.after_append:2", False),
+                                            ("kafka.after_append:2", True)],
+                         ids=["before_append", "after_append", "after_append_read_in_spark_tasks"])
+def test_a_sigkill_between_a_chunks_appends_loses_and_doubles_nothing(open_db, root, kafka, point, in_tasks):
+    topic = kafka.topic(f"crash_{point.split('.')[1].split(':')[0]}{'_tasks' if in_tasks else ''}", partitions=3)
     produced = []
     for p in range(3):
         batch = [{"g": "ab"[i % 2], "v": 100 * p + i} for i in range(5 + p)]
         kafka.produce(topic, [json.dumps(r) for r in batch], partition=p)
         produced += batch
     repo = Path(__file__).resolve().parent.parent
-    env = {**os.environ, "MILLPOND_CRASH_AT": point, "PYTHONPATH": os.pathsep.join([str(repo / "src"), str(repo)])}
+    env = {**os.environ, "MILLPOND_CRASH_AT": point, "PYTHONPATH": os.pathsep.join([str(repo / "src"), str(repo)]),
+           **({"MILLPOND_DRIVER_RECORDS": "0"} if in_tasks else {})}  # the partitions read by Spark tasks
     proc = subprocess.run([sys.executable, "-c", WORKER, root, kafka.bootstrap, topic], env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == -9, f"the worker was not killed: {proc.stderr[-2000:]}"
