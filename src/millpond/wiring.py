@@ -127,7 +127,12 @@ def _writer(root: str, store: ObjectStore, catalogs: CatalogStore, catalog: Cata
         else CompactionProcess()
     coordinator = Coordinator(executor, store, log, parallelism=parallelism or local_parallelism(),
                               compaction=runner)
-    runtime = Runtime(catalogs, catalog, log, coordinator, Sources.of)
+    def tasks():  # on a cluster, Spark tasks read sources' parts (connectors import no Spark)
+        from millpond.spark.source_tasks import task_reads
+
+        return task_reads(spark.spark, store)
+
+    runtime = Runtime(catalogs, catalog, log, coordinator, lambda rt: Sources.of(rt, tasks))
     try:
         try:
             ingest.serve(runtime)  # 2. the root's log writer while open: other writers go through it

@@ -151,13 +151,15 @@ class Sources(EpochStep):
     """The epoch step (0) that takes every source table's new rows in, by connector. Ports:
     ``store`` (the root), ``channel`` (a table's log), ``insert`` (rows appended to a table,
     upserts where it has a key; idempotent per producer), ``apply`` (upserts and deletes by key,
-    as one idempotent append) and ``spark`` (the session, asked for when a Delta or Iceberg table is
-    first read: on a cluster, Spark tasks read its files, :mod:`millpond.spark.source_tasks`)."""
+    as one idempotent append) and ``task_reads`` (what reads parts in Spark tasks on a cluster, or None,
+    asked for when a source is first read: :mod:`millpond.spark.source_tasks`, handed in by the
+    entry points)."""
 
     target_of = staticmethod(target_of)  # the sinks' targets (the entry points hand connectors in as one)
 
-    def __init__(self, store, channel, insert, apply, spark=None):
-        self.store, self.channel, self.insert, self.apply, self.spark = store, channel, insert, apply, spark
+    def __init__(self, store, channel, insert, apply, task_reads=None):
+        self.store, self.channel, self.insert, self.apply = store, channel, insert, apply
+        self.task_reads = task_reads
         self._tasks: list = []  # [what reads parts in Spark tasks, or None], once asked
         self.errors = SourceErrors()  # what each table's source failed on, while it lasts
         self.files = Files(store, channel, insert, self.errors)
@@ -166,24 +168,19 @@ class Sources(EpochStep):
         self._versioned: dict = {}  # connector -> its step part (a Delta table's, an Iceberg table's)
 
     @classmethod
-    def of(cls, rt: Runtime) -> "Sources":
+    def of(cls, rt: Runtime, tasks: Callable | None = None) -> "Sources":
         from millpond.engine.ingest import apply_by_key, insert
 
         return cls(rt.coordinator.store, rt.channel,
                    lambda t, rows, producer: insert(rt, t, rows, producer=producer),
                    lambda t, upserts, deletes, producer: apply_by_key(rt, t, upserts, deletes, producer=producer),
-                   lambda: getattr(rt.coordinator.executor, "spark", None))
+                   tasks)
 
     def tasks(self):
-        """What reads a table's files in Spark tasks (on a cluster), or None (the driver reads them)."""
+        """What reads a table's files and partitions in Spark tasks (on a cluster), or None (the
+        driver reads them): asked of the ``task_reads`` port once, when a source first needs it."""
         if not self._tasks:
-            spark = self.spark() if self.spark is not None else None
-            if spark is None:
-                self._tasks.append(None)
-            else:
-                from millpond.spark.source_tasks import task_reads
-
-                self._tasks.append(task_reads(spark, self.store))
+            self._tasks.append(self.task_reads() if self.task_reads is not None else None)
         return self._tasks[0]
 
     @property
