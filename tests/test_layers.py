@@ -24,7 +24,8 @@ ALLOWED = {
     "nexmark": set(),
     "tpch": set(),
 }
-ENTRY = {"__init__", "api", "wiring", "cli", "shell", "progress", "pgwire", "pgparams", "pipelines", "pgcatalog", "readers"}  # entry points: they wire everything, Spark included
+ENTRY = {"__init__", "api", "wiring", "cli", "shell", "progress", "pgwire", "pgparams", "pipelines", "pgcatalog", "readers",
+         "metrics"}  # entry points: they wire everything, Spark included
 
 
 def _package(module: str) -> str:

@@ -18,6 +18,7 @@ the cause of one).
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Iterator
 
 import pyarrow as pa
@@ -90,6 +91,7 @@ class Database:
         self._loop = EpochLoop(self.runtime.run_epoch, period, self.runtime.lock, due=self.runtime.due) if period \
             else None
         self._guard = wiring.Guard(root, self.runtime, self._loop, plans=plans, read_only=read_only)
+        self._pgwire = None  # the PostgreSQL-protocol server, once serve() started it (its connections: metrics)
 
     # -- public API ---------------------------------------------------------------------------
     @property
@@ -121,13 +123,21 @@ class Database:
         error says so (``statement 3 of 4 failed (statements 1-2 were applied): ...``; its
         ``statement`` attribute is the number). A syntax error anywhere runs nothing. ``progress``
         shows a progress display while a ``FLUSH`` runs (:mod:`millpond.progress`)."""
-        if not self.read_only and (query := session.lock_free(self.runtime, text)) is not None:
-            with self._guard(lock=False), self.runtime.reading():  # a pinned version: epochs go on
-                return session.execute(self.runtime, query)
-        if self.read_only:
-            return self._guard.read(lambda: session.run(self.runtime, text))
-        with self._guard(), shown(progress, lambda: self.runtime.epoch, lambda: self.spark):
-            return session.run(self.runtime, text)
+        started, failed = time.perf_counter(), True
+        try:
+            if not self.read_only and (query := session.lock_free(self.runtime, text)) is not None:
+                with self._guard(lock=False), self.runtime.reading():  # a pinned version: epochs go on
+                    out = session.execute(self.runtime, query)
+            elif self.read_only:
+                out = self._guard.read(lambda: session.run(self.runtime, text))
+            else:
+                with self._guard(), shown(progress, lambda: self.runtime.epoch, lambda: self.spark):
+                    out = session.run(self.runtime, text)
+            failed = False
+            return out
+        finally:
+            if (tally := getattr(self.runtime, "tally", None)) is not None:
+                tally.statement(time.perf_counter() - started, failed=failed)
 
     def create_function(self, fn: Callable, *, params: list[str] | None = None, returns: str | None = None,
                         name: str | None = None, strict: bool = True, replace: bool = False) -> str:
@@ -205,9 +215,24 @@ class Database:
         this process and its Spark workers; off by default)."""
         from millpond.pgwire import serve
 
-        return serve(self, host=host, port=port, password=password, password_file=password_file, auth=auth,
-                     tls_cert=tls_cert, tls_key=tls_key, max_connections=max_connections,
-                     idle_timeout=idle_timeout, readers=readers, python_functions=python_functions)
+        self._pgwire = serve(self, host=host, port=port, password=password, password_file=password_file, auth=auth,
+                             tls_cert=tls_cert, tls_key=tls_key, max_connections=max_connections,
+                             idle_timeout=idle_timeout, readers=readers, python_functions=python_functions)
+        return self._pgwire
+
+    def metrics(self) -> str:
+        """This database's series in Prometheus' text format (:mod:`millpond.metrics`)."""
+        from millpond.metrics import text
+
+        with self._guard(lock=False):
+            return text(self)
+
+    def serve_metrics(self, *, host: str = "127.0.0.1", port: int = 9464):  # noqa: ANN201
+        """Serve :meth:`metrics` over HTTP at ``http://host:port/metrics`` for Prometheus, from a
+        background thread; returns the server (``.port``, ``.close()``); ``port=0`` picks a free one."""
+        from millpond.metrics import serve_metrics
+
+        return serve_metrics(self, host, port)
 
     def table(self, name: str):  # noqa: ANN201
         """A Spark DataFrame over the committed snapshot of a table or view."""

@@ -69,6 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     srv.add_argument("--python-functions", action="store_true",
                      help="let clients CREATE FUNCTION ... LANGUAGE python (their code runs in this process)")
     srv.add_argument("--interval", default="1s", help="background epochs this often (default 1s; 'none': off)")
+    srv.add_argument("--metrics-port", type=int, default=None,
+                     help="also serve Prometheus metrics at http://HOST:PORT/metrics (docs/operations.md)")
     srv.add_argument("--readers", type=int, default=min(4, os.cpu_count() or 1),
                      help="processes that answer queries in parallel with the writer's (default: the CPUs, at "
                           "most 4; 0: every statement in one process)")
@@ -153,7 +155,14 @@ def _serve(args: argparse.Namespace) -> int:
                       python_functions=args.python_functions) as server:
             print(f"millpond: serving {args.root} on {args.host}:{server.port} (psql -h {args.host} -p {server.port})",
                   file=sys.stderr, flush=True)
-            threading.Event().wait()  # until interrupted
+            metrics = None if args.metrics_port is None else db.serve_metrics(host=args.host, port=args.metrics_port)
+            if metrics is not None:
+                print(f"millpond: metrics at http://{args.host}:{metrics.port}/metrics", file=sys.stderr, flush=True)
+            try:
+                threading.Event().wait()  # until interrupted
+            finally:
+                if metrics is not None:
+                    metrics.close()
     return 0
 
 

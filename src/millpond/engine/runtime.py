@@ -32,6 +32,7 @@ from millpond.engine.flow_targets import FlowTargets
 from millpond.engine.partial import Wanted, filled_rows, missing, read_filled
 from millpond.engine.reads import Installed, Reads, consolidate_rows
 from millpond.engine.sinks import Sinks
+from millpond.engine.tally import Tally
 from millpond.engine.upkeep import LogUpkeep
 from millpond.errors import CatalogError, MillpondError, MillpondNotice, RetentionError, SqlError
 from millpond.log import Channel, Log
@@ -63,13 +64,14 @@ class Runtime(Reads):
         self._local = threading.local()  # a thread's pinned version while it reads (reading())
         # the work around an epoch's consumers (engine/epoch.py: befores in order, afters reversed)
         self.history = History()
+        self.tally = Tally()  # running totals for monitoring (millpond.metrics)
         # source tables' rows taken in (millpond.connectors.Sources, handed in by the entry points)
         self.sources = sources(self) if sources is not None else None
         self.wanted = Wanted()
         self.flow_targets = FlowTargets(self.channel, coordinator.rows)
         self.sinks = Sinks(coordinator.store, self, getattr(self.sources, "target_of", None))
         self.upkeep = LogUpkeep(log, self.channel, coordinator.changes)
-        self.steps = (self.upkeep, self.history, self.sinks, self.flow_targets, self.wanted,
+        self.steps = (self.upkeep, self.history, self.tally, self.sinks, self.flow_targets, self.wanted,
                       *([self.sources] if self.sources is not None else []))
         self._install(catalog)
 
@@ -128,7 +130,11 @@ class Runtime(Reads):
     def run_epoch(self) -> EpochReport | None:
         """One epoch over all consumers, with the work around them (the protocol in
         :mod:`millpond.engine.coordinator`, steps 0-7)."""
-        return self.coordinator.run_epoch(self.catalog, self.consumers, self.wanted.keys, self.steps)
+        try:
+            return self.coordinator.run_epoch(self.catalog, self.consumers, self.wanted.keys, self.steps)
+        except BaseException:
+            self.tally.failed += 1
+            raise
 
     def truncate_logs(self) -> dict[str, int]:
         """A pass of the log's upkeep now (:mod:`millpond.engine.upkeep`; every few epochs otherwise)."""
