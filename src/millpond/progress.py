@@ -17,7 +17,7 @@ import threading
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Callable
 
-__all__ = ["FlushProgress", "shown"]
+__all__ = ["FlushProgress", "running_tasks", "shown"]
 
 DELAY_SECONDS = 0.5
 POLL_SECONDS = 0.25
@@ -69,11 +69,15 @@ class FlushProgress:
                     break
 
     def _tasks(self) -> tuple[int, int]:
-        """Completed and total tasks of the Spark stages running now (0, 0 between jobs)."""
-        try:
-            tracker = self.spark.sparkContext.statusTracker()
-            infos = [tracker.getStageInfo(s) for s in tracker.getActiveStageIds()]
-        except Exception:  # the session is stopping, or busy elsewhere: show epochs only
-            return 0, 0
-        infos = [i for i in infos if i is not None]
-        return sum(i.numCompletedTasks for i in infos), sum(i.numTasks for i in infos)
+        return running_tasks(self.spark)
+
+
+def running_tasks(spark: Any) -> tuple[int, int]:
+    """Completed and total tasks of ``spark``'s stages running now (0, 0 between jobs)."""
+    try:
+        tracker = spark.sparkContext.statusTracker()
+        infos = [tracker.getStageInfo(s) for s in tracker.getActiveStageIds()]
+    except Exception:  # noqa: BLE001 - the session is stopping, or busy elsewhere: no tasks known
+        return 0, 0
+    infos = [i for i in infos if i is not None]
+    return sum(i.numCompletedTasks for i in infos), sum(i.numTasks for i in infos)

@@ -24,6 +24,7 @@ from millpond.engine.readonly import ReadOnlyRuntime
 from millpond.engine.runtime import Runtime
 from millpond.errors import FencedError, HeldError, MillpondError, ReadOnlyError, unexpected
 from millpond.log import Log
+from millpond.progress import running_tasks
 from millpond.spark.session import LOG_LEVELS, Lease, local_parallelism
 from millpond.sql.plans import bind_plans
 from millpond.store.compactor import CompactionProcess
@@ -133,6 +134,8 @@ def _writer(root: str, store: ObjectStore, catalogs: CatalogStore, catalog: Cata
         return task_reads(spark.spark, store)
 
     runtime = Runtime(catalogs, catalog, log, coordinator, lambda rt: Sources.of(rt, tasks))
+    runtime.jobs.tasks = lambda: running_tasks(spark.lease.spark) if spark.lease is not None else (0, 0)
+    runtime.jobs.clear()
     try:
         try:
             ingest.serve(runtime)  # 2. the root's log writer while open: other writers go through it

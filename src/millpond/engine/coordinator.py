@@ -111,6 +111,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
+from contextlib import nullcontext
 from dataclasses import replace
 from typing import Callable, Mapping, Sequence
 
@@ -156,6 +157,7 @@ class Coordinator:
         self.ids = ids
         self.state = StateStore(store, runner=compaction, ids=ids)  # recovery: resume from the last committed version
         self.changes = ChangeFeed(store)
+        self.jobs = None  # what watches an epoch's backfills (engine/jobs.py: millpond_jobs), set by the runtime
 
     @property
     def manifest(self) -> Manifest:
@@ -172,7 +174,9 @@ class Coordinator:
         plan = self.plan(catalog, consumers, wanted)
         if plan is None:
             return None
-        report = self.commit(plan, self.execute(plan))
+        with self.jobs.watch(plan) if self.jobs is not None else nullcontext():
+            result = self.execute(plan)
+        report = self.commit(plan, result)
         self.maintain(catalog, [f for step in steps if (f := step.floor(catalog)) is not None])
         for step in reversed(steps):
             report = step.after(plan, report)

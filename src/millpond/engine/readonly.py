@@ -25,6 +25,7 @@ import pyarrow as pa
 from millpond.catalog import Catalog, CatalogStore, TableDef
 from millpond.engine.coordinator import Coordinator
 from millpond.engine.epoch import EpochReport
+from millpond.engine.jobs import published
 from millpond.engine.runtime import Runtime
 from millpond.errors import MillpondError, ReadOnlyError, StorageError
 from millpond.log import Channel, Log
@@ -82,6 +83,10 @@ class ReadOnlyRuntime(Runtime):
         raise AssertionError("unreachable")
 
     # -- writes are refused -----------------------------------------------------------------------
+    def jobs_status(self) -> pa.Table:
+        """The writer's jobs, as it last published them under the root."""
+        return published(self.coordinator.store)
+
     def commit_catalog(self, catalog: Catalog) -> None:
         raise ReadOnlyError("the database is open read-only: CREATE and DROP are refused (open it with "
                             "millpond.connect(root) to change it)")

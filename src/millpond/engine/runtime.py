@@ -29,6 +29,7 @@ from millpond.engine.epoch import EpochPlan, EpochReport, EpochStep
 from millpond.engine.consumers import Consumer, consumers
 from millpond.engine.executor import EpochExecutor
 from millpond.engine.flow_targets import FlowTargets
+from millpond.engine.jobs import Jobs
 from millpond.engine.partial import Wanted, filled_rows, missing, read_filled
 from millpond.engine.reads import Installed, Reads, consolidate_rows
 from millpond.engine.sinks import Sinks
@@ -65,6 +66,7 @@ class Runtime(Reads):
         # the work around an epoch's consumers (engine/epoch.py: befores in order, afters reversed)
         self.history = History()
         self.tally = Tally()  # running totals for monitoring (millpond.metrics)
+        self.jobs = coordinator.jobs = Jobs(coordinator.store)  # backfills under way: millpond_jobs
         # source tables' rows taken in (millpond.connectors.Sources, handed in by the entry points)
         self.sources = sources(self) if sources is not None else None
         self.wanted = Wanted()
@@ -313,6 +315,10 @@ class Runtime(Reads):
                          "error": self.describe_failure(failure) if failure else None})
         return pa.Table.from_pylist(rows, schema=_VIEWS_SCHEMA)
 
+    def jobs_status(self) -> pa.Table:
+        """``millpond_jobs`` (``SHOW JOBS``): the backfills under way (:mod:`millpond.engine.jobs`)."""
+        return self.jobs.table()
+
     def indexes_status(self) -> pa.Table:
         """``SHOW INDEXES``: each index's table and columns, its state bytes (kept once, however many
         views read it), the views that read it, and its statement."""
@@ -385,6 +391,7 @@ class History(EpochStep):
 
 
 SYSTEM_VIEWS = {"millpond_views": Runtime.views_status, "millpond_epochs": Runtime.epochs,
+                "millpond_jobs": lambda rt: rt.jobs_status(),
                 "millpond_source_errors": lambda rt: rt.sources.errors.table(rt.catalog),
                 "millpond_sources": lambda rt: rt.sources.status(rt.catalog)}
 

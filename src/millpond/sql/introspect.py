@@ -84,10 +84,12 @@ def show(rt: Runtime, s: exp.Command) -> pa.Table:
         return sinks.show(rt)
     if what == "SOURCES":
         return rt.snapshot("millpond_sources")
+    if what == "JOBS":
+        return rt.snapshot("millpond_jobs")
     if what.lower() in (*ddl.SETTINGS, *ddl.ALIASES):  # PostgreSQL's SHOW name: one row, one column
         return pa.table({what.lower(): pa.array([ddl.setting(rt, what.lower())], pa.string())})
     raise SqlError(f"SHOW {what or '(nothing)'} is not supported (known: SHOW TABLES, SHOW MATERIALIZED VIEWS, "
-                   f"SHOW FUNCTIONS, SHOW FLOWS, SHOW INDEXES, SHOW SINKS, SHOW SOURCES, SHOW <setting>: {', '.join(ddl.SETTINGS)})")
+                   f"SHOW FUNCTIONS, SHOW FLOWS, SHOW INDEXES, SHOW SINKS, SHOW SOURCES, SHOW JOBS, SHOW <setting>: {', '.join(ddl.SETTINGS)})")
 
 
 def _secret(option: str) -> bool:

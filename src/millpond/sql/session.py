@@ -61,12 +61,16 @@ def run(rt: Runtime, text: str) -> pa.Table | None:
 def lock_free(rt: Runtime, text: str) -> exp.Query | None:
     """``text`` when it is one query that can read a pinned version without the database's lock
     (:meth:`~millpond.engine.runtime.Runtime.reading`): it reads only tables and views — no
-    ``AS OF`` (kept changes), no partial view (it fills keys: a write), no system view — else
-    None (a syntax error is left to :func:`run` to report)."""
+    ``AS OF`` (kept changes), no partial view (it fills keys: a write), no system view but
+    ``millpond_jobs`` (``SHOW JOBS`` is one: the jobs are seen while an epoch runs) — else None (a
+    syntax error is left to :func:`run` to report)."""
     try:
         parsed = statements(text)
     except MillpondError:
         return None
+    if len(parsed) == 1 and isinstance(parsed[0], exp.Command) and parsed[0].name.upper() == "SHOW" and \
+            isinstance(parsed[0].expression, exp.Literal) and parsed[0].expression.name.upper() == "JOBS":
+        parsed = [exp.select("*").from_("millpond_jobs")]
     if len(parsed) != 1 or not isinstance(parsed[0], exp.Query):
         return None
     catalog = rt.catalog
@@ -76,7 +80,7 @@ def lock_free(rt: Runtime, text: str) -> exp.Query | None:
             return None
     ctes = {c.alias_or_name for c in parsed[0].find_all(exp.CTE)}
     names = {t.name for t in parsed[0].find_all(exp.Table) if isinstance(t.this, exp.Identifier)} - ctes
-    return parsed[0] if all(n in catalog.tables or n in catalog.views for n in names) else None
+    return parsed[0] if all(n in catalog.tables or n in catalog.views or n == "millpond_jobs" for n in names) else None
 
 
 def locate(error: MillpondError, i: int, n: int) -> None:

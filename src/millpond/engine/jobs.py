@@ -1,0 +1,133 @@
+"""Long work under way, visible from every connection and every process on the root:
+``millpond_jobs`` (``SHOW JOBS``).
+
+A **job** is a view's (index's, flow's) backfill: the first epoch of a new relation, which reads its
+tables from their start. While such an epoch runs, the writer keeps one row per relation it fills —
+the records it reads, the Spark tasks of the epoch done and to do, the progress, the rate and the
+time left at that rate — and publishes them under the root every :data:`PUBLISH_SECONDS`
+(``jobs/running.json``), so a read-only process (``millpond sql --read-only``, another ``serve``)
+shows the same rows. The file goes when the epoch commits or fails; a file not rewritten for
+:data:`STALE_SECONDS` (its writer died) shows nothing. An epoch is one Spark job, so every
+relation an epoch fills shows the epoch's tasks; on one machine a small backfill runs as one task
+in the driver and shows no tasks until it is done.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Callable, Iterator
+
+import pyarrow as pa
+
+from millpond.errors import MissingError
+from millpond.store.objects import ObjectStore
+
+if TYPE_CHECKING:
+    from millpond.engine.epoch import EpochPlan
+
+__all__ = ["JOBS_KEY", "Jobs", "SCHEMA", "published"]
+
+JOBS_KEY = "jobs/running.json"
+PUBLISH_SECONDS = 1.0
+STALE_SECONDS = 15.0
+
+SCHEMA = pa.schema([
+    ("job", pa.int64()), ("kind", pa.string()), ("relation", pa.string()), ("records", pa.int64()),
+    ("tasks_done", pa.int64()), ("tasks_total", pa.int64()), ("progress", pa.float64()),
+    ("records_per_second", pa.float64()), ("eta_seconds", pa.float64()),
+    ("started", pa.timestamp("us", tz="UTC")), ("seconds", pa.float64())])
+
+
+class Jobs:
+    """The writer's jobs: :meth:`watch` wraps an epoch's execution; ``tasks()`` gives the running
+    Spark tasks (done, total), without starting Spark."""
+
+    def __init__(self, store: ObjectStore, tasks: Callable[[], tuple[int, int]] = lambda: (0, 0)):
+        self.store, self.tasks = store, tasks
+        self._running: list[dict] = []  # the epoch's jobs: job, kind, relation, records, started
+        self._lock = threading.Lock()
+
+    def clear(self) -> None:
+        """Forget what a writer that died published (the writer's, when it opens the root)."""
+        try:
+            self.store.delete(JOBS_KEY)
+        except Exception:  # noqa: BLE001 - none there, or storage out of reach: the epochs will say
+            pass
+
+    @contextmanager
+    def watch(self, plan: EpochPlan) -> Iterator[None]:
+        offsets = plan.job.manifest.offsets
+        running = [{"job": plan.epoch, "kind": "backfill", "relation": c.name,
+                    "records": sum(max(0, b - a) for a, b in ranges.values()), "started": time.time()}
+                   for c, ranges in plan.work if c.key not in offsets and c.name not in plan.catalog.tables]
+        if not running:
+            yield
+            return
+        with self._lock:
+            self._running = running
+        stop = threading.Event()
+        publisher = threading.Thread(target=self._publish, args=(stop,), name="millpond-jobs", daemon=True)
+        publisher.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            publisher.join()
+            with self._lock:
+                self._running = []
+            try:
+                self.store.delete(JOBS_KEY)
+            except Exception:  # noqa: BLE001 - the next writer deletes it; a reader ignores it when stale
+                pass
+
+    def rows(self) -> list[dict]:
+        """The jobs now, with their progress."""
+        with self._lock:
+            running = list(self._running)
+        if not running:
+            return []
+        done, total = self.tasks()
+        now = time.time()
+        return [_progress(j, done, total, now) for j in running]
+
+    def table(self) -> pa.Table:
+        return _table(self.rows())
+
+    def _publish(self, stop: threading.Event) -> None:
+        while True:
+            rows = self.rows()
+            try:
+                self.store.put(JOBS_KEY, json.dumps({"updated": time.time(), "jobs": rows}).encode())
+            except Exception:  # noqa: BLE001 - publishing is best effort: the epoch goes on
+                pass
+            if stop.wait(PUBLISH_SECONDS):
+                return
+
+
+def published(store: ObjectStore) -> pa.Table:
+    """``millpond_jobs`` as the writer last published it (a read-only process's view)."""
+    try:
+        body = json.loads(store.get(JOBS_KEY))
+    except (MissingError, ValueError):
+        return _table([])
+    if time.time() - body.get("updated", 0) > STALE_SECONDS:
+        return _table([])
+    return _table(body["jobs"])
+
+
+def _progress(job: dict, done: int, total: int, now: float) -> dict:
+    seconds = now - job["started"]
+    fraction = done / total if total else None
+    rate = fraction * job["records"] / seconds if fraction and seconds > 0 else None
+    eta = seconds * (1 - fraction) / fraction if fraction else None
+    return {**job, "tasks_done": done, "tasks_total": total, "progress": fraction, "records_per_second": rate,
+            "eta_seconds": eta, "seconds": seconds}
+
+
+def _table(rows: list[dict]) -> pa.Table:
+    return pa.Table.from_pylist([{**r, "started": datetime.fromtimestamp(r["started"], timezone.utc)} for r in rows],
+                                schema=SCHEMA)

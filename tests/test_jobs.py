@@ -1,0 +1,69 @@
+"""A view's backfill is a job (``SHOW JOBS`` / ``millpond_jobs``): seen while it runs from the writer
+(without waiting for the epoch: a SHOW JOBS takes no lock) and from a second, read-only Database on
+the root (which reads what the writer publishes), with the records it reads and the epoch's Spark
+tasks moving; gone from both once the epoch commits."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pyarrow as pa
+
+import millpond
+
+
+def _slow(v: int) -> int:
+    import time
+
+    time.sleep(0.01)
+    return v * 2
+
+
+def test_a_backfill_is_a_job_seen_from_a_second_process(open_db, root):
+    db = open_db()
+    db.sql("CREATE TABLE t (k INT, v BIGINT)")
+    db.insert("t", pa.table({"k": pa.array(range(600), pa.int32()), "v": pa.array(range(600), pa.int64())}))
+    db.flush()
+    db.create_function(_slow, params=["BIGINT"], returns="BIGINT", name="slow")
+    reader = millpond.connect(root, read_only=True)
+    assert reader.sql("SHOW JOBS").num_rows == 0
+    failure: list[BaseException] = []
+
+    def backfill() -> None:
+        try:
+            db.sql("CREATE MATERIALIZED VIEW doubled AS SELECT k, slow(v) AS w FROM t")
+            db.flush()
+        except BaseException as exc:  # noqa: BLE001 - said below
+            failure.append(exc)
+
+    worker = threading.Thread(target=backfill)
+    worker.start()
+    seen, moving = [], False
+    try:
+        deadline = time.monotonic() + 300
+        while worker.is_alive() and time.monotonic() < deadline:
+            jobs = reader.sql("SHOW JOBS").to_pylist()
+            here = db.sql("SHOW JOBS").to_pylist()  # what the writer's connections see, while the epoch runs
+            if jobs:
+                seen.append(jobs[0])
+                assert here and here[0]["relation"] == jobs[0]["relation"]
+                moving = moving or (jobs[0]["tasks_total"] or 0) > 0
+            time.sleep(0.1)
+        worker.join(300)
+        assert not failure, failure
+        assert seen, "the backfill was never seen in SHOW JOBS from the read-only Database"
+        job = seen[-1]
+        assert (job["kind"], job["relation"], job["records"]) == ("backfill", "doubled", 600)
+        assert job["job"] == db.epoch  # the epoch that filled it
+        assert moving, "the epoch's Spark tasks never showed"
+        assert all(0 <= (j["progress"] or 0) <= 1 for j in seen)
+        assert db.sql("SHOW JOBS").num_rows == 0 and db.sql("SELECT * FROM millpond_jobs").num_rows == 0
+        deadline = time.monotonic() + 30
+        while reader.sql("SHOW JOBS").num_rows and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert reader.sql("SHOW JOBS").num_rows == 0, "the job stayed after its epoch committed"
+        assert db.sql("SELECT count(*) AS n, sum(w) AS s FROM doubled").to_pylist() == [
+            {"n": 600, "s": 2 * sum(range(600))}]
+    finally:
+        reader.close()
