@@ -138,6 +138,6 @@ class DeltaPart:
 
 def _read(ds: pds.FileSystemDataset, fragments: list, parts: Parts) -> pa.Table:
     """The rows of ``fragments`` of ``ds`` (partition values included), read by ``parts``."""
-    groups = [[f] for f in fragments] if parts.per_file else [fragments] if fragments else []
-    return parts.read([DeltaPart(pds.FileSystemDataset(g, ds.schema, ds.format, ds.filesystem)) for g in groups],
+    return parts.read([DeltaPart(pds.FileSystemDataset(g, ds.schema, ds.format, ds.filesystem))
+                       for g in parts.groups(fragments)],
                       plain_schema(ds.schema))

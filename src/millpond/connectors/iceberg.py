@@ -86,7 +86,10 @@ class IcebergReader:
     def read(self, version: int, files: list, parts: Parts) -> pa.Table:
         if not files:
             return self.schema.empty_table()
-        return parts.read([_Snapshot(self.options, self.chain[version - 1].snapshot_id)], self.schema)
+        snapshot = self.chain[version - 1].snapshot_id
+        part = _Snapshot(self.options, snapshot) if parts.tasks is not None else \
+            (lambda: plain(self.table.scan(snapshot_id=snapshot).to_arrow()))  # the driver: the table it has open
+        return parts.read([part], self.schema)
 
     def change(self, version: int, operation: str | None, parts: Parts) -> tuple[pa.Table, pa.Table] | None:
         from pyiceberg.manifest import DataFileContent, ManifestEntryStatus
@@ -110,8 +113,7 @@ class IcebergReader:
         return self._read_files(sorted(added), parts), self._read_files(sorted(removed), parts)
 
     def _read_files(self, files: list[str], parts: Parts) -> pa.Table:
-        groups = [[f] for f in files] if parts.per_file else [files] if files else []
-        return parts.read([_Files(self.table.io, g, self.schema) for g in groups], self.schema)
+        return parts.read([_Files(self.table.io, g, self.schema) for g in parts.groups(files)], self.schema)
 
 
 @dataclass

@@ -232,7 +232,6 @@ class _Topic:
         self.last: tuple[int, float, int] = (0, 0.0, -1)  # the last ingest: messages, seconds, epoch
         self.stopped: str | None = None  # on_error = 'stop': the message it stopped at
         self._broken: str | None = None  # an error the client reported while reading (all brokers down...)
-        self.includes = {k.removeprefix("include."): v for k, v in self.options.items() if k.startswith("include.")}
 
     def _error(self, err) -> None:
         from confluent_kafka import KafkaError
@@ -354,7 +353,7 @@ class _Topic:
                 pick = itemgetter(*idx) if len(idx) > 1 else (lambda seq, i=idx[0]: (seq[i],))
                 groups.append((int(p), list(pick(msgs))))
         for p, group in groups:
-            if not self._took(decoded(self.t, self.options, self.includes, p, group), epoch, now):
+            if not self._took(decoded(self.t, p, group), epoch, now):
                 return False
         return True
 
@@ -478,8 +477,7 @@ class KafkaRange:
                 done = done or bool(msgs) and msgs[-1].offset() >= self.end - 1
         finally:
             consumer.close()
-        includes = {k.removeprefix("include."): v for k, v in options.items() if k.startswith("include.")}
-        got = decoded(self.t, options, includes, self.partition, msgs)
+        got = decoded(self.t, self.partition, msgs)
         info = {"partition": got.partition, "bad": got.bad, "last": got.last, "stopped": got.stopped, "kept": got.kept,
                 "next": position}
         return got.rows.replace_schema_metadata({RANGE_KEY: json.dumps(info).encode()})

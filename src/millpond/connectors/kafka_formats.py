@@ -205,9 +205,10 @@ class Decoded:
     kept: int
 
 
-def decoded(t: TableDef, options: dict[str, str], includes: dict[str, str], p: int, group: list) -> Decoded:
-    """Partition ``p``'s messages ``group`` (in offset order) as :class:`Decoded` (no side effect:
-    the driver or a Spark task decodes)."""
+def decoded(t: TableDef, p: int, group: list) -> Decoded:
+    """Table ``t``'s partition ``p``'s messages ``group`` (in offset order) as :class:`Decoded` (no
+    side effect: the driver or a Spark task decodes)."""
+    options = dict(t.source)
     vals = [m.value() for m in group]
     last = group[-1].offset() if group else -1
     keys = [m.key() for m in group] if options["format"] == "upsert" and None in vals else None
@@ -216,14 +217,13 @@ def decoded(t: TableDef, options: dict[str, str], includes: dict[str, str], p: i
     if stopped:  # the messages before it come in, none after it
         first = bad[0][0]
         rows = decode_all(t, options, vals[:first], None if keys is None else keys[:first])
-        group, last, bad = group[:first], group[first].offset() - 1, bad[:1]
+        group, last, bad = group[:first], group[first].offset() - 1, [(group[first].offset(), bad[0][1])]
     elif bad:
         skipped = {i for i, _ in bad}
         offsets = [m.offset() for m in group]
         bad = [(offsets[i], err) for i, err in bad]
         group = [m for i, m in enumerate(group) if i not in skipped]
-    if stopped:
-        bad = [(last + 1, bad[0][1])]
+    includes = {k.removeprefix("include."): v for k, v in options.items() if k.startswith("include.")}
     for what, name in sorted(includes.items()):
         if what == "partition":
             col = pa.array(np.full(len(group), p, np.int32))

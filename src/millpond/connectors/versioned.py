@@ -78,9 +78,9 @@ class Parts:
     def __init__(self, tasks: Callable | None, what: str):
         self.tasks, self.what = tasks, what
 
-    @property
-    def per_file(self) -> bool:
-        return self.tasks is not None
+    def groups(self, files: list) -> list[list]:
+        """``files`` as the parts' groups: one each for tasks, all together for the driver."""
+        return [[f] for f in files] if self.tasks is not None else [files] if files else []
 
     def read(self, parts: list[Callable[[], pa.Table]], schema: pa.Schema) -> pa.Table:
         tables = self.tasks(parts, self.what) if self.tasks is not None and parts else [p() for p in parts]
