@@ -2,7 +2,7 @@
 
 from millpond.catalog.retention import DEFAULT_RETENTION, Retention
 from millpond.catalog.catalog import (Catalog, CatalogStore, Column, FlowDef, FunctionDef, IndexDef, SinkDef, TableDef,
-                                      ViewDef, dependency, index_dependency)
+                                      ViewDef, dependency, index_dependency, replacement)
 
 __all__ = ["Catalog", "CatalogStore", "Column", "FlowDef", "FunctionDef", "IndexDef", "SinkDef", "TableDef", "ViewDef",
-           "dependency", "index_dependency", "Retention", "DEFAULT_RETENTION"]
+           "dependency", "index_dependency", "replacement", "Retention", "DEFAULT_RETENTION"]

@@ -24,7 +24,7 @@ from millpond.columns import ROW_ID, W
 from millpond.errors import CatalogError, FencedError
 from millpond.store.objects import AlreadyExists, ObjectStore
 
-__all__ = ["missing_relation", "Column", "TableDef", "ViewDef", "FlowDef", "FunctionDef", "IndexDef", "SinkDef", "dependency",
+__all__ = ["missing_relation", "Column", "TableDef", "ViewDef", "FlowDef", "FunctionDef", "IndexDef", "SinkDef", "dependency", "replacement",
            "index_dependency", "Catalog", "CatalogStore", "FORMAT"]
 
 # 2: views carry their CREATE statement as written and their bound plan (1: a re-generated query);
@@ -34,8 +34,10 @@ __all__ = ["missing_relation", "Column", "TableDef", "ViewDef", "FlowDef", "Func
 # (likewise: an older millpond would look their groups up by another key); 10: tables and views
 # whose rows are addressed by their key's hash (likewise: an older millpond hashes every column);
 # 11: sinks and tables read from files (likewise: an older millpond would not write or read them);
-# 12: Python functions (likewise: an older millpond would read their source as SQL)
-FORMAT = 12
+# 12: Python functions (likewise: an older millpond would read their source as SQL); 13: views
+# altered in place (a definition backfilling beside the one in force, earlier definitions' keys;
+# likewise: an older millpond would drop the new one's state)
+FORMAT = 13
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,9 @@ class ViewDef:
     on_error: str = "fail"  # a data error (e.g. division by zero): "fail" isolates the view, "null" yields NULL
     # a partial view (millpond.engine.partial): {"key": its key column, "max_keys": its budget}
     partial: dict | None = field(default=None, kw_only=True)
+    # the definitions it replaced (ALTER MATERIALIZED VIEW ... AS), oldest first: each one's consumer
+    # key and the epoch it was last in force at (the swap's: its changes to the new rows are that epoch's)
+    replaced: tuple[tuple[str, int], ...] = field(default=(), kw_only=True)
 
     @property
     def schema(self) -> pa.Schema:
@@ -196,6 +201,11 @@ def index_dependency(name: str) -> str:
     return f"index {name}"
 
 
+def replacement(name: str) -> str:
+    """The name view ``name``'s new definition runs under while it backfills (``Catalog.replacing``)."""
+    return f"{name} (new)"
+
+
 def dependency(name: str) -> str:
     """How a view's ``depends_on`` names a function it calls (apart from tables and views)."""
     return f"{name}()"
@@ -212,6 +222,9 @@ class Catalog:
     retention: Retention | None = None  # SET retention (None: DEFAULT_RETENTION)
     indexes: dict[str, IndexDef] = field(default_factory=dict)
     sinks: dict[str, SinkDef] = field(default_factory=dict)
+    # new definitions of views, backfilling beside the ones in force until an epoch swaps them in
+    # (ALTER MATERIALIZED VIEW v AS ...): by the view's name
+    replacing: dict[str, ViewDef] = field(default_factory=dict)
 
     @property
     def kept(self) -> Retention:
@@ -270,6 +283,40 @@ class Catalog:
         v = ViewDef(self.next_id, name, sql, ViewDef.encode_schema(schema), depends_on, plan, on_error, partial=partial)
         return replace(self, next_id=self.next_id + 1, views={**self.views, name: v})
 
+    def with_replacement(self, name: str, sql: str, schema: pa.Schema, depends_on: tuple[str, ...],
+                         plan: dict | None, *, on_error: str = "fail") -> "Catalog":
+        """The catalog with a new definition of view ``name`` backfilling beside the one in force
+        (one that was backfilling is dropped for it)."""
+        if name not in self.views:
+            raise missing_relation(name, self) if name not in self.tables else CatalogError(
+                f'"{name}" is not a materialized view', sqlstate="42809")
+        v = ViewDef(self.next_id, name, sql, ViewDef.encode_schema(schema), depends_on, plan, on_error,
+                    replaced=self.views[name].replaced)
+        return replace(self, next_id=self.next_id + 1, replacing={**self.replacing, name: v})
+
+    def swapped(self, name: str, epoch: int) -> "Catalog":
+        """The catalog with view ``name``'s new definition in force from after ``epoch`` on."""
+        old, new = self.views[name], self.replacing[name]
+        new = replace(new, replaced=(*old.replaced, (f"o{old.id}", epoch)))
+        return replace(self, views={**self.views, name: new},
+                       replacing={k: v for k, v in self.replacing.items() if k != name})
+
+    def without_replacement(self, name: str) -> "Catalog":
+        return replace(self, replacing={k: v for k, v in self.replacing.items() if k != name})
+
+    def renamed(self, name: str, to: str) -> "Catalog":
+        """The catalog with view ``name`` called ``to`` (its state, kept changes and sinks go with it)."""
+        if name not in self.views:
+            raise missing_relation(name, self) if name not in self.tables else CatalogError(
+                f'"{name}" is not a materialized view', sqlstate="42809")
+        self._check_free(to)
+        self._check_unused(name, repr(name), verb="rename")
+        views = {(to if k == name else k): (replace(v, name=to) if k == name else v) for k, v in self.views.items()}
+        replacing = {(to if k == name else k): (replace(v, name=to) if k == name else v)
+                     for k, v in self.replacing.items()}
+        sinks = {k: (replace(v, source=to) if v.source == name else v) for k, v in self.sinks.items()}
+        return replace(self, views=views, replacing=replacing, sinks=sinks)
+
     def with_flow(self, flow: FlowDef) -> "Catalog":
         """The catalog with ``flow`` (its id assigned here); its sink table must be in it."""
         self._check_free(flow.name)
@@ -296,6 +343,7 @@ class Catalog:
             self,
             tables={k: v for k, v in self.tables.items() if k != name},
             views={k: v for k, v in self.views.items() if k != name},
+            replacing={k: v for k, v in self.replacing.items() if k != name},
             indexes={k: v for k, v in self.indexes.items() if v.table != name},
         )
 
@@ -333,25 +381,25 @@ class Catalog:
         self._check_unused(dependency(name), f"function {name}")
         return replace(self, functions={k: v for k, v in self.functions.items() if k != name})
 
-    def _check_unused(self, dep: str, what: str) -> None:
-        users = sorted(v.name for v in self.views.values() if dep in v.depends_on)
+    def _check_unused(self, dep: str, what: str, *, verb: str = "drop or replace") -> None:
+        users = sorted({v.name for v in [*self.views.values(), *self.replacing.values()] if dep in v.depends_on})
         if users:
-            raise CatalogError(f"cannot drop or replace {what} because other objects depend on it: views "
+            raise CatalogError(f"cannot {verb} {what} because other objects depend on it: views "
                                f"{', '.join(users)} depend on it", sqlstate="2BP01", hint="drop them first")
         flows = sorted(f.name for f in self.flows.values() if dep in f.depends_on)
         if flows:
-            raise CatalogError(f"cannot drop or replace {what} because other objects depend on it: flows "
+            raise CatalogError(f"cannot {verb} {what} because other objects depend on it: flows "
                                f"{', '.join(flows)} read it", sqlstate="2BP01", hint="drop them first (DROP FLOW)")
         sinks = sorted(s.name for s in self.sinks.values() if s.source == dep)
-        if sinks:
-            raise CatalogError(f"cannot drop or replace {what}: sinks {', '.join(sinks)} write its rows out; "
+        if sinks and verb != "rename":
+            raise CatalogError(f"cannot {verb} {what}: sinks {', '.join(sinks)} write its rows out; "
                                "drop them first (DROP SINK)")
 
     def to_json(self) -> bytes:
         return json.dumps(
             {
                 # an append-only table has no state of its own: older versions must not open the root
-                "format": 12 if any(f.language != "sql" for f in self.functions.values()) else 11 if self.sinks or any(t.source for t in self.tables.values()) else 10 if any(t.key_hashed for t in self.tables.values()) or any(
+                "format": 13 if self.replacing or any(v.replaced for v in self.views.values()) else 12 if any(f.language != "sql" for f in self.functions.values()) else 11 if self.sinks or any(t.source for t in self.tables.values()) else 10 if any(t.key_hashed for t in self.tables.values()) or any(
                     (v.plan or {}).get("plan", {}).get("key") for v in [*self.views.values(), *self.flows.values()])
                 else 9 if any(f.cluster for f in self.flows.values()) else 8 if any(v.partial for v in self.views.values()) else 7 if self.indexes else 6 if self.retention else 5 if self.flows else 4 if self.functions else 3 if any(
                     t.append_only for t in self.tables.values()) else 2,
@@ -364,13 +412,8 @@ class Catalog:
                      **({"source": dict(t.source)} if t.source else {})}
                     for t in self.tables.values()
                 ],
-                "views": [
-                    {"id": v.id, "name": v.name, "sql": v.sql, "schema": v.schema_b64,
-                     "depends_on": list(v.depends_on), "plan": v.plan,
-                     **({"on_error": v.on_error} if v.on_error != "fail" else {}),
-                     **({"partial": v.partial} if v.partial else {})}
-                    for v in self.views.values()
-                ],
+                "views": [_view_json(v) for v in self.views.values()],
+                **({"replacing": [_view_json(v) for v in self.replacing.values()]} if self.replacing else {}),
                 **({"functions": [f.to_json() for f in self.functions.values()]} if self.functions else {}),
                 **({"flows": [
                     {"id": f.id, "name": f.name, "sql": f.sql, "schema": f.schema_b64, "depends_on": list(f.depends_on),
@@ -398,11 +441,8 @@ class Catalog:
                               source=tuple(sorted(t.get("source", {}).items())))
             for t in body["tables"]
         }
-        views = {
-            v["name"]: ViewDef(v["id"], v["name"], v["sql"], v["schema"], tuple(v["depends_on"]), v.get("plan"),
-                               v.get("on_error", "fail"), partial=v.get("partial"))
-            for v in body["views"]
-        }
+        views = {v["name"]: _view_of(v) for v in body["views"]}
+        replacing = {v["name"]: _view_of(v) for v in body.get("replacing", [])}
         functions = {f["name"]: FunctionDef.from_json(f) for f in body.get("functions", [])}
         flows = {
             f["name"]: FlowDef(f["id"], f["name"], f["sql"], f["schema"], tuple(f["depends_on"]), f["plan"],
@@ -415,7 +455,20 @@ class Catalog:
                    for i in body.get("indexes", [])}
         sinks = {k["name"]: SinkDef.from_json(k) for k in body.get("sinks", [])}
         return cls(version=body["version"], next_id=body["next_id"], tables=tables, views=views, functions=functions,
-                   flows=flows, retention=retention, indexes=indexes, sinks=sinks)
+                   flows=flows, retention=retention, indexes=indexes, sinks=sinks, replacing=replacing)
+
+
+def _view_json(v: ViewDef) -> dict:
+    return {"id": v.id, "name": v.name, "sql": v.sql, "schema": v.schema_b64, "depends_on": list(v.depends_on),
+            "plan": v.plan, **({"on_error": v.on_error} if v.on_error != "fail" else {}),
+            **({"partial": v.partial} if v.partial else {}),
+            **({"replaced": [list(r) for r in v.replaced]} if v.replaced else {})}
+
+
+def _view_of(v: dict) -> ViewDef:
+    return ViewDef(v["id"], v["name"], v["sql"], v["schema"], tuple(v["depends_on"]), v.get("plan"),
+                   v.get("on_error", "fail"), partial=v.get("partial"),
+                   replaced=tuple((k, e) for k, e in v.get("replaced", ())))
 
 
 class CatalogStore:

@@ -62,6 +62,9 @@ class Entry:
     views: Mapping[str, int]  # view or flow key -> changes written
     tables: Mapping[str, tuple[int, int]]  # table key -> the log range [start, stop) the epoch took in
     files: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # view key -> its tasks' files
+    # view key -> the difference between its rows and its new definition's, when an ALTER swapped them
+    # at this epoch (read only by a reader whose catalog says the swap happened: Runtime.changes)
+    swaps: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,26 @@ class ChangeFeed:
                 "tables": {k: list(r) for k, r in tables.items()}}
         self.store.put(paths.changes_epoch_key(epoch), json.dumps(body).encode())
 
+    def swap(self, key: str, epoch: int, change: pa.Table) -> None:
+        """Keep, with committed epoch ``epoch``, the changes that turn view ``key``'s rows into its new
+        definition's (``ALTER MATERIALIZED VIEW``: written before the catalog swaps them, and read
+        only once it has; rewritten alike if the swap is retried)."""
+        name = paths.changes_epoch_prefix(key, epoch) + "swap.parquet"
+        self.store.put(name, parquet(change))
+        body = json.loads(self.store.get(paths.changes_epoch_key(epoch)))
+        body.setdefault("swaps", {})[key] = name
+        self.store.put(paths.changes_epoch_key(epoch), json.dumps(body).encode())
+
+    def swap_changes(self, key: str, entry: Entry, retention: Retention | None = None) -> pa.Table | None:
+        """The changes kept by :meth:`swap` for view ``key`` at ``entry``'s epoch (None: none were:
+        its new definition's columns differ)."""
+        if key not in entry.swaps:
+            return None
+        try:
+            return pq.read_table(io.BytesIO(self.store.get(entry.swaps[key])))
+        except MissingError:
+            raise self.gone(entry.epoch, retention) from None
+
     def collect(self, retention: Retention, epoch: int, now: float, pinned: int | None = None) -> int:
         """Drop the epochs ``retention`` no longer keeps (never ``epoch``, the last committed, nor
         one after ``pinned``: a reader of the rows as of ``pinned`` needs them); returns how many
@@ -166,7 +189,7 @@ class ChangeFeed:
                 # an entry whose files are gone (a reader would find a kept epoch unreadable)
                 self.store.delete(paths.changes_epoch_key(e))
                 faults.point("changes.between_collect")
-                for key in entry.views:
+                for key in {*entry.views, *entry.swaps}:
                     self.store.delete(paths.changes_key(key, e))
                     for name in self.store.list(paths.changes_epoch_prefix(key, e)):  # every attempt's
                         self.store.delete(name)
@@ -197,7 +220,7 @@ class ChangeFeed:
         except MissingError:
             return None
         return Entry(body["epoch"], body["at"], body["views"], {k: tuple(r) for k, r in body["tables"].items()},
-                     {k: tuple(v) for k, v in body.get("files", {}).items()})
+                     {k: tuple(v) for k, v in body.get("files", {}).items()}, body.get("swaps", {}))
 
     def oldest(self) -> int | None:
         """The oldest epoch kept (None: none)."""

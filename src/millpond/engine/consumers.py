@@ -22,7 +22,7 @@ from typing import ClassVar, Mapping
 
 import pyarrow as pa
 
-from millpond.catalog import Catalog, IndexDef, TableDef, ViewDef
+from millpond.catalog import Catalog, IndexDef, TableDef, ViewDef, replacement
 from millpond.columns import ROW_ID
 from millpond.engine import plan as P
 from millpond.engine.changefeed import Change, rows_of
@@ -217,7 +217,8 @@ def committed_rows(store: ObjectStore, levels: Levels, columns: tuple[str, ...],
 
 
 def consumers(catalog: Catalog, view_plans: dict[str, P.Materialize]) -> list[Consumer]:
-    """Tables first, then indexes, then views and flows with their plans (``view_plans`` by name)."""
+    """Tables first, then indexes, then views (and new definitions backfilling beside them, under
+    :func:`~millpond.catalog.replacement` names) and flows with their plans (``view_plans`` by name)."""
     fed = {f.sink: f"o{f.id}" for f in catalog.flows.values()}
     out: list[Consumer] = []
     for t in catalog.tables.values():
@@ -226,11 +227,12 @@ def consumers(catalog: Catalog, view_plans: dict[str, P.Materialize]) -> list[Co
                    KeyedTable(*row) if t.primary_key else KeylessTable(*row))
     out += [Index(f"o{i.id}", i.id, i.name, index_plan(i, catalog.tables[i.table]), ())
             for i in catalog.indexes.values()]
-    for v in catalog.views.values():
-        partial = _partial(catalog, v, view_plans[v.name])
+    for name, v in [*((v.name, v) for v in catalog.views.values()),
+                    *((replacement(v.name), v) for v in catalog.replacing.values())]:
+        partial = _partial(catalog, v, view_plans[name])
         common = dict(on_error=v.on_error, sql=v.sql, schema=v.schema,
-                      views=tuple(sorted({s.table for s in P.sources(view_plans[v.name]) if s.table in catalog.views})))
-        row = (f"o{v.id}", v.id, v.name, view_plans[v.name], tuple(v.schema.names))
+                      views=tuple(sorted({s.table for s in P.sources(view_plans[name]) if s.table in catalog.views})))
+        row = (f"o{v.id}", v.id, name, view_plans[name], tuple(v.schema.names))
         out.append(View(*row, **common) if partial is None else PartialView(*row, **common, partial=partial))
     out += [Flow(f"o{f.id}", f.id, f.name, view_plans[f.name], tuple(f.schema.names), sql=f.sql, sink=f.sink,
                  schema=f.schema, expiry=Expiry(f.key, f.time_key, f.expire_micros) if f.expire_micros else None,

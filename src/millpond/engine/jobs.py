@@ -2,7 +2,8 @@
 ``millpond_jobs`` (``SHOW JOBS``).
 
 A **job** is a view's (index's, flow's) backfill: the first epoch of a new relation, which reads its
-tables from their start. While such an epoch runs, the writer keeps one row per relation it fills —
+tables from their start — kind ``backfill``, or ``alter`` for a view's new definition filling
+beside the one in force (``ALTER MATERIALIZED VIEW v AS ...``). While such an epoch runs, the writer keeps one row per relation it fills —
 the records it reads, the Spark tasks of the epoch done and to do, the progress, the rate and the
 time left at that rate — and publishes them under the root every :data:`PUBLISH_SECONDS`
 (``jobs/running.json``), so a read-only process (``millpond sql --read-only``, another ``serve``)
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 import pyarrow as pa
 
+from millpond.catalog import replacement
 from millpond.errors import MissingError
 from millpond.store.objects import ObjectStore
 
@@ -61,7 +63,9 @@ class Jobs:
     @contextmanager
     def watch(self, plan: EpochPlan) -> Iterator[None]:
         offsets = plan.job.manifest.offsets
-        running = [{"job": plan.epoch, "kind": "backfill", "relation": c.name,
+        renamed = {replacement(name): name for name in plan.catalog.replacing}  # ALTER's new definitions
+        running = [{"job": plan.epoch, "kind": "alter" if c.name in renamed else "backfill",
+                    "relation": renamed.get(c.name, c.name),
                     "records": sum(max(0, b - a) for a, b in ranges.values()), "started": time.time()}
                    for c, ranges in plan.work if c.key not in offsets and c.name not in plan.catalog.tables]
         if not running:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from millpond.engine.coordinator import Coordinator
     from millpond.log import Channel
 
-__all__ = ["Reads", "Installed", "READ_SLICE_ROWS", "consolidate_rows"]
+__all__ = ["Reads", "Installed", "READ_SLICE_ROWS", "consolidate_rows", "expand_rows"]
 
 READ_SLICE_ROWS = 1_000_000  # a query reads a relation's rows state in slices of about this many rows
 SAMPLE_ROWS = 20_000  # the rows a new view's join order samples of a filtered table (Reads.filter_share)
@@ -177,11 +177,11 @@ class Reads:
             return table if hidden else table.drop_columns([ROW_ID])
         fed = self._by_key[consumer.fed_by] if consumer.fed_by is not None else None  # a flow's sink: the flow's rows
         if fed is not None:
-            table = _expand(self.coordinator.rows(fed, manifest).scan(), fed.columns, schema, row_id=True)
+            table = expand_rows(self.coordinator.rows(fed, manifest).scan(), fed.columns, schema, row_id=True)
             return table if hidden else table.drop_columns([ROW_ID])
         cols = _read_columns(consumer, hidden, columns)
         schema = pa.schema([schema.field(c) for c in cols])
-        table = _expand(self.coordinator.rows(consumer, manifest, columns=cols).scan_arrow(), cols, schema)
+        table = expand_rows(self.coordinator.rows(consumer, manifest, columns=cols).scan_arrow(), cols, schema)
         if pending and isinstance(rel, TableDef):
             table = _with_changes(table, self.channel(rel).read(stop, None), cols, schema)
         if isinstance(rel, TableDef) and not hidden and ROW_ID in table.column_names:
@@ -225,7 +225,7 @@ class Reads:
 
         def batches() -> Iterator[pa.RecordBatch]:
             for lo, hi in state.slices(READ_SLICE_ROWS):
-                table = _expand(state.scan_arrow(lo, hi, keep=keep), cols, schema)
+                table = expand_rows(state.scan_arrow(lo, hi, keep=keep), cols, schema)
                 if hashes is not None:  # the changes to this slice's keys
                     mine = (hashes >= (lo if lo is not None else -(1 << 63))) & \
                         (hashes < hi if hi is not None else True)
@@ -283,7 +283,7 @@ class Reads:
         if found is not None and found.height:
             found = found.join(wanted.with_columns([pl.col(k).cast(found.schema[k]) for k in key]), on=list(key),
                                how="semi")
-        table = _expand(found, consumer.columns, schema)
+        table = expand_rows(found, consumer.columns, schema)
         if pending and isinstance(rel, TableDef):
             stop = manifest.offsets.get(consumer.key, {}).get(rel.channel, 0)
             changes = self.channel(rel).read(stop, None)
@@ -343,7 +343,7 @@ def _kept(rows: pa.Table, where: Mapping[str, Kept]) -> pa.Table:
     return rows.take(kept)
 
 
-def _expand(found: pa.Table | pl.DataFrame | None, columns: tuple[str, ...], schema: pa.Schema, *,
+def expand_rows(found: pa.Table | pl.DataFrame | None, columns: tuple[str, ...], schema: pa.Schema, *,
             row_id: bool = False) -> pa.Table:
     """A rows state's read (a multiset: a row and its count) as a table with one row per copy;
     ``row_id`` adds an empty ``_row_id`` (a flow's rows read as its sink table's)."""

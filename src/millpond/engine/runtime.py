@@ -20,9 +20,11 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from millpond.catalog import Catalog, CatalogStore, TableDef, ViewDef, index_dependency
+from millpond import faults
+from millpond.catalog import Catalog, CatalogStore, TableDef, ViewDef, index_dependency, replacement
 from millpond.columns import EPOCH, ROW_ID, W
 from millpond.engine import plan as P
+from millpond.engine.changefeed import net
 from millpond.engine.changelog import consolidate
 from millpond.engine.coordinator import Coordinator, describe_failure
 from millpond.engine.epoch import EpochPlan, EpochReport, EpochStep
@@ -31,7 +33,7 @@ from millpond.engine.executor import EpochExecutor
 from millpond.engine.flow_targets import FlowTargets
 from millpond.engine.jobs import Jobs
 from millpond.engine.partial import Wanted, filled_rows, missing, read_filled
-from millpond.engine.reads import Installed, Reads, consolidate_rows
+from millpond.engine.reads import Installed, Reads, consolidate_rows, expand_rows
 from millpond.engine.sinks import Sinks
 from millpond.engine.tally import Tally
 from millpond.engine.upkeep import LogUpkeep
@@ -93,7 +95,8 @@ class Runtime(Reads):
 
     def _plans_of(self, catalog: Catalog) -> dict[str, P.Materialize]:
         plans = {}
-        for v in [*catalog.views.values(), *catalog.flows.values()]:
+        for name, v in [*((v.name, v) for v in [*catalog.views.values(), *catalog.flows.values()]),
+                        *((replacement(v.name), v) for v in catalog.replacing.values())]:
             if v.id not in self._plans:
                 if v.plan is None:
                     raise CatalogError(f"view {v.name!r} has no stored plan (bind the catalog's plans first)")
@@ -102,7 +105,7 @@ class Runtime(Reads):
                 except (ValueError, TypeError, KeyError) as exc:
                     raise CatalogError(f"view {v.name!r}: its stored plan cannot be read: {exc}; open the root "
                                        "with the millpond version that created it") from None
-            plans[v.name] = self._plans[v.id]
+            plans[name] = self._plans[v.id]
         return plans
 
     # -- epochs -------------------------------------------------------------------------------
@@ -131,12 +134,44 @@ class Runtime(Reads):
 
     def run_epoch(self) -> EpochReport | None:
         """One epoch over all consumers, with the work around them (the protocol in
-        :mod:`millpond.engine.coordinator`, steps 0-7)."""
+        :mod:`millpond.engine.coordinator`, steps 0-7); views' new definitions swapped in when
+        their backfill is committed (before: one a crash left unswapped)."""
+        self.swap_replacements()
         try:
-            return self.coordinator.run_epoch(self.catalog, self.consumers, self.wanted.keys, self.steps)
+            report = self.coordinator.run_epoch(self.catalog, self.consumers, self.wanted.keys, self.steps)
         except BaseException:
             self.tally.failed += 1
             raise
+        self.swap_replacements()
+        return report
+
+    def swap_replacements(self) -> list[str]:
+        """Put in force each new definition of a view (``ALTER MATERIALIZED VIEW``) whose backfill
+        is committed: one catalog version swaps it in, from the last committed epoch on (both
+        definitions are current at it), with the change from the old rows to the new kept for that
+        epoch (a subscriber's and a sink's, when the columns are the same). A definition whose
+        backfill failed on a data error is dropped; the one in force stays. Returns the views swapped."""
+        done = []
+        for name, new in list(self.catalog.replacing.items()):
+            manifest, key = self.manifest, f"o{new.id}"
+            if (failure := manifest.failed.get(key)) is not None:
+                logger.warning("ALTER MATERIALIZED VIEW %s failed, its definition in force stays: %s", name,
+                            describe_failure(failure, new.sql))
+                self.commit_catalog(self.catalog.without_replacement(name))
+                continue
+            if key not in manifest.offsets:
+                continue
+            old, fresh = self._by_name[name], self._by_name[replacement(name)]
+            if old.schema == fresh.schema:
+                rows = []
+                for c, w in ((old, -1), (fresh, 1)):
+                    t = expand_rows(self.coordinator.rows(c, manifest, columns=c.columns).scan_arrow(), c.columns, c.schema)
+                    rows.append(t.append_column(W, pa.array(np.full(t.num_rows, w, dtype=np.int64))))
+                self.coordinator.changes.swap(old.key, manifest.epoch, net(pa.concat_tables(rows)))
+            faults.point("alter.before_swap")
+            self.commit_catalog(self.catalog.swapped(name, manifest.epoch))
+            done.append(name)
+        return done
 
     def truncate_logs(self) -> dict[str, int]:
         """A pass of the log's upkeep now (:mod:`millpond.engine.upkeep`; every few epochs otherwise)."""
@@ -203,8 +238,19 @@ class Runtime(Reads):
         consumer, rel = self._consumer(name)
         upto = self.coordinator.manifest.epoch if upto is None else upto
         feed, kept = self.coordinator.changes, self.catalog.kept
+        lineage = rel.replaced if isinstance(rel, ViewDef) else ()  # its definitions before ALTERs
         for entry in feed.entries(after, upto, kept):
-            if consumer.fed_by is not None:  # a flow's sink: its changes are the flow's
+            key = next(((k, at) for k, at in lineage if entry.epoch <= at), None)
+            if key is not None:  # a definition it had then; at the swap, the change to the next one's rows
+                change = feed.view_changes(key[0], entry, kept)
+                if entry.epoch == key[1]:
+                    swap = feed.swap_changes(key[0], entry, kept)
+                    if swap is None:
+                        raise MillpondError(f"{name} was altered at epoch {key[1]} with other columns: its changes "
+                                            f"up to that epoch and after it are not one changelog (read them from "
+                                            f"epoch {key[1]} on)")
+                    change = net(pa.concat_tables([c for c in (change, swap) if c is not None]))
+            elif consumer.fed_by is not None:  # a flow's sink: its changes are the flow's
                 change = feed.view_changes(consumer.fed_by, entry, kept)
             elif isinstance(rel, TableDef):
                 if (took := entry.tables.get(consumer.key)) is None:

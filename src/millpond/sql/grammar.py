@@ -71,7 +71,8 @@ def _own(text: str) -> bool:
 
 def _masked(text: str, tokens: Sequence[Token], base: int) -> str:
     """``text`` (one statement, starting at ``base`` of the script) with millpond's own clauses
-    blanked out: ``APPEND ONLY`` after a table's columns, a source table's ``INCLUDE …`` and ``FORMAT …
+    blanked out: ``ALTER MATERIALIZED VIEW v AS`` (read as ``CREATE VIEW v AS``), ``OR REPLACE`` of
+    a materialized view, ``APPEND ONLY`` after a table's columns, a source table's ``INCLUDE …`` and ``FORMAT …
     ENCODE …`` clauses (its dotted option names' dots as ``_``), ``AS OF EPOCH n`` / ``AS OF TIMESTAMP '…'``
     / ``FOR SYSTEM_TIME AS OF …`` after a relation, ``STRUCT<…>`` and ``MAP(…)`` types (as ``text``)."""
     chars = list(text)
@@ -81,6 +82,11 @@ def _masked(text: str, tokens: Sequence[Token], base: int) -> str:
         chars[a:b] = list(keep.ljust(b - a))
 
     n = len(tokens)
+    words = [t.text.upper() for t in tokens[:5]]
+    if words[:3] == ["ALTER", "MATERIALIZED", "VIEW"] and words[4:] == ["AS"]:  # RisingWave's: a new query
+        blank(tokens[0], tokens[2], "CREATE VIEW")
+    elif words[:5] == ["CREATE", "OR", "REPLACE", "MATERIALIZED", "VIEW"]:  # PostgreSQL's has no OR REPLACE
+        blank(tokens[1], tokens[2])
     table = n > 2 and tokens[0].text.upper() == "CREATE" and tokens[1].text.upper() == "TABLE"
     skip = -1
     for i, t in enumerate(tokens):

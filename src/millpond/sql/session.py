@@ -138,8 +138,10 @@ _EXECUTE = {
     exp.Delete: dml.delete,
     exp.Update: dml.update,
     exp.Describe: introspect.describe,
+    exp.Alter: ddl.alter,
 }
-_COMMANDS = {"SHOW": introspect.show, "EXPLAIN": introspect.explain, "SUBSCRIBE": subscribe}
+_COMMANDS = {"SHOW": introspect.show, "EXPLAIN": introspect.explain, "SUBSCRIBE": subscribe,
+             "ALTER": ddl.alter_command}
 _FLOWS = {"CREATE": flows.create, "DROP": flows.drop}
 _SINKS = {"CREATE": sinks.create, "DROP": sinks.drop}
 

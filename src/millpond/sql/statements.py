@@ -154,7 +154,7 @@ def _rewrite(text: str) -> str:
     EPOCH n`` / ``AS OF TIMESTAMP '...'`` (time travel) as ``FOR SYSTEM_TIME AS OF n`` / ``FOR
     SYSTEM_TIME AS OF TIMESTAMP '...'``; a source table's ``INCLUDE ...`` and ``FORMAT ... ENCODE ...``
     (RisingWave's) as its options (:func:`_source_clauses`)."""
-    text = _source_clauses(text)
+    text = _source_clauses(_altered_views(text))
     tokens = sqlglot.Dialect.get_or_raise(_DIALECT).tokenize(text)
     for prev, a, b, c, d in reversed(list(zip(tokens, tokens[1:], tokens[2:], [*tokens[3:], None],
                                               [*tokens[4:], None, None]))):
@@ -165,6 +165,21 @@ def _rewrite(text: str) -> str:
             typed = c.text.upper() == "TIMESTAMP" and d is not None and d.token_type == TokenType.STRING
             end = b.end + 1 if typed else c.end + 1  # TIMESTAMP '...' is a typed constant; TIMESTAMP now() is not
             text = text[:a.start] + "FOR SYSTEM_TIME AS OF" + text[end:]
+    return text
+
+
+def _altered_views(text: str) -> str:
+    """``ALTER MATERIALIZED VIEW v AS <query>`` (RisingWave's) as ``CREATE OR REPLACE MATERIALIZED
+    VIEW v AS <query>`` (of a view that exists: :func:`millpond.sql.ddl.create` tells them apart by
+    the text the user wrote)."""
+    if "ALTER" not in text.upper():
+        return text
+    tokens = sqlglot.Dialect.get_or_raise(_DIALECT).tokenize(text)
+    for i in reversed(range(len(tokens) - 4)):
+        words = [t.text.upper() for t in tokens[i:i + 5]]
+        if words[:3] == ["ALTER", "MATERIALIZED", "VIEW"] and words[4] == "AS" and \
+                (i == 0 or tokens[i - 1].token_type == TokenType.SEMICOLON):
+            text = text[:tokens[i].start] + "CREATE OR REPLACE" + text[tokens[i].end + 1:]
     return text
 
 

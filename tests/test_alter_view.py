@@ -1,0 +1,193 @@
+"""Views changed in place (``ALTER MATERIALIZED VIEW v AS ...``, ``CREATE OR REPLACE MATERIALIZED
+VIEW``): the new definition backfills beside the old one, whose readers keep reading the old rows,
+and one catalog version swaps them at the first epoch where the new one is current; a subscriber
+receives the swap as the difference between the old rows and the new; ``ALTER ... RENAME``."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+import millpond
+from millpond.errors import MillpondError
+
+
+def _rows(table: pa.Table) -> list[tuple]:
+    return sorted(tuple(r.values()) for r in table.to_pylist())
+
+
+def _oracle(t: pa.Table, query: str) -> list[tuple]:
+    con = duckdb.connect()
+    con.register("t", t)
+    return sorted(con.sql(query).fetchall())
+
+
+def _insert(db: millpond.Database, rng: random.Random, n: int, start: int) -> None:
+    keys = list(range(start, start + n))
+    db.insert("t", pa.table({"k": pa.array(keys, pa.int64()), "g": pa.array([rng.randrange(5) for _ in keys],
+                                                                              pa.int64()),
+                             "v": pa.array([rng.randrange(100) for _ in keys], pa.int64())}))
+
+
+def test_an_altered_view_is_swapped_in_one_commit_and_subscribers_get_the_difference(open_db):
+    db = open_db()
+    rng = random.Random(7)
+    db.sql("CREATE TABLE t (k BIGINT PRIMARY KEY, g BIGINT, v BIGINT)")
+    _insert(db, rng, 200, 0)
+    old_q = "SELECT g, sum(v) AS s FROM t GROUP BY g"
+    new_q = "SELECT g, sum(v) AS s FROM t WHERE v % 2 = 0 GROUP BY g"
+    db.sql(f"CREATE MATERIALIZED VIEW v AS {old_q}")
+    db.flush()
+    start = db.epoch
+    assert _rows(db.sql("SELECT * FROM v")) == _oracle(db.sql("SELECT * FROM t"), old_q)
+
+    db.sql(f"ALTER MATERIALIZED VIEW v AS {new_q}")
+    # until an epoch backfills the new definition, the old one is in force
+    assert _rows(db.sql("SELECT * FROM v")) == _oracle(db.sql("SELECT * FROM t"), old_q)
+    assert "v (new)" not in db.sql("SHOW MATERIALIZED VIEWS").column(0).to_pylist()
+    _insert(db, rng, 50, 200)
+    db.sql("DELETE FROM t WHERE k < 20")
+    db.flush()
+    rows = db.sql("SELECT * FROM t")
+    assert _rows(db.sql("SELECT * FROM v")) == _oracle(rows, new_q)
+    shown = db.sql("SHOW MATERIALIZED VIEWS").to_pylist()
+    assert [r["sql"] for r in shown if r["name"] == "v"] == [f"ALTER MATERIALIZED VIEW v AS {new_q}"]
+
+    # a subscriber from before the swap: the old rows, the old view's changes, then the difference
+    # to the new rows; the rows as of then (time travel across the swap) are the old definition's
+    followed = pa.concat_tables(list(db.subscribe("v", from_epoch=start, snapshot=True, timeout=0.5)))
+    net: dict[tuple, int] = {}
+    for r in followed.to_pylist():
+        net[(r["g"], r["s"])] = net.get((r["g"], r["s"]), 0) + r["_w"]
+    assert sorted(k for k, w in net.items() if w) == _oracle(rows, new_q)
+    assert all(w in (0, 1) for w in net.values())
+    assert _rows(db.read("v", epoch=start)) == _oracle(db.read("t", epoch=start), old_q)
+
+    # later epochs go on with the new definition alone
+    _insert(db, rng, 30, 300)
+    db.flush()
+    assert _rows(db.sql("SELECT * FROM v")) == _oracle(db.sql("SELECT * FROM t"), new_q)
+    assert sorted(c.name for c in db.runtime.consumers) == ["t", "v"]  # the old definition's is gone
+
+
+def test_a_replace_with_other_columns_and_a_failing_one(open_db):
+    db = open_db()
+    db.sql("CREATE TABLE t (k BIGINT PRIMARY KEY, g BIGINT, v BIGINT)")
+    _insert(db, random.Random(1), 100, 0)
+    db.sql("CREATE MATERIALIZED VIEW v AS SELECT g, count(*) AS n FROM t GROUP BY g")
+    db.flush()
+    start = db.epoch
+    db.sql("CREATE OR REPLACE MATERIALIZED VIEW v AS SELECT g, max(v) AS top, min(v) AS low FROM t GROUP BY g")
+    db.flush()
+    assert db.sql("SELECT * FROM v").column_names == ["g", "top", "low"]
+    assert _rows(db.sql("SELECT * FROM v")) == _oracle(db.sql("SELECT * FROM t"),
+                                                       "SELECT g, max(v), min(v) FROM t GROUP BY g")
+    with pytest.raises(MillpondError, match="altered at epoch .* with other columns"):
+        list(db.runtime.changes("v", after=start))
+    assert list(db.runtime.changes("v", after=db.epoch)) == []
+
+    # a new definition whose backfill fails on a data error is dropped; the old one stays in force
+    db.sql("ALTER MATERIALIZED VIEW v AS SELECT g, max(v) / (min(v) - min(v)) AS top, min(v) AS low FROM t GROUP BY g")
+    db.flush()
+    assert db.sql("SELECT * FROM v").column_names == ["g", "top", "low"]
+    assert not db.catalog.replacing
+    assert _rows(db.sql("SELECT * FROM v")) == _oracle(db.sql("SELECT * FROM t"),
+                                                       "SELECT g, max(v), min(v) FROM t GROUP BY g")
+
+
+def test_what_cannot_be_altered_is_refused_by_name(open_db):
+    db = open_db()
+    db.sql("CREATE TABLE t (k BIGINT PRIMARY KEY, g BIGINT, v BIGINT)")
+    db.sql("CREATE MATERIALIZED VIEW v AS SELECT g, sum(v) AS s FROM t GROUP BY g")
+    db.sql("CREATE MATERIALIZED VIEW w AS SELECT g FROM v WHERE s > 10")
+    with pytest.raises(MillpondError, match=r"cannot alter view 'v' in place: w read it"):
+        db.sql("ALTER MATERIALIZED VIEW v AS SELECT g, sum(v) AS s FROM t WHERE v > 0 GROUP BY g")
+    with pytest.raises(MillpondError, match='relation "nope" does not exist'):
+        db.sql("ALTER MATERIALIZED VIEW nope AS SELECT 1 AS one")
+    with pytest.raises(MillpondError, match='"t" is not a materialized view'):
+        db.sql("ALTER MATERIALIZED VIEW t AS SELECT 1 AS one")
+    with pytest.raises(MillpondError, match=r'syntax error at or near "FROM"'):
+        db.sql("ALTER MATERIALIZED VIEW w AS SELECT g, FROM v")
+    # CREATE OR REPLACE of a view that does not exist creates it
+    db.sql("CREATE OR REPLACE MATERIALIZED VIEW fresh AS SELECT count(*) AS n FROM t")
+    db.flush()
+    assert db.sql("SELECT * FROM fresh").to_pylist() == [{"n": 0}]
+
+
+def test_a_view_is_renamed_with_its_rows(open_db):
+    db = open_db()
+    db.sql("CREATE TABLE t (k BIGINT PRIMARY KEY, g BIGINT, v BIGINT)")
+    _insert(db, random.Random(3), 50, 0)
+    db.sql("CREATE MATERIALIZED VIEW v AS SELECT g, sum(v) AS s FROM t GROUP BY g")
+    db.flush()
+    before = _rows(db.sql("SELECT * FROM v"))
+    db.sql("ALTER MATERIALIZED VIEW v RENAME TO totals")
+    assert _rows(db.sql("SELECT * FROM totals")) == before
+    with pytest.raises(MillpondError, match='relation "v" does not exist'):
+        db.sql("SELECT * FROM v")
+    _insert(db, random.Random(4), 10, 100)
+    db.flush()
+    assert _rows(db.sql("SELECT * FROM totals")) == _oracle(db.sql("SELECT * FROM t"),
+                                                            "SELECT g, sum(v) FROM t GROUP BY g")
+    db.sql("CREATE MATERIALIZED VIEW big AS SELECT g FROM totals WHERE s > 100")
+    with pytest.raises(MillpondError, match="cannot rename 'totals' because other objects depend on it"):
+        db.sql("ALTER MATERIALIZED VIEW totals RENAME TO x")
+    with pytest.raises(MillpondError, match='relation "big" already exists'):
+        db.sql("ALTER MATERIALIZED VIEW IF EXISTS totals RENAME TO big")
+    db.sql("ALTER MATERIALIZED VIEW IF EXISTS gone RENAME TO x")  # nothing to do
+
+
+_FLUSH = """
+import sys
+import millpond
+db = millpond.connect(sys.argv[1], parallelism=2, interval=None)
+db.flush()
+print("NOT KILLED")
+"""
+
+
+@pytest.mark.parametrize("point", [
+    "epoch.after_commit",  # the new definition's backfill is committed, not swapped in
+    "alter.before_swap",  # the change from the old rows to the new is kept, the catalog not written
+    pytest.param("epoch.before_commit", marks=pytest.mark.slow),  # in the backfill's epoch
+    pytest.param("catalog.after_put", marks=pytest.mark.slow),  # the swap's catalog is written
+])
+def test_a_kill_during_the_backfill_or_at_the_swap_leaves_one_definition(open_db, root, point):
+    old_q = "SELECT g, sum(v) AS s, count(*) AS n FROM t GROUP BY g"
+    new_q = "SELECT g, sum(v) AS s, count(*) AS n FROM t WHERE k % 3 <> 0 GROUP BY g"
+    db = open_db()
+    rng = random.Random(11)
+    db.sql("CREATE TABLE t (k BIGINT PRIMARY KEY, g BIGINT, v BIGINT)")
+    _insert(db, rng, 300, 0)
+    db.sql(f"CREATE MATERIALIZED VIEW v AS {old_q}")
+    db.flush()
+    start = db.epoch
+    db.sql(f"ALTER MATERIALIZED VIEW v AS {new_q}")
+    _insert(db, rng, 100, 300)
+    db.close()
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "MILLPOND_CRASH_AT": point, "PYTHONPATH": os.pathsep.join([str(repo / "src"), str(repo)])}
+    env.pop("MILLPOND_CRASH_PID", None)
+    proc = subprocess.run([sys.executable, "-c", _FLUSH, root], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == -9 and "NOT KILLED" not in proc.stdout, proc.stderr[-2000:]
+
+    db = open_db()
+    sql = db.catalog.views["v"].sql  # one definition in force, and its rows are its query's
+    assert sql in (f"CREATE MATERIALIZED VIEW v AS {old_q}", f"ALTER MATERIALIZED VIEW v AS {new_q}")
+    in_force = old_q if sql.startswith("CREATE") else new_q
+    assert _rows(db.read("v")) == _oracle(db.read("t"), in_force)
+    db.flush()
+    assert db.catalog.views["v"].sql == f"ALTER MATERIALIZED VIEW v AS {new_q}" and not db.catalog.replacing
+    assert _rows(db.read("v")) == _oracle(db.read("t"), new_q)
+    followed = pa.concat_tables(list(db.subscribe("v", from_epoch=start, snapshot=True, timeout=0.5)))
+    net: dict[tuple, int] = {}
+    for r in followed.to_pylist():
+        net[(r["g"], r["s"], r["n"])] = net.get((r["g"], r["s"], r["n"]), 0) + r["_w"]
+    assert sorted(k for k, w in net.items() if w) == _oracle(db.read("t"), new_q)
