@@ -294,28 +294,27 @@ class Catalog:
                     replaced=self.views[name].replaced)
         return replace(self, next_id=self.next_id + 1, replacing={**self.replacing, name: v})
 
-    def swapped(self, name: str, epoch: int) -> "Catalog":
-        """The catalog with view ``name``'s new definition in force from after ``epoch`` on."""
-        old, new = self.views[name], self.replacing[name]
-        new = replace(new, replaced=(*old.replaced, (f"o{old.id}", epoch)))
-        return replace(self, views={**self.views, name: new},
-                       replacing={k: v for k, v in self.replacing.items() if k != name})
+    def swapped(self, new: dict[str, ViewDef], epoch: int) -> "Catalog":
+        """The catalog with these views' new definitions (by name) in force from after ``epoch`` on."""
+        views = {**self.views, **{k: replace(v, replaced=(*self.views[k].replaced, (f"o{self.views[k].id}", epoch)))
+                                  for k, v in new.items()}}
+        return replace(self, views=views, replacing={k: v for k, v in self.replacing.items() if k not in new})
 
-    def without_replacement(self, name: str) -> "Catalog":
-        return replace(self, replacing={k: v for k, v in self.replacing.items() if k != name})
+    def without_replacements(self, names: Sequence[str]) -> "Catalog":
+        return replace(self, replacing={k: v for k, v in self.replacing.items() if k not in names})
 
     def renamed(self, name: str, to: str) -> "Catalog":
         """The catalog with view ``name`` called ``to`` (its state, kept changes and sinks go with it)."""
         if name not in self.views:
             raise missing_relation(name, self) if name not in self.tables else CatalogError(
                 f'"{name}" is not a materialized view', sqlstate="42809")
+        if name in self.replacing:
+            raise CatalogError(f"view {name!r} is being altered: rename it once its new definition is in force")
         self._check_free(to)
         self._check_unused(name, repr(name), verb="rename")
         views = {(to if k == name else k): (replace(v, name=to) if k == name else v) for k, v in self.views.items()}
-        replacing = {(to if k == name else k): (replace(v, name=to) if k == name else v)
-                     for k, v in self.replacing.items()}
         sinks = {k: (replace(v, source=to) if v.source == name else v) for k, v in self.sinks.items()}
-        return replace(self, views=views, replacing=replacing, sinks=sinks)
+        return replace(self, views=views, sinks=sinks)
 
     def with_flow(self, flow: FlowDef) -> "Catalog":
         """The catalog with ``flow`` (its id assigned here); its sink table must be in it."""

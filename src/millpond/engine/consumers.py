@@ -227,11 +227,12 @@ def consumers(catalog: Catalog, view_plans: dict[str, P.Materialize]) -> list[Co
                    KeyedTable(*row) if t.primary_key else KeylessTable(*row))
     out += [Index(f"o{i.id}", i.id, i.name, index_plan(i, catalog.tables[i.table]), ())
             for i in catalog.indexes.values()]
-    for name, v in [*((v.name, v) for v in catalog.views.values()),
-                    *((replacement(v.name), v) for v in catalog.replacing.values())]:
+    named = [*((v.name, v) for v in catalog.views.values()),
+             *((replacement(v.name), v) for v in catalog.replacing.values())]
+    for name, v in named:
         partial = _partial(catalog, v, view_plans[name])
-        common = dict(on_error=v.on_error, sql=v.sql, schema=v.schema,
-                      views=tuple(sorted({s.table for s in P.sources(view_plans[name]) if s.table in catalog.views})))
+        read = {s.table for s in P.sources(view_plans[name])} & {n for n, _ in named}
+        common = dict(on_error=v.on_error, sql=v.sql, schema=v.schema, views=tuple(sorted(read)))
         row = (f"o{v.id}", v.id, name, view_plans[name], tuple(v.schema.names))
         out.append(View(*row, **common) if partial is None else PartialView(*row, **common, partial=partial))
     out += [Flow(f"o{f.id}", f.id, f.name, view_plans[f.name], tuple(f.schema.names), sql=f.sql, sink=f.sink,

@@ -219,8 +219,7 @@ class Coordinator:
             self.state.maintain()  # idle: apply a finished compaction now, not at the next epoch
             return None
         by_name = {c.name: c for c in consumers}
-        inputs = {v.name: (v.schema, by_name[v.name].rows_state)
-                  for v in catalog.views.values() if any(v.name in c.views for c in consumers)}
+        inputs = {n: (by_name[n].schema, by_name[n].rows_state) for n in sorted({n for c in consumers for n in c.views})}
         # 2. pin the input version (apply finished compactions first)
         self.state.maintain()
         epoch, attempt = self.manifest.epoch + 1, self.ids()[:12]

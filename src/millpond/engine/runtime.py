@@ -20,9 +20,9 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from millpond import faults
 from millpond.catalog import Catalog, CatalogStore, TableDef, ViewDef, index_dependency, replacement
 from millpond.columns import EPOCH, ROW_ID, W
+from millpond.engine import alter
 from millpond.engine import plan as P
 from millpond.engine.changefeed import net
 from millpond.engine.changelog import consolidate
@@ -33,7 +33,7 @@ from millpond.engine.executor import EpochExecutor
 from millpond.engine.flow_targets import FlowTargets
 from millpond.engine.jobs import Jobs
 from millpond.engine.partial import Wanted, filled_rows, missing, read_filled
-from millpond.engine.reads import Installed, Reads, consolidate_rows, expand_rows
+from millpond.engine.reads import Installed, Reads, consolidate_rows
 from millpond.engine.sinks import Sinks
 from millpond.engine.tally import Tally
 from millpond.engine.upkeep import LogUpkeep
@@ -63,7 +63,7 @@ class Runtime(Reads):
         self.lock = threading.RLock()
         self.on_error = "fail"  # what a data error does in views created from now on (SET on_error)
         self.implicit_flush = False  # every INSERT, UPDATE and DELETE statement flushes (SET implicit_flush)
-        self._plans: dict[int, P.Materialize] = {}  # decoded view plans by view id
+        self._plans: dict[tuple[int, str], P.Materialize] = {}  # decoded view plans by view id and name
         self._local = threading.local()  # a thread's pinned version while it reads (reading())
         # the work around an epoch's consumers (engine/epoch.py: befores in order, afters reversed)
         self.history = History()
@@ -75,7 +75,8 @@ class Runtime(Reads):
         self.flow_targets = FlowTargets(self.channel, coordinator.rows)
         self.sinks = Sinks(coordinator.store, self, getattr(self.sources, "target_of", None))
         self.upkeep = LogUpkeep(log, self.channel, coordinator.changes)
-        self.steps = (self.upkeep, self.history, self.tally, self.sinks, self.flow_targets, self.wanted,
+        self.steps = (self.upkeep, self.history, self.tally, self.sinks, alter.Swaps(self.swap_replacements),
+                      self.flow_targets, self.wanted,
                       *([self.sources] if self.sources is not None else []))
         self._install(catalog)
 
@@ -97,15 +98,15 @@ class Runtime(Reads):
         plans = {}
         for name, v in [*((v.name, v) for v in [*catalog.views.values(), *catalog.flows.values()]),
                         *((replacement(v.name), v) for v in catalog.replacing.values())]:
-            if v.id not in self._plans:
+            if (v.id, name) not in self._plans:  # by name too: a swap renames a new definition's sources
                 if v.plan is None:
                     raise CatalogError(f"view {v.name!r} has no stored plan (bind the catalog's plans first)")
                 try:
-                    self._plans[v.id] = P.decode(v.plan)
+                    self._plans[v.id, name] = P.decode(v.plan)
                 except (ValueError, TypeError, KeyError) as exc:
                     raise CatalogError(f"view {v.name!r}: its stored plan cannot be read: {exc}; open the root "
                                        "with the millpond version that created it") from None
-            plans[name] = self._plans[v.id]
+            plans[name] = self._plans[v.id, name]
         return plans
 
     # -- epochs -------------------------------------------------------------------------------
@@ -136,42 +137,17 @@ class Runtime(Reads):
         """One epoch over all consumers, with the work around them (the protocol in
         :mod:`millpond.engine.coordinator`, steps 0-7); views' new definitions swapped in when
         their backfill is committed (before: one a crash left unswapped)."""
-        self.swap_replacements()
+        self.swap_replacements()  # one a crash left (and Swaps, after the commit)
         try:
-            report = self.coordinator.run_epoch(self.catalog, self.consumers, self.wanted.keys, self.steps)
+            return self.coordinator.run_epoch(self.catalog, self.consumers, self.wanted.keys, self.steps)
         except BaseException:
             self.tally.failed += 1
             raise
-        self.swap_replacements()
-        return report
 
     def swap_replacements(self) -> list[str]:
-        """Put in force each new definition of a view (``ALTER MATERIALIZED VIEW``) whose backfill
-        is committed: one catalog version swaps it in, from the last committed epoch on (both
-        definitions are current at it), with the change from the old rows to the new kept for that
-        epoch (a subscriber's and a sink's, when the columns are the same). A definition whose
-        backfill failed on a data error is dropped; the one in force stays. Returns the views swapped."""
-        done = []
-        for name, new in list(self.catalog.replacing.items()):
-            manifest, key = self.manifest, f"o{new.id}"
-            if (failure := manifest.failed.get(key)) is not None:
-                logger.warning("ALTER MATERIALIZED VIEW %s failed, its definition in force stays: %s", name,
-                            describe_failure(failure, new.sql))
-                self.commit_catalog(self.catalog.without_replacement(name))
-                continue
-            if key not in manifest.offsets:
-                continue
-            old, fresh = self._by_name[name], self._by_name[replacement(name)]
-            if old.schema == fresh.schema:
-                rows = []
-                for c, w in ((old, -1), (fresh, 1)):
-                    t = expand_rows(self.coordinator.rows(c, manifest, columns=c.columns).scan_arrow(), c.columns, c.schema)
-                    rows.append(t.append_column(W, pa.array(np.full(t.num_rows, w, dtype=np.int64))))
-                self.coordinator.changes.swap(old.key, manifest.epoch, net(pa.concat_tables(rows)))
-            faults.point("alter.before_swap")
-            self.commit_catalog(self.catalog.swapped(name, manifest.epoch))
-            done.append(name)
-        return done
+        """Views' new definitions put in force when their backfill is committed
+        (:func:`millpond.engine.alter.swap`); the views swapped."""
+        return alter.swap(self)
 
     def truncate_logs(self) -> dict[str, int]:
         """A pass of the log's upkeep now (:mod:`millpond.engine.upkeep`; every few epochs otherwise)."""

@@ -7,7 +7,6 @@ with its state ids, is what every later epoch runs.
 
 from __future__ import annotations
 
-import re
 import warnings
 from dataclasses import replace
 from typing import Mapping
@@ -29,9 +28,10 @@ from millpond.sql import functions
 from millpond.sql.indexes import choose
 from millpond.sql.planner import plan_view
 from millpond.sql.query import bind_select
-from millpond.sql.statements import command_rest, source, view_definition
+from millpond.sql import alter
+from millpond.sql.statements import source, view_definition
 
-__all__ = ["create", "drop", "set_", "alter", "alter_command"]
+__all__ = ["create", "drop", "set_"]
 
 
 def create(rt: Runtime, s: exp.Create) -> None:
@@ -157,33 +157,12 @@ def _create_view(rt: Runtime, s: exp.Create) -> None:
     partial = _partial(rt, name, plan, schema, options)
     encoded = {**P.encode(plan), "sizes": sizes, "shares": shares}
     if replacing:
-        _check_replace(rt, name, schema, depends, partial)
-        rt.commit_catalog(rt.catalog.with_replacement(name, source(s), schema, depends, encoded, on_error=on_error))
-        return
+        return alter.replace_view(rt, name, source(s), schema, depends, encoded, on_error=on_error, partial=partial)
+    if (altered := sorted(set(depends) & set(rt.catalog.replacing))):
+        raise CatalogError(f"view {name!r} reads {', '.join(altered)}, which an ALTER is replacing: create it once "
+                           "the new definition is in force (after the next epoch)", sqlstate="55000")
     rt.commit_catalog(rt.catalog.with_view(name, source(s), schema, depends, encoded, on_error=on_error,
                                            partial=partial))
-
-
-def _check_replace(rt: Runtime, name: str, schema: pa.Schema, depends: tuple[str, ...], partial: dict | None) -> None:
-    """Whether view ``name`` can be given the definition (``schema``, ``depends``, ``partial``) in
-    place (``ALTER MATERIALIZED VIEW ... AS``, ``CREATE OR REPLACE MATERIALIZED VIEW``): not a partial
-    view, nor one read by other views or flows; a sink of it needs the same columns."""
-    catalog = rt.catalog
-    if partial or catalog.views[name].partial:
-        raise SqlError(f"view {name!r}: a partial view cannot be altered in place (DROP it and CREATE it again)")
-    if name in depends:
-        raise SqlError(f"view {name!r}: its new definition reads the view itself")
-    readers = sorted({v.name for v in [*catalog.views.values(), *catalog.flows.values()] if name in v.depends_on})
-    if readers:
-        raise CatalogError(f"cannot alter view {name!r} in place: {', '.join(readers)} read it (their plans read its "
-                           "changes as it is); drop them first, and create them again after the swap",
-                           sqlstate="2BP01")
-    old = catalog.views[name].schema
-    sinks = sorted(k.name for k in catalog.sinks.values() if k.source == name)
-    if sinks and not schema.equals(old):
-        raise CatalogError(f"cannot alter view {name!r} with other columns ({', '.join(schema.names)} for "
-                           f"{', '.join(old.names)}, or their types): sinks {', '.join(sinks)} write its rows out; "
-                           "keep its columns, or drop the sinks first", sqlstate="2BP01")
 
 
 ON_ERROR = ("fail", "null")
@@ -361,39 +340,6 @@ def drop(rt: Runtime, s: exp.Drop) -> None:
         if kind == "TABLE":  # after the catalog: a crash in between leaves a channel the next CREATE replaces
             rt.log.drop_channel(name)
             source_dropped(gone)
-
-
-_RENAME = re.compile(r"\s*MATERIALIZED\s+VIEW\s+(IF\s+EXISTS\s+)?(\"(?:[^\"]|\"\")+\"|[\w$]+)\s+RENAME\s+TO\s+"
-                     r"(\"(?:[^\"]|\"\")+\"|[\w$]+)\s*;?\s*", re.IGNORECASE)
-
-
-def alter_command(rt: Runtime, s: exp.Command) -> None:
-    """``ALTER MATERIALIZED VIEW [IF EXISTS] v RENAME TO w`` (``ALTER MATERIALIZED VIEW v AS ...`` is
-    a CREATE OR REPLACE: :func:`create`): the view keeps its rows, kept changes and sinks under its new
-    name; a view that other views or flows read keeps its name (their SQL names it)."""
-    m = _RENAME.fullmatch(command_rest(s))
-    if m is None:
-        raise SqlError(f"unsupported statement {source(s).strip()[:80]!r}: ALTER MATERIALIZED VIEW v AS <query> and "
-                       "ALTER MATERIALIZED VIEW v RENAME TO w are (ALTER TABLE t ADD COLUMN for tables)",
-                       sqlstate="0A000")
-    name, to = (n[1:-1].replace('""', '"') if n.startswith('"') else n.lower() for n in m.group(2, 3))
-    if name not in rt.catalog.views and m.group(1) and name not in rt.catalog.tables:
-        return
-    rt.commit_catalog(rt.catalog.renamed(name, to))
-
-
-def alter(rt: Runtime, s: exp.Alter) -> None:
-    """``ALTER TABLE t ADD COLUMN c type [DEFAULT value]``; the other actions are refused by name."""
-    kind = (s.args.get("kind") or "").upper()
-    name = s.this.name
-    for action in s.args.get("actions") or []:
-        if isinstance(action, exp.AlterRename):
-            if name in rt.catalog.views:
-                raise SqlError("use ALTER MATERIALIZED VIEW to rename a materialized view", sqlstate="42809")
-            raise SqlError(f"ALTER {kind} {name} RENAME TO: a table cannot be renamed (its name is its log "
-                           "channel's); create a table with the new name and insert its rows", sqlstate="0A000")
-        raise SqlError(f"ALTER {kind} ... {action.sql('postgres')[:60]!r} is not supported (ALTER MATERIALIZED VIEW "
-                       "v AS <query> and RENAME TO are)", sqlstate="0A000")
 
 
 # RisingWave's session settings seen in scripts: with a millpond meaning they are aliases,

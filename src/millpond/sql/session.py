@@ -19,7 +19,7 @@ from sqlglot import exp
 
 from millpond.engine.runtime import Runtime
 from millpond.errors import MillpondError, ReadOnlyError, SqlError, unexpected
-from millpond.sql import ddl, dml, flows, introspect, sinks
+from millpond.sql import alter, ddl, dml, flows, introspect, sinks
 from millpond.sql.query import run_query
 from millpond.sql.subscribe import subscribe
 from millpond.sql.statements import keyword, parse
@@ -138,10 +138,10 @@ _EXECUTE = {
     exp.Delete: dml.delete,
     exp.Update: dml.update,
     exp.Describe: introspect.describe,
-    exp.Alter: ddl.alter,
+    exp.Alter: alter.alter,
 }
 _COMMANDS = {"SHOW": introspect.show, "EXPLAIN": introspect.explain, "SUBSCRIBE": subscribe,
-             "ALTER": ddl.alter_command}
+             "ALTER": alter.alter_command}
 _FLOWS = {"CREATE": flows.create, "DROP": flows.drop}
 _SINKS = {"CREATE": sinks.create, "DROP": sinks.drop}
 

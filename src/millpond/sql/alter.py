@@ -1,0 +1,147 @@
+"""``ALTER``: a view's new definition (``ALTER MATERIALIZED VIEW v AS ...``, ``CREATE OR REPLACE
+MATERIALIZED VIEW``; swapped in by :mod:`millpond.engine.alter`), ``ALTER MATERIALIZED VIEW ...
+RENAME TO``, and the ``ALTER TABLE`` actions millpond refuses, by name.
+
+A new definition of ``v`` is planned like a ``CREATE``; every view that reads ``v`` (and the views
+that read those) gets a new definition of its own: its query, as stored, planned again over the new
+rows (it reads them under their backfilling name until the swap). A reader whose query no longer
+binds — a column gone, a type changed — refuses the statement, naming it. A partial view, a flow
+reading one of them, or a sink of one whose columns would change refuses it too.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import pyarrow as pa
+from sqlglot import exp
+
+from millpond.catalog import Catalog, ViewDef, index_dependency, replacement
+from millpond.engine import plan as P
+from millpond.engine.runtime import Runtime
+from millpond.errors import CatalogError, MillpondError, SqlError
+from millpond.sql.indexes import choose
+from millpond.sql.planner import plan_view
+from millpond.sql.statements import command_rest, source, view_query
+
+__all__ = ["replace_view", "alter_command", "alter"]
+
+
+def replace_view(rt: Runtime, name: str, sql: str, schema: pa.Schema, depends: tuple[str, ...], plan: dict, *,
+                 on_error: str, partial: dict | None) -> None:
+    """Give view ``name`` the definition (``sql``, ``schema``, ``depends``, encoded ``plan``), and
+    the views that read it theirs planned over it, in one catalog version (module docstring)."""
+    catalog = rt.catalog
+    if partial or catalog.views[name].partial:
+        raise SqlError(f"view {name!r}: a partial view cannot be altered in place (DROP it and CREATE it again)")
+    if name in depends:
+        raise SqlError(f"view {name!r}: its new definition reads the view itself")
+    readers = _readers(catalog, name)
+    flows = sorted(f.name for f in catalog.flows.values() if {name, *readers} & set(f.depends_on))
+    if flows:
+        raise CatalogError(f"cannot alter view {name!r} in place: flows {', '.join(flows)} read it; drop them first "
+                           "(DROP FLOW), and create them again after the swap", sqlstate="2BP01")
+    new = [(name, sql, schema, depends, plan, on_error)]
+    _check_sinks(catalog, name, schema)
+    pending = {name: replacement(name)}  # the new definitions' names until the swap
+    planning = replace(catalog, views={**catalog.views, replacement(name): _planned(name, schema)})
+    sizes = rt.table_sizes()
+    for w in readers:
+        view = catalog.views[w]
+        if view.partial:
+            raise CatalogError(f"cannot alter view {name!r} in place: the partial view {w!r} reads it", sqlstate="2BP01")
+        shares: dict = {}
+        try:
+            found, deps = plan_view(_reading(view_query(view.sql), pending), planning, views=True, eager=True,
+                                    sizes=sizes, shares=shares, sample=rt.filter_share)
+            found, found_schema, indexes = choose(found, planning, rt.executor)
+        except MillpondError as exc:
+            raise CatalogError(f"cannot alter view {name!r}: view {w!r} reads it, and its query does not bind over "
+                               f"the new definition: {exc.message}", sqlstate=getattr(exc, "sqlstate", None)
+                               or "42P16") from None
+        _check_sinks(catalog, w, found_schema)
+        back = {v: k for k, v in pending.items()}
+        deps = (*(back.get(d, d) for d in deps), *map(index_dependency, indexes))
+        used = {t: sizes[t] for t in sorted({s.table for s in P.sources(found)}) if t in sizes}
+        new.append((w, view.sql, found_schema, deps, {**P.encode(found), "sizes": used, "shares": shares},
+                    view.on_error))
+        pending[w] = replacement(w)
+        planning = replace(planning, views={**planning.views, replacement(w): _planned(w, found_schema)})
+    for w, text, s, deps, encoded, on_error_ in new:
+        catalog = catalog.with_replacement(w, text, s, deps, encoded, on_error=on_error_)
+    rt.commit_catalog(catalog)
+
+
+def _readers(catalog: Catalog, name: str) -> list[str]:
+    """The views that read ``name``, and those that read them, each after the views it reads."""
+    out: list[str] = []
+    todo = [name]
+    while todo:
+        for v in sorted(v.name for v in catalog.views.values() if todo[0] in v.depends_on):
+            if v in out:
+                out.remove(v)  # read by a later one too: after it
+            out.append(v)
+            todo.append(v)
+        todo.pop(0)
+    return out
+
+
+def _planned(name: str, schema: pa.Schema) -> ViewDef:
+    """What planning a reader over a new definition needs of it: its backfilling name and columns."""
+    return ViewDef(0, replacement(name), "", ViewDef.encode_schema(schema), (), None)
+
+
+def _reading(query: exp.Expression, names: dict[str, str]) -> exp.Expression:
+    """``query`` reading the relations named in ``names`` under the names they map to (aliased by
+    their own name, so its columns' qualifiers still resolve); a CTE of the name shadows it."""
+    query = query.copy()
+    ctes = {c.alias_or_name for c in query.find_all(exp.CTE)}
+    for table in list(query.find_all(exp.Table)):
+        if table.name in names and table.name not in ctes and not table.args.get("db"):
+            alias = table.args.get("alias") or exp.TableAlias(this=exp.to_identifier(table.name))
+            table.set("this", exp.to_identifier(names[table.name], quoted=True))
+            table.set("alias", alias)
+    return query
+
+
+def _check_sinks(catalog: Catalog, name: str, schema: pa.Schema) -> None:
+    old = catalog.views[name].schema
+    sinks = sorted(k.name for k in catalog.sinks.values() if k.source == name)
+    if sinks and not schema.equals(old):
+        raise CatalogError(f"cannot alter view {name!r} with other columns ({', '.join(schema.names)} for "
+                           f"{', '.join(old.names)}, or their types): sinks {', '.join(sinks)} write its rows out; "
+                           "keep its columns, or drop the sinks first", sqlstate="2BP01")
+
+
+_NAME = r'("(?:[^"]|"")+"|[\w$]+)'
+_RENAME = re.compile(rf"\s*MATERIALIZED\s+VIEW\s+(IF\s+EXISTS\s+)?{_NAME}\s+RENAME\s+TO\s+{_NAME}\s*;?\s*",
+                     re.IGNORECASE)
+
+
+def alter_command(rt: Runtime, s: exp.Command) -> None:
+    """``ALTER MATERIALIZED VIEW [IF EXISTS] v RENAME TO w`` (``ALTER MATERIALIZED VIEW v AS ...`` is
+    a CREATE OR REPLACE: :func:`millpond.sql.ddl.create`): the view keeps its rows, kept changes and
+    sinks under its new name; a view that other views or flows read keeps its name (their SQL names it)."""
+    m = _RENAME.fullmatch(command_rest(s))
+    if m is None:
+        raise SqlError(f"unsupported statement {source(s).strip()[:80]!r}: ALTER MATERIALIZED VIEW v AS <query> and "
+                       "ALTER MATERIALIZED VIEW v RENAME TO w are", sqlstate="0A000")
+    name, to = (n[1:-1].replace('""', '"') if n.startswith('"') else n.lower() for n in m.group(2, 3))
+    if name not in rt.catalog.views and m.group(1) and name not in rt.catalog.tables:
+        return
+    rt.commit_catalog(rt.catalog.renamed(name, to))
+
+
+def alter(rt: Runtime, s: exp.Alter) -> None:
+    """``ALTER TABLE``: its actions are refused, each by name."""
+    kind = (s.args.get("kind") or "").upper()
+    name = s.this.name
+    for action in s.args.get("actions") or []:
+        if isinstance(action, exp.AlterRename):
+            if name in rt.catalog.views:
+                raise SqlError("use ALTER MATERIALIZED VIEW to rename a materialized view", sqlstate="42809")
+            raise SqlError(f"ALTER {kind} {name} RENAME TO: a table cannot be renamed (its name is its log "
+                           "channel's); create a table with the new name and insert its rows", sqlstate="0A000")
+        raise SqlError(f"ALTER {kind} ... {action.sql('postgres')[:60]!r} is not supported (ALTER MATERIALIZED VIEW "
+                       "v AS <query> and RENAME TO are)", sqlstate="0A000")
