@@ -220,3 +220,25 @@ def test_a_bug_in_one_views_operator_fails_that_view_alone(open_db, monkeypatch)
     db.sql("INSERT INTO t VALUES (3, 3)")
     db.flush()  # the others go on
     assert rows(db.sql("SELECT * FROM fine")) == [(1, 1), (2, 2), (3, 3)]
+
+
+def test_a_view_over_a_view_that_fails_is_isolated_with_the_view_it_reads_running(open_db):
+    """Probing which view failed runs each part with the views it reads (a view over a view sees
+    nothing without them): the failing one is found, the view it reads and the others commit."""
+    db = open_db()
+    db.sql("CREATE TABLE t (k INT PRIMARY KEY, g INT, v INT)")
+    db.sql("CREATE MATERIALIZED VIEW totals AS SELECT g, sum(v) AS s, count(*) AS n FROM t GROUP BY g")
+    db.sql("CREATE MATERIALIZED VIEW ratio AS SELECT g, s / (n - 1) AS r FROM totals")
+    db.sql("CREATE MATERIALIZED VIEW top AS SELECT max(s) AS m FROM totals")
+    db.sql("INSERT INTO t VALUES (1, 1, 10), (2, 1, 20), (3, 2, 5), (4, 2, 7)")
+    db.flush()
+    assert rows(db.sql("SELECT * FROM ratio")) == [(1, 30), (2, 12)]
+    db.sql("INSERT INTO t VALUES (5, 3, 4)")  # a group of one: n - 1 = 0
+    db.flush()
+    assert rows(db.sql("SELECT * FROM totals")) == [(1, 30, 2), (2, 12, 2), (3, 4, 1)]
+    assert rows(db.sql("SELECT * FROM top")) == [(30,)]
+    failed = {r["name"]: r for r in db.sql("SELECT * FROM millpond_views").to_pylist() if r["status"] == "failed"}
+    assert list(failed) == ["ratio"]
+    assert "division by zero" in failed["ratio"]["error"] and "totals: one of its changes" in failed["ratio"]["error"]
+    with pytest.raises(MillpondError, match="view 'ratio' failed"):
+        db.sql("SELECT * FROM ratio")

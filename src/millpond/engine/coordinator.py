@@ -274,7 +274,7 @@ class Coordinator:
                     change = change.cast(rel.schema.append(pa.field(W, pa.int64())))
                 changes[c.key] = kept[c.key] = change
         took = {c.key: ranges[catalog.tables[c.name].channel] for c, ranges in work if not c.derived}
-        self.changes.write(epoch, kept, took, time.time())
+        self.changes.write(epoch, kept, took, time.time(), plan.started)
         faults.point("epoch.before_commit")
         # 5. commit: the one atomic write (compaction, step 6, starts inside it, in the background)
         failed = {k: v for k, v in {**self.manifest.failed, **failures}.items() if k in live}  # dropped: gone
@@ -377,19 +377,23 @@ class Coordinator:
             return exc
         return None
 
-    def _failing(self, plan: EpochPlan, job: EpochJob, run: list[Work], exc: BaseException) -> dict[str, dict]:
-        """The consumers of ``run`` (which raised ``exc``) that raise a data error on their own."""
+    def _failing(self, plan: EpochPlan, job: EpochJob, run: list[Work], exc: BaseException,
+                 every: list[Work] | None = None) -> dict[str, dict]:
+        """The consumers of ``run`` (which raised ``exc``; a part of ``every``, the epoch's) that
+        raise a data error on their own: each part probed with the views it reads, which run before it."""
+        every = run if every is None else every
         if len(run) == 1:
-            return {run[0][0].key: self._failure(plan, job, run[0], exc)}
+            return {run[0][0].key: self._failure(plan, job, run[0], exc, _upstream(every, run))}
         found: dict[str, dict] = {}
         for part in (run[:len(run) // 2], run[len(run) // 2:]):
-            if (error := self._probe(plan, job, part)) is not None:
-                found.update(self._failing(plan, job, part, error))
+            if (error := self._probe(plan, job, [*_upstream(every, part), *part])) is not None:
+                found.update(self._failing(plan, job, part, error, every))
         return found
 
-    def _failure(self, plan: EpochPlan, job: EpochJob, work: Work, exc: BaseException) -> dict:
+    def _failure(self, plan: EpochPlan, job: EpochJob, work: Work, exc: BaseException, upstream: list[Work]) -> dict:
         """What a failed consumer's manifest entry says: the error, and the record that raised it
-        (the shortest failing prefix of each channel's range, by bisection)."""
+        (the shortest failing prefix of each channel's range, by bisection; ``upstream``: the views it
+        reads, run before it in each probe)."""
         consumer, ranges = work
         if (internal := _internal_error(exc)) is not None and _data_error(exc) is None:
             return {"name": consumer.name, "epoch": job.manifest.epoch, "failed_epoch": job.epoch, **internal,
@@ -399,7 +403,7 @@ class Coordinator:
         for channel, (start, stop) in ranges.items():
             table = next(t.name for t in plan.catalog.tables.values() if t.channel == channel)
             if channel in job.batch.get(consumer.key, {}) and \
-                    self._probe(plan, job, [(consumer, {**narrowed, channel: (start, start)})]) is not None:
+                    self._probe(plan, job, [*upstream, (consumer, {**narrowed, channel: (start, start)})]) is not None:
                 narrowed[channel] = (start, start)  # batch mode: a row the table held already raises
                 rows.append(f"{table}: one of its rows at epoch {job.manifest.epoch} (read whole by a first epoch)")
                 continue
@@ -408,7 +412,7 @@ class Coordinator:
                 if hi - lo <= 1:
                     break
                 mid = (lo + hi) // 2
-                if self._probe(plan, job, [(consumer, {**narrowed, channel: (start, mid)})]) is None:
+                if self._probe(plan, job, [*upstream, (consumer, {**narrowed, channel: (start, mid)})]) is None:
                     lo = mid
                 else:
                     hi = mid
@@ -418,6 +422,7 @@ class Coordinator:
                 rows.append(f"{table}: " + ", ".join(f"{k}={v!r}" for k, v in record.items()))
             elif hi > start:
                 rows.append(f"{table}: one of records [{lo}, {hi})")
+        rows += [f"{v}: one of its changes" for v in consumer.views]  # a view's changes are not records
         return {"name": consumer.name, "epoch": job.manifest.epoch, "failed_epoch": job.epoch, **info,
                 "rows": rows, **({"kind": "flow"} if isinstance(consumer, Flow) else {})}
 
@@ -458,6 +463,19 @@ class Coordinator:
 
     def close(self) -> None:
         self.state.close()
+
+
+def _upstream(every: list[Work], part: list[Work]) -> list[Work]:
+    """The work of ``every`` that ``part``'s views read (transitively) and that is not in ``part``."""
+    by_name, mine = {c.name: w for w in every for c in [w[0]]}, {c.name for c, _ in part}
+    need: set[str] = set()
+    todo = [c for c, _ in part]
+    while todo:
+        for v in todo.pop().views:
+            if v in by_name and v not in need and v not in mine:
+                need.add(v)
+                todo.append(by_name[v][0])
+    return [w for w in every if w[0].name in need]
 
 
 def _levels(work: list[Work]) -> list[list[Work]]:
