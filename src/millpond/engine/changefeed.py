@@ -8,7 +8,7 @@ Per committed epoch ``e`` (paths: ``changes/...``):
   task that changed something (:mod:`millpond.spark.task`), so the driver receives no rows;
 - ``changes/<view key>/<e>.parquet``: a flow's changelog (its trigger is merged on the driver);
 - ``changes/epochs/<e>.json``: the epoch's *entry*: when it was written (``at``, seconds since
-  1970), the rows each view changed (``views``), the files holding a view's changes (``files``),
+  1970) and how long the epoch took to get there (``seconds``), the rows each view changed (``views``), the files holding a view's changes (``files``),
   and the log range each table took in (``tables``: a table's changes are its log records, kept
   by the log, not copied here).
 
@@ -65,6 +65,7 @@ class Entry:
     # view key -> the difference between its rows and its new definition's, when an ALTER swapped them
     # at this epoch (read only by a reader whose catalog says the swap happened: Runtime.changes)
     swaps: Mapping[str, str] = field(default_factory=dict)
+    seconds: float | None = None  # from its input being fixed to this entry being written (the dashboard's plot)
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,7 @@ class ChangeFeed:
 
     # -- the writer ---------------------------------------------------------------------------
     def write(self, epoch: int, changes: Mapping[str, pa.Table | Written], tables: Mapping[str, tuple[int, int]],
-              at: float) -> None:
+              at: float, started: float | None = None) -> None:
         """Keep epoch ``epoch``'s changes (before its commit; module docstring): a flow's changelog
         is written here, a view's files are named."""
         views, files = {}, {}
@@ -142,7 +143,8 @@ class ChangeFeed:
                 views[key] = change.num_rows
         faults.point("changes.before_entry")
         body = {"epoch": epoch, "at": at, "views": views, "files": files,
-                "tables": {k: list(r) for k, r in tables.items()}}
+                "tables": {k: list(r) for k, r in tables.items()},
+                **({"seconds": round(at - started, 6)} if started is not None else {})}
         self.store.put(paths.changes_epoch_key(epoch), json.dumps(body).encode())
 
     def swap(self, key: str, epoch: int, change: pa.Table) -> None:
@@ -220,7 +222,8 @@ class ChangeFeed:
         except MissingError:
             return None
         return Entry(body["epoch"], body["at"], body["views"], {k: tuple(r) for k, r in body["tables"].items()},
-                     {k: tuple(v) for k, v in body.get("files", {}).items()}, body.get("swaps", {}))
+                     {k: tuple(v) for k, v in body.get("files", {}).items()}, body.get("swaps", {}),
+                     body.get("seconds"))
 
     def oldest(self) -> int | None:
         """The oldest epoch kept (None: none)."""

@@ -15,6 +15,7 @@ reader of committed rows), never the runtime.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping
 
@@ -43,6 +44,7 @@ class EpochPlan:
     filled: Mapping[str, pl.DataFrame] = field(default_factory=dict)
     # view read by views -> (its rows' schema, its rows state id)
     inputs: Mapping[str, tuple[pa.Schema, str]] = field(default_factory=dict)
+    started: float = field(default_factory=time.time)  # when its input was fixed (seconds since 1970)
 
     @property
     def epoch(self) -> int:

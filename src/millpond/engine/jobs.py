@@ -2,7 +2,7 @@
 ``millpond_jobs`` (``SHOW JOBS``).
 
 A **job** is a view's (index's, flow's) backfill: the first epoch of a new relation, which reads its
-tables from their start — kind ``backfill``, or ``alter`` for a view's new definition filling
+tables from their start (a keyed table as its rows, counted as stored, plus its log after them) — kind ``backfill``, or ``alter`` for a view's new definition filling
 beside the one in force (``ALTER MATERIALIZED VIEW v AS ...``). While such an epoch runs, the writer keeps one row per relation it fills —
 the records it reads, the Spark tasks of the epoch done and to do, the progress, the rate and the
 time left at that rate — and publishes them under the root every :data:`PUBLISH_SECONDS`
@@ -62,11 +62,16 @@ class Jobs:
 
     @contextmanager
     def watch(self, plan: EpochPlan) -> Iterator[None]:
-        offsets = plan.job.manifest.offsets
+        manifest = plan.job.manifest
+        offsets, by_key = manifest.offsets, {c.key: c for c in plan.consumers}
         renamed = {replacement(name): name for name in plan.catalog.replacing}  # ALTER's new definitions
+
+        def stored(key: str) -> int:  # a keyed table a backfill reads as its rows (batch mode)
+            return sum(ref.rows for ref in manifest.state(by_key[key].rows_state).files()) if key in by_key else 0
         running = [{"job": plan.epoch, "kind": "alter" if c.name in renamed else "backfill",
                     "relation": renamed.get(c.name, c.name),
-                    "records": sum(max(0, b - a) for a, b in ranges.values()), "started": time.time()}
+                    "records": sum(max(0, b - a) for a, b in ranges.values())
+                    + sum(stored(k) for k in plan.job.batch.get(c.key, {}).values()), "started": time.time()}
                    for c, ranges in plan.work if c.key not in offsets and c.name not in plan.catalog.tables]
         if not running:
             yield
