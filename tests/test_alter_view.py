@@ -291,3 +291,21 @@ def test_readers_and_a_subscriber_see_no_gap_and_no_mix_while_a_view_is_altered(
     for r in followed.to_pylist():
         net[(r["g"], r["s"])] = net.get((r["g"], r["s"]), 0) + r["_w"]
     assert sorted(k for k, n in net.items() if n) == [r for r in new if r[1] > 0]
+
+
+def test_a_view_read_before_its_first_epoch_says_so_unless_created_with_background_false(open_db):
+    db = open_db()
+    db.sql("CREATE TABLE t (k BIGINT PRIMARY KEY, g BIGINT, v BIGINT)")
+    _insert(db, random.Random(2), 20, 0)
+    db.flush()
+    db.sql("CREATE MATERIALIZED VIEW n AS SELECT count(*) AS c FROM t")  # returns at once
+    with pytest.raises(MillpondError, match='materialized view "n" has not been populated') as info:
+        db.sql("SELECT * FROM n")
+    assert info.value.sqlstate == "55000" and "FLUSH" in info.value.hint
+    db.sql("CREATE MATERIALIZED VIEW m WITH (background = false) AS SELECT max(v) AS top FROM t")
+    assert db.sql("SELECT * FROM m").to_pylist() == [{"top": max(r["v"] for r in db.read("t").to_pylist())}]
+    assert db.sql("SELECT * FROM n").to_pylist() == [{"c": 20}]  # its epoch ran too
+    db.sql("CREATE OR REPLACE MATERIALIZED VIEW m WITH (background = false) AS SELECT min(v) AS top FROM t")
+    assert db.sql("SELECT * FROM m").to_pylist() == [{"top": min(r["v"] for r in db.read("t").to_pylist())}]
+    with pytest.raises(MillpondError, match=r"view 'bad' was not filled: view 'bad' failed .* division by zero"):
+        db.sql("CREATE MATERIALIZED VIEW bad WITH (background = false) AS SELECT v / (k - k) AS x FROM t")

@@ -9,6 +9,7 @@ import threading
 import time
 
 import pyarrow as pa
+import pytest
 
 import millpond
 
@@ -67,3 +68,53 @@ def test_a_backfill_is_a_job_seen_from_a_second_process(open_db, root):
             {"n": 600, "s": 2 * sum(range(600))}]
     finally:
         reader.close()
+
+
+def _wait_for_job(db, relation: str, deadline: float = 300) -> dict:  # noqa: ANN001
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        jobs = [j for j in db.sql("SHOW JOBS").to_pylist() if j["relation"] == relation]
+        if jobs:
+            return jobs[0]
+        time.sleep(0.05)
+    raise AssertionError(f"no job for {relation} in SHOW JOBS")
+
+
+def test_cancel_job_drops_a_new_view_or_an_altered_views_new_definition(open_db):
+    db = open_db()
+    db.sql("CREATE TABLE t (k INT PRIMARY KEY, v BIGINT)")
+    db.insert("t", pa.table({"k": pa.array(range(600), pa.int32()), "v": pa.array(range(600), pa.int64())}))
+    db.sql("CREATE MATERIALIZED VIEW total AS SELECT sum(v) AS s FROM t")
+    db.flush()
+    db.create_function(_slow, params=["BIGINT"], returns="BIGINT", name="slow")
+    for statement, relation in (("CREATE MATERIALIZED VIEW doubled AS SELECT k, slow(v) AS w FROM t", "doubled"),
+                                ("ALTER MATERIALIZED VIEW total AS SELECT sum(slow(v)) AS s FROM t", "total")):
+        failure: list[BaseException] = []
+
+        def backfill() -> None:
+            try:
+                db.sql(statement)
+                db.flush()
+            except BaseException as exc:  # noqa: BLE001 - said below
+                failure.append(exc)
+
+        worker = threading.Thread(target=backfill)
+        started = time.monotonic()
+        worker.start()
+        job = _wait_for_job(db, relation)
+        assert job["kind"] == ("backfill" if relation == "doubled" else "alter")
+        cancelled = db.sql(f"CANCEL JOB {job['job']}").to_pylist()
+        assert cancelled == [{"job": job["job"], "kind": job["kind"], "relation": relation}]
+        worker.join(300)
+        assert not failure, failure
+        assert time.monotonic() - started < 300
+        assert "doubled" not in db.catalog.views and not db.catalog.replacing
+        assert db.sql("SELECT * FROM total").to_pylist() == [{"s": sum(range(600))}]  # the old definition
+        assert db.sql("SHOW JOBS").num_rows == 0
+    with pytest.raises(millpond.MillpondError, match="job 12345 is not running"):
+        db.sql("CANCEL JOB 12345")
+    with pytest.raises(millpond.MillpondError, match=r"expected CANCEL JOB <n>"):
+        db.sql("CANCEL JOB everything")
+    db.insert("t", pa.table({"k": pa.array([1000], pa.int32()), "v": pa.array([5], pa.int64())}))
+    db.flush()  # epochs go on
+    assert db.sql("SELECT * FROM total").to_pylist() == [{"s": sum(range(600)) + 5}]

@@ -130,6 +130,9 @@ class Database:
             if not self.read_only and (query := session.lock_free(self.runtime, text)) is not None:
                 with self._guard(lock=False), self.runtime.reading():  # a pinned version: epochs go on
                     out = session.execute(self.runtime, query)
+            elif not self.read_only and (cancel := session.cancel_statement(text)) is not None:
+                with self._guard(lock=False):  # the epoch it cancels holds the lock
+                    out = session.execute(self.runtime, cancel)
             elif self.read_only:
                 out = self._guard.read(lambda: session.run(self.runtime, text))
             else:

@@ -181,3 +181,11 @@ def unexpected(exc: BaseException) -> MillpondError:
     if type(exc).__module__.startswith(("pyspark", "py4j")):
         return MillpondError(f"Spark failed: {line}")
     return MillpondError(f"unexpected {type(exc).__name__}: {line}")
+
+
+class CancelledError(MillpondError):
+    """An epoch's backfills were cancelled (``CANCEL JOB``): ``jobs`` are their rows of ``millpond_jobs``."""
+
+    def __init__(self, message: str, jobs: list[dict] | None = None):
+        super().__init__(message, sqlstate="57014")
+        self.jobs = jobs or []

@@ -135,6 +135,13 @@ def _writer(root: str, store: ObjectStore, catalogs: CatalogStore, catalog: Cata
 
     runtime = Runtime(catalogs, catalog, log, coordinator, lambda rt: Sources.of(rt, tasks))
     runtime.jobs.tasks = lambda: running_tasks(spark.lease.spark) if spark.lease is not None else (0, 0)
+
+    def stop(epoch: int) -> None:  # CANCEL JOB: the epoch's Spark jobs (engine/jobs.py)
+        from millpond.spark.executor import job_tag
+
+        if spark.lease is not None:
+            spark.lease.spark.sparkContext.cancelJobsWithTag(job_tag(store.root, epoch))
+    runtime.jobs.stop = stop
     runtime.jobs.clear()
     try:
         try:

@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from millpond import faults
-from millpond.catalog import ViewDef, replacement
+from millpond.catalog import Catalog, ViewDef, replacement
 from millpond.columns import W
 from millpond.engine.changefeed import net
 from millpond.engine.epoch import EpochPlan, EpochReport, EpochStep
@@ -38,7 +38,7 @@ from millpond.engine.reads import expand_rows
 if TYPE_CHECKING:
     from millpond.engine.runtime import Runtime
 
-__all__ = ["swap", "renamed_sources", "Swaps"]
+__all__ = ["swap", "renamed_sources", "Swaps", "cancelled"]
 
 log = logging.getLogger("millpond")
 
@@ -98,3 +98,22 @@ class Swaps(EpochStep):
     def after(self, plan: EpochPlan, report: EpochReport) -> EpochReport:
         self.swap()
         return report
+
+
+def cancelled(catalog: Catalog, jobs: list[dict]) -> Catalog:
+    """``catalog`` without what cancelled ``jobs`` (``CANCEL JOB``) were filling: an altered view's
+    new definitions (the old ones stay), new views (those that read others first), indexes, flows."""
+    if any(j["kind"] == "alter" for j in jobs):
+        catalog = catalog.without_replacements(list(catalog.replacing))  # one ALTER's definitions go together
+    names = {j["relation"] for j in jobs if j["kind"] == "backfill"}
+    while names:
+        free = sorted(n for n in names if not any(n in v.depends_on for v in catalog.views.values() if v.name in names))
+        for name in free or sorted(names):
+            if name in catalog.views:
+                catalog = catalog.without(name)
+            elif name in catalog.indexes:
+                catalog = catalog.without_index(name)
+            elif name in catalog.flows:
+                catalog = catalog.without_flow(name)
+        names -= set(free or names)
+    return catalog

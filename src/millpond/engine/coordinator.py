@@ -175,7 +175,14 @@ class Coordinator:
         if plan is None:
             return None
         with self.jobs.watch(plan) if self.jobs is not None else nullcontext():
-            result = self.execute(plan)
+            try:
+                result = self.execute(plan)
+            except BaseException:
+                if self.jobs is not None:
+                    self.jobs.check(plan)  # failed because its jobs were cancelled: say that
+                raise
+            if self.jobs is not None:
+                self.jobs.check(plan)  # cancelled: nothing commits
         report = self.commit(plan, result)
         self.maintain(catalog, [f for step in steps if (f := step.floor(catalog)) is not None])
         for step in reversed(steps):

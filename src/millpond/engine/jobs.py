@@ -11,6 +11,10 @@ shows the same rows. The file goes when the epoch commits or fails; a file not r
 :data:`STALE_SECONDS` (its writer died) shows nothing. An epoch is one Spark job, so every
 relation an epoch fills shows the epoch's tasks; on one machine a small backfill runs as one task
 in the driver and shows no tasks until it is done.
+
+``CANCEL JOB n`` stops the Spark jobs of epoch ``n`` and makes it commit nothing; the runtime then
+drops what it was filling — a new view, index or flow, or an altered view's new definition (the
+old one stays) — and runs the epoch again without them.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 import pyarrow as pa
 
 from millpond.catalog import replacement
-from millpond.errors import MissingError
+from millpond.errors import CancelledError, MillpondError, MissingError
 from millpond.store.objects import ObjectStore
 
 if TYPE_CHECKING:
@@ -50,8 +54,33 @@ class Jobs:
 
     def __init__(self, store: ObjectStore, tasks: Callable[[], tuple[int, int]] = lambda: (0, 0)):
         self.store, self.tasks = store, tasks
+        self.stop: Callable[[int], None] = lambda epoch: None  # stops the Spark jobs of an epoch (wiring's port)
         self._running: list[dict] = []  # the epoch's jobs: job, kind, relation, records, started
+        self._cancelled: int | None = None  # the epoch whose jobs CANCEL JOB cancelled
         self._lock = threading.Lock()
+
+    def cancel(self, job: int) -> list[dict]:
+        """Cancel job ``job`` (an epoch's backfills, ``CANCEL JOB``): its Spark jobs are stopped and
+        the epoch commits nothing (:meth:`check`); its rows."""
+        with self._lock:
+            running = [j for j in self._running if j["job"] == job]
+            if not running:
+                known = sorted({j["job"] for j in self._running})
+                raise MillpondError(f"job {job} is not running ({'running: ' + ', '.join(map(str, known)) if known else 'no job is running'}; SHOW JOBS lists them)",
+                                    sqlstate="42704")
+            self._cancelled = job
+        self.stop(job)
+        return running
+
+    def check(self, plan: EpochPlan) -> None:
+        """Raise :class:`CancelledError` if the jobs of ``plan``'s epoch were cancelled (before its commit)."""
+        with self._lock:
+            if self._cancelled != plan.epoch:
+                return
+            self._cancelled, jobs = None, list(self._running)
+        raise CancelledError(f"job {plan.epoch} was cancelled (CANCEL JOB): the backfills of "
+                             f"{', '.join(j['relation'] for j in jobs)} stop, and epoch {plan.epoch} commits nothing",
+                             jobs)
 
     def clear(self) -> None:
         """Forget what a writer that died published (the writer's, when it opens the root)."""
@@ -69,7 +98,7 @@ class Jobs:
         def stored(key: str) -> int:  # a keyed table a backfill reads as its rows (batch mode)
             return sum(ref.rows for ref in manifest.state(by_key[key].rows_state).files()) if key in by_key else 0
         running = [{"job": plan.epoch, "kind": "alter" if c.name in renamed else "backfill",
-                    "relation": renamed.get(c.name, c.name),
+                    "relation": renamed.get(c.name, c.name), "consumer": c.name,
                     "records": sum(max(0, b - a) for a, b in ranges.values())
                     + sum(stored(k) for k in plan.job.batch.get(c.key, {}).values()), "started": time.time()}
                    for c, ranges in plan.work if c.key not in offsets and c.name not in plan.catalog.tables]

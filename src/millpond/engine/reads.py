@@ -112,6 +112,11 @@ class Reads:
                 self._local.pinned = None
 
 
+    def populated(self, name: str) -> bool:
+        """Whether view ``name`` has rows to read: its first epoch committed (failed or not)."""
+        c, manifest = self._by_name.get(name), self._manifest
+        return c is None or not c.derived or c.key in manifest.offsets or c.key in manifest.failed
+
     def table_sizes(self) -> dict[str, int]:
         """Each table's and view's rows as last committed, roughly: its rows state's stored rows
         (versions an update left uncompacted count too), or a key-less table's log records. What

@@ -37,7 +37,7 @@ from millpond.engine.reads import Installed, Reads, consolidate_rows
 from millpond.engine.sinks import Sinks
 from millpond.engine.tally import Tally
 from millpond.engine.upkeep import LogUpkeep
-from millpond.errors import CatalogError, MillpondError, MillpondNotice, RetentionError, SqlError
+from millpond.errors import CancelledError, CatalogError, MillpondError, MillpondNotice, RetentionError, SqlError
 from millpond.log import Channel, Log
 from millpond.store.manifest import Manifest
 from millpond.store.objects import ObjectStore
@@ -140,6 +140,10 @@ class Runtime(Reads):
         self.swap_replacements()  # one a crash left (and Swaps, after the commit)
         try:
             return self.coordinator.run_epoch(self.catalog, self.consumers, self.wanted.keys, self.steps)
+        except CancelledError as exc:  # CANCEL JOB: drop what it filled, and run the epoch without it
+            logger.warning("%s", exc)
+            self.commit_catalog(alter.cancelled(self.catalog, exc.jobs))
+            return self.run_epoch()
         except BaseException:
             self.tally.failed += 1
             raise

@@ -13,6 +13,8 @@ The final task of every view writes its changes file and emits one row naming it
 
 from __future__ import annotations
 
+import hashlib
+
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -37,7 +39,7 @@ from millpond.spark.jvm import map_in_arrow
 from millpond.spark.task import CONSUMER, FILE, JOB_PROPERTY, ROWS, Slots, Task, describe_job
 from millpond.store.manifest import Manifest
 
-__all__ = ["SparkExecutor"]
+__all__ = ["SparkExecutor", "job_tag"]
 
 # A flow's trigger reading at most this many records computes its partials in one task: measured
 # (benchmarks/flows.py's input, local[2], median trigger) one task 0.18 s vs two stages 0.29 s at
@@ -127,11 +129,11 @@ class SparkExecutor:
         self.stats["local"] += sum(task.local is not None for task, _ in stages)
         descriptor = describe_job(job, state_ids)
         if not here:
-            batches = self._job(frames, kept, descriptor)
+            batches = self._job(frames, kept, descriptor, job_tag(job.root, job.epoch))
         elif not frames:
             batches = Slots(tuple(stages)).here(descriptor, threads=sc.defaultParallelism)
         else:  # the rest as a Spark job at the same time, from one thread kept for it (its JVM thread too)
-            future = self._beside.submit(self._job, frames, kept, descriptor)
+            future = self._beside.submit(self._job, frames, kept, descriptor, job_tag(job.root, job.epoch))
             try:
                 batches = Slots(tuple(stages)).here(descriptor, threads=sc.defaultParallelism)
             except BaseException:
@@ -149,8 +151,8 @@ class SparkExecutor:
             rows[consumer] += n
         return {k: Written(tuple(sorted(v)), rows[k]) if v else None for k, v in files.items()}
 
-    def _job(self, frames: list[DataFrame], kept: bool, descriptor: str) -> list[pa.RecordBatch]:
-        with _running(self.spark, descriptor):
+    def _job(self, frames: list[DataFrame], kept: bool, descriptor: str, tag: str) -> list[pa.RecordBatch]:
+        with _running(self.spark, descriptor, tag):
             return self._epoch(frames, kept).toArrow().to_batches()
 
     def _stages(self, stages: tuple[tuple[Task, int], ...]) -> DataFrame:
@@ -218,13 +220,23 @@ class SparkExecutor:
         return to_arrow_schema(T.StructType([f for f in df.schema if f.name != W]), timezone="UTC")
 
 
+def job_tag(root: str, epoch: int) -> str:
+    """The Spark job tag of an epoch's jobs on ``root`` (``CANCEL JOB`` cancels the jobs with it)."""
+    return f"millpond-{hashlib.sha1(root.encode()).hexdigest()[:12]}-epoch-{epoch}"
+
+
 @contextmanager
-def _running(spark: SparkSession, descriptor: str) -> Iterator[None]:
-    """The job descriptor set for the jobs this thread starts (Spark's local properties are per
-    thread: epochs of two databases in one process do not see each other's)."""
+def _running(spark: SparkSession, descriptor: str, tag: str) -> Iterator[None]:
+    """The job descriptor and tag set for the jobs this thread starts (Spark's local properties are
+    per thread: epochs of two databases in one process do not see each other's); a cancel
+    interrupts their tasks."""
     sc = spark.sparkContext
     sc.setLocalProperty(JOB_PROPERTY, descriptor)
+    sc.addJobTag(tag)
+    sc.setLocalProperty("spark.job.interruptOnCancel", "true")
     try:
         yield
     finally:
         sc.setLocalProperty(JOB_PROPERTY, None)
+        sc.removeJobTag(tag)
+        sc.setLocalProperty("spark.job.interruptOnCancel", None)

@@ -140,6 +140,7 @@ def _create_view(rt: Runtime, s: exp.Create) -> None:
         raise CatalogError(f'"{name}" is not a materialized view', sqlstate="42809")
     replacing = bool(s.args.get("replace")) and name in rt.catalog.views
     on_error, options = _view_options(name, props, rt.on_error)
+    background = options.pop("background", True)  # false: the statement returns once the view is filled
     # its joins' order (planner.order) by its tables' sizes and its filters' sampled shares, stored
     # with the plan: derived again alike on open
     sizes, shares = rt.table_sizes(), {}
@@ -157,16 +158,29 @@ def _create_view(rt: Runtime, s: exp.Create) -> None:
     partial = _partial(rt, name, plan, schema, options)
     encoded = {**P.encode(plan), "sizes": sizes, "shares": shares}
     if replacing:
-        return alter.replace_view(rt, name, source(s), schema, depends, encoded, on_error=on_error, partial=partial)
+        alter.replace_view(rt, name, source(s), schema, depends, encoded, on_error=on_error, partial=partial)
+    else:
+        _add_view(rt, name, source(s), schema, depends, encoded, on_error, partial)
+    if not background:  # filled (or swapped in) by the epochs it takes, before the statement returns
+        rt.flush()
+        view = rt.catalog.views.get(name)
+        failure = rt.manifest.failed.get(f"o{view.id}") if view is not None else None
+        if view is None or view.sql != source(s) or failure is not None:
+            raise MillpondError(f"view {name!r} was not filled: " + (rt.describe_failure(failure) if failure else
+                                "its new definition's backfill failed (the log says why); the old one stays"))
+
+
+def _add_view(rt: Runtime, name: str, sql: str, schema: pa.Schema, depends: tuple[str, ...], encoded: dict,
+              on_error: str, partial: dict | None) -> None:
     if (altered := sorted(set(depends) & set(rt.catalog.replacing))):
         raise CatalogError(f"view {name!r} reads {', '.join(altered)}, which an ALTER is replacing: create it once "
                            "the new definition is in force (after the next epoch)", sqlstate="55000")
-    rt.commit_catalog(rt.catalog.with_view(name, source(s), schema, depends, encoded, on_error=on_error,
-                                           partial=partial))
+    rt.commit_catalog(rt.catalog.with_view(name, sql, schema, depends, encoded, on_error=on_error, partial=partial))
 
 
 ON_ERROR = ("fail", "null")
-VIEW_OPTIONS = "WITH (on_error = 'fail' | 'null', partial = true | false, partial_key = '<column>', max_keys = <n>)"
+VIEW_OPTIONS = ("WITH (on_error = 'fail' | 'null', background = true | false, partial = true | false, "
+                "partial_key = '<column>', max_keys = <n>)")
 
 
 def _view_options(view: str, props: exp.Properties, default: str) -> tuple[str, dict]:
@@ -185,6 +199,8 @@ def _view_options(view: str, props: exp.Properties, default: str) -> tuple[str, 
             options["partial"] = bool(value.this)
         elif key == "partial_key" and isinstance(value, exp.Literal) and value.is_string:
             options["key"] = value.this
+        elif key == "background" and isinstance(value, exp.Boolean):
+            options["background"] = bool(value.this)
         elif key == "max_keys" and isinstance(value, exp.Literal) and not value.is_string \
                 and value.this.isdigit() and int(value.this) > 0:
             options["max_keys"] = int(value.this)

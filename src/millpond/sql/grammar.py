@@ -13,7 +13,7 @@ offending token — is raised before sqlglot sees the text.
     millpond.errors.SqlError: syntax error at or near "FROM" (line 1, column 11)
 
 millpond's own syntax is not PostgreSQL's and is not checked here: its statements (``CREATE SINK``,
-``CREATE FLOW``, ``SUBSCRIBE``, ``FLUSH``, ``SHOW …``, ``DESCRIBE``, ``EXPLAIN MATERIALIZED VIEW``)
+``CREATE FLOW``, ``SUBSCRIBE``, ``CANCEL JOB``, ``FLUSH``, ``SHOW …``, ``DESCRIBE``, ``EXPLAIN MATERIALIZED VIEW``)
 are left to their own readers, and its clauses inside PostgreSQL's statements (``APPEND ONLY``,
 ``AS OF EPOCH n``, ``STRUCT<…>`` and ``MAP(…)`` types) are blanked out before the check, keeping every other
 token where it was so positions stay true.
@@ -35,7 +35,7 @@ __all__ = ["check", "split", "line_col", "OWN_STATEMENTS"]
 
 # statements of millpond's own, by their first words (each read by its own module)
 OWN_STATEMENTS: tuple[tuple[str, ...], ...] = (
-    ("SUBSCRIBE",), ("FLUSH",), ("SHOW",), ("DESCRIBE",), ("DESC",), ("EXPLAIN", "MATERIALIZED"),
+    ("SUBSCRIBE",), ("CANCEL",), ("FLUSH",), ("SHOW",), ("DESCRIBE",), ("DESC",), ("EXPLAIN", "MATERIALIZED"),
     ("CREATE", "FLOW"), ("CREATE", "SINK"), ("DROP", "FLOW"), ("DROP", "SINK"),
 )
 

@@ -39,7 +39,7 @@ from millpond.errors import CatalogError, SqlError
 from millpond.sql import ddl, flows, sinks
 from millpond.sql.indexes import choose
 from millpond.sql.planner import plan_view
-from millpond.sql.statements import parse
+from millpond.sql.statements import command_rest, parse, source
 
 __all__ = ["show", "describe", "explain"]
 
@@ -179,3 +179,15 @@ def _describe_table(rows: list[tuple[str, str | None, str | None]]) -> pa.Table:
 def _plan_table(lines: list[str]) -> pa.Table:
     return pa.table({"plan": pa.array(lines, pa.string())})
 
+
+def cancel(rt: Runtime, s: exp.Command) -> pa.Table:
+    """``CANCEL JOB n``: the backfills of job ``n`` (``SHOW JOBS``) stop; what they were filling is
+    dropped — a new view, index or flow, or an altered view's new definition (the old one stays)
+    (:mod:`millpond.engine.jobs`). Runs without waiting for the epoch; returns the jobs cancelled."""
+    words = command_rest(s).strip().rstrip(";").split()
+    if len(words) != 2 or words[0].upper() != "JOB" or not words[1].isdigit():
+        raise SqlError("expected CANCEL JOB <n> (the job's number in SHOW JOBS)", sql=source(s))
+    jobs = rt.jobs.cancel(int(words[1]))
+    return pa.table({"job": pa.array([j["job"] for j in jobs], pa.int64()),
+                     "kind": pa.array([j["kind"] for j in jobs], pa.string()),
+                     "relation": pa.array([j["relation"] for j in jobs], pa.string())})

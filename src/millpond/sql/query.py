@@ -32,9 +32,22 @@ def run_query(rt: Runtime, query: exp.Expression, *, target: exp.Table | None = 
     reads FROM (under the target's alias), its rows with their ``_row_id``; ``pending`` reads tables
     as of now: the changes appended since the last epoch too; ``assign``: the columns (name, type) an
     INSERT or UPDATE stores its outputs into."""
+    _check_populated(rt, query)
     if target is not None:
         query = _targeted(query, target)
     return answer(rt, bind_query(rt, query, assign=assign), stored=target is not None, pending=pending)
+
+
+def _check_populated(rt: Runtime, query: exp.Expression) -> None:
+    """PostgreSQL's error for a materialized view read before it has rows: a new view is filled by
+    its first epoch (``FLUSH``, or the background loop's next one), not by its ``CREATE``."""
+    ctes = {c.alias_or_name for c in query.find_all(exp.CTE)}
+    for table in query.find_all(exp.Table):
+        name = table.name
+        if name not in ctes and name in rt.catalog.views and not rt.populated(name):
+            raise MillpondError(f'materialized view "{name}" has not been populated', sqlstate="55000",
+                                hint="a new view is filled by its first epoch: FLUSH, or wait for the next background "
+                                     "epoch (SHOW JOBS shows its backfill)")
 
 
 def target_read(rt: Runtime, query: exp.Expression, target: exp.Table, *, pending: bool = False) -> str:

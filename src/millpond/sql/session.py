@@ -24,7 +24,7 @@ from millpond.sql.query import run_query
 from millpond.sql.subscribe import subscribe
 from millpond.sql.statements import keyword, parse
 
-__all__ = ["run", "execute", "statements", "locate", "verb", "lock_free"]
+__all__ = ["run", "execute", "statements", "locate", "verb", "lock_free", "cancel_statement"]
 
 
 def statements(text: str) -> list[exp.Expression]:
@@ -81,6 +81,16 @@ def lock_free(rt: Runtime, text: str) -> exp.Query | None:
     ctes = {c.alias_or_name for c in parsed[0].find_all(exp.CTE)}
     names = {t.name for t in parsed[0].find_all(exp.Table) if isinstance(t.this, exp.Identifier)} - ctes
     return parsed[0] if all(n in catalog.tables or n in catalog.views or n == "millpond_jobs" for n in names) else None
+
+
+def cancel_statement(text: str) -> exp.Command | None:
+    """``text`` when it is one ``CANCEL JOB n``, which runs without the database's lock (the epoch
+    it cancels holds it)."""
+    try:
+        parsed = statements(text)
+    except MillpondError:
+        return None
+    return parsed[0] if len(parsed) == 1 and keyword(parsed[0]) == "CANCEL" else None
 
 
 def locate(error: MillpondError, i: int, n: int) -> None:
@@ -141,7 +151,7 @@ _EXECUTE = {
     exp.Alter: alter.alter,
 }
 _COMMANDS = {"SHOW": introspect.show, "EXPLAIN": introspect.explain, "SUBSCRIBE": subscribe,
-             "ALTER": alter.alter_command}
+             "ALTER": alter.alter_command, "CANCEL": introspect.cancel}
 _FLOWS = {"CREATE": flows.create, "DROP": flows.drop}
 _SINKS = {"CREATE": sinks.create, "DROP": sinks.drop}
 

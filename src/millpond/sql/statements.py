@@ -254,11 +254,12 @@ def _source_clauses(text: str) -> str:
 
 
 def _subscribe(text: str) -> exp.Command | None:
-    """``SUBSCRIBE ...`` as a command (its clauses are read by :mod:`millpond.sql.subscribe`)."""
+    """``SUBSCRIBE ...`` and ``CANCEL ...`` as commands (read by :mod:`millpond.sql.subscribe` and
+    :func:`millpond.sql.introspect.cancel`)."""
     words = text.split(None, 1)
-    if not words or words[0].upper() != "SUBSCRIBE":
+    if not words or words[0].upper() not in ("SUBSCRIBE", "CANCEL"):
         return None
-    return exp.Command(this="SUBSCRIBE", expression=exp.Literal.string(words[1] if len(words) > 1 else ""))
+    return exp.Command(this=words[0].upper(), expression=exp.Literal.string(words[1] if len(words) > 1 else ""))
 
 
 def source(statement: exp.Expression) -> str:
