@@ -177,12 +177,9 @@ class Coordinator:
         with self.jobs.watch(plan) if self.jobs is not None else nullcontext():
             try:
                 result = self.execute(plan)
-            except BaseException:
+            finally:  # cancelled (CANCEL JOB): nothing commits, and a failure it caused says so
                 if self.jobs is not None:
-                    self.jobs.check(plan)  # failed because its jobs were cancelled: say that
-                raise
-            if self.jobs is not None:
-                self.jobs.check(plan)  # cancelled: nothing commits
+                    self.jobs.check(plan)
         report = self.commit(plan, result)
         self.maintain(catalog, [f for step in steps if (f := step.floor(catalog)) is not None])
         for step in reversed(steps):
