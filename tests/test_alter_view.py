@@ -139,6 +139,13 @@ def test_views_over_an_altered_view_are_rebuilt_over_its_new_rows_in_the_same_sw
     db.flush()
     rows = db.read("t")
     assert _rows(db.read("w")) == _oracle(rows, w_new)
+    # the swapped plans are the ones the root opens with (checked against their SQL)
+    db.close()
+    db = open_db()
+    assert _rows(db.read("w")) == _oracle(rows, w_new)
+    _insert(db, rng, 10, 400)
+    db.flush()
+    assert _rows(db.read("w")) == _oracle(db.read("t"), w_new)
     # a view over it whose query no longer binds refuses the statement, naming it
     with pytest.raises(MillpondError, match=r"cannot alter view 'v': view 'w' reads it, and its query does not bind"):
         db.sql("ALTER MATERIALIZED VIEW v AS SELECT g, count(*) AS c FROM t GROUP BY g")
@@ -157,6 +164,8 @@ def test_what_cannot_be_altered_is_refused_by_name(open_db, tmp_path):
         db.sql("ALTER MATERIALIZED VIEW v RENAME TO u")
     with pytest.raises(MillpondError, match=r"ALTER TABLE t RENAME TO: a table cannot be renamed"):
         db.sql("ALTER TABLE t RENAME TO u")
+    with pytest.raises(MillpondError, match=r"ALTER TABLE t ADD COLUMN c: not supported yet"):
+        db.sql("ALTER TABLE t ADD COLUMN c INT DEFAULT 0")
     db.insert("t", pa.table({"k": [1, 2, 3], "g": [1, 1, 2], "v": [5, -7, 4]}))
     db.flush()  # the new definition backfills (rows with v <= 0 left out), the sink writes the difference
     from deltalake import DeltaTable

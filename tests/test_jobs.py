@@ -118,3 +118,36 @@ def test_cancel_job_drops_a_new_view_or_an_altered_views_new_definition(open_db)
     db.insert("t", pa.table({"k": pa.array([1000], pa.int32()), "v": pa.array([5], pa.int64())}))
     db.flush()  # epochs go on
     assert db.sql("SELECT * FROM total").to_pylist() == [{"s": sum(range(600)) + 5}]
+
+
+def test_a_sources_read_and_a_sinks_first_write_are_jobs_while_they_run(open_db, tmp_path, monkeypatch):
+    """Work outside an epoch's job — a source table's read before the epoch, a sink's first write of
+    its view's rows — shows in SHOW JOBS while it runs (here made slow, to be seen)."""
+    import pyarrow.parquet as pq
+
+    from millpond.connectors.files import Files
+    from millpond.engine.sinks import Sinks
+
+    folder = tmp_path / "landing"
+    folder.mkdir()
+    pq.write_table(pa.table({"k": pa.array([1, 2, 3], pa.int32())}), folder / "a.parquet")
+    db = open_db()
+    db.sql(f"CREATE TABLE landing (k INT) WITH (connector = 'files', path = '{folder}', format = 'parquet')")
+    db.sql("CREATE MATERIALIZED VIEW n AS SELECT k % 2 AS odd, count(*) AS c FROM landing GROUP BY k % 2")
+    seen: list[dict] = []
+    for cls, name in ((Files, "ingest"), (Sinks, "_put")):
+        original = getattr(cls, name)
+
+        def slowly(*args, _original=original, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            time.sleep(1.5)
+            seen.extend(db.sql("SHOW JOBS").to_pylist())  # from inside the work: the job is there
+            return _original(*args, **kwargs)
+        monkeypatch.setattr(cls, name, slowly)
+    db.flush()
+    db.sql(f"CREATE SINK out FROM n WITH (connector = 'deltalake', location = '{tmp_path / 'out'}', type = 'upsert')")
+    kinds = {(j["kind"], j["relation"]) for j in seen}
+    assert ("source", "landing") in kinds and ("sink", "out") in kinds
+    sink = next(j for j in seen if j["kind"] == "sink")
+    assert sink["seconds"] >= 1.0
+    assert db.sql("SHOW JOBS").num_rows == 0
+    assert sorted(db.sql("SELECT c FROM n").column(0).to_pylist()) == [1, 2]

@@ -43,6 +43,7 @@ SOURCES``).
 from __future__ import annotations
 
 import importlib
+from contextlib import nullcontext
 import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Protocol
@@ -157,9 +158,10 @@ class Sources(EpochStep):
 
     target_of = staticmethod(target_of)  # the sinks' targets (the entry points hand connectors in as one)
 
-    def __init__(self, store, channel, insert, apply, task_reads=None):
+    def __init__(self, store, channel, insert, apply, task_reads=None, jobs=None):
         self.store, self.channel, self.insert, self.apply = store, channel, insert, apply
         self.task_reads = task_reads
+        self.jobs = jobs  # what shows a read as a job while it runs (engine/jobs.py), if anything
         self._tasks: list = []  # [what reads parts in Spark tasks, or None], once asked
         self.errors = SourceErrors()  # what each table's source failed on, while it lasts
         self.files = Files(store, channel, insert, self.errors)
@@ -174,7 +176,7 @@ class Sources(EpochStep):
         return cls(rt.coordinator.store, rt.channel,
                    lambda t, rows, producer: insert(rt, t, rows, producer=producer),
                    lambda t, upserts, deletes, producer: apply_by_key(rt, t, upserts, deletes, producer=producer),
-                   tasks)
+                   tasks, rt.jobs)
 
     def tasks(self):
         """What reads a table's files and partitions in Spark tasks (on a cluster), or None (the
@@ -222,15 +224,23 @@ class Sources(EpochStep):
             return
         self.errors.keep(t.id for tables in by.values() for t in tables)
         epoch = manifest.epoch + 1
+
+        def shown(connector: str):  # noqa: ANN202 - a read, a job while it runs (SHOW JOBS: kind source)
+            names = ", ".join(sorted(t.name for t in by.get(connector, [])))
+            return self.jobs.track("source", names, epoch) if self.jobs is not None and names else nullcontext()
         if "files" in by:
-            self.files.ingest(by["files"], epoch)
+            with shown("files"):
+                self.files.ingest(by["files"], epoch)
         if "kafka" in by or self._kafka is not None:  # (none left: the dropped tables' clients are closed)
-            self.kafka.ingest(by.get("kafka", []), epoch)
+            with shown("kafka"):
+                self.kafka.ingest(by.get("kafka", []), epoch)
         for connector in VERSIONED:
             if connector in by:
-                self.versioned(connector).ingest(by[connector], epoch)
+                with shown(connector):
+                    self.versioned(connector).ingest(by[connector], epoch)
         if "postgres-cdc" in by or self._pg is not None:
-            self.pg.ingest(by.get("postgres-cdc", []), epoch)
+            with shown("postgres-cdc"):
+                self.pg.ingest(by.get("postgres-cdc", []), epoch)
 
     def after(self, plan: EpochPlan, report: EpochReport) -> EpochReport:
         if self._pg is not None:  # PostgreSQL's slots move once what they gave is committed

@@ -57,6 +57,8 @@ class Jobs:
         self.stop: Callable[[int], None] = lambda epoch: None  # stops the Spark jobs of an epoch (wiring's port)
         self._running: list[dict] = []  # the epoch's jobs: job, kind, relation, records, started
         self._cancelled: int | None = None  # the epoch whose jobs CANCEL JOB cancelled
+        self._work: list[dict] = []  # other work shown as jobs while it runs (track)
+        self._active, self._stop, self._publisher = 0, threading.Event(), None  # the publisher while jobs run
         self._lock = threading.Lock()
 
     def cancel(self, job: int) -> list[dict]:
@@ -107,43 +109,76 @@ class Jobs:
             return
         with self._lock:
             self._running = running
-        stop = threading.Event()
-        publisher = threading.Thread(target=self._publish, args=(stop,), name="millpond-jobs", daemon=True)
-        publisher.start()
+        self._begin()
         try:
             yield
         finally:
-            stop.set()
-            publisher.join()
             with self._lock:
                 self._running = []
-            try:
-                self.store.delete(JOBS_KEY)
-            except Exception:  # noqa: BLE001 - the next writer deletes it; a reader ignores it when stale
-                pass
+            self._end()
+
+    @contextmanager
+    def track(self, kind: str, relation: str, job: int, records: int | None = None) -> Iterator[None]:
+        """Work outside an epoch's job shown as a job while it runs: a source's read before epoch
+        ``job`` (kind ``source``), a sink's first write of its view's rows (``sink``)."""
+        row = {"job": job, "kind": kind, "relation": relation, "records": records, "started": time.time()}
+        with self._lock:
+            self._work.append(row)
+        self._begin()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._work.remove(row)
+            self._end()
+
+    def _begin(self) -> None:
+        """A job started: the publisher runs while any does."""
+        with self._lock:
+            self._active += 1
+            if self._active > 1:
+                return
+            self._stop = stop = threading.Event()
+            self._publisher = threading.Thread(target=self._publish, args=(stop,), name="millpond-jobs", daemon=True)
+        self._publisher.start()
+
+    def _end(self) -> None:
+        with self._lock:
+            self._active -= 1
+            if self._active:
+                return
+            stop, publisher = self._stop, self._publisher
+        stop.set()
+        publisher.join()
 
     def rows(self) -> list[dict]:
-        """The jobs now, with their progress."""
+        """The jobs now, with their progress (an epoch's by its Spark tasks; other work's unknown)."""
         with self._lock:
-            running = list(self._running)
-        if not running:
+            running, work = list(self._running), list(self._work)
+        if not running and not work:
             return []
-        done, total = self.tasks()
+        done, total = self.tasks() if running else (0, 0)
         now = time.time()
-        return [_progress(j, done, total, now) for j in running]
+        return [*(_progress(j, done, total, now) for j in running), *(_progress(j, 0, 0, now) for j in work)]
 
     def table(self) -> pa.Table:
         return _table(self.rows())
 
     def _publish(self, stop: threading.Event) -> None:
-        while True:
-            rows = self.rows()
+        """Publish the jobs every :data:`PUBLISH_SECONDS` from the first on (shorter work never is),
+        and delete them once none runs."""
+        published = False
+        while not stop.wait(PUBLISH_SECONDS):
             try:
-                self.store.put(JOBS_KEY, json.dumps({"updated": time.time(), "jobs": rows}).encode())
-            except Exception:  # noqa: BLE001 - publishing is best effort: the epoch goes on
+                self.store.put(JOBS_KEY, json.dumps({"updated": time.time(), "jobs": self.rows()}).encode())
+                published = True
+            except Exception:  # noqa: BLE001 - publishing is best effort: the work goes on
                 pass
-            if stop.wait(PUBLISH_SECONDS):
-                return
+        if published:
+            try:
+                self.store.delete(JOBS_KEY)
+            except Exception:  # noqa: BLE001 - the next writer deletes it; a reader ignores it when stale
+                pass
 
 
 def published(store: ObjectStore) -> pa.Table:

@@ -36,6 +36,8 @@ the source and the other sinks go on. Only a writable process writes sinks.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import json
 import logging
 from typing import TYPE_CHECKING, Callable, Iterator, Protocol
@@ -172,7 +174,9 @@ class Sinks(EpochStep):
             n = rows.num_rows
             change = rows.append_column(W, pa.array(np.ones(n, np.int64))).append_column(
                 EPOCH, pa.array(np.full(n, sink.start, np.int64)))
-            self._put(key, sink, target, change, sink.start)
+            jobs = getattr(self.source, "jobs", None)  # a job while it runs (SHOW JOBS: kind sink)
+            with jobs.track("sink", sink.name, sink.start, n) if jobs is not None else nullcontext():
+                self._put(key, sink, target, change, sink.start)
             done = sink.start
         if done < upto:
             changes = list(self.source.changes(sink.source, done, upto))

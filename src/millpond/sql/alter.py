@@ -134,7 +134,7 @@ def alter_command(rt: Runtime, s: exp.Command) -> None:
 
 
 def alter(rt: Runtime, s: exp.Alter) -> None:
-    """``ALTER TABLE``: its actions are refused, each by name."""
+    """``ALTER TABLE``: its actions are refused, each by name (``ADD COLUMN`` too, for now)."""
     kind = (s.args.get("kind") or "").upper()
     name = s.this.name
     for action in s.args.get("actions") or []:
@@ -143,5 +143,9 @@ def alter(rt: Runtime, s: exp.Alter) -> None:
                 raise SqlError("use ALTER MATERIALIZED VIEW to rename a materialized view", sqlstate="42809")
             raise SqlError(f"ALTER {kind} {name} RENAME TO: a table cannot be renamed (its name is its log "
                            "channel's); create a table with the new name and insert its rows", sqlstate="0A000")
+        if isinstance(action, exp.ColumnDef):
+            raise SqlError(f"ALTER TABLE {name} ADD COLUMN {action.name}: not supported yet (a table's log and state "
+                           "keep the columns it was created with); create a table with the column, INSERT INTO it "
+                           f"SELECT ... FROM {name}, and create the views over it", sqlstate="0A000")
         raise SqlError(f"ALTER {kind} ... {action.sql('postgres')[:60]!r} is not supported (ALTER MATERIALIZED VIEW "
                        "v AS <query> and RENAME TO are)", sqlstate="0A000")
