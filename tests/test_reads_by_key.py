@@ -287,6 +287,7 @@ def test_queries_read_a_pinned_version_without_waiting_for_epochs(open_db):
     db.sql("CREATE TABLE ev (k INT, v BIGINT); CREATE TABLE kv (k INT PRIMARY KEY, v BIGINT); "
            "CREATE MATERIALIZED VIEW per_k AS SELECT k, count(*) AS n, sum(v) AS s FROM ev GROUP BY k; "
            "CREATE MATERIALIZED VIEW kv_sum AS SELECT k % 2 AS p, count(*) AS n, sum(v) AS s FROM kv GROUP BY k % 2")
+    db.flush()  # the views' first epoch: a view read before it is not populated yet
     consistent = ("SELECT (SELECT count(*) FROM ev) AS a, (SELECT sum(n) FROM per_k) AS b, "
                   "(SELECT count(*) FROM kv) AS c, (SELECT sum(n) FROM kv_sum) AS d, "
                   "(SELECT sum(v) FROM kv) AS e, (SELECT sum(s) FROM kv_sum) AS f")

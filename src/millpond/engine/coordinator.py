@@ -383,11 +383,13 @@ class Coordinator:
 
     def _failing(self, plan: EpochPlan, job: EpochJob, run: list[Work], exc: BaseException,
                  every: list[Work] | None = None) -> dict[str, dict]:
-        """The consumers of ``run`` (which raised ``exc``; a part of ``every``, the epoch's) that
-        raise a data error on their own: each part probed with the views it reads, which run before it."""
+        """The consumers of ``run`` (a part of ``every``, the epoch's) that raise a data error on their own."""
         every = run if every is None else every
         if len(run) == 1:
-            return {run[0][0].key: self._failure(plan, job, run[0], exc, _upstream(every, run))}
+            up = _upstream(every, run)
+            if up and self._probe(plan, job, up) is not None:
+                return {}  # a view it reads raises (found on its own), not it
+            return {run[0][0].key: self._failure(plan, job, run[0], exc, up)}
         found: dict[str, dict] = {}
         for part in (run[:len(run) // 2], run[len(run) // 2:]):
             if (error := self._probe(plan, job, [*_upstream(every, part), *part])) is not None:
@@ -395,9 +397,8 @@ class Coordinator:
         return found
 
     def _failure(self, plan: EpochPlan, job: EpochJob, work: Work, exc: BaseException, upstream: list[Work]) -> dict:
-        """What a failed consumer's manifest entry says: the error, and the record that raised it
-        (the shortest failing prefix of each channel's range, by bisection; ``upstream``: the views it
-        reads, run before it in each probe)."""
+        """What a failed consumer's manifest entry says: the error, and the record that raised it (the
+        shortest failing prefix of each channel's range, by bisection; ``upstream``: the views it reads)."""
         consumer, ranges = work
         if (internal := _internal_error(exc)) is not None and _data_error(exc) is None:
             return {"name": consumer.name, "epoch": job.manifest.epoch, "failed_epoch": job.epoch, **internal,
@@ -431,9 +432,8 @@ class Coordinator:
                 "rows": rows, **({"kind": "flow"} if isinstance(consumer, Flow) else {})}
 
     def maintain(self, catalog: Catalog, floors: Sequence[int] = ()) -> None:
-        """Step 6 for the kept changes: drop the epochs retention no longer keeps, save those after
-        a reader's pinned epoch or a ``floors`` epoch (a step's: a sink's last written). A failure
-        costs nothing but a retry at the next epoch (the epoch is committed)."""
+        """Step 6 for the kept changes: drop the epochs retention no longer keeps, save those after a
+        reader's pinned epoch or a ``floors`` epoch (a sink's last written); a failure is retried later."""
         try:
             pinned = min([p["epoch"] for p in self.state.pins()] + list(floors), default=None)  # StateStore.pin
             self.changes.collect(catalog.kept, self.manifest.epoch, time.time(), pinned)
@@ -442,8 +442,7 @@ class Coordinator:
 
     def rows(self, consumer: Consumer, manifest: Manifest | None = None, *,
              columns: tuple[str, ...] | None = None) -> StateTable:
-        """The committed rows of a consumer in ``manifest`` (default: the last committed one):
-        :meth:`Consumer.rows`."""
+        """The committed rows of a consumer in ``manifest`` (default: the last committed one)."""
         return consumer.rows(self.store, manifest or self.manifest, columns=columns)
 
     def _pieces(self, channel: str, start: int, stop: int) -> list[Piece]:
@@ -470,7 +469,8 @@ class Coordinator:
 
 
 def _upstream(every: list[Work], part: list[Work]) -> list[Work]:
-    """The work of ``every`` that ``part``'s views read (transitively) and that is not in ``part``."""
+    """The work of ``every`` that ``part``'s views read (transitively), not in ``part``: a part is probed
+    with it (a view reading a view sees nothing without it)."""
     by_name, mine = {c.name: w for w in every for c in [w[0]]}, {c.name for c, _ in part}
     need: set[str] = set()
     todo = [c for c, _ in part]
