@@ -50,6 +50,7 @@ __all__ = ["Dashboard", "serve_dashboard", "state", "STATIC"]
 
 STATIC = Path(__file__).resolve().parent / "dashboard_static"
 HOUR = 3600.0
+MAX_EPOCHS = 600  # the plots' epochs at most (each read once from the root: one object each)
 
 
 def state(db: Database, epochs: "_Epochs") -> dict[str, Any]:
@@ -135,7 +136,8 @@ def _since(now: float, at: float | None) -> float | None:
 
 
 class _Epochs:
-    """The epochs of the last hour as the root keeps them (``ChangeFeed`` entries), each read once."""
+    """The epochs of the last hour (at most :data:`MAX_EPOCHS`) as the root keeps them (``ChangeFeed``
+    entries), each read once."""
 
     def __init__(self) -> None:
         self._seen: dict[int, dict] = {}
@@ -149,7 +151,7 @@ class _Epochs:
         with self._lock:
             self._seen = {e: v for e, v in self._seen.items() if e >= oldest}
             cutoff = time.time() - HOUR
-            for e in range(last, oldest - 1, -1):
+            for e in range(last, max(oldest, last - MAX_EPOCHS + 1) - 1, -1):
                 if e in self._seen:
                     if self._seen[e]["at"] < cutoff:
                         break
