@@ -151,3 +151,12 @@ def test_a_sources_read_and_a_sinks_first_write_are_jobs_while_they_run(open_db,
     assert sink["seconds"] >= 1.0
     assert db.sql("SHOW JOBS").num_rows == 0
     assert sorted(db.sql("SELECT c FROM n").column(0).to_pylist()) == [1, 2]
+
+
+def test_flush_progress_names_the_jobs_as_show_jobs_does():
+    from millpond.progress import describe_jobs
+
+    rows = [{"job": 4, "kind": "backfill", "relation": "doubled", "records": 600},
+            {"job": 4, "kind": "source", "relation": "landing", "records": None}]
+    assert describe_jobs(rows) == "; backfill doubled (600 records); source landing"
+    assert describe_jobs([]) == ""

@@ -136,7 +136,8 @@ class Database:
             elif self.read_only:
                 out = self._guard.read(lambda: session.run(self.runtime, text))
             else:
-                with self._guard(), shown(progress, lambda: self.runtime.epoch, lambda: self.spark):
+                with self._guard(), shown(progress, lambda: self.runtime.epoch, lambda: self.spark,
+                                          self.runtime.jobs.rows):
                     out = session.run(self.runtime, text)
             failed = False
             return out
@@ -172,7 +173,7 @@ class Database:
         epoch ran; ``SELECT * FROM millpond_source_errors`` lists them."""
         with self._guard():
             self._guard.writable("flush()")
-            with shown(progress, lambda: self.runtime.epoch, lambda: self.spark):
+            with shown(progress, lambda: self.runtime.epoch, lambda: self.spark, self.runtime.jobs.rows):
                 return self.runtime.flush(notice=True)
 
     def read(self, name: str, *, epoch: int | None = None) -> pa.Table:

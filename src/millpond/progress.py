@@ -4,9 +4,10 @@ of epochs), in a terminal or a notebook.
     >>> db.flush(progress=True)                      # doctest: +SKIP
     ⠙ FLUSH: 3 epochs committed, epoch 5 running  ━━━━━━━━╺━━━━━━━  24/40 tasks  0:00:12
 
-What it shows comes from two places, polled a few times a second by a thread (so the epoch loop
-is not slowed): the committed epoch of the coordinator's manifest, and the running Spark stages'
-task counts (the session's status tracker). An epoch is one Spark job; a backfill is usually one
+What it shows comes from three places, polled a few times a second by a thread (so the epoch
+loop is not slowed): the committed epoch of the coordinator's manifest, the running Spark stages'
+task counts (the session's status tracker), and the jobs under way as ``SHOW JOBS`` lists them
+(a backfill's relation and records). An epoch is one Spark job; a backfill is usually one
 big epoch, so the task bar is what moves. The display starts only once the work has taken half a
 second, and goes away when it ends (it is written to stderr: results on stdout stay clean).
 """
@@ -17,22 +18,25 @@ import threading
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Callable
 
-__all__ = ["FlushProgress", "running_tasks", "shown"]
+__all__ = ["FlushProgress", "running_tasks", "shown", "describe_jobs"]
 
 DELAY_SECONDS = 0.5
 POLL_SECONDS = 0.25
 
 
-def shown(show: bool, committed: Callable[[], int], spark: Callable[[], Any]) -> AbstractContextManager:
-    """A :class:`FlushProgress` when ``show`` (``spark()`` gives the session), else nothing."""
-    return FlushProgress(committed, spark()) if show else nullcontext()
+def shown(show: bool, committed: Callable[[], int], spark: Callable[[], Any],
+          jobs: Callable[[], list[dict]] = list) -> AbstractContextManager:
+    """A :class:`FlushProgress` when ``show`` (``spark()`` gives the session; ``jobs()``: the jobs
+    under way, as ``SHOW JOBS`` has them), else nothing."""
+    return FlushProgress(committed, spark(), jobs=jobs) if show else nullcontext()
 
 
 class FlushProgress:
     """A context manager around epochs run on ``spark``; ``committed()`` is the last committed epoch."""
 
-    def __init__(self, committed: Callable[[], int], spark: Any, *, label: str = "FLUSH"):
-        self.committed, self.spark, self.label = committed, spark, label
+    def __init__(self, committed: Callable[[], int], spark: Any, *, label: str = "FLUSH",
+                 jobs: Callable[[], list[dict]] = list):
+        self.committed, self.spark, self.label, self.jobs = committed, spark, label, jobs
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._progress: Any = None
@@ -63,13 +67,19 @@ class FlushProgress:
                 done, total = self._tasks()
                 committed = self.committed() - self._first
                 text = (f"{self.label}: {committed} epoch{'s' * (committed != 1)} committed, "
-                        f"epoch {self.committed() + 1} running")
+                        f"epoch {self.committed() + 1} running{describe_jobs(self.jobs())}")
                 progress.update(task, description=text, completed=done, total=total or None)
                 if self._stop.wait(POLL_SECONDS):
                     break
 
     def _tasks(self) -> tuple[int, int]:
         return running_tasks(self.spark)
+
+
+def describe_jobs(jobs: list[dict]) -> str:
+    """The jobs under way as the display says them (``SHOW JOBS``' numbers): ``; backfill v (600 records)``."""
+    return "".join(f"; {j['kind']} {j['relation']}" + (f" ({j['records']:,} records)" if j.get("records") else "")
+                   for j in jobs)
 
 
 def running_tasks(spark: Any) -> tuple[int, int]:
