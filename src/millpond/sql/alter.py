@@ -45,7 +45,7 @@ def replace_view(rt: Runtime, name: str, sql: str, schema: pa.Schema, depends: t
     new = [(name, sql, schema, depends, plan, on_error)]
     _check_sinks(catalog, name, schema)
     pending = {name: replacement(name)}  # the new definitions' names until the swap
-    planning = replace(catalog, views={**catalog.views, replacement(name): _planned(name, schema)})
+    planning = replace(catalog, views={**catalog.views, replacement(name): _planned(name, schema, plan)})
     sizes = rt.table_sizes()
     for w in readers:
         view = catalog.views[w]
@@ -64,10 +64,10 @@ def replace_view(rt: Runtime, name: str, sql: str, schema: pa.Schema, depends: t
         back = {v: k for k, v in pending.items()}
         deps = (*(back.get(d, d) for d in deps), *map(index_dependency, indexes))
         used = {t: sizes[t] for t in sorted({s.table for s in P.sources(found)}) if t in sizes}
-        new.append((w, view.sql, found_schema, deps, {**P.encode(found), "sizes": used, "shares": shares},
-                    view.on_error))
+        encoded = {**P.encode(found), "sizes": used, "shares": shares}
+        new.append((w, view.sql, found_schema, deps, encoded, view.on_error))
         pending[w] = replacement(w)
-        planning = replace(planning, views={**planning.views, replacement(w): _planned(w, found_schema)})
+        planning = replace(planning, views={**planning.views, replacement(w): _planned(w, found_schema, encoded)})
     for w, text, s, deps, encoded, on_error_ in new:
         catalog = catalog.with_replacement(w, text, s, deps, encoded, on_error=on_error_)
     rt.commit_catalog(catalog)
@@ -87,9 +87,10 @@ def _readers(catalog: Catalog, name: str) -> list[str]:
     return out
 
 
-def _planned(name: str, schema: pa.Schema) -> ViewDef:
-    """What planning a reader over a new definition needs of it: its backfilling name and columns."""
-    return ViewDef(0, replacement(name), "", ViewDef.encode_schema(schema), (), None)
+def _planned(name: str, schema: pa.Schema, plan: dict) -> ViewDef:
+    """What planning a reader over a new definition needs of it: its backfilling name, its columns,
+    its plan (whose row key the planner reads, as it will after the swap)."""
+    return ViewDef(0, replacement(name), "", ViewDef.encode_schema(schema), (), plan)
 
 
 def _reading(query: exp.Expression, names: dict[str, str]) -> exp.Expression:
