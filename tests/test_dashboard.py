@@ -165,3 +165,33 @@ def test_the_dashboard_asks_for_the_servers_password(open_db):
         with pytest.raises(urllib.error.HTTPError) as missing:
             _json(dashboard.url + "api/views/nope", "Basic " + base64.b64encode(b"ada:s3cret").decode())
         assert missing.value.code == 404
+
+
+def test_millpond_ui_serves_a_roots_dashboard_read_only(open_db, root):
+    import re
+    import subprocess
+    import sys
+    import time
+
+    db = open_db()
+    db.sql("CREATE TABLE t (k INT PRIMARY KEY); CREATE MATERIALIZED VIEW n AS SELECT count(*) AS c FROM t")
+    db.sql("INSERT INTO t VALUES (1), (2)")
+    db.flush()
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(repo / "src")}
+    proc = subprocess.Popen([sys.executable, "-m", "millpond.cli", "ui", root, "--port", "0"], env=env,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        line, deadline = "", time.monotonic() + 120
+        while "dashboard of" not in line and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            assert line or proc.poll() is None, "millpond ui exited"
+        url = re.search(r"(http://\S+/)", line).group(1)
+        state = _json(url + "api/state")
+        assert state["read_only"] and [n["name"] for n in state["nodes"] if n["kind"] == "view"] == ["n"]
+        assert next(n for n in state["nodes"] if n["kind"] == "view")["rows"] == 1
+        with urllib.request.urlopen(url, timeout=30) as page:
+            assert b"/static/vendor/cytoscape.min.js" in page.read()
+    finally:
+        proc.terminate()
+        proc.wait(30)
