@@ -112,13 +112,28 @@ def test_seed_example_on_a_standalone_cluster(cluster_spark, s3_url, s3_options)
         state = db.runtime.coordinator.state
         state.compact()
         assert state.stats["compactions"] > 0 and state.stats["compaction_failures"] == 0
+        # the view changed in place on the cluster, its swap's change kept on S3 for a subscriber
+        before = db.epoch
+        new = view["result"].replace("MAX(length)", "MIN(length)")
+        assert new != view["result"]
+        db.sql(f"ALTER MATERIALIZED VIEW result AS {new}")
+        _flush_one(db)
+        ref.check(db, {"result": new}, ("info", "visit"))
+        assert rows(db.read("result", epoch=before)) == [("Fruit", 50), ("Vegetable", 60)]  # the old definition's
+        net: dict = {}
+        for change in db.subscribe("result", before, snapshot=True, timeout=0.5):
+            for r in change.to_pylist():
+                net[(r["category"], r["max_length"])] = net.get((r["category"], r["max_length"]), 0) + r["_w"]
+        assert sorted(k for k, w in net.items() if w) == rows(db.sql("SELECT * FROM result"))
+        swapped = rows(db.sql("SELECT * FROM result"))
+        assert swapped != [("Fruit", 50), ("Vegetable", 60)]
     finally:
         db.close()
     assert _session_alive(cluster_spark), "millpond stopped a Spark session it did not start"
     again = millpond.connect(root, spark=cluster_spark, parallelism=2, interval=None, storage_options=s3_options)
     try:
-        assert rows(again.sql("SELECT * FROM result")) == [("Fruit", 50), ("Vegetable", 60)]
-        assert sorted(map(tuple, again.table("result").collect())) == [("Fruit", 50), ("Vegetable", 60)]
+        assert rows(again.sql("SELECT * FROM result")) == swapped
+        assert sorted(map(tuple, again.table("result").collect())) == swapped
     finally:
         again.close()
     assert _session_alive(cluster_spark)
