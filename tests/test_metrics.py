@@ -53,6 +53,9 @@ def test_the_series_say_what_happened_over_http(open_db, tmp_path):
         assert got[("millpond_state_bytes", (("relation", "s"),))] == state["s"] > 0
         assert got[("millpond_state_files", (("relation", "s"),))] >= 1
         assert got[("millpond_connections", ())] == 0
+        assert all(got[("millpond_jobs", (("kind", k),))] == 0 for k in ("backfill", "alter", "source", "sink"))
+        with db.runtime.jobs.track("sink", "s_out", db.epoch, 5):  # a job under way, as a sink's first write is
+            assert _scrape(metrics.port)[("millpond_jobs", (("kind", "sink"),))] == 1
 
         with psycopg.connect(host="127.0.0.1", port=server.port, user="u", dbname="millpond", autocommit=True) as conn:
             statements = _scrape(metrics.port)[("millpond_statement_duration_seconds_count", ())]

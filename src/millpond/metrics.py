@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 __all__ = ["MetricsServer", "registry", "serve_metrics", "text"]
 
+JOB_KINDS = ("backfill", "alter", "source", "sink")  # millpond.engine.jobs
+
 
 def registry(db: Database) -> CollectorRegistry:
     """A registry of ``db``'s series alone (not the process's default one)."""
@@ -82,6 +84,7 @@ class _Collector:
             yield CounterMetricFamily("millpond_statement_errors", "SQL statements that failed",
                                       value=tally.statement_errors)
         yield GaugeMetricFamily("millpond_epoch", "The last committed epoch", value=rt.epoch)
+        yield from self._jobs(rt)
         yield from self._views(rt, tally)
         yield from self._sources(rt)
         yield from self._compaction(rt)
@@ -124,6 +127,18 @@ class _Collector:
             l0.add_metric([c.name], sum(len(levels.l0) for sid, levels in manifest.states.items()
                                         if sid.startswith(prefix)))
         yield from (size, files, l0)
+
+    def _jobs(self, rt) -> Iterator[Metric]:  # noqa: ANN001
+        jobs = rt.jobs_status().to_pylist()
+        running = GaugeMetricFamily("millpond_jobs", "Jobs under way (SHOW JOBS), by kind", labels=["kind"])
+        for kind in JOB_KINDS:
+            running.add_metric([kind], sum(j["kind"] == kind for j in jobs))
+        progress = GaugeMetricFamily("millpond_job_progress", "A job's progress, 0 to 1 (where it is known)",
+                                     labels=["kind", "relation"])
+        for j in jobs:
+            if j["progress"] is not None:
+                progress.add_metric([j["kind"], j["relation"]], j["progress"])
+        yield from (running, progress)
 
     def _sources(self, rt) -> Iterator[Metric]:  # noqa: ANN001
         lag = GaugeMetricFamily("millpond_source_lag", "How far a source split is behind its upstream's end "
