@@ -7,7 +7,7 @@ operator that owns them.
 
 from __future__ import annotations
 
-__all__ = ["W", "ROW_ID", "KH", "VN", "EP", "DEL", "COUNT", "SEQ", "TICK", "EPOCH", "RESERVED_PREFIX"]
+__all__ = ["W", "ROW_ID", "KH", "VN", "EP", "DEL", "COUNT", "SEQ", "TICK", "EPOCH", "RESERVED_PREFIX", "DEFAULT"]
 
 RESERVED_PREFIX = "_"
 
@@ -21,3 +21,7 @@ COUNT = "_count"  # count change of a row of an additive state table (a read sum
 SEQ = "_seq"  # a log record's sequence number in its channel
 TICK = "_tick"  # the time tick of the group commit that made a log record durable
 EPOCH = "_epoch"  # the epoch that committed a change (subscriptions, a view read as a Spark stream)
+
+# Arrow field metadata of a column that may be missing from stored or inserted records (an added
+# column, or one with a DEFAULT): its default's text as JSON (null: NULL), filled in where it is missing
+DEFAULT = b"millpond.default"

@@ -19,8 +19,7 @@ import pyarrow as pa
 
 from millpond import faults, paths
 from millpond.catalog.retention import DEFAULT_RETENTION, Retention
-from millpond.catalog.types import arrow_type
-from millpond.columns import ROW_ID, W
+from millpond.catalog.tables import Column, TableDef
 from millpond.errors import CatalogError, FencedError
 from millpond.store.objects import AlreadyExists, ObjectStore
 
@@ -36,56 +35,9 @@ __all__ = ["missing_relation", "Column", "TableDef", "ViewDef", "FlowDef", "Func
 # 11: sinks and tables read from files (likewise: an older millpond would not write or read them);
 # 12: Python functions (likewise: an older millpond would read their source as SQL); 13: views
 # altered in place (a definition backfilling beside the one in force, earlier definitions' keys;
-# likewise: an older millpond would drop the new one's state)
-FORMAT = 13
-
-
-@dataclass(frozen=True)
-class Column:
-    name: str
-    type: str  # normalized SQL type, see catalog.types
-    not_null: bool = False  # NOT NULL: a row with NULL here is refused (PostgreSQL's 23502)
-
-
-@dataclass(frozen=True)
-class TableDef:
-    id: int
-    name: str
-    columns: tuple[Column, ...]
-    primary_key: tuple[str, ...] = ()
-    append_only: bool = False  # rows are only ever inserted: the log is the table (no state of its own)
-    # its rows are addressed in state by the primary key's hash (read and written by key); False for
-    # tables made before catalog format 10, whose rows are addressed by the hash of every column
-    key_hashed: bool = False
-    # where its rows also come from: ``(("connector", "files"), ("format", ...), ("path", ...))``
-    # (millpond.connectors.files); () for a table written by statements and inserts only
-    source: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def channel(self) -> str:
-        """The table's log channel has the table's name ..."""
-        return self.name
-
-    @property
-    def channel_id(self) -> str:
-        """... and an id per incarnation, so a recreated table never sees a dropped one's records."""
-        return f"t{self.id}"
-
-    @property
-    def schema(self) -> pa.Schema:
-        """User-visible columns."""
-        return pa.schema([pa.field(c.name, arrow_type(c.type)) for c in self.columns])
-
-    @property
-    def log_schema(self) -> pa.Schema:
-        """Changelog records in the table's channel."""
-        return pa.schema([*self.schema, pa.field(ROW_ID, pa.int64()), pa.field(W, pa.int64())])
-
-    def read_schema(self, columns: Sequence[str]) -> pa.Schema:
-        """The records a reader of ``columns`` takes from the channel: those columns and the
-        weight, in the log's order (a log file is Parquet: the other columns are never decoded)."""
-        wanted = {*columns, W}
-        return pa.schema([f for f in self.log_schema if f.name in wanted])
+# likewise: an older millpond would drop the new one's state); 14: columns with a DEFAULT or added by
+# ALTER TABLE (likewise: an older millpond would not fill them in)
+FORMAT = 14
 
 
 @dataclass(frozen=True)
@@ -277,6 +229,17 @@ class Catalog:
                      source=source)
         return replace(self, next_id=self.next_id + 1, tables={**self.tables, name: t})
 
+    def with_column(self, table: str, column: Column) -> "Catalog":
+        """``ALTER TABLE table ADD COLUMN``: ``column`` numbered by the next id (:meth:`as_seen_by`)."""
+        t = self.tables[table]
+        added = replace(t, columns=(*t.columns, replace(column, added=self.next_id)))
+        return replace(self, next_id=self.next_id + 1, tables={**self.tables, table: added})
+
+    def as_seen_by(self, id: int) -> "Catalog":
+        """The catalog the view, flow or index numbered ``id`` is planned over: its tables without
+        the columns added after it (PostgreSQL expands a view's ``*`` when it is created)."""
+        return replace(self, tables={n: t.as_seen_by(id) for n, t in self.tables.items()})
+
     def with_view(self, name: str, sql: str, schema: pa.Schema, depends_on: tuple[str, ...], plan: dict | None,
                   *, on_error: str = "fail", partial: dict | None = None) -> "Catalog":
         self._check_free(name)
@@ -398,14 +361,14 @@ class Catalog:
         return json.dumps(
             {
                 # an append-only table has no state of its own: older versions must not open the root
-                "format": 13 if self.replacing or any(v.replaced for v in self.views.values()) else 12 if any(f.language != "sql" for f in self.functions.values()) else 11 if self.sinks or any(t.source for t in self.tables.values()) else 10 if any(t.key_hashed for t in self.tables.values()) or any(
+                "format": 14 if any(len(c.encode()) > 3 for t in self.tables.values() for c in t.columns) else 13 if self.replacing or any(v.replaced for v in self.views.values()) else 12 if any(f.language != "sql" for f in self.functions.values()) else 11 if self.sinks or any(t.source for t in self.tables.values()) else 10 if any(t.key_hashed for t in self.tables.values()) or any(
                     (v.plan or {}).get("plan", {}).get("key") for v in [*self.views.values(), *self.flows.values()])
                 else 9 if any(f.cluster for f in self.flows.values()) else 8 if any(v.partial for v in self.views.values()) else 7 if self.indexes else 6 if self.retention else 5 if self.flows else 4 if self.functions else 3 if any(
                     t.append_only for t in self.tables.values()) else 2,
                 "version": self.version,
                 "next_id": self.next_id,
                 "tables": [
-                    {"id": t.id, "name": t.name, "columns": [[c.name, c.type, *([True] if c.not_null else [])] for c in t.columns],
+                    {"id": t.id, "name": t.name, "columns": [c.encode() for c in t.columns],
                      "primary_key": list(t.primary_key), **({"append_only": True} if t.append_only else {}),
                      **({"key_hashed": True} if t.key_hashed else {}),
                      **({"source": dict(t.source)} if t.source else {})}

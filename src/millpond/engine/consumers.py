@@ -16,6 +16,7 @@ partial view's consumer carries its key (:mod:`millpond.engine.partial`).
 
 from __future__ import annotations
 
+import base64
 import logging
 from dataclasses import dataclass
 from typing import ClassVar, Mapping
@@ -53,6 +54,7 @@ class Consumer:
     on_error: str = "fail"  # a data error in its expressions: "fail" (the view is isolated) or "null"
     sql: str = ""  # a view's SQL as the user wrote it (its errors name the column's expression in it)
     schema: pa.Schema | None = None  # a view's or flow's rows: its changes are written with these types
+    defaults: tuple[pa.Field, ...] = ()  # a table's columns its older rows lack (TableDef.defaults)
 
     # what its kind says (a kind overrides; the unannotated ones are fields of the kinds that have them)
     views = ()  # the views whose changes it reads, computed before it in an epoch (View.views)
@@ -74,9 +76,15 @@ class Consumer:
         ``columns`` (some of :attr:`columns`) a projection read by :func:`committed_rows`."""
         levels = manifest.state(self.rows_state)
         if columns is not None:
-            return committed_rows(store, levels, columns, name=self.rows_state)
+            return committed_rows(store, levels, columns, name=self.rows_state, defaults=self.defaults)
         part = Materialize(self.columns, self.name).parts()["rows"]
-        return StateTable(store, levels, part.keys, additive=part.additive, name=self.rows_state)
+        return StateTable(store, levels, part.keys, additive=part.additive, name=self.rows_state,
+                          defaults=self.defaults)
+
+    @property
+    def encoded_defaults(self) -> str:
+        """:attr:`defaults` as the manifest keeps them for compaction (``Manifest.defaults``)."""
+        return base64.b64encode(pa.schema(self.defaults).serialize().to_pybytes()).decode()
 
     def ranges(self, catalog: Catalog, manifest: Manifest, ends: dict[str, int]) -> dict[str, tuple[int, int]]:
         """What it reads of each table channel its plan reads this epoch: from its committed offset
@@ -192,8 +200,10 @@ def table_plan(table: TableDef) -> P.Materialize:
 
 
 def index_plan(index: IndexDef, table: TableDef) -> P.Arrange:
-    """An index's consumer: every column of the table, arranged by the index's columns."""
-    return P.Arrange(P.Source(table.name, tuple((c.name, c.name) for c in table.columns)), index.columns, node_id=1)
+    """An index's consumer: every column of the table (as the index was created: none added since),
+    arranged by the index's columns."""
+    columns = table.as_seen_by(index.id).columns
+    return P.Arrange(P.Source(table.name, tuple((c.name, c.name) for c in columns)), index.columns, node_id=1)
 
 
 def table_rows_state(table: TableDef) -> str:
@@ -208,12 +218,12 @@ def index_rows_state(index_id: int) -> str:
 
 
 def committed_rows(store: ObjectStore, levels: Levels, columns: tuple[str, ...], *,
-                   name: str = "state") -> StateTable:
+                   name: str = "state", defaults: tuple[pa.Field, ...] = ()) -> StateTable:
     """The one reader of a relation's committed rows, its columns ``columns`` only, from its rows
     state's ``levels`` (:meth:`Consumer.rows`; a Spark task is shipped the levels): the multiset of
     the rows' projection, a row's copies perhaps apart (its counts are summed only when one nets
     against another), which converts none of the other columns."""
-    return StateTable(store, levels, columns, additive=True, name=name, summed=False)
+    return StateTable(store, levels, columns, additive=True, name=name, summed=False, defaults=defaults)
 
 
 def consumers(catalog: Catalog, view_plans: dict[str, P.Materialize]) -> list[Consumer]:
@@ -223,8 +233,8 @@ def consumers(catalog: Catalog, view_plans: dict[str, P.Materialize]) -> list[Co
     out: list[Consumer] = []
     for t in catalog.tables.values():
         row = (f"o{t.id}", t.id, t.name, table_plan(t), (*(c.name for c in t.columns), ROW_ID))
-        out.append(FlowTarget(*row, fed_by=fed[t.name]) if t.name in fed else
-                   KeyedTable(*row) if t.primary_key else KeylessTable(*row))
+        out.append(FlowTarget(*row, fed_by=fed[t.name], defaults=t.defaults) if t.name in fed else
+                   KeyedTable(*row, defaults=t.defaults) if t.primary_key else KeylessTable(*row, defaults=t.defaults))
     out += [Index(f"o{i.id}", i.id, i.name, index_plan(i, catalog.tables[i.table]), ())
             for i in catalog.indexes.values()]
     named = [*((v.name, v) for v in catalog.views.values()),

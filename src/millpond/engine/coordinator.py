@@ -283,10 +283,10 @@ class Coordinator:
         # 5. commit: the one atomic write (compaction, step 6, starts inside it, in the background)
         failed = {k: v for k, v in {**self.manifest.failed, **failures}.items() if k in live}  # dropped: gone
         self.state.commit(epoch, new_ssts, offsets, keep=lambda sid: sid.split(".", 1)[0] in stateful, failed=failed,
-                          expiry={sid: floor for c, _ in work for sid, floor in c.expires(offsets[c.key]).items()})
+                          expiry={sid: floor for c, _ in work for sid, floor in c.expires(offsets[c.key]).items()},
+                          defaults={c.rows_state: c.encoded_defaults for c in consumers if c.defaults and c.keeps_rows})
         faults.point("epoch.after_commit")
-        names = {c.key: c.name for c in consumers}
-        texts = {c.key: c.sql for c in consumers}
+        names, texts = {c.key: c.name for c in consumers}, {c.key: c.sql for c in consumers}
         for k, f in failures.items():
             log.warning("%s", describe_failure(f, texts.get(k)))
         return EpochReport(epoch, Changelogs(self.changes, {names[k]: v for k, v in changes.items() if v is not None}),

@@ -6,17 +6,22 @@ A value of another type is converted as PostgreSQL assigns it to the column
 read by the column type's input rules), or refused in PostgreSQL's words. An INTERVAL column (the
 struct ``months, days, micros``) also takes Arrow ``month_day_nano_interval`` and durations
 (:mod:`millpond.log.intervals`). A JSONB column takes JSON text (strings, or Arrow's ``arrow.json``
-extension type), kept as PostgreSQL prints it (:mod:`millpond.jsonb`).
+extension type), kept as PostgreSQL prints it (:mod:`millpond.jsonb`). A column whose field has a
+default (:data:`~millpond.columns.DEFAULT`: added by ``ALTER TABLE``, or declared with ``DEFAULT``)
+may be left out: it is filled in, as it is in stored records older than it (:mod:`millpond.defaults`).
 """
 
 from __future__ import annotations
 
 from typing import Any, Collection, Mapping, Sequence
 
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from millpond import jsonb
+from millpond.columns import DEFAULT
+from millpond.defaults import fill
 from millpond.errors import SchemaError
 from millpond.log.assign import Unassignable, assign
 from millpond.log.intervals import INTERVAL as _INTERVAL, from_interval, to_interval
@@ -43,6 +48,9 @@ def conform(where: str, schema: pa.Schema, data: Any, *, key: Sequence[str] = ()
     elif not isinstance(data, pa.Table):
         raise SchemaError(f"{where}: expected a pyarrow Table, RecordBatch or dict of columns, "
                           f"got {type(data).__name__}")
+    for f in schema:
+        if f.name not in data.column_names and f.metadata and DEFAULT in f.metadata:
+            data = data.append_column(f.name, fill(f, data.num_rows))
     missing = [n for n in schema.names if n not in data.column_names]
     extra = [n for n in data.column_names if n not in schema.names]
     if missing or extra:
@@ -98,3 +106,4 @@ def _jsonb(where: str, name: str, col: pa.ChunkedArray) -> pa.ChunkedArray:
             raise SchemaError(f"{where}: column {name!r} row {row}: {reason}",
                               sqlstate=str(exc).rsplit("SQLSTATE: ", 1)[-1]) from None
     return pa.chunked_array([jsonb.wrap(out)])
+

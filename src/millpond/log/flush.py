@@ -16,7 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from millpond import paths
-from millpond.columns import TICK
+from millpond.columns import SEQ, TICK
+from millpond.defaults import fit
 from millpond.log.live import Live
 from millpond.log.state import Piece, read_channels, with_hidden
 from millpond.log.wal import Listing, SegmentName, decode_entry, list_segments, read_segment, scan
@@ -92,12 +93,14 @@ def flush_segment(store: ObjectStore, live: Live, name: SegmentName) -> None:
                 frames_by_ch[e.channel].append(with_hidden(t, e.first, f.tick))
                 first_by_ch.setdefault(e.channel, e.first)
             last_tick = max(last_tick, f.tick)
-    existing = {i.id for i in read_channels(store)}  # a channel dropped meanwhile is not flushed
+    existing = {i.id: i for i in read_channels(store)}  # a channel dropped meanwhile is not flushed
     written: dict[str, Piece] = {}
     for ch, tables in frames_by_ch.items():
         if ch not in existing:
             continue  # a dropped channel
-        table = pa.concat_tables(tables)
+        # each record with the channel's columns now: a frame older than a column added since is filled in
+        schema = pa.schema([*existing[ch].schema, pa.field(SEQ, pa.int64()), pa.field(TICK, pa.int64())])
+        table = pa.concat_tables([fit(t, schema) for t in tables])
         first, end = first_by_ch[ch], first_by_ch[ch] + table.num_rows
         key = paths.log_data_key(ch, first, end, table.column(TICK)[-1].as_py())
         meta = {b"millpond.seq": f"{first}-{end}".encode(),

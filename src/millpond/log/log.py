@@ -64,6 +64,7 @@ from typing import Callable
 import pyarrow as pa
 
 from millpond import paths
+from millpond.columns import DEFAULT
 from millpond.errors import FencedError, MillpondError, StorageError
 from millpond.log.appends import Part, records, upserts
 from millpond.log.channel import Channel, Transaction, check_channel_name
@@ -143,7 +144,7 @@ class Log:
             found = self._infos.get(name) or self._load_info(name)
             if found is not None and (id is None or found.id == id):
                 if not found.schema.equals(schema):
-                    raise MillpondError(f"log channel {name!r} exists with another schema: {found.schema}")
+                    found = self._evolve(found, schema)
                 if table_key is not None and found.table_key != tuple(table_key):
                     found = replace(found, table_key=tuple(table_key))
                     self.store.put(paths.log_channel_key(name), found.encode())
@@ -164,6 +165,24 @@ class Log:
                 self.store.put(paths.log_channel_key(name), info.encode())
             self._remember(info)
             return Channel(self, info)
+
+    def _evolve(self, found: ChannelInfo, schema: pa.Schema) -> ChannelInfo:
+        """A table's channel with the columns added to it since (``schema`` has them: fields with
+        a default, which readers fill into older records: :func:`~millpond.defaults.fit`), or as
+        it is when ``schema`` is an older version of it (a writer whose catalog predates the column)."""
+        found = self._load_info(found.name) or found  # another process may have added them already
+        old, new = ({f.name: f for f in sch} for sch in (found.schema, schema))
+        if all(n in new and f.type.equals(new[n].type) for n, f in old.items()) \
+                and all(f.metadata and DEFAULT in f.metadata for n, f in new.items() if n not in old):
+            if len(new) > len(old):
+                found = replace(found, schema=schema)
+                self.store.put(paths.log_channel_key(found.name), found.encode())
+            self._remember(found)
+            return found
+        if all(n in old and f.type.equals(old[n].type) for n, f in new.items()) \
+                and all(f.metadata and DEFAULT in f.metadata for n, f in old.items() if n not in new):
+            return found
+        raise MillpondError(f"log channel {found.name!r} exists with another schema: {found.schema}")
 
     def check_table_name(self, name: str) -> None:
         """Raise unless a new table ``name`` can have its channel: a name the log can store, not

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 from millpond import paths
 from millpond.columns import SEQ, TICK
 from millpond.errors import MissingError, StorageError
+from millpond.defaults import fit
 from millpond.log.wal import SegmentName, decode_entry, list_segments, read_segment, rebase, scan
 from millpond.store.objects import ObjectStore
 
@@ -215,7 +216,7 @@ def read_pieces(store: ObjectStore, channel_id: str, schema: pa.Schema, pieces: 
         frame = scan(frame_bytes)[0]
         if not frame:
             raise StorageError(f"log segment {p.key!r}: the frame at byte {p.offset} is corrupt (checksum)")
-        table = decode_entry(frame_bytes, frame[0], channel_id).select(schema.names).cast(schema)
+        table = fit(decode_entry(frame_bytes, frame[0], channel_id), schema)
         table = with_hidden(table, p.first, frame[0].tick)
         parts.append(table.slice(lo - p.first, hi - lo))
     if not parts:
@@ -235,12 +236,13 @@ def with_hidden(table: pa.Table, first: int, tick: int) -> pa.Table:
 def _read_parquet(store: ObjectStore, key: str, schema: pa.Schema, lo: int, hi: int) -> pa.Table:
     """Records ``[lo, hi)`` of a flushed file, found by their ``_seq`` (a compacted file holds
     some of its range's sequence numbers only: :meth:`~millpond.log.channel.Channel.compact`)."""
-    table = pq.read_table(pa.BufferReader(store.get(key)), columns=[*schema.names, SEQ, TICK])
+    file = pq.ParquetFile(pa.BufferReader(store.get(key)))
+    present = set(file.schema_arrow.names)  # a file older than a column added since lacks it
+    table = file.read(columns=[*(n for n in schema.names if n in present), SEQ, TICK])
     seq = table.column(SEQ).to_numpy()
     a, b = np.searchsorted(seq, [lo, hi], side="left")
     table = table.slice(int(a), int(b - a))
-    out = table.select([*schema.names, SEQ, TICK]).cast(pa.schema([*schema, pa.field(SEQ, pa.int64()),
-                                                                     pa.field(TICK, pa.int64())]))
+    out = fit(table, pa.schema([*schema, pa.field(SEQ, pa.int64()), pa.field(TICK, pa.int64())]))
     return out.replace_schema_metadata({COMPACTED: b"1"}) if (table.schema.metadata or {}).get(COMPACTED) else out
 
 

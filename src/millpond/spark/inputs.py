@@ -176,7 +176,8 @@ class Inputs:
         keys = [exprs.get(g) for g in node.group]
         if not keys or not all(isinstance(k, exp.Column) and k.name in renames for k in keys):
             return True
-        sid = self.committed(self.tables[source.table])
+        t = self.tables[source.table]
+        sid = self.committed(t)
         if sid is None:
             return True
         levels = self.job.manifest.state(sid)
@@ -184,7 +185,7 @@ class Inputs:
         if stored < 4 * SAMPLE_ROWS:
             return True
         cols = tuple(dict.fromkeys(renames[k.name] for k in keys))
-        state = committed_rows(open_store(self.job.root, self.job.storage), levels, cols)
+        state = committed_rows(open_store(self.job.root, self.job.storage), levels, cols, defaults=t.defaults)
         sample, share = state.sample(SAMPLE_ROWS)
         if sample is None or sample.num_rows == 0:
             return True
@@ -206,7 +207,8 @@ class Inputs:
         schema = to_arrow_schema(self.spark.createDataFrame([], ddl).schema, timezone="UTC")
         levels = self.job.manifest.state(table_rows_state(t))
         slices = read_slices(levels, n)
-        read = partial(read_rows, self.job.root, self.job.storage, levels, names, slices, schema, row_id=row_id)
+        read = partial(read_rows, self.job.root, self.job.storage, levels, names, slices, schema, row_id=row_id,
+                       defaults=t.defaults)
         return self.spark.range(0, slices, 1, n).mapInArrow(read, ddl)
 
     def _scan(self, t: TableDef, start: int, stop: int, cols: tuple[str, ...]) -> DataFrame:
@@ -378,13 +380,14 @@ def groups_estimate(sample: pa.Table, fraction: float) -> float:
 
 
 def read_rows(root: str, storage: dict, levels: Levels, columns: tuple[str, ...], slices: int, schema: pa.Schema,
-              batches: Iterator[pa.RecordBatch], *, row_id: bool = True) -> Iterator[pa.RecordBatch]:
+              batches: Iterator[pa.RecordBatch], *, row_id: bool = True, defaults: tuple[pa.Field, ...] = ()
+              ) -> Iterator[pa.RecordBatch]:
     """A Spark task of :meth:`Builder._rows`: for each slice number in ``batches``, the rows of a
     table's rows state (``levels``) whose key hash falls in that slice of the 64-bit range (a
     view's, with no ``_row_id``, for :meth:`Builder._view`)."""
     store = open_store(root, storage)
     extra = (ROW_ID,) if row_id else ()
-    state = committed_rows(store, levels, (*columns, *extra))
+    state = committed_rows(store, levels, (*columns, *extra), defaults=defaults)
     width = (1 << 64) // slices
     for batch in batches:
         for i in batch.column(0).to_pylist():

@@ -1,6 +1,6 @@
 """``ALTER``: a view's new definition (``ALTER MATERIALIZED VIEW v AS ...``, ``CREATE OR REPLACE
 MATERIALIZED VIEW``; swapped in by :mod:`millpond.engine.alter`), ``ALTER MATERIALIZED VIEW ...
-RENAME TO``, and the ``ALTER TABLE`` actions millpond refuses, by name.
+RENAME TO``, ``ALTER TABLE ... ADD COLUMN``, and the ``ALTER TABLE`` actions millpond refuses, by name.
 
 A new definition of ``v`` is planned like a ``CREATE``; every view that reads ``v`` (and the views
 that read those) gets a new definition of its own: its query, as stored, planned again over the new
@@ -18,14 +18,16 @@ import pyarrow as pa
 from sqlglot import exp
 
 from millpond.catalog import Catalog, ViewDef, index_dependency, replacement
+from millpond.columns import RESERVED_PREFIX
 from millpond.engine import plan as P
 from millpond.engine.runtime import Runtime
 from millpond.errors import CatalogError, MillpondError, SqlError
+from millpond.sql.column_defs import column_def
 from millpond.sql.indexes import choose
 from millpond.sql.planner import plan_view
 from millpond.sql.statements import command_rest, source, view_query
 
-__all__ = ["replace_view", "alter_command", "alter"]
+__all__ = ["replace_view", "alter_command", "alter", "add_columns"]
 
 
 def replace_view(rt: Runtime, name: str, sql: str, schema: pa.Schema, depends: tuple[str, ...], plan: dict, *,
@@ -135,18 +137,60 @@ def alter_command(rt: Runtime, s: exp.Command) -> None:
 
 
 def alter(rt: Runtime, s: exp.Alter) -> None:
-    """``ALTER TABLE``: its actions are refused, each by name (``ADD COLUMN`` too, for now)."""
+    """``ALTER TABLE t ADD [COLUMN] [IF NOT EXISTS] c type [DEFAULT constant] [NOT NULL], ...``
+    (:func:`add_columns`); other actions are refused, each by name."""
     kind = (s.args.get("kind") or "").upper()
     name = s.this.name
-    for action in s.args.get("actions") or []:
+    actions = s.args.get("actions") or []
+    for action in actions:
         if isinstance(action, exp.AlterRename):
             if name in rt.catalog.views:
                 raise SqlError("use ALTER MATERIALIZED VIEW to rename a materialized view", sqlstate="42809")
             raise SqlError(f"ALTER {kind} {name} RENAME TO: a table cannot be renamed (its name is its log "
                            "channel's); create a table with the new name and insert its rows", sqlstate="0A000")
-        if isinstance(action, exp.ColumnDef):
-            raise SqlError(f"ALTER TABLE {name} ADD COLUMN {action.name}: not supported yet (a table's log and state "
-                           "keep the columns it was created with); create a table with the column, INSERT INTO it "
-                           f"SELECT ... FROM {name}, and create the views over it", sqlstate="0A000")
-        raise SqlError(f"ALTER {kind} ... {action.sql('postgres')[:60]!r} is not supported (ALTER MATERIALIZED VIEW "
-                       "v AS <query> and RENAME TO are)", sqlstate="0A000")
+        if not isinstance(action, exp.ColumnDef):
+            raise SqlError(f"ALTER {kind} ... {action.sql('postgres')[:60]!r} is not supported (ALTER TABLE ... ADD "
+                           "COLUMN, ALTER MATERIALIZED VIEW v AS <query> and RENAME TO are)", sqlstate="0A000")
+    if actions:
+        add_columns(rt, name, actions, if_exists=bool(s.args.get("exists")))
+
+
+def add_columns(rt: Runtime, name: str, defs: list[exp.ColumnDef], *, if_exists: bool = False) -> None:
+    """Add the columns to table ``name`` in one catalog version, then to its log channel (a crash
+    between: the next open adds them there). Nothing is rewritten: records older than a column are
+    filled with its default when read, and the views, flows and indexes made before it are planned
+    without it (:meth:`~millpond.catalog.TableDef.as_seen_by`): their rows do not change."""
+    if name in rt.catalog.views:
+        raise SqlError(f'"{name}" is not a table (it is a materialized view: ALTER MATERIALIZED VIEW changes '
+                       "its query)", sqlstate="42809")
+    if name not in rt.catalog.tables and if_exists:
+        return
+    t = rt.catalog.table(name)
+    if t.source:
+        raise SqlError(f"ALTER TABLE {name} ADD COLUMN: table {name!r} reads its rows from connector "
+                       f"{dict(t.source).get('connector')!r}, whose columns it keeps; create it again", sqlstate="0A000")
+    if (flow := rt.catalog.sink_of(name)) is not None:
+        raise SqlError(f"ALTER TABLE {name} ADD COLUMN: table {name!r} is the sink of flow {flow.name!r}, whose "
+                       "query gives its columns", sqlstate="0A000")
+    if t.primary_key and False:
+        raise SqlError(f"ALTER TABLE {name} ADD COLUMN: not supported yet for a table with a primary key (its rows "
+                       "state keeps the columns it was created with; a table without one takes new columns)",
+                       sqlstate="0A000")
+    catalog, names = rt.catalog, {c.name for c in t.columns}
+    for d in defs:
+        if d.name in names:
+            if d.args.get("exists"):
+                continue  # PostgreSQL notices and skips it
+            raise SqlError(f'column "{d.name}" of relation "{name}" already exists', sqlstate="42701")
+        if d.name.startswith(RESERVED_PREFIX):
+            raise SqlError(f"ALTER TABLE {name} ADD COLUMN {d.name}: a name starting with {RESERVED_PREFIX!r} is "
+                           "reserved by millpond")
+        column = column_def(rt, name, d)
+        if column.not_null and column.default is None and rt.log.channel(t.channel).end:
+            raise SqlError(f'column "{d.name}" of relation "{name}" contains null values', sqlstate="23502",
+                           hint="give it a DEFAULT (its rows so far take it), or add it without NOT NULL")
+        catalog, names = catalog.with_column(name, column), names | {d.name}
+    if catalog is not rt.catalog:
+        rt.commit_catalog(catalog)
+        t = rt.catalog.tables[name]
+        rt.log.create_channel(t.channel, t.log_schema, id=t.channel_id, table_key=t.primary_key)

@@ -15,8 +15,7 @@ import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
-from millpond.catalog import Column, FunctionDef, Retention, index_dependency
-from millpond.catalog.types import normalize_type
+from millpond.catalog import FunctionDef, Retention, index_dependency
 from millpond.columns import RESERVED_PREFIX
 from millpond.connectors import check as check_source, dropped as source_dropped, local_listing_error
 from millpond.engine import plan as P
@@ -25,6 +24,7 @@ from millpond.engine.partial import trace as partial_trace
 from millpond.engine.runtime import Runtime
 from millpond.errors import CatalogError, MillpondError, MillpondNotice, SqlError
 from millpond.sql import functions
+from millpond.sql.column_defs import column_def
 from millpond.sql.indexes import choose
 from millpond.sql.planner import plan_view
 from millpond.sql.query import bind_select
@@ -63,11 +63,7 @@ def _create_table(rt: Runtime, s: exp.Create) -> None:
     cols, pk = [], []
     for d in schema.expressions:
         if isinstance(d, exp.ColumnDef):
-            if d.args.get("kind") is None:
-                raise SqlError(f"column {d.name!r} of {name!r} needs a type")
-            not_null = any(isinstance(c.args.get("kind"), exp.NotNullColumnConstraint) and not c.args["kind"].args.get(
-                "allow_null") for c in d.args.get("constraints") or [])
-            cols.append(Column(d.name, normalize_type(d.args["kind"]), not_null))
+            cols.append(column_def(rt, name, d))
             if any(isinstance(c.args.get("kind"), exp.PrimaryKeyColumnConstraint)
                    for c in d.args.get("constraints") or []):
                 pk.append(d.name)

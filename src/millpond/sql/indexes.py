@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from typing import Iterable
 
 import pyarrow as pa
 from sqlglot import exp
 
-from millpond.catalog import Catalog
+from millpond.catalog import Catalog, IndexDef
 from millpond.engine import plan as P
 from millpond.engine.executor import EpochExecutor
 from millpond.engine.explain import columns as plan_columns
@@ -90,7 +91,7 @@ def share(plan: P.Materialize, catalog: Catalog, skip: frozenset[int] = frozense
         for index in sorted(catalog.indexes.values(), key=lambda i: i.name):
             if index.table != below.table or index.id in skip or (only is not None and index.id not in only) \
                     or len(set(names)) != len(names) \
-                    or sorted(index.columns) != sorted(names):
+                    or sorted(index.columns) != sorted(names) or not _holds(catalog, index, srcs.values()):
                 continue
             order = [names.index(c) for c in index.columns]  # the join's keys in the index's order
             shared = (index.id, node.shared[1]) if side == 0 else (node.shared[0], index.id)
@@ -124,10 +125,11 @@ def _delta_joins(plan: P.Materialize, catalog: Catalog, skip: frozenset[int], on
         ids[0] += 1
         return ids[0]
 
-    def usable(table: str, columns: list[str]):  # noqa: ANN202
+    def usable(table: str, columns: list[str], reads: Iterable[str]):  # noqa: ANN202
         for index in sorted(catalog.indexes.values(), key=lambda i: i.name):
             if index.table == table and index.id not in skip and (only is None or index.id in only) \
-                    and sorted(index.columns) == sorted(columns) and len(set(columns)) == len(columns):
+                    and sorted(index.columns) == sorted(columns) and len(set(columns)) == len(columns) \
+                    and _holds(catalog, index, reads):
                 return index
         return None
 
@@ -160,7 +162,7 @@ def _delta_joins(plan: P.Materialize, catalog: Catalog, skip: frozenset[int], on
                 cols = dict(x.columns)
                 if not all(k.name in cols for k in mid_keys):
                     continue
-                ix = usable(x.table, [cols[k.name] for k in mid_keys])
+                ix = usable(x.table, [cols[k.name] for k in mid_keys], cols.values())
                 if ix is None:
                     continue
                 terms = [
@@ -190,6 +192,12 @@ def _delta_joins(plan: P.Materialize, catalog: Catalog, skip: frozenset[int], on
     out = walk(plan)
     assert isinstance(out, P.Materialize)
     return out
+
+
+def _holds(catalog: Catalog, index: IndexDef, columns: Iterable[str]) -> bool:
+    """Whether ``index`` keeps the table's ``columns``: not one added to the table after it (its rows
+    are the table's as the index was created: :func:`~millpond.engine.consumers.index_plan`)."""
+    return not {c.name for c in catalog.tables[index.table].columns if c.added > index.id} & set(columns)
 
 
 def _nodes(node: P.Node) -> list[P.Node]:

@@ -110,7 +110,10 @@ def describe(rt: Runtime, s: exp.Describe) -> pa.Table:
         rows = [(f.name, sql_type(f.type), None) for f in system.schema]
         return _describe_table(rows + [("kind", None, "system view")])
     if isinstance(rel, TableDef):
-        rows = [(c.name, c.type, "primary key" if c.name in rel.primary_key else None) for c in rel.columns]
+        rows = [(c.name, c.type, ", ".join([*(["primary key"] if c.name in rel.primary_key else []),
+                                             *(["not null"] if c.not_null else []),
+                                             *([f"default {c.default}"] if c.default is not None else [])]) or None)
+                for c in rel.columns]
         rows += [("kind", None, "table"),
                  ("primary key", None, ", ".join(rel.primary_key) or "none (rows may repeat)"),
                  ("append only", None, "true" if rel.append_only else "false")]

@@ -78,7 +78,9 @@ def bind_plans(catalog: Catalog, *, mode: str = "verify") -> Catalog:
 
 def _derive(v, catalog: Catalog, *, legacy: bool) -> P.Materialize:  # noqa: ANN001
     """The plan this millpond derives from the SQL of view or flow ``v``; a view pre-aggregates below
-    its joins if its stored plan does (a choice made at CREATE)."""
+    its joins if its stored plan does (a choice made at CREATE). The tables it reads are as it was
+    created over them: without the columns added since (a ``*`` of a view means what it meant)."""
+    catalog = catalog.as_seen_by(v.id)
     if isinstance(v, FlowDef):
         return flow_plan(parse_flow(v.sql), catalog, legacy=legacy)[0]
     return plan_view(view_query(v.sql), catalog, views=_reads_views(v, catalog), eager=_eager(v), legacy=legacy,

@@ -31,13 +31,16 @@ Outputs become visible only when the coordinator applies the result in a new man
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import base64
+from dataclasses import dataclass, replace
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
 
 from millpond.columns import COUNT, DEL, EP, KH
+from millpond.errors import InvariantError
+from millpond.defaults import fill
 from millpond.store.manifest import Levels
 from millpond.store.objects import ObjectStore, open_store
 from millpond.store.sst import SstMeta, SstRef, open_sst, scan_sst, write_sst
@@ -74,6 +77,7 @@ class Task:
     target_file_bytes: int
     expiry: tuple | None = None  # (time key column, floor[, key floor]): older keys are dropped
     move: bool = False  # one file that overlaps nothing in the target level: moved there, not rewritten
+    defaults: str | None = None  # columns older inputs lack, with their defaults (Manifest.defaults)
 
 
 def l0_runs(l0: tuple[SstRef, ...]) -> int:
@@ -100,8 +104,14 @@ def _mostly_below(ref: SstRef, floor: int) -> bool:
 
 
 def pick(state: str, levels: Levels, policy: Policy, safe_epoch: int, prefix: str,
-         expiry: list | tuple | None = None) -> Task | None:
+         expiry: list | tuple | None = None, defaults: str | None = None) -> Task | None:
     """The next merge for one state table, or None when its shape is within the policy."""
+    task = _pick(state, levels, policy, safe_epoch, prefix, expiry)
+    return task if task is None or defaults is None else replace(task, defaults=defaults)
+
+
+def _pick(state: str, levels: Levels, policy: Policy, safe_epoch: int, prefix: str,
+          expiry: list | tuple | None) -> Task | None:
     deeper = list(levels.levels)
     for i, level in enumerate(deeper, start=1) if expiry is not None and len(expiry) > 2 else ():
         if stale := tuple(r for r in level if _mostly_below(r, expiry[2])):  # merged in place
@@ -186,7 +196,12 @@ def run_task(store: ObjectStore, task: Task) -> tuple[SstRef, ...]:
     if task.move:
         return task.inputs
     metas = [open_sst(store, ref) for ref in task.inputs]
-    keys, additive = metas[0].keys, metas[0].additive
+    keys, additive = max((m.keys for m in metas), key=len), metas[0].additive  # the newest: columns added since
+    defaults = () if task.defaults is None else tuple(pa.ipc.read_schema(pa.py_buffer(base64.b64decode(task.defaults))))
+    for m in metas:  # a column an older file lacks, with no default known: merged, its rows would say NULL
+        if lost := set(keys) - set(m.keys) - {f.name for f in defaults}:
+            raise InvariantError(f"state {task.state}: file {m.ref.key} lacks columns {sorted(lost)} and no default "
+                                 "is recorded for them")
     outputs: list[SstRef] = []
 
     def write(rows: pl.DataFrame) -> None:
@@ -194,7 +209,7 @@ def run_task(store: ObjectStore, task: Task) -> tuple[SstRef, ...]:
                                  additive=additive))
     carry: pl.DataFrame | None = None  # the last range's rows short of a file: the next range's keys follow theirs
     for lo, hi in _ranges(metas, MERGE_BYTES):  # a loop per range of keys
-        tables = [t for ref in task.inputs if (t := scan_sst(store, ref, lo, hi)) is not None]
+        tables = [_fit(t, defaults) for ref in task.inputs if (t := scan_sst(store, ref, lo, hi)) is not None]
         if not tables:
             continue
         rows = pl.from_arrow(pa.concat_tables(tables, promote_options="permissive"))
@@ -216,6 +231,14 @@ def run_task(store: ObjectStore, task: Task) -> tuple[SstRef, ...]:
     if carry is not None:
         write(carry)
     return tuple(outputs)
+
+
+def _fit(rows: pa.Table, defaults: tuple[pa.Field, ...]) -> pa.Table:
+    """A file's rows with the columns added since it was written, as their defaults."""
+    for f in defaults:
+        if f.name not in rows.column_names:
+            rows = rows.append_column(f, fill(f, rows.num_rows))
+    return rows
 
 
 def _ranges(metas: list[SstMeta], budget: int) -> list[tuple[int | None, int | None]]:

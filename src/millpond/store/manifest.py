@@ -75,6 +75,9 @@ class Manifest:
     # older time are never read again (a flow's expired windows), and compaction drops them; with a
     # key floor (a state in time order), every key below it is of an older time
     expiry: dict[str, list] = field(default_factory=dict)
+    # state -> the Arrow schema (IPC, base64) of columns its older files lack, with their defaults (a
+    # table's rows state after ALTER TABLE ... ADD COLUMN): compaction fills them into what it merges
+    defaults: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> bytes:
         body = {
@@ -86,6 +89,7 @@ class Manifest:
             "offsets": self.offsets,
             "failed": self.failed,
             **({"expiry": self.expiry} if self.expiry else {}),
+            **({"defaults": self.defaults} if self.defaults else {}),
         }
         return json.dumps(body, sort_keys=True).encode()
 
@@ -104,6 +108,7 @@ class Manifest:
             offsets=body["offsets"],
             failed=body.get("failed", {}),
             expiry=body.get("expiry", {}),
+            defaults=body.get("defaults", {}),
         )
 
     def state(self, state_id: str) -> Levels:

@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 
 from millpond.columns import COUNT, DEL, EP, KH
 from millpond.errors import InvariantError, MillpondError
+from millpond.defaults import fill
 from millpond.store.manifest import Levels
 from millpond.store.objects import ObjectStore
 from millpond.store.sst import SstRef, lookup_sst, open_sst, scan_sst, vnode_bitmap, write_sst
@@ -45,6 +46,8 @@ class StateTable:
     name: str = "state"
     buffered: tuple[pa.Table, ...] = ()  # a writer's uncommitted rows (shared buffer), with ``_ep``
     summed: bool = True  # an additive read gives equal rows as one; False: a row's copies may come apart
+    # columns older files lack (a table's, added since), filled with their defaults (millpond.defaults.fill)
+    defaults: tuple[pa.Field, ...] = ()
 
     def lookup(self, kh: np.ndarray) -> pl.DataFrame | None:
         """All live rows whose ``_kh`` is in ``kh`` (batched multi-get); None if no state."""
@@ -64,7 +67,7 @@ class StateTable:
             for i in np.unique(which[which >= 0]).tolist():  # per file, not per key
                 if self._visible(level[i]):
                     parts.append(lookup_sst(self.store, level[i], wanted[which == i]))
-        return self._merge(parts)
+        return self._merge([self._fit(p) for p in parts])
 
     def scan(self, lo: int | None = None, hi: int | None = None) -> pl.DataFrame | None:
         """Every live row with ``lo <= _kh < hi`` (bounds optional): a snapshot or range read."""
@@ -113,13 +116,19 @@ class StateTable:
         return merged.to_arrow() if keep is None else keep(merged.to_arrow())
 
     def _parts(self, lo: int | None, hi: int | None) -> list[pa.Table | None]:
-        parts = [scan_sst(self.store, ref, lo, hi) for ref in self.levels.files() if self._visible(ref)]
+        parts = [self._fit(scan_sst(self.store, ref, lo, hi)) for ref in self.levels.files() if self._visible(ref)]
         for t in self.buffered:
             kh = t.column(KH)
             keep = pc.and_(pc.greater_equal(kh, lo if lo is not None else -(1 << 63)),
                            pc.less(kh, hi) if hi is not None else pc.is_valid(kh))
             parts.append(t.filter(keep))
         return parts
+
+    def _fit(self, part: pa.Table | None) -> pa.Table | None:
+        for f in self.defaults if part is not None else ():
+            if f.name not in part.column_names:
+                part = part.append_column(f, fill(f, part.num_rows))
+        return part
 
     def sample(self, rows: int) -> tuple[pa.Table | None, float]:
         """About ``rows`` of the stored rows — those of the slice of the key-hash space that holds

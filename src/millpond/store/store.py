@@ -88,11 +88,12 @@ class StateStore:
     # -- commit -------------------------------------------------------------------------------
     def commit(self, epoch: int, new: dict[str, list[SstRef]], offsets: dict, *,
                keep: Callable[[str], bool] = lambda _sid: True, failed: dict[str, dict] | None = None,
-               expiry: dict[str, list] | None = None) -> Manifest:
+               expiry: dict[str, list] | None = None, defaults: dict[str, str] | None = None) -> Manifest:
         """Commit ``epoch``: ``new`` files go on top of each state's L0; states for which ``keep``
         is false are dropped from the version (a dropped view's state); ``failed`` replaces the
         failed consumers (default: they stay as they are); ``expiry`` sets states' expiry floors
-        (:class:`~millpond.store.manifest.Manifest`; default: as they are)."""
+        and ``defaults`` the columns its older files lack (:class:`~millpond.store.manifest.Manifest`;
+        default: as they are)."""
         if epoch <= self.manifest.epoch:
             raise MillpondError(f"epoch {epoch} is not after the committed epoch {self.manifest.epoch}")
         states = {sid: lv for sid, lv in self.manifest.states.items() if keep(sid)}
@@ -101,8 +102,9 @@ class StateStore:
             states[sid] = Levels((*sorted(refs, key=lambda r: r.key), *old.l0), old.levels)
         failed = self.manifest.failed if failed is None else failed
         expiry = {sid: floor for sid, floor in {**self.manifest.expiry, **(expiry or {})}.items() if sid in states}
+        defaults = {sid: d for sid, d in {**self.manifest.defaults, **(defaults or {})}.items() if sid in states}
         self._write(Manifest(self.manifest.version + 1, epoch, self.manifest.safe_epoch, states, offsets, failed,
-                             expiry))
+                             expiry, defaults))
         self.maintain()
         return self.manifest
 
@@ -143,7 +145,8 @@ class StateStore:
         safe = self.safe_epoch()
         prefix = paths.sst_compaction_prefix(self.manifest.version, self.ids()[:12])
         tasks = [t for sid, lv in sorted(self.manifest.states.items())
-                 if (t := compaction.pick(sid, lv, self.policy, safe, prefix, self.manifest.expiry.get(sid)))
+                 if (t := compaction.pick(sid, lv, self.policy, safe, prefix, self.manifest.expiry.get(sid),
+                                          self.manifest.defaults.get(sid)))
                  is not None]
         if not tasks:
             return False
@@ -205,7 +208,7 @@ class StateStore:
             return
         safe = max(self.manifest.safe_epoch, max(t.safe_epoch for t in tasks))
         self._write(Manifest(self.manifest.version + 1, self.manifest.epoch, safe, states, self.manifest.offsets,
-                             self.manifest.failed, self.manifest.expiry))
+                             self.manifest.failed, self.manifest.expiry, self.manifest.defaults))
         self.stats["compactions"] += applied
         faults.point("compaction.after_commit")
         self.collect_garbage()

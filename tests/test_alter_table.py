@@ -1,0 +1,317 @@
+"""``ALTER TABLE t ADD COLUMN`` (and ``DEFAULT`` in ``CREATE TABLE``): a column is added in one
+catalog version and nothing is rewritten; the records and state rows older than it read as its
+default, an insert that leaves it out gets its default, and the views made before it keep their
+columns and rows — checked against DuckDB over a model of the table after every epoch, through the
+log's WAL and Parquet files, state compaction, Spark's scan of a large range and a reopen."""
+
+from __future__ import annotations
+
+import random
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+import millpond
+from millpond.errors import MillpondError
+from millpond.store.compaction import Policy
+
+SMALL = Policy(l0_trigger=2, l0_stall=6, base_level_bytes=20_000, level_ratio=2, target_file_bytes=8_000)
+
+OLD_VIEWS = {  # made before the columns are added: their columns and rows are the old ones
+    "star": "SELECT * FROM t",
+    "per_g": "SELECT g, count(*) AS n, sum(v) AS s FROM t GROUP BY g",
+}
+ORACLE = {"star": "SELECT k, g, v FROM t"}  # a view's * is the columns it was created over
+NEW_VIEWS = {  # made after: they read the new columns, old rows with their defaults
+    "star2": "SELECT * FROM t",
+    "per_c": "SELECT c, count(*) AS n, sum(d) AS sd, sum(v) AS s FROM t GROUP BY c",
+    "joined": "SELECT a.c, count(*) AS n FROM t a JOIN t b ON a.g = b.g AND a.c = b.c GROUP BY a.c",
+}
+
+
+class Model:
+    """The table's rows, kept in Python: the oracle's input."""
+
+    def __init__(self) -> None:
+        self.rows: dict[int, dict] = {}
+        self.columns = ["k", "g", "v"]
+
+    def table(self) -> pa.Table:
+        cols = {c: [r.get(c) for r in self.rows.values()] for c in self.columns}
+        types = {"k": pa.int64(), "g": pa.int64(), "v": pa.int64(), "c": pa.string(), "d": pa.int64()}
+        return pa.table({c: pa.array(v, types[c]) for c, v in cols.items()})
+
+    def query(self, sql: str) -> list[tuple]:
+        con = duckdb.connect()
+        con.register("t", self.table())
+        return _sorted(con.sql(sql).fetchall())
+
+
+def _sorted(rows: list[tuple]) -> list[tuple]:
+    return sorted(rows, key=lambda r: tuple((v is not None, v) for v in r))
+
+
+def _got(db: millpond.Database, sql: str) -> list[tuple]:
+    return _sorted([tuple(r.values()) for r in db.sql(sql).to_pylist()])
+
+
+def _check(db: millpond.Database, model: Model, views: dict[str, str], where: str) -> None:
+    assert _got(db, "SELECT * FROM t") == model.query("SELECT * FROM t"), where
+    for name, sql in views.items():
+        assert _got(db, f"SELECT * FROM {name}") == model.query(ORACLE.get(name, sql)), f"{where}: view {name}"
+
+
+def _step(db: millpond.Database, model: Model, rng: random.Random, keyed: bool, added: bool, next_k: list[int]) -> None:
+    """Random inserts (some leaving the new columns out), updates and deletes, applied to both."""
+    for _ in range(rng.randrange(1, 4)):
+        action = rng.random()
+        if action < 0.5 or len(model.rows) < 5:
+            n = rng.randrange(1, 40)
+            ks = list(range(next_k[0], next_k[0] + n))
+            next_k[0] += n
+            rows = [{"k": k, "g": rng.randrange(4), "v": rng.randrange(100)} for k in ks]
+            if added and rng.random() < 0.5:  # with the new columns
+                for r in rows:
+                    r["c"], r["d"] = rng.choice(["x", "y", None]), rng.choice([None, rng.randrange(10)])
+                db.insert("t", pa.table({c: pa.array([r[c] for r in rows], pa.string() if c == "c" else pa.int64())
+                                         for c in ("k", "g", "v", "c", "d")}))
+            elif added and rng.random() < 0.5:  # SQL naming some columns: the others get their defaults
+                db.sql("INSERT INTO t (k, g, v) VALUES " + ", ".join(f"({r['k']}, {r['g']}, {r['v']})" for r in rows))
+                for r in rows:
+                    r["c"], r["d"] = "x", None
+            else:  # an old producer's batch: the old columns only
+                db.insert("t", pa.table({c: pa.array([r[c] for r in rows], pa.int64()) for c in ("k", "g", "v")}))
+                if added:
+                    for r in rows:
+                        r["c"], r["d"] = "x", None
+            model.rows.update({r["k"]: r for r in rows})
+        elif action < 0.75:
+            m = rng.randrange(2, 6)
+            if added and rng.random() < 0.5:
+                db.sql(f"UPDATE t SET c = 'u{m}', d = k % 7 WHERE k % {m} = 0")
+                for r in model.rows.values():
+                    if r["k"] % m == 0:
+                        r["c"], r["d"] = f"u{m}", r["k"] % 7
+            else:
+                db.sql(f"UPDATE t SET v = v + 1 WHERE k % {m} = 1")
+                for r in model.rows.values():
+                    if r["k"] % m == 1:
+                        r["v"] += 1
+        else:
+            m = rng.randrange(5, 12)
+            db.sql(f"DELETE FROM t WHERE k % {m} = 2")
+            model.rows = {k: r for k, r in model.rows.items() if k % m != 2}
+
+
+@pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "keyless"])
+def test_added_columns_read_as_their_default_and_views_made_before_keep_their_rows(spark, root, keyed):
+    db = millpond.connect(root, spark=spark, parallelism=2, interval=None)
+    db.runtime.coordinator.state.policy = SMALL  # state files merge often: old files with new ones
+    rng, model, next_k = random.Random(11 if keyed else 12), Model(), [0]
+    db.sql(f"CREATE TABLE t (k BIGINT{' PRIMARY KEY' if keyed else ''}, g BIGINT, v BIGINT)")
+    for name, sql in OLD_VIEWS.items():
+        db.sql(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
+    for i in range(4):
+        _step(db, model, rng, keyed, False, next_k)
+        db.flush()
+        _check(db, model, OLD_VIEWS, f"before, epoch {i}")
+    db.runtime.log.flush()  # the old records in Parquet files too, beside the WAL's
+
+    db.sql("ALTER TABLE t ADD COLUMN c TEXT DEFAULT 'x', ADD COLUMN IF NOT EXISTS d BIGINT")
+    model.columns += ["c", "d"]
+    for r in model.rows.values():
+        r["c"], r["d"] = "x", None
+    assert db.sql("SELECT * FROM t").column_names == ["k", "g", "v", "c", "d"]
+    assert db.sql("SELECT * FROM star").column_names == ["k", "g", "v"]  # its * meant the columns then
+    _check(db, model, OLD_VIEWS, "right after the ALTER, before an epoch")
+    for name, sql in NEW_VIEWS.items():
+        db.sql(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
+    views = {**OLD_VIEWS, **NEW_VIEWS}
+    for i in range(8):
+        _step(db, model, rng, keyed, True, next_k)
+        db.flush()
+        _check(db, model, views, f"after, epoch {i}")
+        if i == 3:
+            db.runtime.log.flush()
+    state = db.runtime.coordinator.state
+    state.compact()
+    if keyed:
+        assert state.stats["compactions"] > 0
+        rows_state = next(c.rows_state for c in db.runtime.consumers if c.name == "t")
+        assert rows_state in state.manifest.defaults  # what compaction fills older files with
+    _check(db, model, views, "compacted")
+    db.close()
+
+    again = millpond.connect(root, spark=spark, parallelism=2, interval=None)  # plans checked against their SQL
+    try:
+        _check(again, model, views, "reopened")
+        _step(again, model, rng, keyed, True, next_k)
+        again.flush()
+        _check(again, model, views, "reopened, one more epoch")
+    finally:
+        again.close()
+
+
+@pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "keyless"])
+def test_a_view_made_after_the_column_reads_a_large_old_range_through_spark(open_db, keyed):
+    """A backfill over more rows than the driver reads itself: Spark's tasks scan the log's pieces
+    (a key-less table) or the rows state, sampled first for its groups (a keyed one), all older than
+    the column, and fill its default in."""
+    db = open_db()
+    db.sql(f"CREATE TABLE t (k BIGINT{' PRIMARY KEY' if keyed else ''}, g BIGINT)")
+    n = 90_000 if keyed else 30_000
+    db.insert("t", pa.table({"k": pa.array(range(n), pa.int64()), "g": pa.array([i % 3 for i in range(n)], pa.int64())}))
+    db.flush()
+    db.sql("ALTER TABLE t ADD COLUMN w DOUBLE PRECISION DEFAULT 1.5, ADD COLUMN label TEXT DEFAULT 'old'")
+    db.insert("t", pa.table({"k": pa.array([n], pa.int64()), "g": pa.array([0], pa.int64()),
+                             "w": pa.array([2.0]), "label": pa.array(["new"])}))
+    db.sql("CREATE MATERIALIZED VIEW per_label AS SELECT label, g, count(*) AS n, sum(w) AS sw FROM t GROUP BY label, g")
+    db.flush()
+    got = _sorted([tuple(r.values()) for r in db.sql("SELECT * FROM per_label").to_pylist()])
+    third = n // 3
+    assert got == [("new", 0, 1, 2.0), ("old", 0, third, 1.5 * third), ("old", 1, third, 1.5 * third),
+                   ("old", 2, third, 1.5 * third)]
+
+
+def test_create_table_defaults_fill_what_an_insert_leaves_out(open_db):
+    db = open_db()
+    db.sql("CREATE TABLE t (k INT PRIMARY KEY, n INT DEFAULT -3, s TEXT DEFAULT 'none' NOT NULL, "
+           "at DATE DEFAULT DATE '2024-02-29', span INTERVAL DEFAULT INTERVAL '1 day', ok BOOLEAN DEFAULT true, "
+           "plain INT)")
+    db.sql("INSERT INTO t (k) VALUES (1)")
+    db.sql("INSERT INTO t (k, n, s) VALUES (2, 7, 'given')")
+    db.insert("t", pa.table({"k": pa.array([3], pa.int32()), "plain": pa.array([9], pa.int32())}))
+    with pytest.raises(MillpondError, match=r"lacks \['plain'\]"):  # a column without a DEFAULT is not left out
+        db.insert("t", pa.table({"k": pa.array([4], pa.int32())}))
+    db.flush()
+    got = db.sql("SELECT k, n, s, CAST(at AS TEXT) AS at, CAST(span AS TEXT) AS span, ok, plain FROM t ORDER BY k").to_pylist()
+    assert [tuple(r.values()) for r in got] == [
+        (1, -3, "none", "2024-02-29", "1 day", True, None),
+        (2, 7, "given", "2024-02-29", "1 day", True, None),
+        (3, -3, "none", "2024-02-29", "1 day", True, 9),
+    ]
+
+
+def test_what_add_column_refuses_names_the_problem(open_db):
+    db = open_db()
+    db.sql("CREATE TABLE t (k INT, v INT); CREATE TABLE e (k INT)")
+    db.sql("CREATE MATERIALIZED VIEW mv AS SELECT k FROM t")
+    db.sql("INSERT INTO t VALUES (1, 1)")
+    db.flush()
+    cases = [
+        ("ALTER TABLE t ADD COLUMN v INT", r'column "v" of relation "t" already exists', "42701"),
+        ("ALTER TABLE t ADD COLUMN c TIMESTAMP DEFAULT now()", r"DEFAULT .* is not supported: a default is a constant",
+         "0A000"),
+        ("ALTER TABLE t ADD COLUMN c INT DEFAULT 'abc'", r"invalid input syntax for type integer", "22P02"),
+        ("ALTER TABLE t ADD COLUMN c INT NOT NULL", r'column "c" of relation "t" contains null values', "23502"),
+        ("ALTER TABLE t ADD COLUMN _c INT", r"reserved", None),
+        ("ALTER TABLE mv ADD COLUMN c INT", r'"mv" is not a table', "42809"),
+        ("ALTER TABLE missing ADD COLUMN c INT", r'relation "missing" does not exist', "42P01"),
+        ("CREATE TABLE bad (k INT DEFAULT random())", r"DEFAULT .* is not supported", "0A000"),
+    ]
+    for sql, message, state in cases:
+        with pytest.raises(MillpondError, match=message) as err:
+            db.sql(sql)
+        assert state is None or err.value.sqlstate == state, (sql, err.value.sqlstate)
+    assert [c.name for c in db.catalog.tables["t"].columns] == ["k", "v"]  # nothing half-added
+    db.sql("ALTER TABLE t ADD COLUMN IF NOT EXISTS v INT")  # PostgreSQL skips it
+    db.sql("ALTER TABLE IF EXISTS missing ADD COLUMN c INT")
+    db.sql("ALTER TABLE e ADD COLUMN c INT NOT NULL")  # a table with no rows yet takes it
+    with pytest.raises(MillpondError, match="violates its NOT NULL constraint"):
+        db.sql("INSERT INTO e (k) VALUES (1)")
+    db.sql("ALTER TABLE t ADD COLUMN c INT DEFAULT 2 * 2 NOT NULL")
+    db.flush()
+    assert [tuple(r.values()) for r in db.sql("SELECT * FROM t").to_pylist()] == [(1, 1, 4)]
+    described = {r[0]: r[1:] for r in (tuple(x.values()) for x in db.sql("DESCRIBE t").to_pylist())}
+    assert described["c"] == ("INT", "not null, default 2 * 2")
+
+
+def test_a_crash_between_the_catalog_and_the_log_is_completed_on_open(spark, root, monkeypatch):
+    """The catalog version is the ALTER's commit; the channel learns the column after it. Killed in
+    between (here: the channel write fails), the next open gives the channel the column."""
+    from millpond.log.log import Log
+
+    db = millpond.connect(root, spark=spark, parallelism=2, interval=None)
+    db.sql("CREATE TABLE t (k INT PRIMARY KEY, v INT)")
+    db.sql("INSERT INTO t VALUES (1, 1)")
+    db.flush()
+    real = Log.create_channel
+
+    def lost(self, name, schema, **kw):  # noqa: ANN001, ANN003
+        if "c" in schema.names:
+            raise OSError("killed")
+        return real(self, name, schema, **kw)
+
+    with monkeypatch.context() as m:
+        m.setattr(Log, "create_channel", lost)
+        with pytest.raises(MillpondError, match="killed"):
+            db.sql("ALTER TABLE t ADD COLUMN c TEXT DEFAULT 'was'")
+    db.close()
+    again = millpond.connect(root, spark=spark, parallelism=2, interval=None)
+    try:
+        assert "c" in again.runtime.log.channel("t").schema.names
+        again.sql("INSERT INTO t VALUES (2, 2, 'now')")
+        again.flush()
+        assert [tuple(r.values()) for r in again.sql("SELECT * FROM t ORDER BY k").to_pylist()] == \
+            [(1, 1, "was"), (2, 2, "now")]
+    finally:
+        again.close()
+
+
+def test_a_read_only_process_reads_the_added_column(open_db, root):
+    db = open_db()
+    db.sql("CREATE TABLE t (k INT, v INT)")
+    db.sql("INSERT INTO t VALUES (1, 1)")
+    db.flush()
+    db.sql("ALTER TABLE t ADD COLUMN c TEXT DEFAULT 'd'")
+    db.sql("INSERT INTO t VALUES (2, 2, 'e')")
+    db.flush()
+    reader = millpond.connect(root, read_only=True)
+    try:
+        assert [tuple(r.values()) for r in reader.sql("SELECT * FROM t ORDER BY k").to_pylist()] == \
+            [(1, 1, "d"), (2, 2, "e")]
+    finally:
+        reader.close()
+
+
+def test_an_index_made_before_a_column_keeps_its_rows_and_new_views_read_the_column_without_it(open_db, spark, root):
+    """An index holds the table's columns as it was created: the views that read it go on; a view
+    reading the new column joins the table itself (not the index), and both equal DuckDB."""
+    from millpond.engine import plan as P
+
+    db = open_db()
+    db.sql("CREATE TABLE info (product TEXT PRIMARY KEY, category TEXT); CREATE TABLE visit (id BIGINT PRIMARY KEY, "
+           "product TEXT, length INT); CREATE INDEX info_by_product ON info (product)")
+    db.sql("INSERT INTO info VALUES ('p1', 'c1'), ('p2', 'c2'); INSERT INTO visit VALUES (1, 'p1', 3), (2, 'p2', 4)")
+    old_q = "SELECT i.category, sum(v.length) AS total FROM visit v JOIN info i ON v.product = i.product GROUP BY 1"
+    db.sql(f"CREATE MATERIALIZED VIEW old_j AS {old_q}")
+    db.flush()
+    index_id = db.catalog.indexes["info_by_product"].id
+    assert index_id in P.indexes_read(P.decode(db.catalog.views["old_j"].plan))
+    db.sql("ALTER TABLE info ADD COLUMN tier INT DEFAULT 1")
+    new_q = "SELECT i.tier, sum(v.length) AS total FROM visit v JOIN info i ON v.product = i.product GROUP BY 1"
+    db.sql(f"CREATE MATERIALIZED VIEW new_j AS {new_q}")
+    assert index_id not in P.indexes_read(P.decode(db.catalog.views["new_j"].plan))
+    db.sql("INSERT INTO info VALUES ('p3', 'c1', 2); INSERT INTO visit VALUES (3, 'p3', 5); "
+           "UPDATE info SET tier = 3 WHERE product = 'p1'")
+    db.flush()
+
+    def oracle(q: str, on: millpond.Database = db) -> list[tuple]:
+        con = duckdb.connect()
+        con.register("info", on.sql("SELECT * FROM info"))
+        con.register("visit", on.sql("SELECT * FROM visit"))
+        return _sorted(con.sql(q).fetchall())
+
+    assert oracle("SELECT * FROM info") == [("p1", "c1", 3), ("p2", "c2", 1), ("p3", "c1", 2)]
+    for name, q in (("old_j", old_q), ("new_j", new_q)):
+        assert _got(db, f"SELECT * FROM {name}") == oracle(q), name
+    db.close()
+    again = millpond.connect(root, spark=spark, parallelism=2, interval=None)
+    try:
+        again.sql("INSERT INTO visit VALUES (4, 'p1', 1)")
+        again.flush()
+        for name, q in (("old_j", old_q), ("new_j", new_q)):
+            assert _got(again, f"SELECT * FROM {name}") == oracle(q, again), name
+    finally:
+        again.close()
