@@ -160,3 +160,30 @@ def test_flush_progress_names_the_jobs_as_show_jobs_does():
             {"job": 4, "kind": "source", "relation": "landing", "records": None}]
     assert describe_jobs(rows) == "; backfill doubled (600 records); source landing"
     assert describe_jobs([]) == ""
+
+
+def test_a_compaction_round_is_a_job_while_it_runs(open_db):
+    """A round of state compaction shows in SHOW JOBS while it merges (its runner made slow, to be
+    seen): kind compaction, the relation whose state it merges, the rows it reads."""
+    from millpond.store.compaction import Policy
+
+    db = open_db()
+    state = db.runtime.coordinator.state
+    state.policy = Policy(l0_trigger=2, l0_stall=50)
+    real, seen = state.runner, []
+
+    def slowly(store, tasks):  # noqa: ANN001, ANN202
+        time.sleep(1.0)
+        seen.extend(db.sql("SHOW JOBS").to_pylist())
+        return real(store, tasks)
+    state.runner = slowly
+    db.sql("CREATE TABLE t (k INT PRIMARY KEY, v BIGINT)")
+    for i in range(3):
+        db.insert("t", pa.table({"k": pa.array(range(i * 100, i * 100 + 100), pa.int32()),
+                                 "v": pa.array([1] * 100, pa.int64())}))
+        db.flush()
+    state.compact()
+    jobs = [j for j in seen if j["kind"] == "compaction"]
+    assert jobs and jobs[0]["relation"] == "t" and jobs[0]["records"] >= 200 and jobs[0]["seconds"] >= 1.0
+    assert db.sql("SHOW JOBS").num_rows == 0
+    assert db.sql("SELECT count(*) AS n FROM t").to_pylist() == [{"n": 300}]

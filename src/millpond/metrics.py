@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MetricsServer", "registry", "serve_metrics", "text"]
 
-JOB_KINDS = ("backfill", "alter", "source", "sink")  # millpond.engine.jobs
+JOB_KINDS = ("backfill", "alter", "source", "sink", "compaction")  # millpond.engine.jobs
 
 
 def registry(db: Database) -> CollectorRegistry:

@@ -120,7 +120,8 @@ class Jobs:
     @contextmanager
     def track(self, kind: str, relation: str, job: int, records: int | None = None) -> Iterator[None]:
         """Work outside an epoch's job shown as a job while it runs: a source's read before epoch
-        ``job`` (kind ``source``), a sink's first write of its view's rows (``sink``)."""
+        ``job`` (kind ``source``), a sink's first write of its view's rows (``sink``), a round of
+        state compaction after it (``compaction``: the rows its merges read)."""
         row = {"job": job, "kind": kind, "relation": relation, "records": records, "started": time.time()}
         with self._lock:
             self._work.append(row)

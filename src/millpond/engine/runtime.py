@@ -12,7 +12,7 @@ import threading
 import time
 import warnings
 from collections import deque
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, ContextManager, Iterator
 from datetime import datetime, timezone
 
 import numpy as np
@@ -69,6 +69,7 @@ class Runtime(Reads):
         self.history = History()
         self.tally = Tally()  # running totals for monitoring (millpond.metrics)
         self.jobs = coordinator.jobs = Jobs(coordinator.store)  # backfills under way: millpond_jobs
+        coordinator.state.watch = self._compacting  # and compaction rounds
         # source tables' rows taken in (millpond.connectors.Sources, handed in by the entry points)
         self.sources = sources(self) if sources is not None else None
         self.wanted = Wanted()
@@ -108,6 +109,14 @@ class Runtime(Reads):
                                        "with the millpond version that created it") from None
             plans[name] = self._plans[v.id, name]
         return plans
+
+    def _compacting(self, tasks: list) -> ContextManager[None]:
+        """A compaction round as a job (kind ``compaction``): the relations whose state files it merges,
+        and the rows it reads; numbered by the epoch it follows."""
+        by_key = self._installed.by_key
+        names = sorted({by_key[k].name if (k := t.state.split(".", 1)[0]) in by_key else t.state for t in tasks})
+        return self.jobs.track("compaction", ", ".join(names), self.coordinator.state.manifest.epoch,
+                               records=sum(ref.rows for t in tasks for ref in t.inputs))
 
     # -- epochs -------------------------------------------------------------------------------
     @property

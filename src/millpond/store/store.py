@@ -34,8 +34,8 @@ import threading
 import time
 from collections import Counter, defaultdict
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
-from typing import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from typing import Callable, ContextManager, Iterator
 
 import polars as pl
 import pyarrow as pa
@@ -72,6 +72,8 @@ class StateStore:
         self.policy = policy or compaction.Policy()
         self.retention_epochs = retention_epochs
         self.background, self.runner = background, runner
+        # wraps each compaction round (its tasks) while it runs: the engine shows it as a job
+        self.watch: Callable[[list[compaction.Task]], ContextManager[None]] = lambda _tasks: nullcontext()
         self.manifests = ManifestStore(store)
         self.manifest = self.manifests.latest()  # recovery: the last committed version, read lazily
         self.stats = defaultdict(int)
@@ -180,7 +182,8 @@ class StateStore:
         return batch
 
     def _run(self, tasks: list[compaction.Task]):  # noqa: ANN202
-        outputs = self.runner(self.store, tasks)
+        with self.watch(tasks):
+            outputs = self.runner(self.store, tasks)
         faults.point("compaction.after_outputs")
         return tasks, outputs
 
