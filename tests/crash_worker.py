@@ -118,7 +118,7 @@ def submit_args() -> str:
 
 def reference(seed: int, count: int) -> workload.Reference:
     ref = workload.Reference()
-    for step in workload.steps(seed, count, files=True):
+    for step in workload.steps(seed, count, files=True, alter=True):
         ref.apply(step)
     return ref
 
@@ -162,7 +162,7 @@ def main(root: str, seed: int, lo: int, hi: int, stop: int, known: dict[int, int
         print(f"MISMATCH after recovery, differing from the oracle: {found}", flush=True)
         return 3
     say(f"RESUME {resume} @{db.epoch}")
-    plan = workload.steps(seed, stop, files=True)
+    plan = workload.steps(seed, stop, files=True, alter=True)
     for i in range(resume, stop):
         workload.apply(db, plan[i])
         db.flush()

@@ -181,21 +181,24 @@ def test_create_table_defaults_fill_what_an_insert_leaves_out(open_db):
            "plain INT)")
     db.sql("INSERT INTO t (k) VALUES (1)")
     db.sql("INSERT INTO t (k, n, s) VALUES (2, 7, 'given')")
+    db.sql("INSERT INTO t VALUES (4, 8)")  # no column list: the first two columns (PostgreSQL's rule)
     db.insert("t", pa.table({"k": pa.array([3], pa.int32()), "plain": pa.array([9], pa.int32())}))
     with pytest.raises(MillpondError, match=r"lacks \['plain'\]"):  # a column without a DEFAULT is not left out
-        db.insert("t", pa.table({"k": pa.array([4], pa.int32())}))
+        db.insert("t", pa.table({"k": pa.array([5], pa.int32())}))
     db.flush()
     got = db.sql("SELECT k, n, s, CAST(at AS TEXT) AS at, CAST(span AS TEXT) AS span, ok, plain FROM t ORDER BY k").to_pylist()
     assert [tuple(r.values()) for r in got] == [
         (1, -3, "none", "2024-02-29", "1 day", True, None),
         (2, 7, "given", "2024-02-29", "1 day", True, None),
         (3, -3, "none", "2024-02-29", "1 day", True, 9),
+        (4, 8, "none", "2024-02-29", "1 day", True, None),
     ]
 
 
-def test_what_add_column_refuses_names_the_problem(open_db):
+def test_what_add_column_refuses_names_the_problem(open_db, tmp_path):
     db = open_db()
-    db.sql("CREATE TABLE t (k INT, v INT); CREATE TABLE e (k INT)")
+    db.sql("CREATE TABLE t (k INT, v INT); CREATE TABLE e (k INT); CREATE TABLE p (k INT PRIMARY KEY)")
+    db.sql(f"CREATE SINK out FROM p WITH (connector = 'deltalake', location = '{tmp_path / 'out'}', type = 'upsert')")
     db.sql("CREATE MATERIALIZED VIEW mv AS SELECT k FROM t")
     db.sql("INSERT INTO t VALUES (1, 1)")
     db.flush()
@@ -209,6 +212,7 @@ def test_what_add_column_refuses_names_the_problem(open_db):
         ("ALTER TABLE mv ADD COLUMN c INT", r'"mv" is not a table', "42809"),
         ("ALTER TABLE missing ADD COLUMN c INT", r'relation "missing" does not exist', "42P01"),
         ("CREATE TABLE bad (k INT DEFAULT random())", r"DEFAULT .* is not supported", "0A000"),
+        ("ALTER TABLE p ADD COLUMN c INT", r"sinks out write its rows out", "2BP01"),
     ]
     for sql, message, state in cases:
         with pytest.raises(MillpondError, match=message) as err:

@@ -24,7 +24,7 @@ def test_views_match_the_oracle_while_state_compacts(open_db, spark, root, where
     workload.setup(db)
     ref = workload.Reference()
     rng = random.Random(3)
-    plan = workload.steps(3, 10)
+    plan = workload.steps(3, 12, alter=True)  # a column added to each table midway
     i = 0
     while i < len(plan):
         for step in plan[i:i + rng.randrange(1, 3)]:

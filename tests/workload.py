@@ -139,12 +139,26 @@ class Step:
     payload: object
 
 
-def steps(seed: int, count: int, *, files: bool = False) -> list[Step]:
+# ALTER TABLE ... ADD COLUMN steps at fixed places of a plan (``steps(..., alter=True)``): the key-less
+# table's column, then the keyed one's, each followed by a statement that writes it
+ALTERS = {
+    4: [Step("sql", "ALTER TABLE visit ADD COLUMN IF NOT EXISTS note VARCHAR DEFAULT 'n'"),
+        Step("sql", "UPDATE visit SET note = 'long' WHERE length > 80")],
+    9: [Step("sql", "ALTER TABLE info ADD COLUMN IF NOT EXISTS tier INT DEFAULT 1"),
+        Step("sql", "UPDATE info SET tier = 2 WHERE category = 'c1'")],
+}
+
+
+def steps(seed: int, count: int, *, files: bool = False, alter: bool = False) -> list[Step]:
     """``count`` steps drawn from ``seed``; with ``files``, about one in six drops a parquet file into
-    the arrivals folder instead (drawn apart: the other steps are the same with or without)."""
+    the arrivals folder instead (drawn apart: the other steps are the same with or without); with
+    ``alter``, the :data:`ALTERS` steps at their places (a plan's prefix is a shorter plan)."""
     rng, frng = random.Random(seed), random.Random(seed * 7919 + 1)
-    out = []
-    for _ in range(count):
+    out: list[Step] = []
+    while len(out) < count:
+        if alter and len(out) in ALTERS:
+            out += ALTERS[len(out)][:count - len(out)]
+            continue
         if files and frng.random() < 1 / 6:
             n = frng.randrange(1, 6)
             out.append(Step("file", (frng.getrandbits(64), pa.table({
@@ -168,7 +182,7 @@ def _step(rng: random.Random) -> Step:
     if kind == "info":
         pairs = {rng.choice(PRODUCTS): rng.choice(CATEGORIES) for _ in range(3)}
         values = ", ".join(f"('{q}', {'NULL' if cat is None else repr(cat)})" for q, cat in pairs.items())
-        return Step("upsert", f"INSERT INTO info VALUES {values}")
+        return Step("upsert", f"INSERT INTO info (product, category) VALUES {values}")
     if kind == "del_visit":
         return Step("sql", f"""DELETE FROM visit WHERE "user" = '{u}' AND length < {rng.randrange(100)}""")
     if kind == "upd_visit":
@@ -288,7 +302,8 @@ class Reference:
         if step.kind in ("insert", "file"):
             rows = step.payload if step.kind == "insert" else step.payload[1]
             self.con.register("incoming", rows)
-            self.con.execute(f"INSERT INTO {'visit' if step.kind == 'insert' else 'arrivals'} SELECT * FROM incoming")
+            self.con.execute(f"INSERT INTO {'visit' if step.kind == 'insert' else 'arrivals'} BY NAME "
+                             "SELECT * FROM incoming")  # a column added since takes its default
             self.con.unregister("incoming")
         elif step.kind == "upsert":
             self.con.execute(step.payload.replace("INSERT INTO", "INSERT OR REPLACE INTO"))

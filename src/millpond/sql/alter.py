@@ -172,10 +172,9 @@ def add_columns(rt: Runtime, name: str, defs: list[exp.ColumnDef], *, if_exists:
     if (flow := rt.catalog.sink_of(name)) is not None:
         raise SqlError(f"ALTER TABLE {name} ADD COLUMN: table {name!r} is the sink of flow {flow.name!r}, whose "
                        "query gives its columns", sqlstate="0A000")
-    if t.primary_key and False:
-        raise SqlError(f"ALTER TABLE {name} ADD COLUMN: not supported yet for a table with a primary key (its rows "
-                       "state keeps the columns it was created with; a table without one takes new columns)",
-                       sqlstate="0A000")
+    if sinks := sorted(k.name for k in rt.catalog.sinks.values() if k.source == name):
+        raise CatalogError(f"ALTER TABLE {name} ADD COLUMN: sinks {', '.join(sinks)} write its rows out, to a target "
+                           "with its columns; drop them first (DROP SINK), and create them again after", sqlstate="2BP01")
     catalog, names = rt.catalog, {c.name for c in t.columns}
     for d in defs:
         if d.name in names:

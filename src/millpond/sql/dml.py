@@ -36,6 +36,9 @@ def insert(rt: Runtime, s: exp.Insert) -> None:
     body = s.expression
     types = {c.name: c.type for c in t.columns}
     if isinstance(body, exp.Values):
+        widest = max((len(row.expressions) for row in body.expressions), default=0)
+        if cols is None and widest < len(names):  # PostgreSQL: no column list takes the first N columns
+            names = names[:widest]
         for row in body.expressions:
             if len(row.expressions) != len(names):  # PostgreSQL's words
                 more = "expressions than target columns" if len(row.expressions) > len(names) else \
