@@ -364,3 +364,46 @@ def test_a_flow_and_a_view_of_views_made_before_the_column_go_on_and_reopen(spar
         assert _got(again, "SELECT * FROM per_region") == [("eu", 3), ("us", 1)]
     finally:
         again.close()
+
+
+def test_alter_column_defaults_and_not_null_change_later_inserts_only(spark, root):
+    """``SET DEFAULT`` / ``DROP DEFAULT`` change what later inserts get, never the stored rows (those
+    older than an added column keep its default then); ``SET NOT NULL`` checks every row first,
+    ``DROP NOT NULL`` refuses a primary key column; all of it kept over a reopen."""
+    db = millpond.connect(root, spark=spark, parallelism=2, interval=None)
+    db.sql("CREATE TABLE t (k INT PRIMARY KEY, v INT)")
+    db.sql("INSERT INTO t VALUES (1, 1)")
+    db.flush()
+    db.sql("ALTER TABLE t ADD COLUMN c TEXT DEFAULT 'then'")
+    db.sql("ALTER TABLE t ALTER COLUMN c SET DEFAULT 'now'")
+    db.sql("INSERT INTO t (k, v) VALUES (2, 2)")
+    db.insert("t", pa.table({"k": pa.array([3], pa.int32()), "v": pa.array([3], pa.int32())}))  # an older producer
+    db.flush()
+    db.sql("ALTER TABLE t ALTER c DROP DEFAULT")
+    db.sql("INSERT INTO t (k, v) VALUES (4, 4)")
+    want = [(1, 1, "then"), (2, 2, "now"), (3, 3, "now"), (4, 4, None)]
+    db.flush()
+    assert _got(db, "SELECT * FROM t") == want
+    with pytest.raises(MillpondError, match=r'column "c" of relation "t" contains null values') as err:
+        db.sql("ALTER TABLE t ALTER COLUMN c SET NOT NULL")
+    assert err.value.sqlstate == "23502"
+    with pytest.raises(MillpondError, match=r'column "k" is in a primary key'):
+        db.sql("ALTER TABLE t ALTER COLUMN k DROP NOT NULL")
+    with pytest.raises(MillpondError, match=r'column "zz" of relation "t" does not exist'):
+        db.sql("ALTER TABLE t ALTER COLUMN zz SET DEFAULT 1")
+    with pytest.raises(MillpondError, match=r"SET DATA TYPE BIGINT' is not supported"):
+        db.sql("ALTER TABLE t ALTER COLUMN v TYPE BIGINT")
+    db.sql("ALTER TABLE t ALTER COLUMN v SET NOT NULL, ALTER COLUMN v SET DEFAULT 7")
+    db.close()
+    again = millpond.connect(root, spark=spark, parallelism=2, interval=None)
+    try:
+        again.sql("INSERT INTO t (k) VALUES (5)")
+        with pytest.raises(MillpondError, match="null value in column 'v' violates its NOT NULL constraint"):
+            again.sql("INSERT INTO t VALUES (6, NULL)")
+        again.sql("ALTER TABLE t ALTER COLUMN v DROP NOT NULL")
+        again.sql("INSERT INTO t VALUES (6, NULL)")
+        again.flush()
+        assert _got(again, "SELECT * FROM t") == _sorted([*want, (5, 7, None), (6, None, None)])
+        assert "c" in again.runtime.log.channel("t").schema.names
+    finally:
+        again.close()

@@ -7,7 +7,7 @@ operator that owns them.
 
 from __future__ import annotations
 
-__all__ = ["W", "ROW_ID", "KH", "VN", "EP", "DEL", "COUNT", "SEQ", "TICK", "EPOCH", "RESERVED_PREFIX", "DEFAULT"]
+__all__ = ["W", "ROW_ID", "KH", "VN", "EP", "DEL", "COUNT", "SEQ", "TICK", "EPOCH", "RESERVED_PREFIX", "DEFAULT", "FILL"]
 
 RESERVED_PREFIX = "_"
 
@@ -22,6 +22,8 @@ SEQ = "_seq"  # a log record's sequence number in its channel
 TICK = "_tick"  # the time tick of the group commit that made a log record durable
 EPOCH = "_epoch"  # the epoch that committed a change (subscriptions, a view read as a Spark stream)
 
-# Arrow field metadata of a column that may be missing from stored or inserted records (an added
-# column, or one with a DEFAULT): its default's text as JSON (null: NULL), filled in where it is missing
+# Arrow field metadata (millpond.defaults) of a column an insert may leave out: its DEFAULT's value,
+# as JSON (null: NULL; ALTER ... SET DEFAULT changes it) ...
 DEFAULT = b"millpond.default"
+# ... and of a column added to a table: the value of the rows stored before it (its DEFAULT then)
+FILL = b"millpond.fill"

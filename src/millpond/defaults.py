@@ -1,7 +1,8 @@
-"""Columns' defaults in stored rows: a column added to a table (``ALTER TABLE ... ADD COLUMN``), or
-declared with a ``DEFAULT``, carries its default's value in its Arrow field's metadata
-(:data:`~millpond.columns.DEFAULT`); records and state rows written before the column lack it, and
-every reader — the log's, a state table's, compaction's — fills it in where it is missing."""
+"""Columns' defaults, kept in their Arrow fields' metadata: a column declared with a ``DEFAULT`` carries
+its value (:data:`~millpond.columns.DEFAULT`: what an insert leaving it out gets), and a column added to
+a table (``ALTER TABLE ... ADD COLUMN``) the value of the rows stored before it
+(:data:`~millpond.columns.FILL`): records and state rows written before the column lack it, and every
+reader — the log's, a state table's, compaction's — fills it in where it is missing."""
 
 from __future__ import annotations
 
@@ -11,16 +12,30 @@ import json
 import numpy as np
 import pyarrow as pa
 
-from millpond.columns import DEFAULT
+from millpond.columns import DEFAULT, FILL
 
-__all__ = ["fill", "fit", "encode_default"]
+__all__ = ["fill", "default", "may_lack", "fit", "encode_default"]
 
 
 def fill(field: pa.Field, n: int) -> pa.Array:
-    """``n`` copies of the default of ``field`` (its :data:`~millpond.columns.DEFAULT` metadata: the
-    value as a 1-row Arrow array, IPC in base64, evaluated when the column was declared; none or
-    null: NULL)."""
-    value = json.loads(field.metadata[DEFAULT]) if field.metadata and DEFAULT in field.metadata else None
+    """``n`` copies of the value of ``field`` in the stored rows older than it (its
+    :data:`~millpond.columns.FILL` metadata: an added column's default when it was added)."""
+    return _copies(field, FILL, n)
+
+
+def default(field: pa.Field, n: int) -> pa.Array:
+    """``n`` copies of the value an insert that leaves ``field`` out gives it (its
+    :data:`~millpond.columns.DEFAULT` metadata; none: NULL)."""
+    return _copies(field, DEFAULT, n)
+
+
+def may_lack(field: pa.Field) -> bool:
+    """Whether an insert may leave ``field`` out: it has a default, or was added (older producers)."""
+    return bool(field.metadata) and (DEFAULT in field.metadata or FILL in field.metadata)
+
+
+def _copies(field: pa.Field, key: bytes, n: int) -> pa.Array:
+    value = json.loads(field.metadata[key]) if field.metadata and key in field.metadata else None
     if value is None:
         return pa.nulls(n, field.type)
     return default_array(value).cast(field.type).take(np.zeros(n, dtype=np.int64))
@@ -43,8 +58,8 @@ def encode_default(value: pa.Array) -> str:
 
 def fit(records: pa.Table, schema: pa.Schema) -> pa.Table:
     """Stored ``records`` as ``schema`` (some or all of their columns, in its order and types); a
-    column they predate (added since: a field with a default) filled with its default."""
+    column they predate (added since) filled with its value then (:func:`fill`)."""
     for f in schema:
-        if f.name not in records.column_names and f.metadata and DEFAULT in f.metadata:
+        if f.name not in records.column_names and f.metadata and FILL in f.metadata:
             records = records.append_column(f.name, fill(f, records.num_rows))
     return records.select(schema.names).cast(schema)

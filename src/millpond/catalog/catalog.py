@@ -232,8 +232,12 @@ class Catalog:
     def with_column(self, table: str, column: Column) -> "Catalog":
         """``ALTER TABLE table ADD COLUMN``: ``column`` numbered by the next id (:meth:`as_seen_by`)."""
         t = self.tables[table]
-        added = replace(t, columns=(*t.columns, replace(column, added=self.next_id)))
+        added = replace(t, columns=(*t.columns, replace(column, added=self.next_id, fill=column.value)))
         return replace(self, next_id=self.next_id + 1, tables={**self.tables, table: added})
+
+    def with_columns(self, table: str, columns: tuple[Column, ...]) -> "Catalog":
+        """Table ``table`` with its columns' defaults and NOT NULL changed (``ALTER COLUMN``)."""
+        return replace(self, tables={**self.tables, table: replace(self.tables[table], columns=columns)})
 
     def as_seen_by(self, id: int) -> "Catalog":
         """The catalog the view, flow or index numbered ``id`` is planned over: its tables without

@@ -3,7 +3,7 @@
 A column added by ``ALTER TABLE ... ADD COLUMN`` is numbered from the catalog's ids (``added``): a view,
 flow or index created before it (a smaller id) is planned without it, as PostgreSQL expands a view's
 ``*`` when the view is created (:meth:`TableDef.as_seen_by`). Its records written before it existed
-lack it; every reader fills them in with its default (the field's ``millpond.default`` metadata,
+lack it; every reader fills them in with its default then (the field's ``millpond.fill`` metadata,
 :func:`millpond.defaults.fit`), so adding a column rewrites nothing.
 """
 
@@ -16,7 +16,7 @@ from typing import Sequence
 import pyarrow as pa
 
 from millpond.catalog.types import arrow_type
-from millpond.columns import DEFAULT, ROW_ID, W
+from millpond.columns import DEFAULT, FILL, ROW_ID, W
 
 __all__ = ["Column", "TableDef"]
 
@@ -27,22 +27,23 @@ class Column:
     type: str  # normalized SQL type, see catalog.types
     not_null: bool = False  # NOT NULL: a row with NULL here is refused (PostgreSQL's 23502)
     # DEFAULT: the expression as written (None: NULL), and its value (a 1-row Arrow array as IPC,
-    # base64: millpond.defaults.fill); a column with a default, or added, may be left out of an insert
+    # base64: millpond.defaults); a column with a default, or added, may be left out of an insert
     default: str | None = None
     added: int = 0  # the catalog id of its ALTER TABLE ... ADD COLUMN (0: created with the table)
     value: str | None = None
+    fill: str | None = None  # an added column's value in the rows stored before it (its default then)
 
     @property
     def field(self) -> pa.Field:
         f = pa.field(self.name, arrow_type(self.type))
-        if self.default is None and not self.added:
-            return f
-        return f.with_metadata({DEFAULT: json.dumps(self.value)})
+        meta = {**({DEFAULT: json.dumps(self.value)} if self.default is not None else {}),
+                **({FILL: json.dumps(self.fill)} if self.added else {})}
+        return f.with_metadata(meta) if meta else f
 
     def encode(self) -> list:
         if self.default is None and not self.added:
             return [self.name, self.type, *([True] if self.not_null else [])]
-        return [self.name, self.type, self.not_null, self.default, self.added, self.value]
+        return [self.name, self.type, self.not_null, self.default, self.added, self.value, self.fill]
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ class TableDef:
     @property
     def defaults(self) -> tuple[pa.Field, ...]:
         """The fields of its columns stored records or state rows may lack (filled with their default)."""
-        return tuple(f for f in self.schema if f.metadata and DEFAULT in f.metadata)
+        return tuple(f for f in self.schema if f.metadata and FILL in f.metadata)
 
     def as_seen_by(self, id: int) -> "TableDef":
         """The table as the view, flow or index numbered ``id`` was created over: without the

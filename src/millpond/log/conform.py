@@ -20,8 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from millpond import jsonb
-from millpond.columns import DEFAULT
-from millpond.defaults import fill
+from millpond.defaults import default, may_lack
 from millpond.errors import SchemaError
 from millpond.log.assign import Unassignable, assign
 from millpond.log.intervals import INTERVAL as _INTERVAL, from_interval, to_interval
@@ -49,8 +48,8 @@ def conform(where: str, schema: pa.Schema, data: Any, *, key: Sequence[str] = ()
         raise SchemaError(f"{where}: expected a pyarrow Table, RecordBatch or dict of columns, "
                           f"got {type(data).__name__}")
     for f in schema:
-        if f.name not in data.column_names and f.metadata and DEFAULT in f.metadata:
-            data = data.append_column(f.name, fill(f, data.num_rows))
+        if f.name not in data.column_names and may_lack(f):
+            data = data.append_column(f.name, default(f, data.num_rows))
     missing = [n for n in schema.names if n not in data.column_names]
     extra = [n for n in data.column_names if n not in schema.names]
     if missing or extra:

@@ -64,7 +64,7 @@ from typing import Callable
 import pyarrow as pa
 
 from millpond import paths
-from millpond.columns import DEFAULT
+from millpond.columns import DEFAULT, FILL
 from millpond.errors import FencedError, MillpondError, StorageError
 from millpond.log.appends import Part, records, upserts
 from millpond.log.channel import Channel, Transaction, check_channel_name
@@ -143,7 +143,7 @@ class Log:
         with self._live.cv:
             found = self._infos.get(name) or self._load_info(name)
             if found is not None and (id is None or found.id == id):
-                if not found.schema.equals(schema):
+                if not _same(found.schema, schema):
                     found = self._evolve(found, schema)
                 if table_key is not None and found.table_key != tuple(table_key):
                     found = replace(found, table_key=tuple(table_key))
@@ -168,19 +168,20 @@ class Log:
 
     def _evolve(self, found: ChannelInfo, schema: pa.Schema) -> ChannelInfo:
         """A table's channel with the columns added to it since (``schema`` has them: fields with
-        a default, which readers fill into older records: :func:`~millpond.defaults.fit`), or as
-        it is when ``schema`` is an older version of it (a writer whose catalog predates the column)."""
+        a fill, which readers put into older records: :func:`~millpond.defaults.fit`) and its
+        columns' defaults now, or as it is when ``schema`` is an older version of it (a writer whose
+        catalog predates the column)."""
         found = self._load_info(found.name) or found  # another process may have added them already
         old, new = ({f.name: f for f in sch} for sch in (found.schema, schema))
         if all(n in new and f.type.equals(new[n].type) for n, f in old.items()) \
-                and all(f.metadata and DEFAULT in f.metadata for n, f in new.items() if n not in old):
-            if len(new) > len(old):
+                and all(f.metadata and FILL in f.metadata for n, f in new.items() if n not in old):
+            if not _same(found.schema, schema):
                 found = replace(found, schema=schema)
                 self.store.put(paths.log_channel_key(found.name), found.encode())
             self._remember(found)
             return found
         if all(n in old and f.type.equals(old[n].type) for n, f in new.items()) \
-                and all(f.metadata and DEFAULT in f.metadata for n, f in old.items() if n not in new):
+                and all(f.metadata and FILL in f.metadata for n, f in old.items() if n not in new):
             return found
         raise MillpondError(f"log channel {found.name!r} exists with another schema: {found.schema}")
 
@@ -415,3 +416,10 @@ class Log:
         for w in self._writers.values():
             w.release()
         self._writers.clear()
+
+
+def _same(a: pa.Schema, b: pa.Schema) -> bool:
+    """The same columns, types and defaults (other metadata aside)."""
+    def defaults(s: pa.Schema) -> list:
+        return [(f.metadata or {}).get(DEFAULT) for f in s] + [(f.metadata or {}).get(FILL) for f in s]
+    return a.equals(b) and defaults(a) == defaults(b)

@@ -23,7 +23,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from millpond.columns import DEFAULT, KH, W
+from millpond.columns import FILL, KH, W
 from millpond.errors import MillpondError
 from millpond.engine.operators.join import SIDE
 from millpond.keyhash import xxhash64
@@ -83,7 +83,7 @@ class Committed:
     def rows(self, partition: int, memo: dict) -> pa.Table:
         batches = list(read_rows(self.root, dict(self.storage), self.levels, self.read, 1, self.stored,
                                  iter([pa.record_batch([pa.array([0], pa.int64())], names=["id"])]), row_id=self.row_id,
-                                 defaults=tuple(f for f in self.stored if f.metadata and DEFAULT in f.metadata)))
+                                 defaults=tuple(f for f in self.stored if f.metadata and FILL in f.metadata)))
         if not batches:
             return self.schema.empty_table()
         records = pa.Table.from_batches(batches)

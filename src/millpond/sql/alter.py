@@ -17,13 +17,14 @@ from dataclasses import replace
 import pyarrow as pa
 from sqlglot import exp
 
-from millpond.catalog import Catalog, ViewDef, index_dependency, replacement
+from millpond.catalog import Catalog, TableDef, ViewDef, index_dependency, replacement
 from millpond.columns import RESERVED_PREFIX
 from millpond.engine import plan as P
 from millpond.engine.runtime import Runtime
 from millpond.errors import CatalogError, MillpondError, SqlError
-from millpond.sql.column_defs import column_def
+from millpond.sql.column_defs import column_def, with_default
 from millpond.sql.indexes import choose
+from millpond.sql.query import run_query
 from millpond.sql.planner import plan_view
 from millpond.sql.statements import command_rest, source, view_query
 
@@ -148,11 +149,70 @@ def alter(rt: Runtime, s: exp.Alter) -> None:
                 raise SqlError("use ALTER MATERIALIZED VIEW to rename a materialized view", sqlstate="42809")
             raise SqlError(f"ALTER {kind} {name} RENAME TO: a table cannot be renamed (its name is its log "
                            "channel's); create a table with the new name and insert its rows", sqlstate="0A000")
-        if not isinstance(action, exp.ColumnDef):
-            raise SqlError(f"ALTER {kind} ... {action.sql('postgres')[:60]!r} is not supported (ALTER TABLE ... ADD "
-                           "COLUMN, ALTER MATERIALIZED VIEW v AS <query> and RENAME TO are)", sqlstate="0A000")
-    if actions:
+        if isinstance(action, exp.AlterColumn) and (
+                {k for k, v in action.args.items() if v is not None} - {"this", "default", "drop", "allow_null"}
+                or kind != "TABLE"):
+            action = None
+        if not isinstance(action, (exp.ColumnDef, exp.AlterColumn)):
+            raise SqlError(f"ALTER {kind} ... {(action or s).sql('postgres')[:60]!r} is not supported (ALTER TABLE ... "
+                           "ADD COLUMN, ALTER COLUMN ... SET/DROP DEFAULT and SET/DROP NOT NULL, ALTER MATERIALIZED "
+                           "VIEW v AS <query> and RENAME TO are)", sqlstate="0A000")
+    if len({type(a) for a in actions}) > 1:
+        raise SqlError(f"ALTER TABLE {name}: ADD COLUMN and ALTER COLUMN go in statements of their own",
+                       sqlstate="0A000")
+    if actions and isinstance(actions[0], exp.AlterColumn):
+        alter_columns(rt, name, actions, if_exists=bool(s.args.get("exists")))
+    elif actions:
         add_columns(rt, name, actions, if_exists=bool(s.args.get("exists")))
+
+
+def alter_columns(rt: Runtime, name: str, actions: list[exp.AlterColumn], *, if_exists: bool = False) -> None:
+    """``ALTER TABLE t ALTER [COLUMN] c SET DEFAULT e | DROP DEFAULT | SET NOT NULL | DROP NOT NULL``:
+    what later inserts get or may give. The rows stored before keep their values (a column added
+    with a default keeps it for the rows older than it). One catalog version, then the log channel
+    (whose appends fill in what a writer leaves out)."""
+    if name not in rt.catalog.tables and if_exists and name not in rt.catalog.views:
+        return
+    t = _alterable(rt, name, "ALTER COLUMN")
+    columns = {c.name: c for c in t.columns}
+    for a in actions:
+        c = columns.get(a.name)
+        if c is None:
+            raise SqlError(f'column "{a.name}" of relation "{name}" does not exist', sqlstate="42703")
+        if a.args.get("allow_null") is None:  # SET DEFAULT e, DROP DEFAULT
+            columns[c.name] = with_default(rt, name, c, None if a.args.get("drop") else a.args.get("default"))
+        elif a.args["allow_null"]:  # DROP NOT NULL
+            if c.name in t.primary_key:
+                raise SqlError(f'column "{c.name}" is in a primary key', sqlstate="42P16")
+            columns[c.name] = replace(c, not_null=False)
+        else:  # SET NOT NULL: every row has a value
+            nulls = exp.select("count(*)").from_(exp.to_table(name, quoted=True)).where(
+                exp.column(c.name, quoted=True).is_(exp.null()))
+            if run_query(rt, nulls, pending=True).column(0)[0].as_py():
+                raise SqlError(f'column "{c.name}" of relation "{name}" contains null values', sqlstate="23502")
+            columns[c.name] = replace(c, not_null=True)
+    rt.commit_catalog(rt.catalog.with_columns(name, tuple(columns.values())))
+    t = rt.catalog.tables[name]
+    rt.log.create_channel(t.channel, t.log_schema, id=t.channel_id, table_key=t.primary_key)
+
+
+def _alterable(rt: Runtime, name: str, what: str) -> TableDef:
+    """Table ``name``, if its columns may change: not a view, a source table, a flow's sink or a table
+    a sink writes out."""
+    if name in rt.catalog.views:
+        raise SqlError(f'"{name}" is not a table (it is a materialized view: ALTER MATERIALIZED VIEW changes '
+                       "its query)", sqlstate="42809")
+    t = rt.catalog.table(name)
+    if t.source:
+        raise SqlError(f"ALTER TABLE {name} {what}: table {name!r} reads its rows from connector "
+                       f"{dict(t.source).get('connector')!r}, whose columns it keeps; create it again", sqlstate="0A000")
+    if (flow := rt.catalog.sink_of(name)) is not None:
+        raise SqlError(f"ALTER TABLE {name} {what}: table {name!r} is the sink of flow {flow.name!r}, whose "
+                       "query gives its columns", sqlstate="0A000")
+    if sinks := sorted(k.name for k in rt.catalog.sinks.values() if k.source == name):
+        raise CatalogError(f"ALTER TABLE {name} {what}: sinks {', '.join(sinks)} write its rows out, to a target "
+                           "with its columns; drop them first (DROP SINK), and create them again after", sqlstate="2BP01")
+    return t
 
 
 def add_columns(rt: Runtime, name: str, defs: list[exp.ColumnDef], *, if_exists: bool = False) -> None:
@@ -160,21 +220,9 @@ def add_columns(rt: Runtime, name: str, defs: list[exp.ColumnDef], *, if_exists:
     between: the next open adds them there). Nothing is rewritten: records older than a column are
     filled with its default when read, and the views, flows and indexes made before it are planned
     without it (:meth:`~millpond.catalog.TableDef.as_seen_by`): their rows do not change."""
-    if name in rt.catalog.views:
-        raise SqlError(f'"{name}" is not a table (it is a materialized view: ALTER MATERIALIZED VIEW changes '
-                       "its query)", sqlstate="42809")
-    if name not in rt.catalog.tables and if_exists:
+    if name not in rt.catalog.tables and if_exists and name not in rt.catalog.views:
         return
-    t = rt.catalog.table(name)
-    if t.source:
-        raise SqlError(f"ALTER TABLE {name} ADD COLUMN: table {name!r} reads its rows from connector "
-                       f"{dict(t.source).get('connector')!r}, whose columns it keeps; create it again", sqlstate="0A000")
-    if (flow := rt.catalog.sink_of(name)) is not None:
-        raise SqlError(f"ALTER TABLE {name} ADD COLUMN: table {name!r} is the sink of flow {flow.name!r}, whose "
-                       "query gives its columns", sqlstate="0A000")
-    if sinks := sorted(k.name for k in rt.catalog.sinks.values() if k.source == name):
-        raise CatalogError(f"ALTER TABLE {name} ADD COLUMN: sinks {', '.join(sinks)} write its rows out, to a target "
-                           "with its columns; drop them first (DROP SINK), and create them again after", sqlstate="2BP01")
+    t = _alterable(rt, name, "ADD COLUMN")
     catalog, names = rt.catalog, {c.name for c in t.columns}
     for d in defs:
         if d.name in names:

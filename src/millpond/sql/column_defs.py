@@ -16,7 +16,7 @@ from millpond.log.conform import conform
 from millpond.sql.query import run_query
 from millpond.sql.semantics.assign import column_type, literal_for
 
-__all__ = ["column_def"]
+__all__ = ["column_def", "with_default"]
 
 
 def column_def(rt: Runtime, table: str, d: exp.ColumnDef) -> Column:
@@ -29,15 +29,22 @@ def column_def(rt: Runtime, table: str, d: exp.ColumnDef) -> Column:
     not_null = any(isinstance(k, exp.NotNullColumnConstraint) and not k.args.get("allow_null") for k in kinds)
     column = Column(d.name, normalize_type(d.args["kind"]), not_null)
     given = next((k.this for k in kinds if isinstance(k, exp.DefaultColumnConstraint)), None)
+    return with_default(rt, table, column, given)
+
+
+def with_default(rt: Runtime, table: str, column: Column, given: exp.Expression | None) -> Column:
+    """``column`` with the default ``given`` (None or ``NULL``: none) — a constant expression,
+    evaluated here as PostgreSQL assigns it to the column."""
     if given is None or isinstance(given, exp.Null):
-        return column
+        return replace(column, default=None, value=None)
     for node in given.walk():
         if isinstance(node, (exp.Column, exp.Query)) or isinstance(node, exp.Func) and not isinstance(node, exp.Cast):
-            raise SqlError(f"column {d.name!r} of {table!r}: DEFAULT {given.sql('postgres')} is not supported: a "
+            raise SqlError(f"column {column.name!r} of {table!r}: DEFAULT {given.sql('postgres')} is not supported: a "
                            "default is a constant expression (a function such as now() or random() would give each "
                            "row its own value, and rows stored before the column would need rewriting)",
                            sqlstate="0A000")
     query = exp.select(exp.alias_(literal_for(given.copy(), column.type), "v"))
     rows = run_query(rt, query, assign=[("v", column_type(column.type))])
-    value = conform(f"the DEFAULT of column {d.name!r} of {table!r}", pa.schema([column.field.with_name("v")]), rows)
+    typed = pa.schema([pa.field("v", column.field.type)])
+    value = conform(f"the DEFAULT of column {column.name!r} of {table!r}", typed, rows)
     return replace(column, default=given.sql("postgres"), value=encode_default(value.column(0).combine_chunks()))

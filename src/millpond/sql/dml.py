@@ -17,7 +17,7 @@ from millpond.columns import ROW_ID
 from millpond.engine import ingest
 from millpond.engine.runtime import Runtime
 from millpond.errors import CatalogError, SqlError
-from millpond.defaults import fill
+from millpond.defaults import default
 from millpond.sql.query import run_query, tables_read, target_read
 from millpond.sql.semantics.assign import column_type, literal_for
 from millpond.sql.statements import position
@@ -62,7 +62,7 @@ def insert(rt: Runtime, s: exp.Insert) -> None:
     rows = rows.rename_columns(names)
     for c in t.columns:
         if c.name not in names:
-            rows = rows.append_column(c.name, fill(c.field, rows.num_rows))  # its DEFAULT, or NULL
+            rows = rows.append_column(c.name, default(c.field, rows.num_rows))  # its DEFAULT, or NULL
     ingest.insert(rt, t, ingest.conform_rows(t, rows))
 
 
