@@ -141,12 +141,17 @@ def test_a_sources_read_and_a_sinks_first_write_are_jobs_while_they_run(open_db,
         def slowly(*args, _original=original, **kwargs):  # noqa: ANN002, ANN003, ANN202
             time.sleep(1.5)
             seen.extend(db.sql("SHOW JOBS").to_pylist())  # from inside the work: the job is there
-            return _original(*args, **kwargs)
+            out = _original(*args, **kwargs)
+            seen.extend(db.sql("SHOW JOBS").to_pylist())  # and its rows taken in so far
+            return out
         monkeypatch.setattr(cls, name, slowly)
     db.flush()
     db.sql(f"CREATE SINK out FROM n WITH (connector = 'deltalake', location = '{tmp_path / 'out'}', type = 'upsert')")
     kinds = {(j["kind"], j["relation"]) for j in seen}
     assert ("source", "landing") in kinds and ("sink", "out") in kinds
+    source = [j for j in seen if j["kind"] == "source"]
+    assert source[0]["records"] is None  # nothing taken in yet; then the file's rows, and their rate
+    assert any(j["records"] == 3 and j["records_per_second"] > 0 for j in source), source
     sink = next(j for j in seen if j["kind"] == "sink")
     assert sink["seconds"] >= 1.0
     assert db.sql("SHOW JOBS").num_rows == 0

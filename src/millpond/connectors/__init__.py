@@ -173,10 +173,14 @@ class Sources(EpochStep):
     def of(cls, rt: Runtime, tasks: Callable | None = None) -> "Sources":
         from millpond.engine.ingest import apply_by_key, insert
 
-        return cls(rt.coordinator.store, rt.channel,
-                   lambda t, rows, producer: insert(rt, t, rows, producer=producer),
-                   lambda t, upserts, deletes, producer: apply_by_key(rt, t, upserts, deletes, producer=producer),
-                   tasks, rt.jobs)
+        def inserted(t, rows, producer):  # noqa: ANN001, ANN202 - counted in the source's job (SHOW JOBS)
+            rt.jobs.took(rows.num_rows)
+            return insert(rt, t, rows, producer=producer)
+
+        def applied(t, upserts, deletes, producer):  # noqa: ANN001, ANN202
+            rt.jobs.took((upserts.num_rows if upserts is not None else 0) + (deletes.num_rows if deletes is not None else 0))
+            return apply_by_key(rt, t, upserts, deletes, producer=producer)
+        return cls(rt.coordinator.store, rt.channel, inserted, applied, tasks, rt.jobs)
 
     def tasks(self):
         """What reads a table's files and partitions in Spark tasks (on a cluster), or None (the

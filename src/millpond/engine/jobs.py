@@ -58,6 +58,7 @@ class Jobs:
         self._running: list[dict] = []  # the epoch's jobs: job, kind, relation, records, started
         self._cancelled: int | None = None  # the epoch whose jobs CANCEL JOB cancelled
         self._work: list[dict] = []  # other work shown as jobs while it runs (track)
+        self._here = threading.local()  # the work this thread is doing (track): what took() counts for
         self._active, self._stop, self._publisher = 0, threading.Event(), None  # the publisher while jobs run
         self._lock = threading.Lock()
 
@@ -125,13 +126,23 @@ class Jobs:
         row = {"job": job, "kind": kind, "relation": relation, "records": records, "started": time.time()}
         with self._lock:
             self._work.append(row)
+        outer, self._here.row = getattr(self._here, "row", None), row
         self._begin()
         try:
             yield
         finally:
+            self._here.row = outer
             with self._lock:
                 self._work.remove(row)
             self._end()
+
+    def took(self, records: int) -> None:
+        """``records`` more taken in by the work this thread is doing (a source's read: its rows
+        appended so far, and their rate, show in its job); nothing outside one."""
+        row = getattr(self._here, "row", None)
+        if row is not None and records:
+            with self._lock:
+                row["records"] = (row["records"] or 0) + records
 
     def _begin(self) -> None:
         """A job started: the publisher runs while any does."""
@@ -197,6 +208,8 @@ def _progress(job: dict, done: int, total: int, now: float) -> dict:
     seconds = now - job["started"]
     fraction = done / total if total else None
     rate = fraction * job["records"] / seconds if fraction and seconds > 0 else None
+    if rate is None and job["kind"] == "source" and job["records"] and seconds > 0:  # rows taken in so far
+        rate = job["records"] / seconds
     eta = seconds * (1 - fraction) / fraction if fraction else None
     return {**job, "tasks_done": done, "tasks_total": total, "progress": fraction, "records_per_second": rate,
             "eta_seconds": eta, "seconds": seconds}
