@@ -7,6 +7,7 @@ reader — the log's, a state table's, compaction's — fills it in where it is 
 from __future__ import annotations
 
 import base64
+import functools
 import json
 
 import numpy as np
@@ -41,8 +42,9 @@ def _copies(field: pa.Field, key: bytes, n: int) -> pa.Array:
     return default_array(value).cast(field.type).take(np.zeros(n, dtype=np.int64))
 
 
+@functools.lru_cache(maxsize=256)
 def default_array(value: str) -> pa.Array:
-    """The 1-row array a default's value is kept as (:func:`encode_default`)."""
+    """The 1-row array a default's value is kept as (:func:`encode_default`); decoded once a process."""
     with pa.ipc.open_stream(pa.py_buffer(base64.b64decode(value))) as reader:
         return reader.read_all().column(0).combine_chunks()
 
