@@ -44,7 +44,12 @@ def with_default(rt: Runtime, table: str, column: Column, given: exp.Expression 
                            "row its own value, and rows stored before the column would need rewriting)",
                            sqlstate="0A000")
     query = exp.select(exp.alias_(literal_for(given.copy(), column.type), "v"))
-    rows = run_query(rt, query, assign=[("v", column_type(column.type))])
+    try:
+        rows = run_query(rt, query, assign=[("v", column_type(column.type))])
+    except SqlError as exc:  # its position would be in the SELECT made here: the column is named instead
+        reason = str(exc).split(" (line ", 1)[0] if exc.line is not None else str(exc)
+        raise SqlError(f"column {column.name!r} of {table!r}: DEFAULT {given.sql('postgres')}: {reason}",
+                       sqlstate=exc.sqlstate) from None
     typed = pa.schema([pa.field("v", column.field.type)])
     value = conform(f"the DEFAULT of column {column.name!r} of {table!r}", typed, rows)
     return replace(column, default=given.sql("postgres"), value=encode_default(value.column(0).combine_chunks()))
