@@ -121,6 +121,8 @@ def verb(s: exp.Expression) -> str:
         materialized = s.args.get("materialized") or (props is not None and any(
             isinstance(p, exp.MaterializedProperty) for p in props.expressions))
         return f"{type(s).__name__.upper()} {'MATERIALIZED ' if materialized and kind == 'VIEW' else ''}{kind}".strip()
+    if isinstance(s, exp.Alter):  # PostgreSQL's tag: ALTER TABLE
+        return f"ALTER {(s.args.get('kind') or '').upper()}".strip()
     return type(s).__name__.upper()
 
 
