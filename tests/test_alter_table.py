@@ -213,6 +213,9 @@ def test_what_add_column_refuses_names_the_problem(open_db, tmp_path):
         ("ALTER TABLE missing ADD COLUMN c INT", r'relation "missing" does not exist', "42P01"),
         ("CREATE TABLE bad (k INT DEFAULT random())", r"DEFAULT .* is not supported", "0A000"),
         ("ALTER TABLE p ADD COLUMN c INT", r"sinks out write its rows out", "2BP01"),
+        ("ALTER TABLE t ADD COLUMN c INT PRIMARY KEY", r"a table's primary key is fixed when it is created", "0A000"),
+        ("CREATE TABLE bad (k INT UNIQUE)", r"column 'k' of 'bad': UNIQUE is not supported", "0A000"),
+        ("CREATE TABLE bad (k INT, CHECK (k > 0))", r"table 'bad': CHECK \(k > 0\) is not supported", "0A000"),
     ]
     for sql, message, state in cases:
         with pytest.raises(MillpondError, match=message) as err:

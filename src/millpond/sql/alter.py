@@ -232,6 +232,9 @@ def add_columns(rt: Runtime, name: str, defs: list[exp.ColumnDef], *, if_exists:
         if d.name.startswith(RESERVED_PREFIX):
             raise SqlError(f"ALTER TABLE {name} ADD COLUMN {d.name}: a name starting with {RESERVED_PREFIX!r} is "
                            "reserved by millpond")
+        if any(isinstance(c.args.get("kind"), exp.PrimaryKeyColumnConstraint) for c in d.args.get("constraints") or []):
+            raise SqlError(f"ALTER TABLE {name} ADD COLUMN {d.name} PRIMARY KEY: a table's primary key is fixed when it "
+                           "is created", sqlstate="0A000")
         column = column_def(rt, name, d)
         if column.not_null and column.default is None and rt.log.channel(t.channel).end:
             raise SqlError(f'column "{d.name}" of relation "{name}" contains null values', sqlstate="23502",

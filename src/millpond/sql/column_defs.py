@@ -26,6 +26,11 @@ def column_def(rt: Runtime, table: str, d: exp.ColumnDef) -> Column:
     if d.args.get("kind") is None:
         raise SqlError(f"column {d.name!r} of {table!r} needs a type")
     kinds = [c.args.get("kind") for c in d.args.get("constraints") or []]
+    for k in kinds:  # PostgreSQL would enforce the others: refused, not ignored
+        if not isinstance(k, (exp.NotNullColumnConstraint, exp.DefaultColumnConstraint,
+                              exp.PrimaryKeyColumnConstraint)):
+            raise SqlError(f"column {d.name!r} of {table!r}: {k.sql('postgres') if k is not None else 'its constraint'} "
+                           "is not supported (a column takes PRIMARY KEY, NOT NULL and DEFAULT)", sqlstate="0A000")
     not_null = any(isinstance(k, exp.NotNullColumnConstraint) and not k.args.get("allow_null") for k in kinds)
     column = Column(d.name, normalize_type(d.args["kind"]), not_null)
     given = next((k.this for k in kinds if isinstance(k, exp.DefaultColumnConstraint)), None)

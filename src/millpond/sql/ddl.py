@@ -69,6 +69,9 @@ def _create_table(rt: Runtime, s: exp.Create) -> None:
                 pk.append(d.name)
         elif isinstance(d, exp.PrimaryKey):
             pk.extend(e.name for e in d.expressions)
+        else:  # PostgreSQL would enforce it: refused, not ignored
+            raise SqlError(f"table {name!r}: {d.sql('postgres')} is not supported (a table takes PRIMARY KEY, "
+                           "NOT NULL and DEFAULT)", sqlstate="0A000")
     append_only, source = _table_options(name, s)
     if source:
         source, cols = check_source(name, source, cols, pk)
