@@ -72,7 +72,9 @@ def test_wrong_input_schema_names_column_and_row_and_appends_nothing(db):
     with pytest.raises(SchemaError, match="primary key column 'product' is NULL in row 1"):
         db.insert("info", pa.table({"product": ["a", None], "category": ["x", "y"]}))
     with pytest.raises(SqlError, match="INSERT has more target columns than expressions \\(2 values for 3 columns"):
-        db.sql("INSERT INTO visit VALUES ('a', 'b')")
+        db.sql("""INSERT INTO visit (product, "user", length) VALUES ('a', 'b')""")
+    with pytest.raises(SqlError, match="INSERT has more expressions than target columns \\(4 values for 3 columns"):
+        db.sql("INSERT INTO visit VALUES ('a', 'b', 1, 2)")  # (fewer values, no column list: the first columns)
     db.flush()
     assert db.sql("SELECT * FROM visit").num_rows == 0
     assert db.sql("SELECT * FROM info").num_rows == 0
