@@ -182,6 +182,7 @@ def test_create_table_defaults_fill_what_an_insert_leaves_out(open_db):
     db.sql("INSERT INTO t (k) VALUES (1)")
     db.sql("INSERT INTO t (k, n, s) VALUES (2, 7, 'given')")
     db.sql("INSERT INTO t VALUES (4, 8)")  # no column list: the first two columns (PostgreSQL's rule)
+    db.sql("INSERT INTO t SELECT 6")  # a query's one column: the first
     db.insert("t", pa.table({"k": pa.array([3], pa.int32()), "plain": pa.array([9], pa.int32())}))
     with pytest.raises(MillpondError, match=r"lacks \['plain'\]"):  # a column without a DEFAULT is not left out
         db.insert("t", pa.table({"k": pa.array([5], pa.int32())}))
@@ -192,6 +193,7 @@ def test_create_table_defaults_fill_what_an_insert_leaves_out(open_db):
         (2, 7, "given", "2024-02-29", "1 day", True, None),
         (3, -3, "none", "2024-02-29", "1 day", True, 9),
         (4, 8, "none", "2024-02-29", "1 day", True, None),
+        (6, -3, "none", "2024-02-29", "1 day", True, None),
     ]
 
 

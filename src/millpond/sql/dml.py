@@ -57,6 +57,8 @@ def insert(rt: Runtime, s: exp.Insert) -> None:
         if tables_read(query):  # like DELETE and UPDATE, it reads what the statements before it wrote
             rt.flush()
     rows = run_query(rt, query, assign=[(n, column_type(types[n])) for n in names if n in types])
+    if cols is None and rows.num_columns < len(names):  # a query's N columns: the table's first N
+        names = names[:rows.num_columns]
     if rows.num_columns != len(names):
         raise SqlError(f"INSERT INTO {t.name}: {rows.num_columns} values for {len(names)} columns")
     rows = rows.rename_columns(names)
