@@ -9,13 +9,14 @@ from __future__ import annotations
 import base64
 import functools
 import json
+from typing import Iterable
 
 import numpy as np
 import pyarrow as pa
 
 from millpond.columns import DEFAULT, FILL
 
-__all__ = ["fill", "default", "may_lack", "fit", "encode_default"]
+__all__ = ["fill", "filled", "default", "may_lack", "fit", "encode_default"]
 
 
 def fill(field: pa.Field, n: int) -> pa.Array:
@@ -61,7 +62,12 @@ def encode_default(value: pa.Array) -> str:
 def fit(records: pa.Table, schema: pa.Schema) -> pa.Table:
     """Stored ``records`` as ``schema`` (some or all of their columns, in its order and types); a
     column they predate (added since) filled with its value then (:func:`fill`)."""
-    for f in schema:
-        if f.name not in records.column_names and f.metadata and FILL in f.metadata:
-            records = records.append_column(f.name, fill(f, records.num_rows))
-    return records.select(schema.names).cast(schema)
+    return filled(records, [f for f in schema if f.metadata and FILL in f.metadata]).select(schema.names).cast(schema)
+
+
+def filled(rows: pa.Table, fields: Iterable[pa.Field]) -> pa.Table:
+    """``rows`` with each of ``fields`` they lack (added since they were stored) as its :func:`fill`."""
+    for f in fields:
+        if f.name not in rows.column_names:
+            rows = rows.append_column(f, fill(f, rows.num_rows))
+    return rows

@@ -40,7 +40,7 @@ import pyarrow as pa
 
 from millpond.columns import COUNT, DEL, EP, KH
 from millpond.errors import InvariantError
-from millpond.defaults import fill
+from millpond.defaults import filled
 from millpond.store.manifest import Levels
 from millpond.store.objects import ObjectStore, open_store
 from millpond.store.sst import SstMeta, SstRef, open_sst, scan_sst, write_sst
@@ -209,7 +209,7 @@ def run_task(store: ObjectStore, task: Task) -> tuple[SstRef, ...]:
                                  additive=additive))
     carry: pl.DataFrame | None = None  # the last range's rows short of a file: the next range's keys follow theirs
     for lo, hi in _ranges(metas, MERGE_BYTES):  # a loop per range of keys
-        tables = [_fit(t, defaults) for ref in task.inputs if (t := scan_sst(store, ref, lo, hi)) is not None]
+        tables = [filled(t, defaults) for ref in task.inputs if (t := scan_sst(store, ref, lo, hi)) is not None]
         if not tables:
             continue
         rows = pl.from_arrow(pa.concat_tables(tables, promote_options="permissive"))
@@ -231,14 +231,6 @@ def run_task(store: ObjectStore, task: Task) -> tuple[SstRef, ...]:
     if carry is not None:
         write(carry)
     return tuple(outputs)
-
-
-def _fit(rows: pa.Table, defaults: tuple[pa.Field, ...]) -> pa.Table:
-    """A file's rows with the columns added since it was written, as their defaults."""
-    for f in defaults:
-        if f.name not in rows.column_names:
-            rows = rows.append_column(f, fill(f, rows.num_rows))
-    return rows
 
 
 def _ranges(metas: list[SstMeta], budget: int) -> list[tuple[int | None, int | None]]:

@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 
 from millpond.columns import COUNT, DEL, EP, KH
 from millpond.errors import InvariantError, MillpondError
-from millpond.defaults import fill
+from millpond.defaults import filled
 from millpond.store.manifest import Levels
 from millpond.store.objects import ObjectStore
 from millpond.store.sst import SstRef, lookup_sst, open_sst, scan_sst, vnode_bitmap, write_sst
@@ -125,10 +125,7 @@ class StateTable:
         return parts
 
     def _fit(self, part: pa.Table | None) -> pa.Table | None:
-        for f in self.defaults if part is not None else ():
-            if f.name not in part.column_names:
-                part = part.append_column(f, fill(f, part.num_rows))
-        return part
+        return filled(part, self.defaults) if part is not None and self.defaults else part
 
     def sample(self, rows: int) -> tuple[pa.Table | None, float]:
         """About ``rows`` of the stored rows — those of the slice of the key-hash space that holds
