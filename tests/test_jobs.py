@@ -194,3 +194,40 @@ def test_a_compaction_round_is_a_job_while_it_runs(open_db):
     assert jobs and jobs[0]["relation"] == "t" and jobs[0]["records"] >= 200 and jobs[0]["seconds"] >= 1.0
     assert db.sql("SHOW JOBS").num_rows == 0
     assert db.sql("SELECT count(*) AS n FROM t").to_pylist() == [{"n": 300}]
+
+
+def test_a_backfill_in_bounded_epochs_is_one_job_across_them(open_db):
+    db = open_db()
+    db.sql("CREATE TABLE t (k INT PRIMARY KEY, v BIGINT)")
+    db.insert("t", pa.table({"k": pa.array(range(600), pa.int32()), "v": pa.array(range(600), pa.int64())}))
+    db.flush()
+    db.create_function(_slow, params=["BIGINT"], returns="BIGINT", name="slow")
+    db.sql("SET backfill_rows = 200")  # three parts of the table's rows, an epoch each
+    failure: list[BaseException] = []
+
+    def backfill() -> None:
+        try:
+            db.sql("CREATE MATERIALIZED VIEW doubled AS SELECT k, slow(v) AS w FROM t")
+            db.flush()
+        except BaseException as exc:  # noqa: BLE001 - said below
+            failure.append(exc)
+
+    worker = threading.Thread(target=backfill)
+    worker.start()
+    seen = []
+    deadline = time.monotonic() + 300
+    while worker.is_alive() and time.monotonic() < deadline:
+        seen += [j for j in db.sql("SHOW JOBS").to_pylist() if j["relation"] == "doubled"]
+        time.sleep(0.05)
+    worker.join(300)
+    assert not failure, failure
+    epochs = sorted({j["job"] for j in seen})
+    assert len(epochs) >= 2, f"the backfill was seen in {epochs} only"  # one job row across its epochs
+    assert {j["records"] for j in seen} == {600} and {j["kind"] for j in seen} == {"backfill"}
+    assert len({j["started"] for j in seen}) == 1  # since its first epoch
+    by_epoch = {e: [j["progress"] or 0 for j in seen if j["job"] == e] for e in epochs}
+    assert all(0 <= p <= 1 for ps in by_epoch.values() for p in ps)
+    assert min(by_epoch[epochs[-1]]) >= 1 / 3 - 1e-9, by_epoch  # the parts read before it count
+    assert db.sql("SELECT count(*) AS n, sum(w) AS s FROM doubled").to_pylist() == [
+        {"n": 600, "s": 2 * sum(range(600))}]
+    assert db.sql("SHOW JOBS").num_rows == 0

@@ -71,8 +71,8 @@ def swap(rt: Runtime) -> list[str]:
                         ", ".join(sorted(pending)), describe_failure(f, pending[name].sql))
         rt.commit_catalog(catalog.without_replacements(list(pending)))
         return []
-    if any(f"o{v.id}" not in manifest.offsets for v in pending.values()):
-        return []  # a backfill to run
+    if any(f"o{v.id}" not in manifest.offsets or f"o{v.id}" in manifest.filling for v in pending.values()):
+        return []  # a backfill to run (or to finish: engine/filling.py)
     back = {replacement(name): name for name in pending}
     for name in pending:
         old, fresh = rt._by_name[name], rt._by_name[replacement(name)]  # noqa: SLF001 - the runtime's consumers

@@ -115,7 +115,6 @@ from contextlib import nullcontext
 from dataclasses import replace
 from typing import Callable, Mapping, Sequence
 
-import polars as pl
 import pyarrow as pa
 
 from millpond import faults, paths
@@ -129,11 +128,11 @@ from millpond.engine.failures import cause as _cause
 from millpond.engine.failures import data_error as _data_error
 from millpond.engine.failures import internal_error as _internal_error
 from millpond.engine.failures import describe_failure
+from millpond.engine.filling import BACKFILL_ROWS, bound, check_start
 from millpond.engine.flows import merge
-from millpond.engine.partial import KEY, PartialStep, filled_state, read_filled
-from millpond.engine.partial import step as partial_step
+from millpond.engine.partial import KEY, filled_state, plan_partial
 from millpond.engine.plan import shared_sides as _shared_sides
-from millpond.errors import InvariantError, MillpondError
+from millpond.errors import MillpondError
 from millpond.log import Log, Piece
 from millpond.store.manifest import Manifest
 from millpond.store.objects import ObjectStore
@@ -158,6 +157,7 @@ class Coordinator:
         self.state = StateStore(store, runner=compaction, ids=ids)  # recovery: resume from the last committed version
         self.changes = ChangeFeed(store)
         self.jobs = None  # what watches an epoch's backfills (engine/jobs.py: millpond_jobs), set by the runtime
+        self.backfill_rows = BACKFILL_ROWS  # a new view over more input fills in bounded epochs (engine/filling.py)
 
     @property
     def manifest(self) -> Manifest:
@@ -194,7 +194,8 @@ class Coordinator:
         for t in catalog.tables.values():
             self.log.create_channel(t.channel, t.log_schema, id=t.channel_id)
         _, ends = self.log.snapshot([t.channel for t in catalog.tables.values()])  # one tick: whole transactions
-        work, batch, partial = [], {}, {}
+        work, batch, partial, fills = [], {}, {}, {}
+        stored = {c.key: c.rows_state for c in consumers}
         for c in consumers:
             if c.sits_out(self.manifest):  # isolated by a data error; a flow's sink table
                 continue
@@ -204,9 +205,18 @@ class Coordinator:
                 for ch, i in shared.items():  # read through an index: from where the index holds the table
                     ranges[ch] = (self.manifest.offsets.get(f"o{i}", {}).get(ch, 0), ends[ch])
                 batch[c.key] = self._batch_starts(catalog, consumers, ranges, shared)
+            elif (state := self.manifest.filling.get(c.key)) and state[0] < state[1]:  # its tables' next part
+                starts = dict(ranges)
+                batch[c.key] = self._batch_starts(catalog, consumers, ranges, {})
+                for ch in batch[c.key]:
+                    check_start(c, ch, starts[ch][0], ranges[ch][0])
+            rows = {ch: sum(r.rows for r in self.manifest.state(stored[k]).files()) for ch, k in batch.get(c.key, {}).items()}
+            if (f := bound(c, consumers, catalog, self.manifest, ranges, rows, self.backfill_rows)) is not None:
+                fills[c.key] = f  # a backfill in bounded epochs (engine/filling.py)
             new_view = c.runs_new and c.key not in self.manifest.offsets
             if c.partial is not None:
-                partial[c.key] = self._partial_step(catalog, consumers, c, ranges, (wanted or {}).get(c.key))
+                partial[c.key] = plan_partial(self.store, self.manifest, catalog, consumers, c, ranges,
+                                              (wanted or {}).get(c.key))
             keys = partial.get(c.key)
             if new_view or batch.get(c.key) or any(a < b for a, b in ranges.values()) or \
                     (keys is not None and (len(keys[0].fill) or len(keys[0].evict))):  # a new view: COUNT(*) = 0
@@ -229,8 +239,10 @@ class Coordinator:
         epoch, attempt = self.manifest.epoch + 1, self.ids()[:12]
         job = EpochJob(self.store.root, self.store.options, epoch, attempt, self._parallelism(work, batch, consumers),
                        self.manifest,
-                       {k: v for k, v in batch.items() if v}, {k: keys for k, (keys, _) in partial.items()})
-        return EpochPlan(catalog, consumers, work, job, {k: writes for k, (_, writes) in partial.items()}, inputs)
+                       {k: v for k, v in batch.items() if v}, {k: keys for k, (keys, _) in partial.items()},
+                       {k: (f.part, f.parts) for k, f in fills.items() if f.part < f.parts})
+        return EpochPlan(catalog, consumers, work, job, {k: writes for k, (_, writes) in partial.items()}, inputs,
+                         fills=fills)
 
     def execute(self, plan: EpochPlan) -> EpochResult:
         """Step 3: the job over the plan's work (a view whose data raises isolated), and the
@@ -282,9 +294,16 @@ class Coordinator:
         faults.point("epoch.before_commit")
         # 5. commit: the one atomic write (compaction, step 6, starts inside it, in the background)
         failed = {k: v for k, v in {**self.manifest.failed, **failures}.items() if k in live}  # dropped: gone
+        filling = {k: v for k, v in self.manifest.filling.items() if k in live}
+        for c, _ in work:  # a view filling in bounded epochs: the parts it has read (engine/filling.py)
+            if (f := plan.fills.get(c.key)) is not None and (after := f.after()) is not None:
+                filling[c.key] = after
+            else:
+                filling.pop(c.key, None)
         self.state.commit(epoch, new_ssts, offsets, keep=lambda sid: sid.split(".", 1)[0] in stateful, failed=failed,
                           expiry={sid: floor for c, _ in work for sid, floor in c.expires(offsets[c.key]).items()},
-                          defaults={c.rows_state: c.encoded_defaults for c in consumers if c.defaults and c.keeps_rows})
+                          defaults={c.rows_state: c.encoded_defaults for c in consumers if c.defaults and c.keeps_rows},
+                          filling=filling)
         faults.point("epoch.after_commit")
         names, texts = {c.key: c.name for c in consumers}, {c.key: c.sql for c in consumers}
         for k, f in failures.items():
@@ -292,27 +311,6 @@ class Coordinator:
         return EpochReport(epoch, Changelogs(self.changes, {names[k]: v for k, v in changes.items() if v is not None}),
                            {names[k]: f for k, f in failures.items()},
                            {c.name: sum(b - a for a, b in r.values()) for c, r in work}, manifest=self.manifest)
-
-    def _partial_step(self, catalog: Catalog, consumers: list[Consumer], c: Consumer, ranges: dict[str, tuple[int, int]],
-                      wanted: pa.Array | None) -> tuple[PartialStep, pl.DataFrame]:
-        """Step 1 for a partial view (:mod:`millpond.engine.partial`): the keys it fills and evicts
-        in this epoch, and its filled state's writes. Its table's rows at the pinned version must be
-        the table as of the offset the view reads its records from: checked here."""
-        key = c.partial
-        assert key is not None
-        tables = {}
-        for source, _ in key.sources:
-            t = catalog.tables[source.table]
-            table = next(x for x in consumers if x.name == t.name)
-            start, done = ranges[t.channel][0], self.manifest.offsets.get(table.key, {}).get(t.channel, 0)
-            if start != done:
-                raise InvariantError(f"{c.name}: reads {t.name} from offset {start}, but {t.name}'s rows are as of "
-                                     f"offset {done}: its keys cannot be filled from them")
-            tables[t.name] = table.key
-        filled = read_filled(self.store, self.manifest, c.object_id, c.plan)
-        after, fill, evict, writes = partial_step(filled, wanted, key.max_keys, self.manifest.epoch + 1,
-                                                  key.key_type(catalog.tables))
-        return PartialStep(tables, after, fill, evict), writes
 
     # -- fault isolation (module docstring) ------------------------------------------------------
     def _batch_starts(self, catalog: Catalog, consumers: list[Consumer], ranges: dict[str, tuple[int, int]],

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from millpond.engine.changefeed import Change, Changelogs
     from millpond.engine.consumers import Consumer
     from millpond.engine.executor import EpochJob, Work
+    from millpond.engine.filling import Fill
     from millpond.store.manifest import Manifest
 
 __all__ = ["EpochPlan", "EpochResult", "EpochReport", "EpochStep"]
@@ -45,6 +46,7 @@ class EpochPlan:
     # view read by views -> (its rows' schema, its rows state id)
     inputs: Mapping[str, tuple[pa.Schema, str]] = field(default_factory=dict)
     started: float = field(default_factory=time.time)  # when its input was fixed (seconds since 1970)
+    fills: Mapping[str, Fill] = field(default_factory=dict)  # views filling in bounded epochs (engine/filling.py)
 
     @property
     def epoch(self) -> int:

@@ -3,7 +3,9 @@
 
 A **job** is a view's (index's, flow's) backfill: the first epoch of a new relation, which reads its
 tables from their start (a keyed table as its rows, counted as stored, plus its log after them) — kind ``backfill``, or ``alter`` for a view's new definition filling
-beside the one in force (``ALTER MATERIALIZED VIEW v AS ...``). While such an epoch runs, the writer keeps one row per relation it fills —
+beside the one in force (``ALTER MATERIALIZED VIEW v AS ...``). A view filling in bounded epochs
+(:mod:`millpond.engine.filling`) shows in each of them, as one backfill: all of its input, its
+start, and its progress over the parts read before the epoch and the epoch's tasks. While such an epoch runs, the writer keeps one row per relation it fills —
 the records it reads, the Spark tasks of the epoch done and to do, the progress, the rate and the
 time left at that rate — and publishes them under the root every :data:`PUBLISH_SECONDS`
 (``jobs/running.json``), so a read-only process (``millpond sql --read-only``, another ``serve``)
@@ -58,6 +60,7 @@ class Jobs:
         self._running: list[dict] = []  # the epoch's jobs: job, kind, relation, records, started
         self._cancelled: int | None = None  # the epoch whose jobs CANCEL JOB cancelled
         self._work: list[dict] = []  # other work shown as jobs while it runs (track)
+        self._filling: dict[str, float] = {}  # a view filling in bounded epochs -> when its first epoch started
         self._here = threading.local()  # the work this thread is doing (track): what took() counts for
         self._active, self._stop, self._publisher = 0, threading.Event(), None  # the publisher while jobs run
         self._lock = threading.Lock()
@@ -96,6 +99,7 @@ class Jobs:
     def watch(self, plan: EpochPlan) -> Iterator[None]:
         manifest = plan.job.manifest
         offsets, by_key = manifest.offsets, {c.key: c for c in plan.consumers}
+        by_key_name = {c.name: c.key for c in plan.consumers}
         renamed = {replacement(name): name for name in plan.catalog.replacing}  # ALTER's new definitions
 
         def stored(key: str) -> int:  # a keyed table a backfill reads as its rows (batch mode)
@@ -104,7 +108,13 @@ class Jobs:
                     "relation": renamed.get(c.name, c.name), "consumer": c.name,
                     "records": sum(max(0, b - a) for a, b in ranges.values())
                     + sum(stored(k) for k in plan.job.batch.get(c.key, {}).values()), "started": time.time()}
-                   for c, ranges in plan.work if c.key not in offsets and c.name not in plan.catalog.tables]
+                   for c, ranges in plan.work
+                   if (c.key not in offsets or c.key in plan.fills) and c.name not in plan.catalog.tables]
+        for job in running:  # a backfill in bounded epochs: the whole backfill's input, since its first epoch
+            if (f := plan.fills.get(by_key_name[job["consumer"]])) is not None:
+                first = self._filling.setdefault(job["consumer"], job["started"]) if f.before else job["started"]
+                self._filling[job["consumer"]] = first
+                job.update(records=f.total, started=first, share=(f.before / f.total, f.after_epoch / f.total))
         if not running:
             yield
             return
@@ -207,6 +217,9 @@ def published(store: ObjectStore) -> pa.Table:
 def _progress(job: dict, done: int, total: int, now: float) -> dict:
     seconds = now - job["started"]
     fraction = done / total if total else None
+    if "share" in job:  # a backfill in bounded epochs: its input read before this epoch, and after it
+        (a, b), job = job["share"], {k: v for k, v in job.items() if k != "share"}
+        fraction = a + (b - a) * (fraction or 0)
     rate = fraction * job["records"] / seconds if fraction and seconds > 0 else None
     if rate is None and job["kind"] == "source" and job["records"] and seconds > 0:  # rows taken in so far
         rate = job["records"] / seconds

@@ -34,15 +34,16 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from millpond.catalog import TableDef
+from millpond.catalog import Catalog, TableDef
 from millpond.columns import DEL, KH
+from millpond.errors import InvariantError
 from millpond.engine import plan as P
 from millpond.engine.epoch import EpochPlan, EpochReport, EpochStep
 from millpond.engine.explain import columns
@@ -50,8 +51,11 @@ from millpond.store.manifest import Manifest
 from millpond.store.objects import ObjectStore
 from millpond.store.state_table import StateTable
 
+if TYPE_CHECKING:
+    from millpond.engine.consumers import Consumer
+
 __all__ = ["PartialKey", "PartialStep", "NotPartial", "Wanted", "trace", "filled_state", "read_filled", "step",
-           "filled_rows", "missing", "describe", "DEFAULT_MAX_KEYS", "KEY", "READ"]
+           "plan_partial", "filled_rows", "missing", "describe", "DEFAULT_MAX_KEYS", "KEY", "READ"]
 
 DEFAULT_MAX_KEYS = 10_000
 KEY, READ = "key", "read"  # the filled state's columns: a filled key, the epoch it was last read in
@@ -232,3 +236,24 @@ def describe(key: PartialKey, object_id: int, plan: P.Materialize, filled: int |
     reads = ", ".join(f"{source.table}.{column}" for source, column in key.sources)
     return (f"partial by {key.column}: keeps {held}at most {key.max_keys} keys, filled when read, least recently "
             f"read evicted (state {filled_state(object_id, plan)}); reads {reads} for its keys only")
+
+
+def plan_partial(store: ObjectStore, manifest: Manifest, catalog: Catalog, consumers: list[Consumer], c: Consumer,
+                 ranges: Mapping[str, tuple[int, int]], wanted: pa.Array | None) -> tuple[PartialStep, pl.DataFrame]:
+    """Step 1 for partial view ``c`` (the coordinator's): the keys it fills and evicts in this epoch,
+    and its filled state's writes. Its table's rows at the pinned version must be the table as of
+    the offset the view reads its records from: checked here."""
+    key = c.partial
+    assert key is not None
+    tables = {}
+    for source, _ in key.sources:
+        t = catalog.tables[source.table]
+        table = next(x for x in consumers if x.name == t.name)
+        start, done = ranges[t.channel][0], manifest.offsets.get(table.key, {}).get(t.channel, 0)
+        if start != done:
+            raise InvariantError(f"{c.name}: reads {t.name} from offset {start}, but {t.name}'s rows are as of "
+                                 f"offset {done}: its keys cannot be filled from them")
+        tables[t.name] = table.key
+    filled = read_filled(store, manifest, c.object_id, c.plan)
+    after, fill, evict, writes = step(filled, wanted, key.max_keys, manifest.epoch + 1, key.key_type(catalog.tables))
+    return PartialStep(tables, after, fill, evict), writes

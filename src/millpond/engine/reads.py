@@ -25,7 +25,7 @@ from millpond.engine import plan as P
 from millpond.engine.changelog import consolidate
 from millpond.engine.consumers import Consumer
 from millpond.engine.expressions import to_duckdb
-from millpond.errors import InvariantError, MillpondError
+from millpond.errors import CatalogError, InvariantError, MillpondError
 from millpond.keyhash import xxhash64
 from millpond.store.manifest import Manifest
 
@@ -113,9 +113,22 @@ class Reads:
 
 
     def populated(self, name: str) -> bool:
-        """Whether view ``name`` has rows to read: its first epoch committed (failed or not)."""
+        """Whether view ``name`` has rows to read: its first epoch committed (failed or not), and it
+        is not filling in bounded epochs still (:mod:`millpond.engine.filling`)."""
         c, manifest = self._by_name.get(name), self._manifest
-        return c is None or not c.derived or c.key in manifest.offsets or c.key in manifest.failed
+        return c is None or not c.derived or c.key in manifest.failed or \
+            (c.key in manifest.offsets and c.key not in manifest.filling)
+
+    def filling(self, name: str) -> list[int] | None:
+        """View ``name``'s backfill in bounded epochs, if it is filling: [parts read, parts]."""
+        c = self._by_name.get(name)
+        return None if c is None else self._manifest.filling.get(c.key)
+
+    def unfilled(self, name: str, what: str) -> None:
+        """Refuse ``what`` over view ``name`` while it fills in bounded epochs (55000, its progress)."""
+        if (state := self.filling(name)) is not None:
+            raise CatalogError(f"view {name!r} is still filling ({state[0]} of {state[1]} parts of its backfill "
+                               f"read; SHOW JOBS): {what} once it is filled", sqlstate="55000")
 
     def table_sizes(self) -> dict[str, int]:
         """Each table's and view's rows as last committed, roughly: its rows state's stored rows

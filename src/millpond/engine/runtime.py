@@ -261,6 +261,7 @@ class Runtime(Reads):
         (``as_of``, default the last committed one) and, with ``snapshot``, the rows as of that
         epoch as a first changelog (all ``_w`` = +1)."""
         self._consumer(name)
+        self.unfilled(name, "subscribe to it")
         last = self.coordinator.manifest.epoch
         start = last if as_of is None else as_of
         if start < 0:

@@ -25,6 +25,7 @@ from millpond.columns import COUNT, ROW_ID, VN, W
 from millpond.engine import plan as P
 from millpond.engine.consumers import Consumer, committed_rows, table_rows_state
 from millpond.engine.executor import EpochJob, PieceSource, Ranges, ViewInput
+from millpond.engine.filling import bounds
 from millpond.engine.reads import SAMPLE_ROWS
 from millpond.engine.flows import CLUSTER_MAX, CLUSTER_MIN, CLUSTER_NULL, CLUSTER_UNIT
 from millpond.log import read_pieces
@@ -78,7 +79,7 @@ class Inputs:
         """The records the consumer's epoch reads: its ranges', and the committed rows it reads."""
         committed = sum(ref.rows for t in self.tables.values() if (sid := self.committed(t)) is not None
                         for ref in self.job.manifest.state(sid).files())
-        return self.records() + committed
+        return self.records() + committed // self.job.slices.get(self.consumer.key, (0, 1))[1]  # a filling view's part
 
     def source(self, node: P.Source) -> DataFrame:
         if node.table not in self.tables:
@@ -100,8 +101,10 @@ class Inputs:
         table = self.job.batch.get(self.consumer.key, {}).get(t.channel)
         if table is not None:  # batch mode (coordinator, step 1): the table's rows, then its log from there
             if (*scan, table) not in self.scans:
-                rows = select_expr(self._rows(t, table, cols), *map(quote, cols), W)
-                self.scans[(*scan, table)] = self.scans[scan].unionByName(rows)
+                within = self.part()
+                rows = select_expr(self._rows(t, table, cols, within=within), *map(quote, cols), W)
+                log = self.scans[scan] if within[1] is None else self._below(t, start, stop, cols, within[1])
+                self.scans[(*scan, table)] = log.unionByName(rows)
             scan = (*scan, table)
         return select_expr(self.scans[scan], *renames, W)
 
@@ -196,7 +199,25 @@ class Inputs:
         key = self.job.batch.get(self.consumer.key, {}).get(t.channel)
         return None if key is None else table_rows_state(t)
 
-    def _rows(self, t: TableDef, key: str, cols: tuple[str, ...] | None = None) -> DataFrame:
+    def part(self) -> tuple[int | None, int | None]:
+        """The key hashes [lo, hi) of a batch table's rows this epoch reads (a view filling in
+        bounded epochs, :mod:`millpond.engine.filling`: one part; otherwise all, (None, None))."""
+        part = self.job.slices.get(self.consumer.key)
+        return (None, None) if part is None else bounds(*part)
+
+    def _below(self, t: TableDef, start: int, stop: int, cols: tuple[str, ...], hi: int) -> DataFrame:
+        """The range's records of ``t`` whose key hash is below ``hi``: of the rows a filling view
+        has read so far (:mod:`millpond.engine.filling`), as Spark's ``xxhash64`` hashed them."""
+        scan = (t.channel, start, stop, tuple(dict.fromkeys((*cols, *t.primary_key))))
+        if scan not in self.scans and self._by_driver(start, stop):
+            scan = (*scan, "driver")
+        if scan not in self.scans:
+            self.scans[scan] = self._scan(t, start, stop, scan[3])
+        below = self.scans[scan].where(f"xxhash64({', '.join(map(quote, t.primary_key))}) < CAST({hi} AS BIGINT)")
+        return select_expr(below, *map(quote, cols), W)
+
+    def _rows(self, t: TableDef, key: str, cols: tuple[str, ...] | None = None,
+              within: tuple[int | None, int | None] = (None, None)) -> DataFrame:
         """The committed rows of ``t`` (its consumer ``key``'s rows state in the job's version) as
         log records weighted by their copies, read by ``parallelism`` tasks in slices of key hashes:
         its columns ``cols`` only (default all; a Python task's output is never pruned by Catalyst,
@@ -206,9 +227,9 @@ class Inputs:
         ddl, n = _ddl(t, (*names, ROW_ID) if row_id else names), self.job.parallelism
         schema = to_arrow_schema(self.spark.createDataFrame([], ddl).schema, timezone="UTC")
         levels = self.job.manifest.state(table_rows_state(t))
-        slices = read_slices(levels, n)
+        slices = read_slices(levels, n, self.job.slices.get(self.consumer.key, (0, 1))[1])
         read = partial(read_rows, self.job.root, self.job.storage, levels, names, slices, schema, row_id=row_id,
-                       defaults=t.defaults)
+                       defaults=t.defaults, within=within)
         return self.spark.range(0, slices, 1, n).mapInArrow(read, ddl)
 
     def _scan(self, t: TableDef, start: int, stop: int, cols: tuple[str, ...]) -> DataFrame:
@@ -360,11 +381,11 @@ COMBINE_REDUCTION = 8  # a first epoch's delta is combined before its exchange w
 SLICE_ROWS = 500_000  # a task reads a table's or view's rows state this many stored rows at a time, at most
 
 
-def read_slices(levels: Levels, tasks: int) -> int:
-    """How many slices of key hashes :func:`read_rows` cuts a rows state into: at least one per
-    task, each of at most :data:`SLICE_ROWS` stored rows (a task of TPC-H's backfill at SF 1 read
-    3M lineitems at once: 1.9 GB)."""
-    return tasks * max(1, -(-sum(ref.rows for ref in levels.files()) // (tasks * SLICE_ROWS)))
+def read_slices(levels: Levels, tasks: int, parts: int = 1) -> int:
+    """How many slices of key hashes :func:`read_rows` cuts a rows state (or one of its ``parts``)
+    into: at least one per task, each of at most :data:`SLICE_ROWS` stored rows (a task of TPC-H's
+    backfill at SF 1 read 3M lineitems at once: 1.9 GB)."""
+    return tasks * max(1, -(-sum(ref.rows for ref in levels.files()) // (tasks * SLICE_ROWS * parts)))
 
 
 def groups_estimate(sample: pa.Table, fraction: float) -> float:
@@ -380,20 +401,23 @@ def groups_estimate(sample: pa.Table, fraction: float) -> float:
 
 
 def read_rows(root: str, storage: dict, levels: Levels, columns: tuple[str, ...], slices: int, schema: pa.Schema,
-              batches: Iterator[pa.RecordBatch], *, row_id: bool = True, defaults: tuple[pa.Field, ...] = ()
-              ) -> Iterator[pa.RecordBatch]:
+              batches: Iterator[pa.RecordBatch], *, row_id: bool = True, defaults: tuple[pa.Field, ...] = (),
+              within: tuple[int | None, int | None] = (None, None)) -> Iterator[pa.RecordBatch]:
     """A Spark task of :meth:`Builder._rows`: for each slice number in ``batches``, the rows of a
-    table's rows state (``levels``) whose key hash falls in that slice of the 64-bit range (a
+    table's rows state (``levels``) whose key hash falls in that slice of the 64-bit range — of
+    ``within`` ([lo, hi), None: open; a filling view's part, :mod:`millpond.engine.filling`) — (a
     view's, with no ``_row_id``, for :meth:`Builder._view`)."""
     store = open_store(root, storage)
     extra = (ROW_ID,) if row_id else ()
     state = committed_rows(store, levels, (*columns, *extra), defaults=defaults)
-    width = (1 << 64) // slices
+    first = -(1 << 63) if within[0] is None else within[0]
+    width = ((1 << 63) if within[1] is None else within[1]) - first
+    width //= slices
     for batch in batches:
         for i in batch.column(0).to_pylist():
-            lo = -(1 << 63) + i * width
-            hi = None if i == slices - 1 else lo + width
-            found = state.scan_arrow(None if i == 0 else lo, hi)
+            lo = first + i * width
+            hi = within[1] if i == slices - 1 else lo + width
+            found = state.scan_arrow(within[0] if i == 0 else lo, hi)
             if found is None or found.num_rows == 0:
                 continue
             rows = found.select([*columns, *extra, COUNT]).rename_columns([*columns, *extra, W]).combine_chunks()

@@ -51,14 +51,18 @@ class Log:
     log_schema: pa.Schema  # the channel's columns it reads (TableDef.read_schema)
     columns: tuple[tuple[str, str], ...]
     schema: pa.Schema
+    below: tuple = ()  # (key columns, hi): only records whose key hash is below hi (a filling view's parts so far)
 
     def identity(self) -> tuple:
-        return (self.root, self.storage, self.scan, self.log_schema, self.columns, self.schema)
+        return (self.root, self.storage, self.scan, self.log_schema, self.columns, self.schema, self.below)
 
     def rows(self, partition: int, memo: dict) -> pa.Table:
         records = read_scan(open_store(self.root, dict(self.storage)), self.scan, self.log_schema)
         if records is None:
             return self.schema.empty_table()
+        if self.below:
+            keys, hi = self.below
+            records = records.filter(pa.array(xxhash64([records.column(k) for k in keys]) < hi))
         return conform(pa.table({**{out: records.column(src) for out, src in self.columns}, W: records.column(W)}),
                        self.schema)
 
@@ -76,14 +80,17 @@ class Committed:
     stored: pa.Schema  # their types (and the weight)
     columns: tuple[tuple[str, str], ...]
     schema: pa.Schema
+    within: tuple[int | None, int | None] = (None, None)  # the key hashes read (a filling view's part)
 
     def identity(self) -> tuple:
-        return (self.root, self.storage, self.levels, self.read, self.row_id, self.stored, self.columns, self.schema)
+        return (self.root, self.storage, self.levels, self.read, self.row_id, self.stored, self.columns, self.schema,
+                self.within)
 
     def rows(self, partition: int, memo: dict) -> pa.Table:
         batches = list(read_rows(self.root, dict(self.storage), self.levels, self.read, 1, self.stored,
                                  iter([pa.record_batch([pa.array([0], pa.int64())], names=["id"])]), row_id=self.row_id,
-                                 defaults=tuple(f for f in self.stored if f.metadata and FILL in f.metadata)))
+                                 defaults=tuple(f for f in self.stored if f.metadata and FILL in f.metadata),
+                                 within=self.within))
         if not batches:
             return self.schema.empty_table()
         records = pa.Table.from_batches(batches)

@@ -156,7 +156,7 @@ class LocalPlan:
             stored = pa.schema([*(t.log_schema.field(c) for c in read), *([t.log_schema.field(ROW_ID)] if row_id else []),
                                 pa.field(W, pa.int64())])
             committed = Committed(self.job.root, tuple(sorted(self.job.storage.items())), self.job.manifest.state(sid),
-                                  read, row_id, stored, named, schema)
+                                  read, row_id, stored, named, schema, self.inputs.part())
         if start >= stop:
             return committed or Empty(schema)
         if self.inputs.reusable():  # the scan object the re-run DataFrame reads too
@@ -167,7 +167,10 @@ class LocalPlan:
         else:  # a first epoch's: a scan object of its own range, numbered among the epoch's others
             self.inputs.scans.setdefault((t.channel, start, stop, "local"), None)
             key = self.inputs.scan_object(t, start, stop)[0]
-        log = Log(self.job.root, tuple(sorted(self.job.storage.items())), key, t.read_schema(cols), named, schema)
+        hi = self.inputs.part()[1] if committed is not None else None  # a filling view's parts so far (engine/filling.py)
+        below = () if hi is None else (t.primary_key, hi)
+        read = t.read_schema(tuple(dict.fromkeys((*cols, *(t.primary_key if below else ())))))
+        log = Log(self.job.root, tuple(sorted(self.job.storage.items())), key, read, named, schema, below)
         return log if committed is None else Concat((committed, log), schema)
 
     def _join_input(self, node: P.Join, left: Rows, right: Rows, keyed: pa.Schema) -> Keyed | None:

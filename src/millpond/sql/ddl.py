@@ -19,6 +19,7 @@ from millpond.catalog import FunctionDef, Retention, index_dependency
 from millpond.columns import RESERVED_PREFIX
 from millpond.connectors import check as check_source, dropped as source_dropped, local_listing_error
 from millpond.engine import plan as P
+from millpond.engine.filling import BACKFILL_ROWS
 from millpond.engine.partial import DEFAULT_MAX_KEYS, NotPartial
 from millpond.engine.partial import trace as partial_trace
 from millpond.engine.runtime import Runtime
@@ -174,6 +175,9 @@ def _add_view(rt: Runtime, name: str, sql: str, schema: pa.Schema, depends: tupl
     if (altered := sorted(set(depends) & set(rt.catalog.replacing))):
         raise CatalogError(f"view {name!r} reads {', '.join(altered)}, which an ALTER is replacing: create it once "
                            "the new definition is in force (after the next epoch)", sqlstate="55000")
+    for read in depends:
+        if read in rt.catalog.views:
+            rt.unfilled(read, f"create view {name!r} over it")
     rt.commit_catalog(rt.catalog.with_view(name, sql, schema, depends, encoded, on_error=on_error, partial=partial))
 
 
@@ -362,7 +366,7 @@ def drop(rt: Runtime, s: exp.Drop) -> None:
 ALIASES = {"streaming_parallelism": "parallelism", "rw_implicit_flush": "implicit_flush"}
 _IGNORED = ("rw_", "streaming_", "query_mode", "batch_parallelism", "client_encoding", "search_path",
             "application_name", "timezone", "time zone", "statement_timeout", "extra_float_digits", "datestyle")
-SETTINGS = ("parallelism", "on_error", "implicit_flush", "retention")
+SETTINGS = ("parallelism", "on_error", "implicit_flush", "retention", "backfill_rows")
 
 
 def setting(rt: Runtime, name: str) -> str:
@@ -376,6 +380,8 @@ def setting(rt: Runtime, name: str) -> str:
         return "on" if rt.implicit_flush else "off"
     if name == "retention":
         return rt.catalog.kept.describe()
+    if name == "backfill_rows":
+        return str(rt.coordinator.backfill_rows)
     raise SqlError(f"unknown setting {name!r} (known: {', '.join(SETTINGS)})")
 
 
@@ -384,7 +390,9 @@ def set_(rt: Runtime, s: exp.Set) -> None:
     or ``adaptive`` mean the parallelism the database was opened with), ``on_error``,
     ``implicit_flush`` (``rw_implicit_flush``: every INSERT, UPDATE and DELETE flushes), ``retention``
     (how long the root keeps changes for subscribers and time travel: a number of epochs or a span
-    such as ``'1 day'``; ``default``: an hour; stored in the catalog, so it holds for every process)."""
+    such as ``'1 day'``; ``default``: an hour; stored in the catalog, so it holds for every process),
+    ``backfill_rows`` (the input records a new view reads an epoch when it fills in bounded epochs,
+    :mod:`millpond.engine.filling`; ``0``: a backfill is one epoch; ``default``: a million)."""
     for item in s.expressions:
         eq = item.this
         if not isinstance(eq, exp.EQ):
@@ -420,6 +428,11 @@ def set_(rt: Runtime, s: exp.Set) -> None:
                 raise SqlError(f"SET retention: {exc}") from None
             if kept != rt.catalog.retention:
                 rt.commit_catalog(replace(rt.catalog, retention=kept))
+        elif name == "backfill_rows":
+            if value != "default" and (value is None or not value.isdigit()):
+                raise SqlError(f"backfill_rows must be an integer of at least 0 (0: a backfill is one epoch) or "
+                               f"default, got {eq.expression.sql('postgres')}")
+            rt.coordinator.backfill_rows = BACKFILL_ROWS if value == "default" else int(value)
         elif name.startswith(_IGNORED):
             warnings.warn(f"SET {eq.this.name}: setting ignored (it has no meaning in millpond; "
                           f"known: {', '.join(SETTINGS)})", MillpondNotice, stacklevel=2)

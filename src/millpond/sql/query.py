@@ -45,6 +45,10 @@ def _check_populated(rt: Runtime, query: exp.Expression) -> None:
     for table in query.find_all(exp.Table):
         name = table.name
         if name not in ctes and name in rt.catalog.views and not rt.populated(name):
+            if (filling := rt.filling(name)) is not None:
+                raise MillpondError(f'materialized view "{name}" has not been populated', sqlstate="55000",
+                                    hint=f"it is filling in bounded epochs: {filling[0]} of {filling[1]} parts of "
+                                         "its backfill read (SHOW JOBS shows its progress; FLUSH waits for it)")
             raise MillpondError(f'materialized view "{name}" has not been populated', sqlstate="55000",
                                 hint="a new view is filled by its first epoch: FLUSH, or wait for the next background "
                                      "epoch (SHOW JOBS shows its backfill)")

@@ -103,6 +103,7 @@ def create(rt: Runtime, s: exp.Command) -> None:
                        f"{f', got {kind!r}' if kind else ''}", sql=text)
     where = _where(name, connector, kind, options, text)
     rel = catalog.relation(src)
+    rt.unfilled(src, f"create sink {name!r} on it")
     sink = SinkDef(0, name, src, connector, kind, tuple(sorted(options.items())), rt.epoch,
                    f"millpond-{uuid.uuid4().hex}", text)
     # the same statement again after a crash inside it: the target it began is this sink's

@@ -78,6 +78,9 @@ class Manifest:
     # state -> the Arrow schema (IPC, base64) of columns its older files lack, with their defaults (a
     # table's rows state after ALTER TABLE ... ADD COLUMN): compaction fills them into what it merges
     defaults: dict[str, str] = field(default_factory=dict)
+    # consumer -> [parts done, parts]: a view backfilling in bounded epochs (the coordinator's
+    # ``Filling``): its keyed tables' rows read one slice of key hashes an epoch; unread: not current
+    filling: dict[str, list[int]] = field(default_factory=dict)
 
     def to_json(self) -> bytes:
         body = {
@@ -90,6 +93,7 @@ class Manifest:
             "failed": self.failed,
             **({"expiry": self.expiry} if self.expiry else {}),
             **({"defaults": self.defaults} if self.defaults else {}),
+            **({"filling": self.filling} if self.filling else {}),
         }
         return json.dumps(body, sort_keys=True).encode()
 
@@ -109,6 +113,7 @@ class Manifest:
             failed=body.get("failed", {}),
             expiry=body.get("expiry", {}),
             defaults=body.get("defaults", {}),
+            filling=body.get("filling", {}),
         )
 
     def state(self, state_id: str) -> Levels:

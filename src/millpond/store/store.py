@@ -90,12 +90,14 @@ class StateStore:
     # -- commit -------------------------------------------------------------------------------
     def commit(self, epoch: int, new: dict[str, list[SstRef]], offsets: dict, *,
                keep: Callable[[str], bool] = lambda _sid: True, failed: dict[str, dict] | None = None,
-               expiry: dict[str, list] | None = None, defaults: dict[str, str] | None = None) -> Manifest:
+               expiry: dict[str, list] | None = None, defaults: dict[str, str] | None = None,
+               filling: dict[str, list[int]] | None = None) -> Manifest:
         """Commit ``epoch``: ``new`` files go on top of each state's L0; states for which ``keep``
         is false are dropped from the version (a dropped view's state); ``failed`` replaces the
         failed consumers (default: they stay as they are); ``expiry`` sets states' expiry floors
         and ``defaults`` the columns its older files lack (:class:`~millpond.store.manifest.Manifest`;
-        default: as they are)."""
+        default: as they are); ``filling`` replaces the views backfilling in bounded epochs (default: as
+        they are, those still in ``offsets``)."""
         if epoch <= self.manifest.epoch:
             raise MillpondError(f"epoch {epoch} is not after the committed epoch {self.manifest.epoch}")
         states = {sid: lv for sid, lv in self.manifest.states.items() if keep(sid)}
@@ -106,7 +108,9 @@ class StateStore:
         expiry = {sid: floor for sid, floor in {**self.manifest.expiry, **(expiry or {})}.items() if sid in states}
         defaults = {sid: d for sid, d in {**self.manifest.defaults, **(defaults or {})}.items() if sid in states}
         self._write(Manifest(self.manifest.version + 1, epoch, self.manifest.safe_epoch, states, offsets, failed,
-                             expiry, defaults))
+                             expiry, defaults,
+                             {k: v for k, v in (self.manifest.filling if filling is None else filling).items()
+                              if k in offsets}))
         self.maintain()
         return self.manifest
 
@@ -211,7 +215,8 @@ class StateStore:
             return
         safe = max(self.manifest.safe_epoch, max(t.safe_epoch for t in tasks))
         self._write(Manifest(self.manifest.version + 1, self.manifest.epoch, safe, states, self.manifest.offsets,
-                             self.manifest.failed, self.manifest.expiry, self.manifest.defaults))
+                             self.manifest.failed, self.manifest.expiry, self.manifest.defaults,
+                             self.manifest.filling))
         self.stats["compactions"] += applied
         faults.point("compaction.after_commit")
         self.collect_garbage()

@@ -1,0 +1,157 @@
+"""Backfills in bounded epochs (:mod:`millpond.engine.filling`): a new view over more input than
+``backfill_rows`` fills over several epochs — a keyed table's rows one slice of key hashes an epoch,
+a key-less table's log a capped range an epoch — while inserts, updates and deletes go on and the
+views already in force keep committing. Until it is filled, reading it, a view or a sink over it and
+a subscription are refused (55000, with its progress); once filled, each view equals DuckDB over
+all input, and after every later epoch too."""
+
+from __future__ import annotations
+
+import random
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+from millpond.errors import MillpondError
+from tests.conftest import rows
+
+VIEWS = {
+    "per_group": "SELECT g, count(*) AS n, sum(v) AS s FROM o GROUP BY g",
+    "joined": "SELECT o.g, count(*) AS n, sum(e.x) AS s FROM o JOIN e ON o.g = e.g GROUP BY o.g",
+    "plain": "SELECT k, v FROM o WHERE v % 3 = 0",
+    "events": "SELECT g, max(x) AS m, count(*) AS n FROM e GROUP BY g",
+}
+
+
+class Oracle:
+    """The tables' rows as the test keeps them, and the views DuckDB computes over them."""
+
+    def __init__(self, rng: random.Random):
+        self.rng, self.o, self.e = rng, {}, []
+
+    def tables(self) -> dict[str, pa.Table]:
+        ks = sorted(self.o)
+        o = pa.table({"k": pa.array(ks, pa.int32()), "g": pa.array([self.o[k][0] for k in ks], pa.int32()),
+                      "v": pa.array([self.o[k][1] for k in ks], pa.int64())})
+        e = pa.table({"g": pa.array([r[0] for r in self.e], pa.int32()), "x": pa.array([r[1] for r in self.e], pa.int64())})
+        return {"o": o, "e": e}
+
+    def view(self, sql: str) -> list[tuple]:
+        con = duckdb.connect()
+        for name, t in self.tables().items():
+            con.register(name, t)
+        return rows(con.sql(sql).to_arrow_table())
+
+    def change(self, db, n: int) -> None:  # noqa: ANN001
+        """``n`` random inserts, updates and deletes of ``o``, and appends to ``e``."""
+        for _ in range(n):
+            roll = self.rng.random()
+            if roll < 0.4 or not self.o:
+                k = self.rng.randrange(100_000)
+                g, v = self.rng.randrange(40), self.rng.randrange(1000)
+                db.sql(f"INSERT INTO o VALUES ({k}, {g}, {v}) ON CONFLICT (k) DO UPDATE SET g = EXCLUDED.g, v = EXCLUDED.v")
+                self.o[k] = (g, v)
+            elif roll < 0.7:
+                k = self.rng.choice(sorted(self.o))
+                v = self.rng.randrange(1000)
+                db.sql(f"UPDATE o SET v = {v} WHERE k = {k}")
+                self.o[k] = (self.o[k][0], v)
+            elif roll < 0.85:
+                k = self.rng.choice(sorted(self.o))
+                db.sql(f"DELETE FROM o WHERE k = {k}")
+                del self.o[k]
+            else:
+                g, x = self.rng.randrange(40), self.rng.randrange(1000)
+                db.sql(f"INSERT INTO e VALUES ({g}, {x})")
+                self.e.append((g, x))
+
+
+def _load(db, oracle: Oracle, keyed: int, keyless: int) -> None:  # noqa: ANN001
+    rng = oracle.rng
+    ks = rng.sample(range(100_000), keyed)
+    o = {k: (rng.randrange(40), rng.randrange(1000)) for k in ks}
+    e = [(rng.randrange(40), rng.randrange(1000)) for _ in range(keyless)]
+    oracle.o.update(o)
+    oracle.e.extend(e)
+    t = oracle.tables()
+    db.insert("o", t["o"])
+    db.insert("e", t["e"])
+
+
+@pytest.mark.parametrize("parallelism", [1, 2])
+def test_views_fill_in_bounded_epochs_and_equal_duckdb(open_db, parallelism):
+    db = open_db(parallelism=parallelism)
+    oracle = Oracle(random.Random(7 + parallelism))
+    db.sql("CREATE TABLE o (k INT PRIMARY KEY, g INT, v BIGINT)")
+    db.sql("CREATE TABLE e (g INT, x BIGINT)")
+    db.sql("CREATE MATERIALIZED VIEW total AS SELECT count(*) AS n, sum(v) AS s FROM o")  # in force before
+    _load(db, oracle, 1200, 700)
+    db.flush()
+    db.sql("SET backfill_rows = 250")
+    assert db.sql("SHOW backfill_rows").to_pylist() == [{"backfill_rows": "250"}]
+    for name, sql in VIEWS.items():
+        db.sql(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
+    epochs, seen_parts = 0, set()
+    while True:
+        filling = {name: db.runtime.filling(name) for name in VIEWS}
+        if epochs and not any(filling.values()):
+            break
+        for name, state in filling.items():
+            if state is None:
+                continue
+            seen_parts.add((name, tuple(state)))
+            with pytest.raises(MillpondError, match="has not been populated") as info:
+                db.sql(f"SELECT * FROM {name}")
+            assert info.value.sqlstate == "55000" and "parts of its backfill read" in (info.value.hint or "")
+            with pytest.raises(MillpondError, match="is still filling") as info:
+                db.sql(f"CREATE MATERIALIZED VIEW over_{name} AS SELECT * FROM {name}")
+            assert info.value.sqlstate == "55000"
+            with pytest.raises(MillpondError, match="is still filling"):
+                db.sql(f"SUBSCRIBE {name}")
+        oracle.change(db, 12)
+        report = db.runtime.run_epoch()
+        assert report is not None
+        epochs += 1
+        # the view in force before stays current at every epoch, while the others fill
+        assert rows(db.sql("SELECT * FROM total")) == oracle.view("SELECT count(*) AS n, sum(v) AS s FROM o")
+        assert epochs < 40, f"still filling after {epochs} epochs: {filling}"
+    # the keyed table's 1200 rows at 250 a part: 5 parts; the key-less log's 700+ records: 3+ epochs
+    assert ("per_group", (1, 5)) in seen_parts and ("per_group", (4, 5)) in seen_parts, seen_parts
+    assert any(n == "events" and p[0] == 1 for n, p in seen_parts), seen_parts
+    assert epochs >= 5
+    for round_ in range(3):  # filled: every later epoch's changes too
+        for name, sql in VIEWS.items():
+            assert rows(db.sql(f"SELECT * FROM {name}")) == oracle.view(sql), (name, round_)
+        oracle.change(db, 20)
+        db.flush()
+    db.sql("CREATE MATERIALIZED VIEW over_plain AS SELECT count(*) AS n FROM plain")  # allowed once filled
+    db.flush()
+    assert db.sql("SELECT n FROM over_plain").to_pylist() == [{"n": len(oracle.view(VIEWS["plain"]))}]
+
+
+def test_a_filling_view_survives_a_restart_and_small_backfills_stay_one_epoch(open_db, root):
+    db = open_db()
+    oracle = Oracle(random.Random(3))
+    db.sql("CREATE TABLE o (k INT PRIMARY KEY, g INT, v BIGINT)")
+    db.sql("CREATE TABLE e (g INT, x BIGINT)")
+    _load(db, oracle, 600, 100)
+    db.flush()
+    db.sql("SET backfill_rows = 1000")  # more than the input: one epoch, as before
+    db.sql(f"CREATE MATERIALIZED VIEW small AS {VIEWS['per_group']}")
+    assert len(db.flush()) == 1 and db.runtime.filling("small") is None
+    db.sql("SET backfill_rows = 200")
+    db.sql(f"CREATE MATERIALIZED VIEW joined AS {VIEWS['joined']}")
+    db.runtime.run_epoch()
+    db.runtime.run_epoch()
+    assert db.runtime.filling("joined") == [2, 3]
+    oracle.change(db, 30)
+    db.close()
+    again = open_db()  # reopened: the manifest says which part is next (backfill_rows is not needed again)
+    assert again.runtime.filling("joined") == [2, 3]
+    with pytest.raises(MillpondError, match="still filling"):
+        again.sql("CREATE SINK s FROM joined WITH (connector = 'deltalake', location = '/nowhere', type = 'upsert')")
+    again.flush()
+    assert again.runtime.filling("joined") is None
+    assert rows(again.sql("SELECT * FROM joined")) == oracle.view(VIEWS["joined"])
+    assert rows(again.sql("SELECT * FROM small")) == oracle.view(VIEWS["per_group"])
