@@ -139,19 +139,78 @@ def test_a_filling_view_survives_a_restart_and_small_backfills_stay_one_epoch(op
     db.flush()
     db.sql("SET backfill_rows = 1000")  # more than the input: one epoch, as before
     db.sql(f"CREATE MATERIALIZED VIEW small AS {VIEWS['per_group']}")
+    oracle.change(db, 3)
     assert len(db.flush()) == 1 and db.runtime.filling("small") is None
-    db.sql("SET backfill_rows = 200")
+    db.sql("SET backfill_rows = 100")  # less, but nothing else waits for the epoch: one epoch too
+    db.sql(f"CREATE MATERIALIZED VIEW quiet AS {VIEWS['plain']}")
+    assert len(db.flush()) == 1 and db.runtime.filling("quiet") is None
+    db.sql("SET backfill_rows = 150")
     db.sql(f"CREATE MATERIALIZED VIEW joined AS {VIEWS['joined']}")
-    db.runtime.run_epoch()
-    db.runtime.run_epoch()
-    assert db.runtime.filling("joined") == [2, 3]
+    for _ in range(2):
+        oracle.change(db, 3)  # other work waits: bounded epochs
+        db.runtime.run_epoch()
+    parts = db.runtime.filling("joined")[1]
+    assert db.runtime.filling("joined") == [2, parts] and parts >= 4  # 600 rows and more at 150 a part
     oracle.change(db, 30)
     db.close()
     again = open_db()  # reopened: the manifest says which part is next (backfill_rows is not needed again)
-    assert again.runtime.filling("joined") == [2, 3]
+    assert again.runtime.filling("joined") == [2, parts]
     with pytest.raises(MillpondError, match="still filling"):
         again.sql("CREATE SINK s FROM joined WITH (connector = 'deltalake', location = '/nowhere', type = 'upsert')")
-    again.flush()
+    # the changes made before the restart wait: part 2 alone; then nothing else waits, and the
+    # backfill reads all it has left in one epoch
+    assert len(again.flush()) == 2
     assert again.runtime.filling("joined") is None
     assert rows(again.sql("SELECT * FROM joined")) == oracle.view(VIEWS["joined"])
     assert rows(again.sql("SELECT * FROM small")) == oracle.view(VIEWS["per_group"])
+    assert rows(again.sql("SELECT * FROM quiet")) == oracle.view(VIEWS["plain"])
+
+
+_FILL = """
+import sys
+import millpond
+db = millpond.connect(sys.argv[1], parallelism=1, interval=None)
+db.sql("SET backfill_rows = 200")
+db.sql("CREATE MATERIALIZED VIEW joined AS " + sys.argv[2])
+for i in range(40):  # a new record of e before every epoch: other work waits, the epochs are bounded
+    db.sql(f"INSERT INTO e VALUES ({i % 40}, {i})")
+    db.runtime.run_epoch()
+print("NOT KILLED")
+"""
+
+
+def test_a_sigkill_inside_a_backfill_in_bounded_epochs_goes_on_from_the_last_part_committed(spark, root):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import millpond
+
+    oracle = Oracle(random.Random(11))
+    db = millpond.connect(root, spark=spark, parallelism=2, interval=None)
+    db.sql("CREATE TABLE o (k INT PRIMARY KEY, g INT, v BIGINT)")
+    db.sql("CREATE TABLE e (g INT, x BIGINT)")
+    _load(db, oracle, 900, 300)
+    db.flush()
+    db.close()
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "MILLPOND_CRASH_AT": "epoch.before_commit:3",  # the third part's epoch, before its commit
+           "PYTHONPATH": os.pathsep.join([str(repo / "src"), str(repo)])}
+    env.pop("MILLPOND_CRASH_PID", None)
+    proc = subprocess.run([sys.executable, "-c", _FILL, root, VIEWS["joined"]], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == -9 and "NOT KILLED" not in proc.stdout, proc.stderr[-2000:]
+    again = millpond.connect(root, spark=spark, parallelism=2, interval=None)
+    try:
+        assert again.runtime.filling("joined") == [2, 5]  # 900 rows at 200 a part; two committed
+        # the records of e appended before each epoch: the third one's epoch did not commit, but the
+        # record is in the log (appended, durable) and the next epoch reads it
+        oracle.e += [(i % 40, i) for i in range(3)]
+        oracle.change(again, 25)
+        again.flush()
+        assert again.sql("SELECT count(*) AS n FROM e").to_pylist() == [{"n": len(oracle.e)}]
+        assert again.runtime.filling("joined") is None
+        assert rows(again.sql("SELECT * FROM joined")) == oracle.view(VIEWS["joined"])
+    finally:
+        again.close()

@@ -128,7 +128,7 @@ from millpond.engine.failures import cause as _cause
 from millpond.engine.failures import data_error as _data_error
 from millpond.engine.failures import internal_error as _internal_error
 from millpond.engine.failures import describe_failure
-from millpond.engine.filling import BACKFILL_ROWS, bound, check_start
+from millpond.engine.filling import BACKFILL_ROWS, bound, check_start, widened
 from millpond.engine.flows import merge
 from millpond.engine.partial import KEY, filled_state, plan_partial
 from millpond.engine.plan import shared_sides as _shared_sides
@@ -194,7 +194,7 @@ class Coordinator:
         for t in catalog.tables.values():
             self.log.create_channel(t.channel, t.log_schema, id=t.channel_id)
         _, ends = self.log.snapshot([t.channel for t in catalog.tables.values()])  # one tick: whole transactions
-        work, batch, partial, fills = [], {}, {}, {}
+        work, batch, partial, fills, uncapped = [], {}, {}, {}, {}
         stored = {c.key: c.rows_state for c in consumers}
         for c in consumers:
             if c.sits_out(self.manifest):  # isolated by a data error; a flow's sink table
@@ -211,6 +211,7 @@ class Coordinator:
                 for ch in batch[c.key]:
                     check_start(c, ch, starts[ch][0], ranges[ch][0])
             rows = {ch: sum(r.rows for r in self.manifest.state(stored[k]).files()) for ch, k in batch.get(c.key, {}).items()}
+            uncapped[c.key] = dict(ranges)
             if (f := bound(c, consumers, catalog, self.manifest, ranges, rows, self.backfill_rows)) is not None:
                 fills[c.key] = f  # a backfill in bounded epochs (engine/filling.py)
             new_view = c.runs_new and c.key not in self.manifest.offsets
@@ -232,6 +233,7 @@ class Coordinator:
         if not work:
             self.state.maintain()  # idle: apply a finished compaction now, not at the next epoch
             return None
+        fills = widened(fills, work, uncapped)  # nothing else waits: a backfill reads all it has left
         by_name = {c.name: c for c in consumers}
         inputs = {n: (by_name[n].schema, by_name[n].rows_state) for n in sorted({n for c in consumers for n in c.views})}
         # 2. pin the input version (apply finished compactions first)
@@ -240,7 +242,7 @@ class Coordinator:
         job = EpochJob(self.store.root, self.store.options, epoch, attempt, self._parallelism(work, batch, consumers),
                        self.manifest,
                        {k: v for k, v in batch.items() if v}, {k: keys for k, (keys, _) in partial.items()},
-                       {k: (f.part, f.parts) for k, f in fills.items() if f.part < f.parts})
+                       {k: f.slice() for k, f in fills.items() if f.part < f.parts})
         return EpochPlan(catalog, consumers, work, job, {k: writes for k, (_, writes) in partial.items()}, inputs,
                          fills=fills)
 

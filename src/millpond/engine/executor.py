@@ -54,9 +54,9 @@ class EpochJob:
     batch: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     # consumer -> the keys a partial view reads its table for, fills and evicts in this epoch
     partial: Mapping[str, PartialStep] = field(default_factory=dict)
-    # consumer -> (part, parts): a view filling in bounded epochs reads part ``part`` of its batch
-    # tables' rows, and their log only for the keys of the parts read so far (engine/filling.py)
-    slices: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    # consumer -> (first, last, parts): a view filling in bounded epochs reads those parts of its
+    # batch tables' rows, and their log only for the keys of the parts read so far (engine/filling.py)
+    slices: Mapping[str, tuple[int, int, int]] = field(default_factory=dict)
 
 
 class EpochExecutor(Protocol):

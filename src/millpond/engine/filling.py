@@ -27,7 +27,7 @@ keys; a view, sink or subscription over a filling view is refused until it is fi
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping
 
 from millpond.catalog import Catalog
@@ -36,10 +36,10 @@ from millpond.engine.consumers import Consumer, View
 from millpond.errors import InvariantError
 from millpond.store.manifest import Manifest
 
-__all__ = ["BACKFILL_ROWS", "Fill", "bound", "bounds", "check_start"]
+__all__ = ["BACKFILL_ROWS", "Fill", "bound", "bounds", "check_start", "widened"]
 
 # input records a filling view reads an epoch (the coordinator's default; SET backfill_rows; 0: one epoch)
-BACKFILL_ROWS = int(os.environ.get("MILLPOND_BACKFILL_ROWS", 1_000_000))
+BACKFILL_ROWS = int(os.environ.get("MILLPOND_BACKFILL_ROWS", 2_000_000))
 
 
 @dataclass(frozen=True)
@@ -55,18 +55,39 @@ class Fill:
     total: int = 0
     before: int = 0
     after_epoch: int = 0
+    last: int | None = None  # the last part this epoch reads (None: ``part`` alone)
 
     def after(self) -> list[int] | None:
         """Its ``Manifest.filling`` entry once the epoch commits (None: filled)."""
-        done = min(self.part + 1, self.parts)
+        done = min((self.part if self.last is None else self.last) + 1, self.parts)
         return [done, self.parts] if done < self.parts or self.capped else None
 
+    def slice(self) -> tuple[int, int, int]:
+        """What the epoch's tasks read of the keyed tables' rows (``EpochJob.slices``): the first
+        and last part, of ``parts``."""
+        return self.part, self.part if self.last is None else self.last, self.parts
 
-def bounds(part: int, parts: int) -> tuple[int | None, int | None]:
-    """Slice ``part`` of ``parts`` of the signed 64-bit key hashes: [lo, hi) (None: open)."""
+
+def bounds(first: int, last: int, parts: int) -> tuple[int | None, int | None]:
+    """Parts ``first`` to ``last`` of ``parts`` slices of the signed 64-bit key hashes: [lo, hi)
+    (None: open)."""
     width = (1 << 64) // parts
-    lo = -(1 << 63) + part * width
-    return (None if part == 0 else lo), (None if part == parts - 1 else lo + width)
+    lo = -(1 << 63) + first * width
+    return (None if first == 0 else lo), (None if last == parts - 1 else -(1 << 63) + (last + 1) * width)
+
+
+def widened(fills: Mapping[str, Fill], work: list, uncapped: Mapping[str, dict]) -> dict[str, Fill]:
+    """When nothing but backfills has work in an epoch (no new record for any other consumer), no
+    view waits for it: each filling view reads all it has left (its remaining parts, its log ranges
+    whole: ``work``'s ranges are put back as they were before :func:`bound` cut them); else ``fills``."""
+    if any(c.key not in fills and any(a < b for a, b in ranges.values()) for c, ranges in work):
+        return dict(fills)
+    out = {}
+    for c, ranges in work:
+        if (f := fills.get(c.key)) is not None:
+            ranges.update(uncapped[c.key])
+            out[c.key] = replace(f, capped=False, last=f.parts - 1, after_epoch=f.total)
+    return out
 
 
 def fills(c: Consumer, consumers: list[Consumer], catalog: Catalog) -> bool:

@@ -111,7 +111,7 @@ class Jobs:
                    for c, ranges in plan.work
                    if (c.key not in offsets or c.key in plan.fills) and c.name not in plan.catalog.tables]
         for job in running:  # a backfill in bounded epochs: the whole backfill's input, since its first epoch
-            if (f := plan.fills.get(by_key_name[job["consumer"]])) is not None:
+            if (f := plan.fills.get(by_key_name[job["consumer"]])) is not None and f.total:
                 first = self._filling.setdefault(job["consumer"], job["started"]) if f.before else job["started"]
                 self._filling[job["consumer"]] = first
                 job.update(records=f.total, started=first, share=(f.before / f.total, f.after_epoch / f.total))

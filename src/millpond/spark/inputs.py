@@ -79,7 +79,8 @@ class Inputs:
         """The records the consumer's epoch reads: its ranges', and the committed rows it reads."""
         committed = sum(ref.rows for t in self.tables.values() if (sid := self.committed(t)) is not None
                         for ref in self.job.manifest.state(sid).files())
-        return self.records() + committed // self.job.slices.get(self.consumer.key, (0, 1))[1]  # a filling view's part
+        first, last, parts = self.job.slices.get(self.consumer.key, (0, 0, 1))  # a filling view's parts
+        return self.records() + committed * (last - first + 1) // parts
 
     def source(self, node: P.Source) -> DataFrame:
         if node.table not in self.tables:
@@ -227,7 +228,8 @@ class Inputs:
         ddl, n = _ddl(t, (*names, ROW_ID) if row_id else names), self.job.parallelism
         schema = to_arrow_schema(self.spark.createDataFrame([], ddl).schema, timezone="UTC")
         levels = self.job.manifest.state(table_rows_state(t))
-        slices = read_slices(levels, n, self.job.slices.get(self.consumer.key, (0, 1))[1])
+        first, last, parts = self.job.slices.get(self.consumer.key, (0, 0, 1))
+        slices = read_slices(levels, n, max(1, parts // (last - first + 1)))
         read = partial(read_rows, self.job.root, self.job.storage, levels, names, slices, schema, row_id=row_id,
                        defaults=t.defaults, within=within)
         return self.spark.range(0, slices, 1, n).mapInArrow(read, ddl)

@@ -392,7 +392,7 @@ def set_(rt: Runtime, s: exp.Set) -> None:
     (how long the root keeps changes for subscribers and time travel: a number of epochs or a span
     such as ``'1 day'``; ``default``: an hour; stored in the catalog, so it holds for every process),
     ``backfill_rows`` (the input records a new view reads an epoch when it fills in bounded epochs,
-    :mod:`millpond.engine.filling`; ``0``: a backfill is one epoch; ``default``: a million)."""
+    :mod:`millpond.engine.filling`; ``0``: a backfill is one epoch; ``default``: two million)."""
     for item in s.expressions:
         eq = item.this
         if not isinstance(eq, exp.EQ):
