@@ -109,6 +109,8 @@ def test_views_fill_in_bounded_epochs_and_equal_duckdb(open_db, parallelism):
             assert info.value.sqlstate == "55000"
             with pytest.raises(MillpondError, match="is still filling"):
                 db.sql(f"SUBSCRIBE {name}")
+            status = db.sql(f"SELECT status, epoch FROM millpond_views WHERE name = '{name}'").to_pylist()
+            assert status == [{"status": "backfilling", "epoch": None}], status
         oracle.change(db, 12)
         report = db.runtime.run_epoch()
         assert report is not None
@@ -214,3 +216,30 @@ def test_a_sigkill_inside_a_backfill_in_bounded_epochs_goes_on_from_the_last_par
         assert rows(again.sql("SELECT * FROM joined")) == oracle.view(VIEWS["joined"])
     finally:
         again.close()
+
+
+def test_an_altered_views_new_definition_fills_in_bounded_epochs_and_swaps_once_filled(open_db):
+    db = open_db()
+    oracle = Oracle(random.Random(5))
+    db.sql("CREATE TABLE o (k INT PRIMARY KEY, g INT, v BIGINT)")
+    db.sql("CREATE TABLE e (g INT, x BIGINT)")
+    _load(db, oracle, 800, 100)
+    db.sql(f"CREATE MATERIALIZED VIEW v AS {VIEWS['per_group']}")
+    db.flush()
+    db.sql("SET backfill_rows = 200")
+    db.sql(f"ALTER MATERIALIZED VIEW v AS {VIEWS['joined']}")
+    epochs, statuses = 0, set()
+    while "v" in db.catalog.replacing:
+        # the definition in force stays readable and current while the new one fills beside it
+        assert rows(db.sql("SELECT * FROM v")) == oracle.view(VIEWS["per_group"])
+        statuses.add(db.sql("SELECT status FROM millpond_views WHERE name = 'v'").to_pylist()[0]["status"])
+        oracle.change(db, 5)
+        db.runtime.run_epoch()
+        epochs += 1
+        assert epochs < 30
+    assert epochs >= 4, epochs  # 800 rows and more at 200 a part
+    assert statuses == {"running"}  # the old definition's status, not its replacement's
+    assert rows(db.sql("SELECT * FROM v")) == oracle.view(VIEWS["joined"])  # swapped at the epoch it filled
+    oracle.change(db, 10)
+    db.flush()
+    assert rows(db.sql("SELECT * FROM v")) == oracle.view(VIEWS["joined"])

@@ -12,8 +12,8 @@ that is more than the budget, the view **fills**:
   as batch mode does). The table's log records of the epoch go through only for keys in the parts
   read so far (key hash below the part's end): a key's row arrives with its part, and every change
   after it follows. After the last part the table is read as any view reads it.
-- a key-less (or APPEND ONLY) table's log — its rows — is read at most the budget's records an
-  epoch from the view's offset.
+- a key-less (or APPEND ONLY) table's log — its rows — is read from the view's offset at most the
+  budget's records an epoch, less the part's rows, shared among such tables.
 
 Every operator is incremental over any split of its input into inserts, so the view's rows once
 filled are those a single epoch would have made. Until then the view is not current: the manifest
@@ -122,12 +122,13 @@ def bound(c: Consumer, consumers: list[Consumer], catalog: Catalog, manifest: Ma
         return None
     capped, stored = False, sum(rows.values())
     total, before, after = stored, stored * part // parts, stored * min(part + 1, parts) // parts
-    for ch, (a, b) in list(ranges.items()):
-        if ch in rows:
-            continue
+    logs = [ch for ch in ranges if ch not in rows]  # the epoch's budget less its part of the rows, shared
+    room = max(budget - (stored // parts if part < parts else 0), budget // 4) // max(1, len(logs))
+    for ch in logs:
+        a, b = ranges[ch]
         total, before = total + b, before + a
-        if b - a > budget:
-            ranges[ch], capped = (a, a + budget), True
+        if b - a > room:
+            ranges[ch], capped = (a, a + room), True
         after += ranges[ch][1]
     if first and parts == 1 and not capped:
         return None  # small enough for one epoch, as before

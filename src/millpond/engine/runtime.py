@@ -334,7 +334,8 @@ class Runtime(Reads):
 
     # -- what the system looks like (the system views) ----------------------------------------
     def views_status(self) -> pa.Table:
-        """``millpond_views``: each view's status (running, backfilling: no epoch yet, failed),
+        """``millpond_views``: each view's status (running, backfilling: no epoch yet or filling in
+        bounded epochs, failed),
         the epoch its rows are as of, how many records of its tables it has still to read, its
         state bytes and its error."""
         manifest = self.coordinator.manifest
@@ -343,10 +344,11 @@ class Runtime(Reads):
             c = self._by_name[v.name]
             failure = manifest.failed.get(c.key)
             done = manifest.offsets.get(c.key)
+            current = done is not None and c.key not in manifest.filling  # filled (engine/filling.py)
             tables = {self.catalog.tables[s.table] for s in P.sources(c.plan) if s.table in self.catalog.tables}
             lag = sum(max(0, self.channel(t).end - (done or {}).get(t.channel, 0)) for t in tables)
-            rows.append({"name": v.name, "status": "failed" if failure else "running" if done is not None
-                         else "backfilling", "epoch": failure["epoch"] if failure else manifest.epoch if done is not None
+            rows.append({"name": v.name, "status": "failed" if failure else "running" if current
+                         else "backfilling", "epoch": failure["epoch"] if failure else manifest.epoch if current
                          else None, "lag": lag, "state_bytes": self._state_bytes(c), "on_error": v.on_error,
                          "error": self.describe_failure(failure) if failure else None})
         return pa.Table.from_pylist(rows, schema=_VIEWS_SCHEMA)
