@@ -74,6 +74,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/changes.py
 	$(PY) benchmarks/serve.py
 	$(PY) benchmarks/backfill.py
+	$(PY) benchmarks/bounded_backfill.py
 	$(PY) benchmarks/alter.py
 	$(PY) benchmarks/sharing.py
 	$(PY) benchmarks/delta_join.py

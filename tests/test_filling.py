@@ -181,6 +181,7 @@ print("NOT KILLED")
 """
 
 
+@pytest.mark.slow  # a process of its own, with its own Spark (make slow, which CI runs)
 def test_a_sigkill_inside_a_backfill_in_bounded_epochs_goes_on_from_the_last_part_committed(spark, root):
     import os
     import subprocess
