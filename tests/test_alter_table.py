@@ -245,6 +245,7 @@ print("NOT KILLED")
 """
 
 
+@pytest.mark.slow  # a process of its own, with its own Spark (make slow, which CI runs)
 def test_a_kill_between_the_catalog_and_the_log_is_completed_on_open(spark, root):
     """The catalog version is the ALTER's commit; the table's log channel learns the column after it.
     SIGKILLed in between, the next open gives the channel the column, and older rows read as its

@@ -322,6 +322,7 @@ for change in db.subscribe("per_owner", 0, timeout=float(sys.argv[2])):
 """
 
 
+@pytest.mark.slow  # a process of its own, with its own Spark (make slow, which CI runs)
 def test_a_subscriber_in_another_process_follows_background_epochs(spark, root):
     """A read-only process subscribed from epoch 0 receives every epoch the writer's background
     loop commits, once, in order, while it commits them; added up, they are the view."""
@@ -416,6 +417,7 @@ for i in range(6):
 """
 
 
+@pytest.mark.slow  # a process of its own, with its own Spark (make slow, which CI runs)
 def test_a_sigkill_inside_retention_leaves_every_kept_epoch_readable(open_db, root):
     """Retention drops an epoch's entry before its files: killed between the two, the root keeps
     no epoch whose changes are gone (the other order left one, found by chaos seed 89)."""

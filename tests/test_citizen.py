@@ -62,6 +62,7 @@ def test_log_level_of_a_given_session_changes_only_when_asked(spark, root, monke
         millpond.connect(root, spark=spark, log_level="LOUD")
 
 
+@pytest.mark.slow  # a process of its own, with its own Spark (make slow, which CI runs)
 def test_sessions_millpond_starts_are_shared_quiet_and_stopped_by_the_last_user(tmp_path):
     """In a fresh process: two connect()s and the CLI's ``sql -c`` share the session the first
     started; closing the others leaves the first working; closing the last stops it. Nothing of
@@ -91,6 +92,7 @@ def test_sessions_millpond_starts_are_shared_quiet_and_stopped_by_the_last_user(
     assert "log4j" in (tmp_path / "spark.log").read_text()
 
 
+@pytest.mark.slow  # a process of its own, with its own Spark (make slow, which CI runs)
 def test_a_failing_view_prints_nothing_of_pyspark_s_query_errors(tmp_path):
     """A view that fails on a bad row is reported by millpond (its status and error); PySpark's
     SQLQueryContextLogger would print the JVM's stack trace as a JSON line to the terminal: it is off, in
@@ -337,6 +339,7 @@ sys.path[:] = [p for p in sys.path if not p.rstrip("/").endswith("/src")]
 """
 
 
+@pytest.mark.slow  # a process of its own, with its own Spark (make slow, which CI runs)
 def test_a_session_whose_workers_lack_millpond_is_refused_with_the_fix_or_shipped_to(tmp_path):
     """A user's session whose Python workers cannot import millpond: connect says so, with the fix,
     before any epoch; connect(ship=True) adds millpond to the session, and views then run."""

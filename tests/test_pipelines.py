@@ -151,6 +151,7 @@ def test_the_spec_is_found_as_sdp_finds_it(tmp_path):
         pipelines.find_spec("/")
 
 
+@pytest.mark.slow  # a process of its own, with its own Spark (make slow, which CI runs)
 def test_the_command_line_inits_dry_runs_and_runs(tmp_path):
     """``init`` writes the project ``spark-pipelines init`` writes (a Python materialized view, a SQL
     one reading it; storage in ``pipeline-storage/``, the root by default); ``dry-run`` checks it

@@ -13,6 +13,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from millpond.spark.workers import RUNTIME_MODULES
 
 NOTEBOOK = textwrap.dedent("""
@@ -62,6 +64,7 @@ NOTEBOOK = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # a process of its own, with its own Spark (make slow, which CI runs)
 def test_a_notebooks_own_session_just_works_and_a_chosen_python_is_refused_with_fixes_that_work(tmp_path):
     bare = tmp_path / "bin"  # PATH's python3: the venv's base interpreter without any site-packages
     bare.mkdir()

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 MILLPOND = str(Path(sys.executable).parent / "millpond")
 
 
@@ -22,6 +24,7 @@ def _sql(root: str, log: Path, script: str, *, stdin: bool = False) -> str:
     return done.stdout
 
 
+@pytest.mark.slow  # a process of its own, with its own Spark (make slow, which CI runs)
 def test_sql_starts_spark_only_for_a_statement_that_needs_it(tmp_path):
     root = str(tmp_path / "root")
     out = _sql(root, tmp_path / "create.log", "CREATE TABLE t (k INT, v TEXT); INSERT INTO t VALUES (1, 'a'), (2, 'b');"
