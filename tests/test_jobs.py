@@ -154,6 +154,7 @@ def test_a_sources_read_and_a_sinks_first_write_are_jobs_while_they_run(open_db,
     source = [j for j in seen if j["kind"] == "source"]
     assert source[0]["records"] is None  # nothing taken in yet; then the file's rows, and their rate
     assert any(j["records"] == 3 and j["records_per_second"] > 0 for j in source), source
+    assert [j["progress"] for j in source if j["records"] == 3] == [1.0]  # the new files' bytes, all read
     sink = next(j for j in seen if j["kind"] == "sink")
     assert sink["seconds"] >= 1.0
     assert db.sql("SHOW JOBS").num_rows == 0
@@ -236,3 +237,29 @@ def test_a_backfill_in_bounded_epochs_is_one_job_across_them(open_db):
     assert db.sql("SELECT count(*) AS n, sum(w) AS s FROM doubled").to_pylist() == [
         {"n": 600, "s": 2 * sum(range(600))}]
     assert db.sql("SHOW JOBS").num_rows == 0
+
+
+def test_a_delta_tables_snapshot_shows_its_progress_by_its_files(open_db, tmp_path, monkeypatch):
+    """A source's read that knows what it has to do says so: a Delta table's snapshot, read a group
+    of files an append, shows the share of its files read (a folder's new files: their bytes)."""
+    from deltalake import write_deltalake
+
+    from millpond.connectors import versioned
+
+    location = str(tmp_path / "events")
+    for i in range(6):  # six versions, a file each: the snapshot's six files
+        write_deltalake(location, pa.table({"g": [f"g{i}"], "v": pa.array([i], pa.int32())}), mode="append")
+    monkeypatch.setattr(versioned, "SNAPSHOT_FILES", 2)  # three appends of two files
+    db = open_db()
+    seen: list[float | None] = []
+    original = versioned.Versioned._append
+
+    def append(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        seen.extend(j["progress"] for j in db.sql("SHOW JOBS").to_pylist() if j["kind"] == "source")
+        return original(*args, **kwargs)
+    monkeypatch.setattr(versioned.Versioned, "_append", append)
+    db.sql(f"CREATE TABLE ev WITH (connector = 'deltalake', location = '{location}')")
+    db.sql("CREATE MATERIALIZED VIEW s AS SELECT count(*) AS n, sum(v) AS total FROM ev")
+    db.flush()
+    assert seen == pytest.approx([0.0, 1 / 3, 2 / 3]), seen  # before each append: the files read so far
+    assert db.sql("SELECT * FROM s").to_pylist() == [{"n": 6, "total": 15}]

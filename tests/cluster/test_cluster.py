@@ -141,6 +141,20 @@ def test_seed_example_on_a_standalone_cluster(cluster_spark, s3_url, s3_options)
         ref.check(db, {"result": new, "per_device": per_device}, ("info", "visit"))
         state.compact()
         ref.check(db, {"result": new, "per_device": per_device}, ("info", "visit"))
+        # a view backfilled in bounded epochs on the executors: the keyed info's rows in parts (slices
+        # of key hashes read from S3), the key-less visit's log a capped range an epoch, inserts going on
+        db.sql("SET backfill_rows = 3")
+        db.sql(f"CREATE MATERIALIZED VIEW per_device_again AS {per_device}")
+        epochs = 0
+        while not db.runtime.populated("per_device_again"):
+            step = f"""INSERT INTO visit (product, "user", length, device) VALUES ('Potato', 'U{epochs}', {epochs}, 'app')"""
+            db.sql(step)
+            ref.sql(step)
+            db.runtime.run_epoch()
+            epochs += 1
+            assert epochs < 20, db.runtime.filling("per_device_again")
+        assert epochs >= 2
+        ref.check(db, {"result": new, "per_device": per_device, "per_device_again": per_device}, ("info", "visit"))
         swapped = rows(db.sql("SELECT * FROM result"))
     finally:
         db.close()

@@ -164,7 +164,7 @@ class Sources(EpochStep):
         self.jobs = jobs  # what shows a read as a job while it runs (engine/jobs.py), if anything
         self._tasks: list = []  # [what reads parts in Spark tasks, or None], once asked
         self.errors = SourceErrors()  # what each table's source failed on, while it lasts
-        self.files = Files(store, channel, insert, self.errors)
+        self.files = Files(store, channel, insert, self.errors, jobs)
         self._kafka = None  # made for the first Kafka table (its client is imported then)
         self._pg = None  # made for the first PostgreSQL CDC table
         self._versioned: dict = {}  # connector -> its step part (a Delta table's, an Iceberg table's)
@@ -212,7 +212,8 @@ class Sources(EpochStep):
 
             name, module, reader = VERSIONED[connector]
             self._versioned[connector] = Versioned(name, getattr(importlib.import_module(module), reader), self.store,
-                                                   self.channel, self.insert, self.apply, self.errors, self.tasks)
+                                                   self.channel, self.insert, self.apply, self.errors, self.tasks,
+                                                   self.jobs)
         return self._versioned[connector]
 
     def _by_connector(self, catalog: Catalog) -> dict[str, list[TableDef]]:

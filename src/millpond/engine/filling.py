@@ -123,7 +123,7 @@ def bound(c: Consumer, consumers: list[Consumer], catalog: Catalog, manifest: Ma
     capped, stored = False, sum(rows.values())
     total, before, after = stored, stored * part // parts, stored * min(part + 1, parts) // parts
     logs = [ch for ch in ranges if ch not in rows]  # the epoch's budget less its part of the rows, shared
-    room = max(budget - (stored // parts if part < parts else 0), budget // 4) // max(1, len(logs))
+    room = max(1, max(budget - (stored // parts if part < parts else 0), budget // 4) // max(1, len(logs)))
     for ch in logs:
         a, b = ranges[ch]
         total, before = total + b, before + a

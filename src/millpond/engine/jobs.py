@@ -154,6 +154,22 @@ class Jobs:
             with self._lock:
                 row["records"] = (row["records"] or 0) + records
 
+    def to_do(self, units: int) -> None:
+        """``units`` more of work the work this thread is doing has to do (a source's read: a
+        folder's new files' bytes, a Delta table's snapshot's files), in units of its own; with
+        :meth:`did`, its progress shows (nothing outside one)."""
+        self._count("to_do", units)
+
+    def did(self, units: int) -> None:
+        """``units`` of what :meth:`to_do` announced done."""
+        self._count("done", units)
+
+    def _count(self, key: str, units: int) -> None:
+        row = getattr(self._here, "row", None)
+        if row is not None and units > 0:
+            with self._lock:
+                row[key] = row.get(key, 0) + units
+
     def _begin(self) -> None:
         """A job started: the publisher runs while any does."""
         with self._lock:
@@ -217,12 +233,16 @@ def published(store: ObjectStore) -> pa.Table:
 def _progress(job: dict, done: int, total: int, now: float) -> dict:
     seconds = now - job["started"]
     fraction = done / total if total else None
+    if job.get("to_do"):  # work that said how much it has to do (Jobs.to_do) and how much it did
+        fraction = min(1.0, job.get("done", 0) / job["to_do"])
+        job = {k: v for k, v in job.items() if k not in ("to_do", "done")}
     if "share" in job:  # a backfill in bounded epochs: its input read before this epoch, and after it
         (a, b), job = job["share"], {k: v for k, v in job.items() if k != "share"}
         fraction = a + (b - a) * (fraction or 0)
-    rate = fraction * job["records"] / seconds if fraction and seconds > 0 else None
-    if rate is None and job["kind"] == "source" and job["records"] and seconds > 0:  # rows taken in so far
-        rate = job["records"] / seconds
+    if job["kind"] == "source":  # its records: the rows taken in so far
+        rate = job["records"] / seconds if job["records"] and seconds > 0 else None
+    else:  # its records: its input, done by the fraction
+        rate = fraction * job["records"] / seconds if fraction and job["records"] and seconds > 0 else None
     eta = seconds * (1 - fraction) / fraction if fraction else None
     return {**job, "tasks_done": done, "tasks_total": total, "progress": fraction, "records_per_second": rate,
             "eta_seconds": eta, "seconds": seconds}
