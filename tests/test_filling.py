@@ -297,3 +297,26 @@ def test_keys_of_other_types_fill_in_parts_on_either_path(open_db, monkeypatch, 
     con.register("b", pa.table({"price": pa.array(list(b), pa.decimal128(10, 2)), "v": pa.array(list(b.values()), pa.int64())}))
     for name, sql in views.items():
         assert rows(db.sql(f"SELECT * FROM {name}")) == rows(con.sql(sql).to_arrow_table()), name
+
+
+def test_a_backfill_gains_on_a_table_written_faster_than_its_budget(open_db):
+    """A key-less table appended faster than ``backfill_rows`` an epoch: the backfill's cap grows to
+    twice what came since the last epoch, so the view fills (a fixed cap would lag behind forever)."""
+    db = open_db()
+    db.sql("CREATE TABLE e (g INT, x BIGINT)")
+    db.insert("e", pa.table({"g": pa.array([i % 5 for i in range(60)], pa.int32()), "x": pa.array(range(60), pa.int64())}))
+    db.flush()
+    db.sql("SET backfill_rows = 4")
+    db.sql(f"CREATE MATERIALIZED VIEW events AS {VIEWS['events']}")
+    written, epochs = list(range(60)), 0
+    while not db.runtime.populated("events"):
+        more = list(range(len(written), len(written) + 10))  # ten records an epoch, the budget four
+        db.insert("e", pa.table({"g": pa.array([i % 5 for i in more], pa.int32()), "x": pa.array(more, pa.int64())}))
+        written += more
+        db.runtime.run_epoch()
+        epochs += 1
+        assert epochs < 30, db.runtime.filling("events")
+    assert epochs >= 3
+    con = duckdb.connect()
+    con.register("e", pa.table({"g": pa.array([i % 5 for i in written], pa.int32()), "x": pa.array(written, pa.int64())}))
+    assert rows(db.sql("SELECT * FROM events")) == rows(con.sql(VIEWS["events"]).to_arrow_table())

@@ -13,7 +13,8 @@ that is more than the budget, the view **fills**:
   read so far (key hash below the part's end): a key's row arrives with its part, and every change
   after it follows. After the last part the table is read as any view reads it.
 - a key-less (or APPEND ONLY) table's log — its rows — is read from the view's offset at most the
-  budget's records an epoch, less the part's rows, shared among such tables.
+  budget's records an epoch, less the part's rows, shared among such tables — or twice the records
+  appended since the last epoch, if more: the backfill gains on a table however fast it is written.
 
 Every operator is incremental over any split of its input into inserts, so the view's rows once
 filled are those a single epoch would have made. Until then the view is not current: the manifest
@@ -124,11 +125,15 @@ def bound(c: Consumer, consumers: list[Consumer], catalog: Catalog, manifest: Ma
     total, before, after = stored, stored * part // parts, stored * min(part + 1, parts) // parts
     logs = [ch for ch in ranges if ch not in rows]  # the epoch's budget less its part of the rows, shared
     room = max(1, max(budget - (stored // parts if part < parts else 0), budget // 4) // max(1, len(logs)))
+    read = {t.channel: manifest.offsets.get(f"o{t.id}", {}).get(t.channel, 0) for t in catalog.tables.values()}
     for ch in logs:
         a, b = ranges[ch]
         total, before = total + b, before + a
-        if b - a > room:
-            ranges[ch], capped = (a, a + room), True
+        # at least twice what came since the last epoch: the backfill gains on its table, however fast
+        # it is written (it would never catch up with a cap below the rate)
+        cap = max(room, 2 * max(0, b - read.get(ch, b)))
+        if b - a > cap:
+            ranges[ch], capped = (a, a + cap), True
         after += ranges[ch][1]
     if first and parts == 1 and not capped:
         return None  # small enough for one epoch, as before
