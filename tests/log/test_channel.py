@@ -382,3 +382,26 @@ def test_a_state_read_that_finds_a_listed_segment_gone_reads_again(tmp_path, mon
     monkeypatch.setattr(log_state, "_read_state", lambda *a, **k: (_ for _ in ()).throw(MissingError("gone")))
     with pytest.raises(MissingError):  # not forever
         log_state.read_state(store, 2)
+
+
+def test_a_flush_between_a_readers_listings_hides_no_record(tmp_path):
+    """A writer's flush of a segment (its Parquet file written, then its checkpoint, then the segment
+    deleted) while another process lists the log: the reader reads the checkpoints before it lists
+    the Parquet files, so the records are in one or the other (listed the other way round, a flush
+    between the two listings hid them from both; make test lost a record so once)."""
+    from millpond import paths
+
+    writer = _open(tmp_path)
+    writer.create_channel("visit", SCHEMA).append(_batch([1, 2]))
+    flushed = []
+
+    class FlushingMeanwhile(ObjectStore):
+        def list(self, prefix):  # noqa: ANN001, ANN201
+            if prefix == paths.log_ckpt_prefix(0) and not flushed:
+                writer.flush()  # the writer's flush lands between this reader's listings
+                flushed.append(True)
+            return super().list(prefix)
+
+    reader = Log(FlushingMeanwhile(str(tmp_path)))
+    assert _xs(reader.channel("visit").read()) == [1, 2] and flushed
+    writer.close()

@@ -124,14 +124,9 @@ READ_ATTEMPTS = 5
 def _read_state(store: ObjectStore, physical_channels: int) -> State:
     state = State()
     state.channels = read_channels(store)
-    for info in state.channels:
-        for key in store.list(paths.log_data_prefix(info.id)):
-            name = key.rsplit("/", 1)[-1]
-            if name.startswith("start-"):
-                state.start[info.id] = max(state.start.get(info.id, 0), int(name[6:26]))
-            elif name.endswith(".parquet"):
-                first, end, tick = paths.parse_log_data_key(key)
-                state.pieces[info.id].append(Piece(first, end - first, tick, key))
+    # the checkpoints before the Parquet files: a flush writes its file, then its checkpoint, then
+    # deletes its segment, so every segment a checkpoint read here covers has its file listed below
+    # (listed the other way round, a flush between the two hid its records from both)
     for p in range(physical_channels):
         ckpts = store.list(paths.log_ckpt_prefix(p))
         last = None
@@ -142,6 +137,16 @@ def _read_state(store: ObjectStore, physical_channels: int) -> State:
                 merge_producers(state.producers[ch], prods)
             state.ticks[p] = ck["tick"]
         state.flushed[p] = last
+    for info in state.channels:
+        for key in store.list(paths.log_data_prefix(info.id)):
+            name = key.rsplit("/", 1)[-1]
+            if name.startswith("start-"):
+                state.start[info.id] = max(state.start.get(info.id, 0), int(name[6:26]))
+            elif name.endswith(".parquet"):
+                first, end, tick = paths.parse_log_data_key(key)
+                state.pieces[info.id].append(Piece(first, end - first, tick, key))
+    for p in range(physical_channels):
+        last = state.flushed[p]
         listing = list_segments(store, p)
         for name in listing.segments:
             if last is not None and name <= last:
