@@ -194,7 +194,7 @@ class Coordinator:
         for t in catalog.tables.values():
             self.log.create_channel(t.channel, t.log_schema, id=t.channel_id)
         _, ends = self.log.snapshot([t.channel for t in catalog.tables.values()])  # one tick: whole transactions
-        work, batch, partial, fills, uncapped = [], {}, {}, {}, {}
+        work, batch, partial, fills = [], {}, {}, {}
         stored = {c.key: c.rows_state for c in consumers}
         for c in consumers:
             if c.sits_out(self.manifest):  # isolated by a data error; a flow's sink table
@@ -211,7 +211,6 @@ class Coordinator:
                 for ch in batch[c.key]:
                     check_start(c, ch, starts[ch][0], ranges[ch][0])
             rows = {ch: sum(r.rows for r in self.manifest.state(stored[k]).files()) for ch, k in batch.get(c.key, {}).items()}
-            uncapped[c.key] = dict(ranges)
             if (f := bound(c, consumers, catalog, self.manifest, ranges, rows, self.backfill_rows)) is not None:
                 fills[c.key] = f  # a backfill in bounded epochs (engine/filling.py)
             new_view = c.runs_new and c.key not in self.manifest.offsets
@@ -233,7 +232,7 @@ class Coordinator:
         if not work:
             self.state.maintain()  # idle: apply a finished compaction now, not at the next epoch
             return None
-        fills = widened(fills, work, uncapped)  # nothing else waits: a backfill reads all it has left
+        fills = widened(fills, work)  # nothing else waits: a backfill reads all it has left
         by_name = {c.name: c for c in consumers}
         inputs = {n: (by_name[n].schema, by_name[n].rows_state) for n in sorted({n for c in consumers for n in c.views})}
         # 2. pin the input version (apply finished compactions first)

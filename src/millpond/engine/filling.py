@@ -57,6 +57,7 @@ class Fill:
     before: int = 0
     after_epoch: int = 0
     last: int | None = None  # the last part this epoch reads (None: ``part`` alone)
+    whole: Mapping[str, tuple[int, int]] | None = None  # its ranges before :func:`bound` cut them
 
     def after(self) -> list[int] | None:
         """Its ``Manifest.filling`` entry once the epoch commits (None: filled)."""
@@ -77,7 +78,7 @@ def bounds(first: int, last: int, parts: int) -> tuple[int | None, int | None]:
     return (None if first == 0 else lo), (None if last == parts - 1 else -(1 << 63) + (last + 1) * width)
 
 
-def widened(fills: Mapping[str, Fill], work: list, uncapped: Mapping[str, dict]) -> dict[str, Fill]:
+def widened(fills: Mapping[str, Fill], work: list) -> dict[str, Fill]:
     """When nothing but backfills has work in an epoch (no new record for any other consumer), no
     view waits for it: each filling view reads all it has left (its remaining parts, its log ranges
     whole: ``work``'s ranges are put back as they were before :func:`bound` cut them); else ``fills``."""
@@ -86,7 +87,7 @@ def widened(fills: Mapping[str, Fill], work: list, uncapped: Mapping[str, dict])
     out = {}
     for c, ranges in work:
         if (f := fills.get(c.key)) is not None:
-            ranges.update(uncapped[c.key])
+            ranges.update(f.whole or {})
             out[c.key] = replace(f, capped=False, last=f.parts - 1, after_epoch=f.total)
     return out
 
@@ -121,7 +122,7 @@ def bound(c: Consumer, consumers: list[Consumer], catalog: Catalog, manifest: Ma
         part, parts = manifest.filling[c.key]
     else:
         return None
-    capped, stored = False, sum(rows.values())
+    capped, stored, whole = False, sum(rows.values()), dict(ranges)
     total, before, after = stored, stored * part // parts, stored * min(part + 1, parts) // parts
     logs = [ch for ch in ranges if ch not in rows]  # the epoch's budget less its part of the rows, shared
     room = max(1, max(budget - (stored // parts if part < parts else 0), budget // 4) // max(1, len(logs)))
@@ -137,7 +138,7 @@ def bound(c: Consumer, consumers: list[Consumer], catalog: Catalog, manifest: Ma
         after += ranges[ch][1]
     if first and parts == 1 and not capped:
         return None  # small enough for one epoch, as before
-    return Fill(part, parts, capped, total, before, after)
+    return Fill(part, parts, capped, total, before, after, whole=whole)
 
 
 def check_start(c: Consumer, channel: str, start: int, done: int) -> None:

@@ -99,22 +99,24 @@ class Jobs:
     def watch(self, plan: EpochPlan) -> Iterator[None]:
         manifest = plan.job.manifest
         offsets, by_key = manifest.offsets, {c.key: c for c in plan.consumers}
-        by_key_name = {c.name: c.key for c in plan.consumers}
         renamed = {replacement(name): name for name in plan.catalog.replacing}  # ALTER's new definitions
 
         def stored(key: str) -> int:  # a keyed table a backfill reads as its rows (batch mode)
             return sum(ref.rows for ref in manifest.state(by_key[key].rows_state).files()) if key in by_key else 0
-        running = [{"job": plan.epoch, "kind": "alter" if c.name in renamed else "backfill",
-                    "relation": renamed.get(c.name, c.name), "consumer": c.name,
-                    "records": sum(max(0, b - a) for a, b in ranges.values())
-                    + sum(stored(k) for k in plan.job.batch.get(c.key, {}).values()), "started": time.time()}
-                   for c, ranges in plan.work
-                   if (c.key not in offsets or c.key in plan.fills) and c.name not in plan.catalog.tables]
-        for job in running:  # a backfill in bounded epochs: the whole backfill's input, since its first epoch
-            if (f := plan.fills.get(by_key_name[job["consumer"]])) is not None and f.total:
-                first = self._filling.setdefault(job["consumer"], job["started"]) if f.before else job["started"]
-                self._filling[job["consumer"]] = first
-                job.update(records=f.total, started=first, share=(f.before / f.total, f.after_epoch / f.total))
+        running = []
+        for c, ranges in plan.work:
+            if (c.key in offsets and c.key not in plan.fills) or c.name in plan.catalog.tables:
+                continue
+            job = {"job": plan.epoch, "kind": "alter" if c.name in renamed else "backfill",
+                   "relation": renamed.get(c.name, c.name), "consumer": c.name,
+                   "records": sum(max(0, b - a) for a, b in ranges.values())
+                   + sum(stored(k) for k in plan.job.batch.get(c.key, {}).values()), "started": time.time()}
+            if (f := plan.fills.get(c.key)) is not None and f.total:  # in bounded epochs: all of its input,
+                if not f.before:  # since its first epoch
+                    self._filling[c.name] = job["started"]
+                job.update(records=f.total, started=self._filling.setdefault(c.name, job["started"]),
+                           share=(f.before / f.total, f.after_epoch / f.total))
+            running.append(job)
         if not running:
             yield
             return

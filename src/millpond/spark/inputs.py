@@ -90,11 +90,7 @@ class Inputs:
         partial = self.consumer.partial
         sources = [s for s, _ in partial.sources] if partial is not None else []
         cols = self.columns(node) if not any(node is s for s in sources) else _all(t)
-        scan = (t.channel, start, stop, cols)
-        if scan not in self.scans and self._by_driver(start, stop):  # (a loaded scan of the range, if any, is re-run)
-            scan = (*scan, "driver")
-        if scan not in self.scans:  # one source per channel range and epoch: each costs planning on the driver
-            self.scans[scan] = self._scan(t, start, stop, cols)
+        scan = self._scanned(t, start, stop, cols)
         renames = _renames(tuple((out, src) for out, src in node.columns if src in cols))
         for source, column in partial.sources if partial is not None else ():
             if node is source:
@@ -209,13 +205,20 @@ class Inputs:
     def _below(self, t: TableDef, start: int, stop: int, cols: tuple[str, ...], hi: int) -> DataFrame:
         """The range's records of ``t`` whose key hash is below ``hi``: of the rows a filling view
         has read so far (:mod:`millpond.engine.filling`), as Spark's ``xxhash64`` hashed them."""
-        scan = (t.channel, start, stop, tuple(dict.fromkeys((*cols, *t.primary_key))))
+        scan = self._scanned(t, start, stop, tuple(dict.fromkeys((*cols, *t.primary_key))))
+        below = self.scans[scan].where(f"xxhash64({', '.join(map(quote, t.primary_key))}) < CAST({hi} AS BIGINT)")
+        return select_expr(below, *map(quote, cols), W)
+
+    def _scanned(self, t: TableDef, start: int, stop: int, cols: tuple[str, ...]) -> tuple:
+        """The key in :attr:`scans` of the DataFrame reading ``cols`` of ``[start, stop)`` of ``t``'s
+        channel, made if the epoch has none yet: one source per channel range and epoch (each costs
+        planning on the driver; a loaded scan of the range, if any, is re-run)."""
+        scan = (t.channel, start, stop, cols)
         if scan not in self.scans and self._by_driver(start, stop):
             scan = (*scan, "driver")
         if scan not in self.scans:
-            self.scans[scan] = self._scan(t, start, stop, scan[3])
-        below = self.scans[scan].where(f"xxhash64({', '.join(map(quote, t.primary_key))}) < CAST({hi} AS BIGINT)")
-        return select_expr(below, *map(quote, cols), W)
+            self.scans[scan] = self._scan(t, start, stop, cols)
+        return scan
 
     def _rows(self, t: TableDef, key: str, cols: tuple[str, ...] | None = None,
               within: tuple[int | None, int | None] = (None, None)) -> DataFrame:
