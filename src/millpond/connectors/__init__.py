@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Callable, Protocol
 
 import pyarrow as pa
 
+from millpond import progress
 from millpond.catalog import Column, SinkDef, TableDef
 from millpond.connectors.files import Files, local_listing_error
 from millpond.connectors.source_errors import SourceErrors
@@ -164,7 +165,7 @@ class Sources(EpochStep):
         self.jobs = jobs  # what shows a read as a job while it runs (engine/jobs.py), if anything
         self._tasks: list = []  # [what reads parts in Spark tasks, or None], once asked
         self.errors = SourceErrors()  # what each table's source failed on, while it lasts
-        self.files = Files(store, channel, insert, self.errors, jobs)
+        self.files = Files(store, channel, insert, self.errors)
         self._kafka = None  # made for the first Kafka table (its client is imported then)
         self._pg = None  # made for the first PostgreSQL CDC table
         self._versioned: dict = {}  # connector -> its step part (a Delta table's, an Iceberg table's)
@@ -174,11 +175,11 @@ class Sources(EpochStep):
         from millpond.engine.ingest import apply_by_key, insert
 
         def inserted(t, rows, producer):  # noqa: ANN001, ANN202 - counted in the source's job (SHOW JOBS)
-            rt.jobs.took(rows.num_rows)
+            progress.current().took(rows.num_rows)
             return insert(rt, t, rows, producer=producer)
 
         def applied(t, upserts, deletes, producer):  # noqa: ANN001, ANN202
-            rt.jobs.took((upserts.num_rows if upserts is not None else 0) + (deletes.num_rows if deletes is not None else 0))
+            progress.current().took((upserts.num_rows if upserts is not None else 0) + (deletes.num_rows if deletes is not None else 0))
             return apply_by_key(rt, t, upserts, deletes, producer=producer)
         return cls(rt.coordinator.store, rt.channel, inserted, applied, tasks, rt.jobs)
 
@@ -212,8 +213,7 @@ class Sources(EpochStep):
 
             name, module, reader = VERSIONED[connector]
             self._versioned[connector] = Versioned(name, getattr(importlib.import_module(module), reader), self.store,
-                                                   self.channel, self.insert, self.apply, self.errors, self.tasks,
-                                                   self.jobs)
+                                                   self.channel, self.insert, self.apply, self.errors, self.tasks)
         return self._versioned[connector]
 
     def _by_connector(self, catalog: Catalog) -> dict[str, list[TableDef]]:

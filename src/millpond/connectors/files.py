@@ -45,7 +45,7 @@ import pyarrow.csv as pcsv
 import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
-from millpond import faults, paths
+from millpond import faults, paths, progress
 from millpond.catalog import TableDef
 from millpond.connectors.source_errors import SourceErrors, text
 from millpond.engine.ingest import conform_rows
@@ -100,9 +100,8 @@ class Files:
     idempotent per producer) and ``errors`` (what the tables' sources fail on)."""
 
     def __init__(self, store: ObjectStore, channel: Callable[[TableDef], Channel], insert: "Insert",
-                 errors: SourceErrors, jobs=None):  # noqa: ANN001
+                 errors: SourceErrors):
         self.store, self.channel, self.insert, self.errors = store, channel, insert, errors
-        self.jobs = jobs  # a read's progress, by its new files' bytes (engine/jobs.py: SHOW JOBS), if anything
         self._taken: dict[int, dict[str, int]] = {}  # table id -> file path -> its last number (read once)
         self._next: dict[int, int] = {}  # table id -> the number of its next file
         self._stores: dict[str, ObjectStore] = {}  # a bucket's URL -> its store (a path on object storage)
@@ -151,8 +150,8 @@ class Files:
                 self.errors.seen(t.id, "file", path, e.error, epoch=epoch, now=now, size=e.size, mtime_ns=e.mtime_ns)
         todo = [(path, size, mtime_ns) for path, size, mtime_ns in found
                 if not (path in refused and (size, mtime_ns) == (refused[path].size, refused[path].mtime_ns))]
-        if self.jobs is not None:
-            self.jobs.to_do(sum(size or 0 for _, size, _ in todo))
+        work = progress.current()  # the read's progress (SHOW JOBS): its new files' bytes
+        work.to_do(sum(size or 0 for _, size, _ in todo))
         for path, size, mtime_ns in todo:
             n = self._next[t.id]
             record = {"file": path, "size": size, "mtime_ns": mtime_ns, "epoch": epoch, "at": now.timestamp()}
@@ -166,15 +165,13 @@ class Files:
                 self.errors.seen(t.id, "file", path, record["error"], epoch=epoch, now=now, size=size,
                                  mtime_ns=mtime_ns)
                 log.warning("table %s: file %s was refused: %s", t.name, path, record["error"])
-                if self.jobs is not None:
-                    self.jobs.did(size or 0)
+                work.did(size or 0)
                 continue
             if self.errors.clear(t.id, "file", path):
                 log.info("table %s: file %s, refused before, changed and was taken", t.name, path)
             faults.point("files.after_record")
             self._append(t, rows, n)
-            if self.jobs is not None:
-                self.jobs.did(size or 0)
+            work.did(size or 0)
 
     def _append(self, t: TableDef, rows: pa.Table, n: int) -> None:
         self.insert(t, rows, (_producer(t), n))

@@ -56,7 +56,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from millpond import faults
+from millpond import faults, progress
 from millpond.catalog import Column, TableDef
 from millpond.connectors import records
 from millpond.connectors.source_errors import SourceErrors, text
@@ -258,6 +258,7 @@ class _Topic:
             return
         self.consumer.assign([TopicPartition(self.name, p, self.next[p]) for p in partitions])
         pending, started, taken = set(partitions), time.monotonic(), 0
+        work = progress.current()  # the catch-up's progress (SHOW JOBS): messages taken of those to the ends
         while pending and taken < MAX_EPOCH_MESSAGES and time.monotonic() - started < MAX_SECONDS:
             if self._broken:
                 broken, self._broken = self._broken, None
@@ -276,12 +277,26 @@ class _Topic:
                         raise KafkaException(e)
                 msgs = [m for m, e in zip(msgs, errors) if e is None]
             taken += len(msgs)
-            if msgs and not self._take(msgs, epoch, now):
+            if not msgs:
+                continue
+            if not self._take(msgs, epoch, now):
                 break
+            work.at(taken, taken + sum(max(0, end - self.next[p]) for p in pending
+                                       if (end := self._end(p)) is not None and self.next[p] >= 0))
         if taken:
             self.last = (taken, time.monotonic() - started, epoch)
         for p in [p for p in partitions if self.next[p] < 0 and p not in pending]:  # at its end, no message yet
             self.next[p] = self.consumer.get_watermark_offsets(TopicPartition(self.name, p), timeout=METADATA_SECONDS)[0]
+
+    def _end(self, p: int) -> int | None:
+        """Partition ``p``'s end as the last fetch answers gave it (cached: no request), else as asked last."""
+        from confluent_kafka import TopicPartition
+
+        try:
+            end = self.consumer.get_watermark_offsets(TopicPartition(self.name, p), cached=True)[1]
+        except Exception:  # noqa: BLE001 - not known yet
+            end = None
+        return end if end is not None and end >= 0 else self.ends.get(p)
 
     def _ingest_in_tasks(self, tasks: Callable, partitions: list[int], epoch: int, now: datetime) -> None:
         """On a cluster: each partition with messages past where it was read (the driver asks the
@@ -402,16 +417,10 @@ class _Topic:
         return rows.select(self.t.schema.names).cast(self.t.schema)
 
     def status(self) -> list[dict]:
-        from confluent_kafka import TopicPartition
-
         out = []
         messages, seconds, epoch = self.last
         for p, position in sorted(self.next.items()):
-            try:
-                _, end = self.consumer.get_watermark_offsets(TopicPartition(self.name, p), cached=True)
-            except Exception:  # noqa: BLE001 - not known yet
-                end = None
-            end = end if end is not None and end >= 0 else self.ends.get(p)
+            end = self._end(p)
             position = position if position >= 0 else None
             out.append({"split": f"{self.name}/{p}", "position": position, "upstream_end": end,
                         "lag": max(end - position, 0) if end is not None and position is not None else None,

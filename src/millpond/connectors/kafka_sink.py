@@ -32,6 +32,7 @@ import time
 import polars as pl
 import pyarrow as pa
 
+from millpond import progress
 from millpond.engine.sink_targets import DELETE, OP
 from millpond.errors import SqlError
 
@@ -44,6 +45,7 @@ FORMATS = ("plain", "upsert", "debezium")
 SINK, EPOCH = "millpond-sink", "millpond-epoch"
 BACK = 500  # messages a lookup of the last epoch reads per step back through a partition
 TIMEOUT = 30.0
+PROGRESS_MESSAGES = 10_000  # a write's progress is told every so many messages
 
 
 def check_options(name: str, options: dict[str, str], kind: str, sql: str) -> str:
@@ -207,9 +209,12 @@ class KafkaTarget:
     def _send(self, token: str, epoch: int, values: list[bytes | None], keys: list[bytes] | None) -> None:
         producer = self._begin(token)
         headers = [(SINK, token.encode()), (EPOCH, str(epoch).encode())]
+        work = progress.current()  # a first write's progress (SHOW JOBS): its messages handed to the client
         try:
             failed = []
             for i, value in enumerate(values):
+                if i and i % PROGRESS_MESSAGES == 0:
+                    work.did(PROGRESS_MESSAGES)
                 while True:
                     try:
                         producer.produce(self.topic, value=value, key=None if keys is None else keys[i], headers=headers,
@@ -217,6 +222,7 @@ class KafkaTarget:
                         break
                     except BufferError:
                         producer.poll(0.1)
+            work.did(len(values) % PROGRESS_MESSAGES or min(len(values), PROGRESS_MESSAGES))  # the rest
             if self._transactions:
                 producer.commit_transaction(TIMEOUT)
             elif producer.flush(TIMEOUT):

@@ -23,6 +23,7 @@ from typing import Mapping
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from millpond import progress
 from millpond.catalog import SinkDef
 from millpond.engine.sink_targets import DELETE, OP, UPSERT, Target
 
@@ -30,6 +31,7 @@ __all__ = ["DeltaTarget", "IcebergTarget", "lake_target", "ICEBERG_OPTIONS", "IC
 
 # an Iceberg sink's options: the catalog (pyiceberg's SQL catalog: a SQLAlchemy URL, e.g. sqlite:///c.db
 # or postgresql+psycopg://...), the warehouse its files go to, and the table
+WRITE_BATCH_ROWS = 65_536  # rows handed to delta-rs at a time (a write's progress)
 ICEBERG_OPTIONS = ("catalog.type", "catalog.uri", "warehouse.path", "database.name", "table.name")
 ICEBERG_CATALOG = "millpond"  # the catalog's name (the SQL catalog's rows are keyed by it) unless catalog.name says
 
@@ -75,7 +77,15 @@ class DeltaTarget:
         from deltalake import CommitProperties, Transaction, write_deltalake
 
         table = self._table()
-        write_deltalake(self.location if table is None else table, rows, mode="append", storage_options=self.storage,
+        work = progress.current()  # a first write's progress (SHOW JOBS): its rows delta-rs has taken
+
+        def taken():  # noqa: ANN202 - pulled by delta-rs, maybe from a thread of its own
+            for batch in rows.to_batches(max_chunksize=WRITE_BATCH_ROWS):
+                yield batch
+                work.did(batch.num_rows)
+        write_deltalake(self.location if table is None else table,
+                        pa.RecordBatchReader.from_batches(rows.schema, taken()), mode="append",
+                        storage_options=self.storage,
                         commit_properties=CommitProperties(app_transactions=[Transaction(token, epoch)]))
 
     def upsert(self, rows: pa.Table, key: tuple[str, ...], token: str, epoch: int) -> None:

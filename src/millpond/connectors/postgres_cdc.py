@@ -38,6 +38,7 @@ advances, and an update needs the key's previous row, which the table's log has.
 from __future__ import annotations
 
 import io
+import json
 import logging
 import re
 import secrets
@@ -50,7 +51,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from millpond import faults
+from millpond import faults, progress
 from millpond.catalog import Column, TableDef
 from millpond.catalog.types import arrow_type as column_type
 from millpond.connectors import records
@@ -183,6 +184,13 @@ def dropped(t: TableDef) -> None:
         log.warning("table %s is dropped, but its replication slot %r on %s could not be: drop it by hand "
                     "(SELECT pg_drop_replication_slot(%r)): %s", t.name, options["slot.name"], _where(options),
                     options["slot.name"], text(exc))
+
+
+def _estimate(conn, source: str) -> int:  # noqa: ANN001
+    """The rows of table ``source`` as PostgreSQL's planner estimates them (from its statistics, or
+    its pages where never analyzed): no scan."""
+    plan = conn.execute(f"EXPLAIN (FORMAT JSON) SELECT * FROM {source}").fetchone()[0]
+    return int((json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]["Plan Rows"])
 
 
 def lsn_text(lsn: int) -> str:
@@ -342,11 +350,14 @@ class PostgresCdc:
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                 conn.execute(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
                 body = io.BytesIO()
-                select = (f"COPY (SELECT {', '.join(map(_quote, columns))} FROM {_quote(options['schema.name'])}."
-                          f"{_quote(options['table.name'])}) TO STDOUT WITH (FORMAT csv)")
+                source = f"{_quote(options['schema.name'])}.{_quote(options['table.name'])}"
+                select = f"COPY (SELECT {', '.join(map(_quote, columns))} FROM {source}) TO STDOUT WITH (FORMAT csv)"
+                work = progress.current()  # the snapshot's progress (SHOW JOBS): its lines of the planner's rows
+                work.to_do(_estimate(conn, source))
                 with conn.cursor().copy(select) as copy:
                     for block in copy:
                         body.write(block)
+                        work.did(int(np.count_nonzero(np.frombuffer(block, np.uint8) == 10)))
         body.seek(0)
         texts = pa.table({c: pa.array([], pa.string()) for c in columns}) if not body.getbuffer().nbytes else pacsv.read_csv(body, read_options=pacsv.ReadOptions(column_names=columns),
                                parse_options=pacsv.ParseOptions(newlines_in_values=True),

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from millpond import jsonb
+from millpond import jsonb, progress
 from millpond.connectors.postgres_cdc import _connect, _quote, _where
 from millpond.engine.sink_targets import OP, UPSERT
 from millpond.errors import SqlError
@@ -29,6 +29,7 @@ __all__ = ["OPTIONS", "PostgresTarget", "check_options"]
 
 OPTIONS = ("hostname", "port", "username", "password", "database.name", "schema.name", "table.name", "ssl.mode")
 EPOCHS = "millpond_sinks"  # (token, epoch): the last epoch each sink's rows hold
+COPY_ROWS = 100_000  # rows of a write per piece of its COPY
 
 
 def check_options(name: str, options: dict[str, str], sql: str) -> str:
@@ -61,7 +62,7 @@ def _pg_type(t: pa.DataType) -> str:
 
 
 def _csv(rows: pa.Table) -> bytes:
-    """``rows`` as CSV that ``COPY ... (FORMAT csv, HEADER)`` reads back: NULL unquoted and empty,
+    """``rows`` as CSV that ``COPY ... (FORMAT csv)`` reads back (no header): NULL unquoted and empty,
     an empty string quoted (Arrow quotes every string), JSONB as its text."""
     cols = []
     for name in rows.column_names:
@@ -71,7 +72,7 @@ def _csv(rows: pa.Table) -> bytes:
         cols.append(col)
     out = io.BytesIO()
     pacsv.write_csv(pa.table(cols, names=rows.column_names), out,
-                    write_options=pacsv.WriteOptions(quoting_style="needed"))
+                    write_options=pacsv.WriteOptions(quoting_style="needed", include_header=False))
     return out.getvalue()
 
 
@@ -121,9 +122,14 @@ class PostgresTarget:
         conn.execute(f"CREATE TABLE IF NOT EXISTS {self.epochs} (token text PRIMARY KEY, epoch bigint NOT NULL)")
 
     def _copy(self, conn, table: str, rows: pa.Table) -> None:  # noqa: ANN001
+        """``rows`` into ``table``, :data:`COPY_ROWS` at a time into one ``COPY`` (the write's progress)."""
         names = ", ".join(map(_quote, rows.column_names))
-        with conn.cursor().copy(f"COPY {table} ({names}) FROM STDIN WITH (FORMAT csv, HEADER true)") as copy:
-            copy.write(_csv(rows))
+        work = progress.current()
+        with conn.cursor().copy(f"COPY {table} ({names}) FROM STDIN WITH (FORMAT csv)") as copy:
+            for start in range(0, rows.num_rows, COPY_ROWS):
+                part = rows.slice(start, COPY_ROWS)
+                copy.write(_csv(part))
+                work.did(part.num_rows)
 
     def _record(self, conn, token: str, epoch: int) -> None:  # noqa: ANN001
         conn.execute(f"INSERT INTO {self.epochs} VALUES (%s, %s) ON CONFLICT (token) DO UPDATE SET epoch = "

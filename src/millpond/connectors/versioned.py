@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Callable, Protocol
 import polars as pl
 import pyarrow as pa
 
-from millpond import faults
+from millpond import faults, progress
 from millpond.catalog import TableDef
 from millpond.connectors import records
 from millpond.connectors.source_errors import SourceErrors, text
@@ -101,9 +101,8 @@ class Versioned:
 
     def __init__(self, connector: str, open: Callable[[TableDef], Reader], store: ObjectStore,
                  channel: Callable[[TableDef], Channel], insert: Callable, apply: Callable, errors: SourceErrors,
-                 tasks: Callable[[], Callable | None] = lambda: None, jobs=None):  # noqa: ANN001
+                 tasks: Callable[[], Callable | None] = lambda: None):
         self.connector, self.open, self.tasks = connector, open, tasks
-        self.jobs = jobs  # a snapshot's progress, by its files (engine/jobs.py: SHOW JOBS), if anything
         self.store, self.channel, self.insert, self.apply, self.errors = store, channel, insert, apply, errors
         self._status: dict[int, dict] = {}  # table id -> its millpond_sources row
         self._stopped: dict[int, str] = {}
@@ -170,16 +169,15 @@ class Versioned:
             return 0
         files = reader.files(version)
         rows = 0
-        if self.jobs is not None:
-            self.jobs.to_do(len(files) - done)
+        work = progress.current()  # the snapshot's progress (SHOW JOBS): its files
+        work.to_do(len(files) - done)
         for start in range(done, max(len(files), done + 1), SNAPSHOT_FILES):
             group = files[start:start + SNAPSHOT_FILES]
             last = start + len(group) >= len(files)
             table = reader.read(version, group, Parts(self.tasks(), f"{t.name}'s snapshot"))
             rows += table.num_rows
             self._append(t, table, None, (producer, version * PARTS + (PARTS - 1 if last else start + len(group))))
-            if self.jobs is not None:
-                self.jobs.did(len(group))
+            work.did(len(group))
         return rows
 
     def _change(self, t: TableDef, reader: Reader, version: int, operation: str | None, producer: str) -> int:

@@ -32,6 +32,7 @@ import pyarrow as pa
 
 from millpond.catalog import replacement
 from millpond.errors import CancelledError, MillpondError, MissingError
+from millpond.progress import Work, working
 from millpond.store.objects import ObjectStore
 
 if TYPE_CHECKING:
@@ -61,7 +62,6 @@ class Jobs:
         self._cancelled: int | None = None  # the epoch whose jobs CANCEL JOB cancelled
         self._work: list[dict] = []  # other work shown as jobs while it runs (track)
         self._filling: dict[str, float] = {}  # a view filling in bounded epochs -> when its first epoch started
-        self._here = threading.local()  # the work this thread is doing (track): what took() counts for
         self._active, self._stop, self._publisher = 0, threading.Event(), None  # the publisher while jobs run
         self._lock = threading.Lock()
 
@@ -138,39 +138,14 @@ class Jobs:
         row = {"job": job, "kind": kind, "relation": relation, "records": records, "started": time.time()}
         with self._lock:
             self._work.append(row)
-        outer, self._here.row = getattr(self._here, "row", None), row
-        self._begin()
-        try:
-            yield
-        finally:
-            self._here.row = outer
-            with self._lock:
-                self._work.remove(row)
-            self._end()
-
-    def took(self, records: int) -> None:
-        """``records`` more taken in by the work this thread is doing (a source's read: its rows
-        appended so far, and their rate, show in its job); nothing outside one."""
-        row = getattr(self._here, "row", None)
-        if row is not None and records:
-            with self._lock:
-                row["records"] = (row["records"] or 0) + records
-
-    def to_do(self, units: int) -> None:
-        """``units`` more of work the work this thread is doing has to do (a source's read: a
-        folder's new files' bytes, a Delta table's snapshot's files), in units of its own; with
-        :meth:`did`, its progress shows (nothing outside one)."""
-        self._count("to_do", units)
-
-    def did(self, units: int) -> None:
-        """``units`` of what :meth:`to_do` announced done."""
-        self._count("done", units)
-
-    def _count(self, key: str, units: int) -> None:
-        row = getattr(self._here, "row", None)
-        if row is not None and units > 0:
-            with self._lock:
-                row[key] = row.get(key, 0) + units
+        with working(Work(self._lock, row)):
+            self._begin()
+            try:
+                yield
+            finally:
+                with self._lock:
+                    self._work.remove(row)
+                self._end()
 
     def _begin(self) -> None:
         """A job started: the publisher runs while any does."""
@@ -193,8 +168,8 @@ class Jobs:
 
     def rows(self) -> list[dict]:
         """The jobs now, with their progress (an epoch's by its Spark tasks; other work's unknown)."""
-        with self._lock:
-            running, work = list(self._running), list(self._work)
+        with self._lock:  # copies: the work goes on updating its rows
+            running, work = [dict(j) for j in self._running], [dict(j) for j in self._work]
         if not running and not work:
             return []
         done, total = self.tasks() if running else (0, 0)
@@ -235,6 +210,12 @@ def published(store: ObjectStore) -> pa.Table:
 def _progress(job: dict, done: int, total: int, now: float) -> dict:
     seconds = now - job["started"]
     fraction = done / total if total else None
+    if (follow := job.pop("follow", None)) is not None:  # (rows() gives it copies)
+        try:
+            done, total = follow()
+        except Exception:  # noqa: BLE001 - the session is stopping: nothing known
+            done, total = 0, 0
+        fraction = done / total if total else None
     if job.get("to_do"):  # work that said how much it has to do (Jobs.to_do) and how much it did
         fraction = min(1.0, job.get("done", 0) / job["to_do"])
         job = {k: v for k, v in job.items() if k not in ("to_do", "done")}

@@ -47,7 +47,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from millpond import faults, jsonb, paths
+from millpond import faults, jsonb, paths, progress
 from millpond.catalog import SinkDef, TableDef
 from millpond.columns import EPOCH, W
 from millpond.engine.epoch import EpochPlan, EpochReport, EpochStep
@@ -176,6 +176,7 @@ class Sinks(EpochStep):
                 EPOCH, pa.array(np.full(n, sink.start, np.int64)))
             jobs = getattr(self.source, "jobs", None)  # a job while it runs (SHOW JOBS: kind sink)
             with jobs.track("sink", sink.name, sink.start, n) if jobs is not None else nullcontext():
+                progress.current().to_do(n)  # the rows the target says it wrote (PostgreSQL, Kafka, Delta)
                 self._put(key, sink, target, change, sink.start)
             done = sink.start
         if done < upto:

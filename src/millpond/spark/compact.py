@@ -8,8 +8,11 @@ its outputs are unreferenced files that garbage collection removes.
 
 from __future__ import annotations
 
+import uuid
+
 from pyspark.sql import SparkSession
 
+from millpond import progress
 from millpond.store import compaction
 from millpond.store.objects import ObjectStore
 from millpond.store.sst import SstRef
@@ -20,9 +23,10 @@ __all__ = ["spark_runner"]
 def spark_runner(spark: SparkSession):  # noqa: ANN201
     def run(store: ObjectStore, tasks: list[compaction.Task]) -> list[tuple[SstRef, ...]]:
         root, options = store.root, dict(store.options)
-        sc = spark.sparkContext
-        sc.setJobDescription(f"millpond compaction: {len(tasks)} task(s)")
-        rdd = sc.parallelize(list(enumerate(tasks)), len(tasks))
-        done = dict(rdd.map(lambda it: (it[0], compaction.run_remote_task(root, options, it[1]))).collect())
+        group = f"millpond-compaction-{uuid.uuid4().hex}"  # the round's progress (SHOW JOBS): its tasks
+        progress.current().follow(lambda: progress.group_tasks(spark, group))
+        with progress.grouped(spark, group, f"millpond compaction: {len(tasks)} task(s)"):
+            rdd = spark.sparkContext.parallelize(list(enumerate(tasks)), len(tasks))
+            done = dict(rdd.map(lambda it: (it[0], compaction.run_remote_task(root, options, it[1]))).collect())
         return [done[i] for i in range(len(tasks))]
     return run

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 import pyarrow as pa
 
-from millpond import paths
+from millpond import paths, progress
 from millpond.store.objects import ObjectStore, open_store
 
 if TYPE_CHECKING:
@@ -70,10 +70,11 @@ class TaskReads:
         n = len(parts)
         slices = max(1, min(n, 4 * self.spark.sparkContext.defaultParallelism))
         body = _ReadParts(self.store.root, self.store.options, read_id, list(parts))
-        sc = self.spark.sparkContext
-        sc.setJobDescription(f"millpond: read {n} part(s) of {what}")
+        group = f"millpond-read-{read_id}"  # the read's progress (SHOW JOBS): its Spark tasks
+        progress.current().follow(lambda: progress.group_tasks(self.spark, group))
         try:
-            got = self.spark.range(0, n, 1, slices).mapInArrow(body, _SCHEMA).collect()
+            with progress.grouped(self.spark, group, f"millpond: read {n} part(s) of {what}"):
+                got = self.spark.range(0, n, 1, slices).mapInArrow(body, _SCHEMA).collect()
             staged = {r["part"]: (r["key"], r["rows"]) for r in got}
             tables = []
             for i in range(n):
@@ -82,7 +83,6 @@ class TaskReads:
                 self.stats["staged_bytes"] += len(data)
                 tables.append(pa.ipc.open_file(pa.py_buffer(data)).read_all())
         finally:
-            sc.setJobDescription(None)
             for key in self.store.list(f"{paths.SOURCE_STAGING}{read_id}/"):
                 self.store.delete(key)
         self.stats["jobs"] += 1

@@ -11,7 +11,9 @@ parent sends it tasks and gets back the outputs' manifest entries, as from a Spa
 its files, never in a manifest, are garbage collected), and a child that died is started again
 at the next compaction, which fails as any failed compaction does: its inputs stay live.
 
-Frames on the pipes: an 8-byte length, then a pickle.
+Frames on the pipes: an 8-byte length, then a pickle. The child answers a batch with one
+``(None, i)`` as each task ``i`` ends (the round's progress in ``SHOW JOBS``), then ``(True,
+outputs)`` or ``(False, error)``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import sys
 import threading
 from typing import IO, Any
 
+from millpond import progress
 from millpond.errors import StorageError
 from millpond.store import compaction
 from millpond.store.objects import ObjectStore, open_store
@@ -66,9 +69,13 @@ class CompactionProcess:
                 child = self._child = subprocess.Popen(
                     [sys.executable, "-m", "millpond.store.compactor", str(os.getpid())], stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            work = progress.current()  # the round's progress (SHOW JOBS): the rows of its merges done
+            work.to_do(sum(ref.rows for t in tasks for ref in t.inputs))
             try:
                 _send(child.stdin, (store.root, store.options, tasks))
-                ok, result = _receive(child.stdout)
+                while (reply := _receive(child.stdout))[0] is None:  # a task done: its index
+                    work.did(sum(ref.rows for ref in tasks[reply[1]].inputs))
+                ok, result = reply
             except (EOFError, OSError):
                 raise StorageError(f"the compaction process of {store.root!r} exited "
                                    f"(code {child.poll()}): this compaction is retried") from None
@@ -103,7 +110,11 @@ def _serve() -> None:
             return
         try:
             store = open_store(root, options)
-            _send(replies, (True, [compaction.run_task(store, t) for t in tasks]))
+            outputs = []
+            for i, t in enumerate(tasks):
+                outputs.append(compaction.run_task(store, t))
+                _send(replies, (None, i))
+            _send(replies, (True, outputs))
         except Exception as exc:  # noqa: BLE001 - reported to the parent, which retries later
             _send(replies, (False, f"{type(exc).__name__}: {exc}"))
 
