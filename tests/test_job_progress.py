@@ -13,7 +13,7 @@ import json
 import pyarrow as pa
 import pytest
 
-from millpond.progress import Work
+from millpond.work import Work
 
 
 def _sampled(monkeypatch, db, kind: str) -> list[float | None]:  # noqa: ANN001

@@ -9,7 +9,7 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "millpond"
 
-BASE = {"paths", "errors", "pgerrors", "faults", "columns", "duck", "pgnumeric", "pyfunctions", "keyhash", "jsonb",
+BASE = {"paths", "errors", "pgerrors", "faults", "columns", "duck", "pgnumeric", "pyfunctions", "keyhash", "jsonb", "work",
         "casemap", "crc", "defaults"}
 # package -> the millpond packages it may import (besides itself and BASE)
 ALLOWED = {

@@ -50,12 +50,13 @@ from typing import TYPE_CHECKING, Callable, Protocol
 
 import pyarrow as pa
 
-from millpond import progress
+
 from millpond.catalog import Column, SinkDef, TableDef
 from millpond.connectors.files import Files, local_listing_error
 from millpond.connectors.source_errors import SourceErrors
 from millpond.engine.epoch import EpochStep
 from millpond.errors import SqlError
+from millpond.work import current_work
 
 if TYPE_CHECKING:
     from millpond.catalog import Catalog
@@ -175,11 +176,11 @@ class Sources(EpochStep):
         from millpond.engine.ingest import apply_by_key, insert
 
         def inserted(t, rows, producer):  # noqa: ANN001, ANN202 - counted in the source's job (SHOW JOBS)
-            progress.current().took(rows.num_rows)
+            current_work().took(rows.num_rows)
             return insert(rt, t, rows, producer=producer)
 
         def applied(t, upserts, deletes, producer):  # noqa: ANN001, ANN202
-            progress.current().took((upserts.num_rows if upserts is not None else 0) + (deletes.num_rows if deletes is not None else 0))
+            current_work().took((upserts.num_rows if upserts is not None else 0) + (deletes.num_rows if deletes is not None else 0))
             return apply_by_key(rt, t, upserts, deletes, producer=producer)
         return cls(rt.coordinator.store, rt.channel, inserted, applied, tasks, rt.jobs)
 

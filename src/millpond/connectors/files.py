@@ -45,12 +45,13 @@ import pyarrow.csv as pcsv
 import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
-from millpond import faults, paths, progress
+from millpond import faults, paths
 from millpond.catalog import TableDef
 from millpond.connectors.source_errors import SourceErrors, text
 from millpond.engine.ingest import conform_rows
 from millpond.errors import SqlError
 from millpond.store.objects import ObjectStore
+from millpond.work import current_work
 
 if TYPE_CHECKING:
     from millpond.log import Channel
@@ -150,7 +151,7 @@ class Files:
                 self.errors.seen(t.id, "file", path, e.error, epoch=epoch, now=now, size=e.size, mtime_ns=e.mtime_ns)
         todo = [(path, size, mtime_ns) for path, size, mtime_ns in found
                 if not (path in refused and (size, mtime_ns) == (refused[path].size, refused[path].mtime_ns))]
-        work = progress.current()  # the read's progress (SHOW JOBS): its new files' bytes
+        work = current_work()  # the read's progress (SHOW JOBS): its new files' bytes
         work.to_do(sum(size or 0 for _, size, _ in todo))
         for path, size, mtime_ns in todo:
             n = self._next[t.id]
@@ -239,7 +240,6 @@ class Files:
 
 def _producer(t: TableDef) -> str:
     return f"files:t{t.id}"
-
 
 
 def _candidates(store: ObjectStore | None, path: str, taken: dict[str, int], refused: Container[str]

@@ -56,13 +56,14 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from millpond import faults, progress
+from millpond import faults
 from millpond.catalog import Column, TableDef
 from millpond.connectors import records
 from millpond.connectors.source_errors import SourceErrors, text
 from millpond.connectors.kafka_formats import Decoded, decoded
 from millpond.errors import SqlError
 from millpond.store.objects import ObjectStore
+from millpond.work import current_work
 
 if TYPE_CHECKING:
     from millpond.log import Channel
@@ -258,7 +259,6 @@ class _Topic:
             return
         self.consumer.assign([TopicPartition(self.name, p, self.next[p]) for p in partitions])
         pending, started, taken = set(partitions), time.monotonic(), 0
-        work = progress.current()  # the catch-up's progress (SHOW JOBS): messages taken of those to the ends
         while pending and taken < MAX_EPOCH_MESSAGES and time.monotonic() - started < MAX_SECONDS:
             if self._broken:
                 broken, self._broken = self._broken, None
@@ -281,8 +281,8 @@ class _Topic:
                 continue
             if not self._take(msgs, epoch, now):
                 break
-            work.at(taken, taken + sum(max(0, end - self.next[p]) for p in pending
-                                       if (end := self._end(p)) is not None and self.next[p] >= 0))
+            left = sum(max(0, end - max(self.next[p], 0)) for p in pending if (end := self._end(p)) is not None)
+            current_work().at(taken, taken + left)  # progress (SHOW JOBS): messages taken of those to the ends
         if taken:
             self.last = (taken, time.monotonic() - started, epoch)
         for p in [p for p in partitions if self.next[p] < 0 and p not in pending]:  # at its end, no message yet

@@ -32,9 +32,10 @@ import time
 import polars as pl
 import pyarrow as pa
 
-from millpond import progress
+
 from millpond.engine.sink_targets import DELETE, OP
 from millpond.errors import SqlError
+from millpond.work import current_work
 
 __all__ = ["KafkaTarget", "check_options"]
 
@@ -209,7 +210,7 @@ class KafkaTarget:
     def _send(self, token: str, epoch: int, values: list[bytes | None], keys: list[bytes] | None) -> None:
         producer = self._begin(token)
         headers = [(SINK, token.encode()), (EPOCH, str(epoch).encode())]
-        work = progress.current()  # a first write's progress (SHOW JOBS): its messages handed to the client
+        work = current_work()  # a first write's progress (SHOW JOBS): its messages handed to the client
         try:
             failed = []
             for i, value in enumerate(values):

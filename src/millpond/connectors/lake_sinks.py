@@ -23,9 +23,10 @@ from typing import Mapping
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from millpond import progress
+
 from millpond.catalog import SinkDef
 from millpond.engine.sink_targets import DELETE, OP, UPSERT, Target
+from millpond.work import current_work
 
 __all__ = ["DeltaTarget", "IcebergTarget", "lake_target", "ICEBERG_OPTIONS", "ICEBERG_CATALOG"]
 
@@ -77,7 +78,7 @@ class DeltaTarget:
         from deltalake import CommitProperties, Transaction, write_deltalake
 
         table = self._table()
-        work = progress.current()  # a first write's progress (SHOW JOBS): its rows delta-rs has taken
+        work = current_work()  # a first write's progress (SHOW JOBS): its rows delta-rs has taken
 
         def taken():  # noqa: ANN202 - pulled by delta-rs, maybe from a thread of its own
             for batch in rows.to_batches(max_chunksize=WRITE_BATCH_ROWS):

@@ -51,7 +51,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from millpond import faults, progress
+from millpond import faults
 from millpond.catalog import Column, TableDef
 from millpond.catalog.types import arrow_type as column_type
 from millpond.connectors import records
@@ -61,6 +61,7 @@ from millpond.engine.ingest import conform_rows
 from millpond.errors import SqlError
 from millpond.jsonb import is_jsonb
 from millpond.store.objects import ObjectStore
+from millpond.work import current_work
 
 if TYPE_CHECKING:
     from millpond.log import Channel
@@ -352,7 +353,7 @@ class PostgresCdc:
                 body = io.BytesIO()
                 source = f"{_quote(options['schema.name'])}.{_quote(options['table.name'])}"
                 select = f"COPY (SELECT {', '.join(map(_quote, columns))} FROM {source}) TO STDOUT WITH (FORMAT csv)"
-                work = progress.current()  # the snapshot's progress (SHOW JOBS): its lines of the planner's rows
+                work = current_work()  # the snapshot's progress (SHOW JOBS): its lines of the planner's rows
                 work.to_do(_estimate(conn, source))
                 with conn.cursor().copy(select) as copy:
                     for block in copy:

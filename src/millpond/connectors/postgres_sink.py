@@ -20,10 +20,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from millpond import jsonb, progress
+from millpond import jsonb
 from millpond.connectors.postgres_cdc import _connect, _quote, _where
 from millpond.engine.sink_targets import OP, UPSERT
 from millpond.errors import SqlError
+from millpond.work import current_work
 
 __all__ = ["OPTIONS", "PostgresTarget", "check_options"]
 
@@ -124,7 +125,7 @@ class PostgresTarget:
     def _copy(self, conn, table: str, rows: pa.Table) -> None:  # noqa: ANN001
         """``rows`` into ``table``, :data:`COPY_ROWS` at a time into one ``COPY`` (the write's progress)."""
         names = ", ".join(map(_quote, rows.column_names))
-        work = progress.current()
+        work = current_work()
         with conn.cursor().copy(f"COPY {table} ({names}) FROM STDIN WITH (FORMAT csv)") as copy:
             for start in range(0, rows.num_rows, COPY_ROWS):
                 part = rows.slice(start, COPY_ROWS)

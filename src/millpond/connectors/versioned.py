@@ -29,12 +29,13 @@ from typing import TYPE_CHECKING, Callable, Protocol
 import polars as pl
 import pyarrow as pa
 
-from millpond import faults, progress
+from millpond import faults
 from millpond.catalog import TableDef
 from millpond.connectors import records
 from millpond.connectors.source_errors import SourceErrors, text
 from millpond.engine.ingest import conform_rows
 from millpond.store.objects import ObjectStore
+from millpond.work import current_work
 
 if TYPE_CHECKING:
     from millpond.log import Channel
@@ -169,7 +170,7 @@ class Versioned:
             return 0
         files = reader.files(version)
         rows = 0
-        work = progress.current()  # the snapshot's progress (SHOW JOBS): its files
+        work = current_work()  # the snapshot's progress (SHOW JOBS): its files
         work.to_do(len(files) - done)
         for start in range(done, max(len(files), done + 1), SNAPSHOT_FILES):
             group = files[start:start + SNAPSHOT_FILES]

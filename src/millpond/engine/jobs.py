@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from millpond.catalog import replacement
 from millpond.errors import CancelledError, MillpondError, MissingError
-from millpond.progress import Work, working
+from millpond.work import Work, working
 from millpond.store.objects import ObjectStore
 
 if TYPE_CHECKING:

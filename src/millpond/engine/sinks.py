@@ -47,12 +47,13 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from millpond import faults, jsonb, paths, progress
+from millpond import faults, jsonb, paths
 from millpond.catalog import SinkDef, TableDef
 from millpond.columns import EPOCH, W
 from millpond.engine.epoch import EpochPlan, EpochReport, EpochStep
 from millpond.engine.sink_targets import COMPACT_EVERY, DELETE, OP, UPSERT, Target
 from millpond.errors import MissingError, SqlError
+from millpond.work import current_work
 
 if TYPE_CHECKING:
     from millpond.catalog import Catalog
@@ -176,7 +177,7 @@ class Sinks(EpochStep):
                 EPOCH, pa.array(np.full(n, sink.start, np.int64)))
             jobs = getattr(self.source, "jobs", None)  # a job while it runs (SHOW JOBS: kind sink)
             with jobs.track("sink", sink.name, sink.start, n) if jobs is not None else nullcontext():
-                progress.current().to_do(n)  # the rows the target says it wrote (PostgreSQL, Kafka, Delta)
+                current_work().to_do(n)  # the rows the target says it wrote (PostgreSQL, Kafka, Delta)
                 self._put(key, sink, target, change, sink.start)
             done = sink.start
         if done < upto:

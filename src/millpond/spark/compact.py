@@ -12,10 +12,12 @@ import uuid
 
 from pyspark.sql import SparkSession
 
-from millpond import progress
+
+from millpond.spark.job_groups import group_tasks, grouped
 from millpond.store import compaction
 from millpond.store.objects import ObjectStore
 from millpond.store.sst import SstRef
+from millpond.work import current_work
 
 __all__ = ["spark_runner"]
 
@@ -24,8 +26,8 @@ def spark_runner(spark: SparkSession):  # noqa: ANN201
     def run(store: ObjectStore, tasks: list[compaction.Task]) -> list[tuple[SstRef, ...]]:
         root, options = store.root, dict(store.options)
         group = f"millpond-compaction-{uuid.uuid4().hex}"  # the round's progress (SHOW JOBS): its tasks
-        progress.current().follow(lambda: progress.group_tasks(spark, group))
-        with progress.grouped(spark, group, f"millpond compaction: {len(tasks)} task(s)"):
+        current_work().follow(lambda: group_tasks(spark, group))
+        with grouped(spark, group, f"millpond compaction: {len(tasks)} task(s)"):
             rdd = spark.sparkContext.parallelize(list(enumerate(tasks)), len(tasks))
             done = dict(rdd.map(lambda it: (it[0], compaction.run_remote_task(root, options, it[1]))).collect())
         return [done[i] for i in range(len(tasks))]

@@ -23,8 +23,10 @@ from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 import pyarrow as pa
 
-from millpond import paths, progress
+from millpond import paths
+from millpond.spark.job_groups import group_tasks, grouped
 from millpond.store.objects import ObjectStore, open_store
+from millpond.work import current_work
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -71,9 +73,9 @@ class TaskReads:
         slices = max(1, min(n, 4 * self.spark.sparkContext.defaultParallelism))
         body = _ReadParts(self.store.root, self.store.options, read_id, list(parts))
         group = f"millpond-read-{read_id}"  # the read's progress (SHOW JOBS): its Spark tasks
-        progress.current().follow(lambda: progress.group_tasks(self.spark, group))
+        current_work().follow(lambda: group_tasks(self.spark, group))
         try:
-            with progress.grouped(self.spark, group, f"millpond: read {n} part(s) of {what}"):
+            with grouped(self.spark, group, f"millpond: read {n} part(s) of {what}"):
                 got = self.spark.range(0, n, 1, slices).mapInArrow(body, _SCHEMA).collect()
             staged = {r["part"]: (r["key"], r["rows"]) for r in got}
             tables = []

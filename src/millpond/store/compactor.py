@@ -26,11 +26,12 @@ import sys
 import threading
 from typing import IO, Any
 
-from millpond import progress
+
 from millpond.errors import StorageError
 from millpond.store import compaction
 from millpond.store.objects import ObjectStore, open_store
 from millpond.store.sst import SstRef
+from millpond.work import current_work
 
 __all__ = ["CompactionProcess"]
 
@@ -69,7 +70,7 @@ class CompactionProcess:
                 child = self._child = subprocess.Popen(
                     [sys.executable, "-m", "millpond.store.compactor", str(os.getpid())], stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-            work = progress.current()  # the round's progress (SHOW JOBS): the rows of its merges done
+            work = current_work()  # the round's progress (SHOW JOBS): the rows of its merges done
             work.to_do(sum(ref.rows for t in tasks for ref in t.inputs))
             try:
                 _send(child.stdin, (store.root, store.options, tasks))
