@@ -31,8 +31,7 @@ import pyarrow.json as pj
 import pyarrow.parquet as pq
 
 from millpond.errors import MillpondError, SchemaError
-from millpond.log import Channel, Log
-from millpond.log.tables import is_table
+from millpond.log import Log
 from millpond.store.objects import ObjectStore
 
 __all__ = ["main"]
@@ -271,7 +270,9 @@ def _info(log: Log, args: argparse.Namespace) -> int:
 def _append(log: Log, args: argparse.Namespace) -> int:
     """Into a SQL table's channel, records are rows of the table (its columns); while a Database
     is open on the root, the append goes through it (millpond.log.forward)."""
-    ch = _table_channel(log, args.channel)
+    from millpond.engine.ingest import table_channel
+
+    ch = table_channel(log, args.channel)
     if ch is None:
         try:
             ch = log.channel(args.channel)
@@ -294,21 +295,6 @@ def _append(log: Log, args: argparse.Namespace) -> int:
     print(json.dumps({"channel": ch.name, "first": result.first, "end": result.end, "tick": result.tick,
                       "duplicate": result.duplicate}))
     return 0
-
-
-def _table_channel(log: Log, name: str) -> Channel | None:
-    """The channel of the SQL table ``name``, with the table's key recorded on it (a root written by
-    an older millpond may lack the channel or the key); None if there is no such table."""
-    if name in log.channel_names():
-        info = log.channel(name).info
-        if not is_table(info) or info.table_key is not None:
-            return None
-    from millpond.catalog import CatalogStore
-
-    table = CatalogStore(log.store).load().tables.get(name)
-    if table is None:
-        return None
-    return log.create_channel(table.channel, table.log_schema, id=table.channel_id, table_key=table.primary_key)
 
 
 def _tail(log: Log, args: argparse.Namespace) -> int:

@@ -37,7 +37,7 @@ __all__ = ["missing_relation", "Column", "TableDef", "ViewDef", "FlowDef", "Func
 # altered in place (a definition backfilling beside the one in force, earlier definitions' keys;
 # likewise: an older millpond would drop the new one's state); 14: columns with a DEFAULT or added by
 # ALTER TABLE (likewise: an older millpond would not fill them in)
-FORMAT = 14
+FORMAT = 15
 
 
 @dataclass(frozen=True)
@@ -225,8 +225,9 @@ class Catalog:
     def with_table(self, name: str, columns: tuple[Column, ...], primary_key: tuple[str, ...], *,
                    append_only: bool = False, source: tuple[tuple[str, str], ...] = ()) -> "Catalog":
         self._check_free(name)
+        taken = {t.channel for t in self.tables.values()}  # a renamed table's channel may have this name
         t = TableDef(self.next_id, name, columns, primary_key, append_only, key_hashed=bool(primary_key),
-                     source=source)
+                     source=source, channel_name=f"{name}.t{self.next_id}" if name in taken else "")
         return replace(self, next_id=self.next_id + 1, tables={**self.tables, name: t})
 
     def with_column(self, table: str, column: Column) -> "Catalog":
@@ -274,7 +275,7 @@ class Catalog:
         """The catalog with view ``name`` called ``to`` (its state, kept changes and sinks go with it)."""
         if name not in self.views:
             raise missing_relation(name, self) if name not in self.tables else CatalogError(
-                f'"{name}" is not a materialized view', sqlstate="42809")
+                f'"{name}" is not a materialized view', sqlstate="42809", hint="use ALTER TABLE to rename a table")
         if name in self.replacing:
             raise CatalogError(f"view {name!r} is being altered: rename it once its new definition is in force")
         self._check_free(to)
@@ -282,6 +283,24 @@ class Catalog:
         views = {(to if k == name else k): (replace(v, name=to) if k == name else v) for k, v in self.views.items()}
         sinks = {k: (replace(v, source=to) if v.source == name else v) for k, v in self.sinks.items()}
         return replace(self, views=views, sinks=sinks)
+
+    def table_renamed(self, name: str, to: str) -> "Catalog":
+        """The catalog with table ``name`` called ``to``: its rows, log (its channel keeps its name),
+        indexes and sinks go with it. Refused while views or flows read it (their SQL names it) or a
+        flow writes it."""
+        if name not in self.tables:
+            raise missing_relation(name, self) if name not in self.views else CatalogError(
+                f'"{name}" is not a table', sqlstate="42809", hint="use ALTER MATERIALIZED VIEW to rename a view")
+        self._check_free(to)
+        self._check_unused(name, repr(name), verb="rename")
+        if (flow := self.sink_of(name)) is not None:
+            raise CatalogError(f"cannot rename {name!r}: it is the sink of flow {flow.name!r} (its SQL names it); "
+                               "drop the flow first (DROP FLOW)", sqlstate="2BP01")
+        t = self.tables[name]
+        moved = replace(t, name=to, channel_name="" if t.channel == to else t.channel)
+        return replace(self, tables={(to if k == name else k): (moved if k == name else v) for k, v in self.tables.items()},
+                       indexes={k: (replace(v, table=to) if v.table == name else v) for k, v in self.indexes.items()},
+                       sinks={k: (replace(v, source=to) if v.source == name else v) for k, v in self.sinks.items()})
 
     def with_flow(self, flow: FlowDef) -> "Catalog":
         """The catalog with ``flow`` (its id assigned here); its sink table must be in it."""
@@ -365,7 +384,7 @@ class Catalog:
         return json.dumps(
             {
                 # an append-only table has no state of its own: older versions must not open the root
-                "format": 14 if any(len(c.encode()) > 3 for t in self.tables.values() for c in t.columns) else 13 if self.replacing or any(v.replaced for v in self.views.values()) else 12 if any(f.language != "sql" for f in self.functions.values()) else 11 if self.sinks or any(t.source for t in self.tables.values()) else 10 if any(t.key_hashed for t in self.tables.values()) or any(
+                "format": 15 if any(t.channel_name for t in self.tables.values()) else 14 if any(len(c.encode()) > 3 for t in self.tables.values() for c in t.columns) else 13 if self.replacing or any(v.replaced for v in self.views.values()) else 12 if any(f.language != "sql" for f in self.functions.values()) else 11 if self.sinks or any(t.source for t in self.tables.values()) else 10 if any(t.key_hashed for t in self.tables.values()) or any(
                     (v.plan or {}).get("plan", {}).get("key") for v in [*self.views.values(), *self.flows.values()])
                 else 9 if any(f.cluster for f in self.flows.values()) else 8 if any(v.partial for v in self.views.values()) else 7 if self.indexes else 6 if self.retention else 5 if self.flows else 4 if self.functions else 3 if any(
                     t.append_only for t in self.tables.values()) else 2,
@@ -375,7 +394,8 @@ class Catalog:
                     {"id": t.id, "name": t.name, "columns": [c.encode() for c in t.columns],
                      "primary_key": list(t.primary_key), **({"append_only": True} if t.append_only else {}),
                      **({"key_hashed": True} if t.key_hashed else {}),
-                     **({"source": dict(t.source)} if t.source else {})}
+                     **({"source": dict(t.source)} if t.source else {}),
+                     **({"channel": t.channel_name} if t.channel_name else {})}
                     for t in self.tables.values()
                 ],
                 "views": [_view_json(v) for v in self.views.values()],
@@ -404,7 +424,7 @@ class Catalog:
         tables = {
             t["name"]: TableDef(t["id"], t["name"], tuple(Column(*c) for c in t["columns"]), tuple(t["primary_key"]),
                               t.get("append_only", False), key_hashed=t.get("key_hashed", False),
-                              source=tuple(sorted(t.get("source", {}).items())))
+                              source=tuple(sorted(t.get("source", {}).items())), channel_name=t.get("channel", ""))
             for t in body["tables"]
         }
         views = {v["name"]: _view_of(v) for v in body["views"]}

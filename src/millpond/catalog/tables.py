@@ -59,11 +59,14 @@ class TableDef:
     # where its rows also come from: ``(("connector", "files"), ("format", ...), ("path", ...))``
     # (millpond.connectors.files); () for a table written by statements and inserts only
     source: tuple[tuple[str, str], ...] = ()
+    # its log channel's name where it is not the table's: a renamed table's channel keeps the name it
+    # had (nothing is rewritten), and a table made with the name of a renamed one's channel gets another
+    channel_name: str = ""
 
     @property
     def channel(self) -> str:
-        """The table's log channel has the table's name ..."""
-        return self.name
+        """The table's log channel has the table's name (or :attr:`channel_name`) ..."""
+        return self.channel_name or self.name
 
     @property
     def channel_id(self) -> str:

@@ -22,14 +22,14 @@ import pyarrow as pa
 from millpond import paths
 from millpond.catalog import TableDef
 from millpond.columns import ROW_ID, W
-from millpond.errors import FencedError, SchemaError
-from millpond.log import Appended, ChannelInfo
+from millpond.errors import FencedError, MillpondError, SchemaError
+from millpond.log import Appended, Channel, ChannelInfo, Log
 from millpond.log.conform import conform
 
 if TYPE_CHECKING:
     from millpond.engine.runtime import Runtime
 
-__all__ = ["to_arrow", "conform_rows", "insert", "append_changes", "serve"]
+__all__ = ["to_arrow", "conform_rows", "insert", "append_changes", "serve", "table_channel"]
 
 
 def to_arrow(data: Any) -> pa.Table:
@@ -162,3 +162,21 @@ def _check_unique(table: TableDef, current: pl.DataFrame, changes: pl.DataFrame)
     dup = counts.filter(pl.col("_n") > 1)
     if dup.height:
         raise SchemaError(f"table {table.name!r}: duplicate primary key {dup.select(key).row(0, named=True)}")
+
+
+def table_channel(log: Log, name: str) -> Channel | None:
+    """The log channel of SQL table ``name`` (what a writer outside SQL — the log's Spark sink,
+    ``millpond log append`` — appends to), with the table's key recorded on it (a root written by an
+    older millpond may lack the channel or the key); None if there is no such table. Found through
+    the catalog, since a renamed table's channel keeps the name it had: a channel named ``name`` that
+    is a table's but no table's now (renamed or dropped) is refused, never written into."""
+    from millpond.catalog import CatalogStore
+    from millpond.log.tables import is_table
+
+    table = CatalogStore(log.store).load().tables.get(name)
+    if table is not None:
+        return log.create_channel(table.channel, table.log_schema, id=table.channel_id, table_key=table.primary_key)
+    if name in log.channel_names() and is_table(log.channel(name).info):
+        raise MillpondError(f"no table named {name!r}: log channel {name!r} is a table's that was renamed or dropped "
+                            "(write into the table by its name now)", sqlstate="42P01")
+    return None

@@ -44,7 +44,6 @@ from millpond import paths
 from millpond.errors import MillpondError
 from millpond.columns import SEQ, TICK
 from millpond.log import Channel, Log, Piece, read_pieces
-from millpond.log.tables import is_table
 from millpond.store.objects import open_store
 
 if TYPE_CHECKING:
@@ -324,17 +323,15 @@ def _append_staged(options: dict[str, str], messages: list[_Staged | None], prod
 
 
 def _sink_channel(log: Log, name: str, schema: pa.Schema) -> Channel:
-    """The channel a write appends to: a SQL table's (with its key recorded: a root written by an
-    older millpond may lack it), an existing channel, or a new one with the written schema."""
-    found = log.channel(name) if name in log.channel_names() else None
-    if found is None or (is_table(found.info) and found.info.table_key is None):
-        from millpond.catalog import CatalogStore  # only here: a reading worker never imports the catalog
+    """The channel a write appends to: SQL table ``name``'s (with its key recorded: a root written by
+    an older millpond may lack it; a renamed table's channel keeps its old name, so a table's is
+    found through the catalog), an existing plain channel, or a new one with the written schema."""
+    from millpond.engine.ingest import table_channel  # only here: a reading worker never imports the catalog
 
-        table = CatalogStore(log.store).load().tables.get(name)
-        if table is not None:
-            return log.create_channel(table.channel, table.log_schema, id=table.channel_id,
-                                      table_key=table.primary_key)
-    return found or log.create_channel(name, schema)
+    found = table_channel(log, name)
+    if found is None:
+        found = log.channel(name) if name in log.channel_names() else log.create_channel(name, schema)
+    return found
 
 
 def _abort(options: dict[str, str], messages: list[_Staged | None]) -> None:

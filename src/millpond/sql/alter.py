@@ -1,6 +1,7 @@
 """``ALTER``: a view's new definition (``ALTER MATERIALIZED VIEW v AS ...``, ``CREATE OR REPLACE
 MATERIALIZED VIEW``; swapped in by :mod:`millpond.engine.alter`), ``ALTER MATERIALIZED VIEW ...
-RENAME TO``, ``ALTER TABLE ... ADD COLUMN``, and the ``ALTER TABLE`` actions millpond refuses, by name.
+RENAME TO``, ``ALTER TABLE ... ADD COLUMN`` and ``RENAME TO``, and the ``ALTER TABLE`` actions millpond
+refuses, by name.
 
 A new definition of ``v`` is planned like a ``CREATE``; every view that reads ``v`` (and the views
 that read those) gets a new definition of its own: its query, as stored, planned again over the new
@@ -147,16 +148,19 @@ def alter(rt: Runtime, s: exp.Alter) -> None:
         if isinstance(action, exp.AlterRename):
             if name in rt.catalog.views:
                 raise SqlError("use ALTER MATERIALIZED VIEW to rename a materialized view", sqlstate="42809")
-            raise SqlError(f"ALTER {kind} {name} RENAME TO: a table cannot be renamed (its name is its log "
-                           "channel's); create a table with the new name and insert its rows", sqlstate="0A000")
+            if len(actions) > 1:
+                raise SqlError(f"ALTER TABLE {name}: RENAME TO goes in a statement of its own", sqlstate="42601")
+            if name in rt.catalog.tables or not s.args.get("exists"):
+                rt.commit_catalog(rt.catalog.table_renamed(name, action.this.name))
+            return
         if isinstance(action, exp.AlterColumn) and (
                 {k for k, v in action.args.items() if v is not None} - {"this", "default", "drop", "allow_null"}
                 or kind != "TABLE"):
             action = None
         if not isinstance(action, (exp.ColumnDef, exp.AlterColumn)):
             raise SqlError(f"ALTER {kind} ... {(action or s).sql('postgres')[:60]!r} is not supported (ALTER TABLE ... "
-                           "ADD COLUMN, ALTER COLUMN ... SET/DROP DEFAULT and SET/DROP NOT NULL, ALTER MATERIALIZED "
-                           "VIEW v AS <query> and RENAME TO are)", sqlstate="0A000")
+                           "ADD COLUMN, ALTER COLUMN ... SET/DROP DEFAULT and SET/DROP NOT NULL, RENAME TO, ALTER "
+                           "MATERIALIZED VIEW v AS <query> and RENAME TO are)", sqlstate="0A000")
     if len({type(a) for a in actions}) > 1:
         raise SqlError(f"ALTER TABLE {name}: ADD COLUMN and ALTER COLUMN go in statements of their own",
                        sqlstate="0A000")

@@ -357,7 +357,7 @@ def drop(rt: Runtime, s: exp.Drop) -> None:
         gone = rt.catalog.tables.get(name)
         rt.commit_catalog(rt.catalog.without(name))
         if kind == "TABLE":  # after the catalog: a crash in between leaves a channel the next CREATE replaces
-            rt.log.drop_channel(name)
+            rt.log.drop_channel(gone.channel)
             source_dropped(gone)
 
 
