@@ -114,13 +114,14 @@ def test_a_postgres_snapshot_shows_its_lines_of_the_planners_rows(open_db, postg
     assert db.sql("SELECT n FROM n").to_pylist() == [{"n": 200}]
 
 
-@pytest.mark.parametrize("connector", ["postgres", "kafka", "deltalake"])
+@pytest.mark.parametrize("connector", ["postgres", "kafka", "deltalake", "iceberg"])
 def test_a_sinks_first_write_shows_its_rows_written(open_db, connector, request, tmp_path, monkeypatch):
     from millpond.connectors import kafka_sink, lake_sinks, postgres_sink
 
     monkeypatch.setattr(postgres_sink, "COPY_ROWS", 2)  # five rows: pieces of 2, 2 and 1
     monkeypatch.setattr(kafka_sink, "PROGRESS_MESSAGES", 2)
     monkeypatch.setattr(lake_sinks, "WRITE_BATCH_ROWS", 2)
+    monkeypatch.setattr(lake_sinks, "ICEBERG_APPEND_ROWS", 2)
     db = open_db()
     db.sql("CREATE TABLE kv (k INT PRIMARY KEY, v TEXT)")
     db.sql("INSERT INTO kv VALUES (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd'), (5, 'e')")
@@ -133,12 +134,42 @@ def test_a_sinks_first_write_shows_its_rows_written(open_db, connector, request,
     elif connector == "kafka":
         broker = request.getfixturevalue("kafka")
         where = f"topic = '{broker.topic(f'progress_{tmp_path.name}')}', properties.bootstrap.server = '{broker.bootstrap}'"
+    elif connector == "iceberg":
+        where = (f"catalog.type = 'sql', catalog.uri = 'sqlite:///{tmp_path}/catalog.db', "
+                 f"warehouse.path = '{tmp_path}/wh', database.name = 'd', table.name = 'out'")
     else:
         where = f"location = '{tmp_path / 'out'}'"
     seen = _sampled(monkeypatch, db, "sink")
     db.sql(f"CREATE SINK out FROM doubled WITH (connector = '{connector}', {where}, type = 'upsert')")
     assert seen == pytest.approx([0.4, 0.8, 1.0]), seen
     assert db.sql("SHOW JOBS").num_rows == 0
+    db.sql("INSERT INTO kv VALUES (6, 'f')")
+    db.flush()
+    assert sorted(r["k"] for r in _target(connector, tmp_path, request)) == [1, 2, 3, 4, 5, 6]  # each piece, once
+
+
+def _target(connector: str, tmp_path, request) -> list[dict]:  # noqa: ANN001
+    """The sink's target's rows (a Kafka topic's: its messages folded by key)."""
+    if connector == "deltalake":
+        from deltalake import DeltaTable
+
+        return DeltaTable(str(tmp_path / "out")).to_pyarrow_table().to_pylist()
+    if connector == "iceberg":
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        catalog = SqlCatalog("millpond", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{tmp_path}/wh")
+        return catalog.load_table(("d", "out")).scan().to_arrow().to_pylist()
+    if connector == "postgres":
+        import psycopg
+
+        server = request.getfixturevalue("postgres_cdc")
+        with psycopg.connect(host="127.0.0.1", port=server.port, user=server.user or getpass.getuser(),
+                             dbname="postgres") as conn:
+            cur = conn.execute(f"SELECT k FROM progress_{tmp_path.name}")
+            return [{"k": r[0]} for r in cur.fetchall()]
+    from tests.workload_upstream import folded, kafka_messages
+
+    return folded(kafka_messages(request.getfixturevalue("kafka").bootstrap, f"progress_{tmp_path.name}")).to_pylist()
 
 
 def test_a_compaction_round_shows_the_rows_of_its_merges_done(open_db, monkeypatch):

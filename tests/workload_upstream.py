@@ -101,7 +101,7 @@ def kafka_messages(bootstrap: str, topic: str) -> list:
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "check", "isolation.level": "read_committed",
-                         "enable.partition.eof": True})
+                         "enable.partition.eof": True, "fetch.wait.max.ms": 10})  # a partition's end at once
     try:
         parts = sorted(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
         consumer.assign([TopicPartition(topic, p, 0) for p in parts])

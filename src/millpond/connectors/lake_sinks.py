@@ -33,6 +33,7 @@ __all__ = ["DeltaTarget", "IcebergTarget", "lake_target", "ICEBERG_OPTIONS", "IC
 # an Iceberg sink's options: the catalog (pyiceberg's SQL catalog: a SQLAlchemy URL, e.g. sqlite:///c.db
 # or postgresql+psycopg://...), the warehouse its files go to, and the table
 WRITE_BATCH_ROWS = 65_536  # rows handed to delta-rs at a time (a write's progress)
+ICEBERG_APPEND_ROWS = 1_000_000  # rows per append of an Iceberg write (a snapshot each, in one transaction)
 ICEBERG_OPTIONS = ("catalog.type", "catalog.uri", "warehouse.path", "database.name", "table.name")
 ICEBERG_CATALOG = "millpond"  # the catalog's name (the SQL catalog's rows are keyed by it) unless catalog.name says
 
@@ -172,10 +173,14 @@ class IcebergTarget:
         return self._opened
 
     def append(self, rows: pa.Table, token: str, epoch: int) -> None:
+        """``rows`` appended and the epoch recorded in one transaction; a large write (a first one)
+        as appends of :data:`ICEBERG_APPEND_ROWS` (a snapshot each, committed together: its progress)."""
         table = self._table() or self._create(rows.schema)
+        work = current_work()
         with table.transaction() as tx:
-            if rows.num_rows:
-                tx.append(rows)
+            for start in range(0, rows.num_rows, ICEBERG_APPEND_ROWS):
+                tx.append(part := rows.slice(start, ICEBERG_APPEND_ROWS))
+                work.did(part.num_rows)
             tx.set_properties({_property(token): str(epoch)})
 
     def upsert(self, rows: pa.Table, key: tuple[str, ...], token: str, epoch: int) -> None:
