@@ -96,6 +96,10 @@ def test_a_read_in_spark_tasks_and_a_spark_compaction_follow_their_tasks(open_db
 def test_a_postgres_snapshot_shows_its_lines_of_the_planners_rows(open_db, postgres_cdc, monkeypatch):
     import psycopg
 
+    from millpond.connectors import postgres_cdc as connector
+
+    monkeypatch.setattr(connector, "PROGRESS_BYTES", 256)  # its lines counted every 256 bytes
+
     with psycopg.connect(host="127.0.0.1", port=postgres_cdc.port, user=postgres_cdc.user or getpass.getuser(),
                          dbname="postgres", autocommit=True) as conn:
         conn.execute("DROP TABLE IF EXISTS progress_snap")

@@ -74,6 +74,7 @@ KNOWN = ("connector", "hostname", "port", "username", "password", "database.name
          "slot.name", "publication.name", "ssl.mode")
 WAL_STEP = 64 << 20  # the most WAL an epoch reads past a server's slowest slot (bytes)
 SNAPSHOT = "pg-snapshot"  # the record of a table's snapshot
+PROGRESS_BYTES = 1 << 20  # a snapshot counts its lines (its progress) a megabyte at a time
 
 
 def _conninfo(options: dict[str, str], **more) -> dict:
@@ -185,6 +186,12 @@ def dropped(t: TableDef) -> None:
         log.warning("table %s is dropped, but its replication slot %r on %s could not be: drop it by hand "
                     "(SELECT pg_drop_replication_slot(%r)): %s", t.name, options["slot.name"], _where(options),
                     options["slot.name"], text(exc))
+
+
+def _lines(body: io.BytesIO, start: int, stop: int) -> int:
+    """The line ends in bytes ``start`` to ``stop`` of ``body``, counted in place."""
+    with body.getbuffer() as view:
+        return int(np.count_nonzero(np.frombuffer(view[start:stop], np.uint8) == 10))
 
 
 def _estimate(conn, source: str) -> int:  # noqa: ANN001
@@ -355,10 +362,15 @@ class PostgresCdc:
                 select = f"COPY (SELECT {', '.join(map(_quote, columns))} FROM {source}) TO STDOUT WITH (FORMAT csv)"
                 work = current_work()  # the snapshot's progress (SHOW JOBS): its lines of the planner's rows
                 work.to_do(_estimate(conn, source))
+                size = counted = 0
                 with conn.cursor().copy(select) as copy:
-                    for block in copy:
+                    for block in copy:  # (a row each: its lines are counted a megabyte at a time)
                         body.write(block)
-                        work.did(int(np.count_nonzero(np.frombuffer(block, np.uint8) == 10)))
+                        size += len(block)
+                        if size - counted >= PROGRESS_BYTES:
+                            work.did(_lines(body, counted, size))
+                            counted = size
+                work.did(_lines(body, counted, size))
         body.seek(0)
         texts = pa.table({c: pa.array([], pa.string()) for c in columns}) if not body.getbuffer().nbytes else pacsv.read_csv(body, read_options=pacsv.ReadOptions(column_names=columns),
                                parse_options=pacsv.ParseOptions(newlines_in_values=True),
