@@ -164,9 +164,10 @@ def test_a_sources_read_and_a_sinks_first_write_are_jobs_while_they_run(open_db,
 def test_flush_progress_names_the_jobs_as_show_jobs_does():
     from millpond.progress import describe_jobs
 
-    rows = [{"job": 4, "kind": "backfill", "relation": "doubled", "records": 600},
-            {"job": 4, "kind": "source", "relation": "landing", "records": None}]
-    assert describe_jobs(rows) == "; backfill doubled (600 records); source landing"
+    rows = [{"job": 4, "kind": "backfill", "relation": "doubled", "records": 600, "progress": 0.4},
+            {"job": 4, "kind": "source", "relation": "landing", "records": None, "progress": None},
+            {"job": 4, "kind": "compaction", "relation": "t", "records": None, "progress": 0.25}]
+    assert describe_jobs(rows) == "; backfill doubled (600 records, 40%); source landing; compaction t (25%)"
     assert describe_jobs([]) == ""
 
 

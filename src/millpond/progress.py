@@ -77,9 +77,13 @@ class FlushProgress:
 
 
 def describe_jobs(jobs: list[dict]) -> str:
-    """The jobs under way as the display says them (``SHOW JOBS``' numbers): ``; backfill v (600 records)``."""
-    return "".join(f"; {j['kind']} {j['relation']}" + (f" ({j['records']:,} records)" if j.get("records") else "")
-                   for j in jobs)
+    """The jobs under way as the display says them (``SHOW JOBS``' numbers): ``; backfill v (600
+    records, 40%)``."""
+    def numbers(j: dict) -> str:
+        said = [*([f"{j['records']:,} records"] if j.get("records") else []),
+                *([f"{j['progress']:.0%}"] if j.get("progress") is not None else [])]
+        return f" ({', '.join(said)})" if said else ""
+    return "".join(f"; {j['kind']} {j['relation']}{numbers(j)}" for j in jobs)
 
 
 def running_tasks(spark: Any) -> tuple[int, int]:
