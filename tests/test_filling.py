@@ -92,11 +92,13 @@ def test_views_fill_in_bounded_epochs_and_equal_duckdb(open_db, parallelism):
     assert db.sql("SHOW backfill_rows").to_pylist() == [{"backfill_rows": "250"}]
     for name, sql in VIEWS.items():
         db.sql(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
-    epochs, seen_parts = 0, set()
+    epochs, seen_parts, during = 0, set(), None
     while True:
         filling = {name: db.runtime.filling(name) for name in VIEWS}
         if epochs and not any(filling.values()):
             break
+        if filling["per_group"] is not None and epochs:
+            during = db.runtime.manifest.epoch  # an epoch that committed per_group part-filled
         for name, state in filling.items():
             if state is None:
                 continue
@@ -122,6 +124,11 @@ def test_views_fill_in_bounded_epochs_and_equal_duckdb(open_db, parallelism):
     assert ("per_group", (1, 5)) in seen_parts and ("per_group", (4, 5)) in seen_parts, seen_parts
     assert any(n == "events" and p[0] == 1 for n, p in seen_parts), seen_parts
     assert epochs >= 5
+    with pytest.raises(MillpondError, match="had not been populated at epoch") as info:  # AS OF inside the fill
+        db.sql(f"SELECT * FROM per_group AS OF EPOCH {during}")
+    assert info.value.sqlstate == "55000"
+    done = db.runtime.manifest.epoch
+    assert rows(db.sql(f"SELECT * FROM per_group AS OF EPOCH {done}")) == oracle.view(VIEWS["per_group"])
     for round_ in range(3):  # filled: every later epoch's changes too
         for name, sql in VIEWS.items():
             assert rows(db.sql(f"SELECT * FROM {name}")) == oracle.view(sql), (name, round_)
@@ -229,10 +236,11 @@ def test_an_altered_views_new_definition_fills_in_bounded_epochs_and_swaps_once_
     db.flush()
     db.sql("SET backfill_rows = 200")
     db.sql(f"ALTER MATERIALIZED VIEW v AS {VIEWS['joined']}")
-    epochs, statuses = 0, set()
+    epochs, statuses, old = 0, set(), {}
     while "v" in db.catalog.replacing:
         # the definition in force stays readable and current while the new one fills beside it
         assert rows(db.sql("SELECT * FROM v")) == oracle.view(VIEWS["per_group"])
+        old[db.runtime.manifest.epoch] = oracle.view(VIEWS["per_group"])
         statuses.add(db.sql("SELECT status FROM millpond_views WHERE name = 'v'").to_pylist()[0]["status"])
         oracle.change(db, 5)
         db.runtime.run_epoch()
@@ -241,6 +249,8 @@ def test_an_altered_views_new_definition_fills_in_bounded_epochs_and_swaps_once_
     assert epochs >= 4, epochs  # 800 rows and more at 200 a part
     assert statuses == {"running"}  # the old definition's status, not its replacement's
     assert rows(db.sql("SELECT * FROM v")) == oracle.view(VIEWS["joined"])  # swapped at the epoch it filled
+    for epoch, want in list(old.items())[1:]:  # as of an epoch of the new one's fill: the definition then
+        assert rows(db.sql(f"SELECT * FROM v AS OF EPOCH {epoch}")) == want, epoch
     oracle.change(db, 10)
     db.flush()
     assert rows(db.sql("SELECT * FROM v")) == oracle.view(VIEWS["joined"])

@@ -32,7 +32,7 @@ import json
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping
+from typing import Iterator, Mapping, Sequence
 
 import polars as pl
 import pyarrow as pa
@@ -66,6 +66,7 @@ class Entry:
     # at this epoch (read only by a reader whose catalog says the swap happened: Runtime.changes)
     swaps: Mapping[str, str] = field(default_factory=dict)
     seconds: float | None = None  # from its input being fixed to this entry being written (the dashboard's plot)
+    filling: tuple[str, ...] = ()  # the views still filling in bounded epochs after it (AS OF it is refused)
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,7 @@ class ChangeFeed:
 
     # -- the writer ---------------------------------------------------------------------------
     def write(self, epoch: int, changes: Mapping[str, pa.Table | Written], tables: Mapping[str, tuple[int, int]],
-              at: float, started: float | None = None) -> None:
+              at: float, started: float | None = None, filling: Sequence[str] = ()) -> None:
         """Keep epoch ``epoch``'s changes (before its commit; module docstring): a flow's changelog
         is written here, a view's files are named."""
         views, files = {}, {}
@@ -144,7 +145,8 @@ class ChangeFeed:
         faults.point("changes.before_entry")
         body = {"epoch": epoch, "at": at, "views": views, "files": files,
                 "tables": {k: list(r) for k, r in tables.items()},
-                **({"seconds": round(at - started, 6)} if started is not None else {})}
+                **({"seconds": round(at - started, 6)} if started is not None else {}),
+                **({"filling": list(filling)} if filling else {})}
         self.store.put(paths.changes_epoch_key(epoch), json.dumps(body).encode())
 
     def swap(self, key: str, epoch: int, change: pa.Table) -> None:
@@ -223,7 +225,7 @@ class ChangeFeed:
             return None
         return Entry(body["epoch"], body["at"], body["views"], {k: tuple(r) for k, r in body["tables"].items()},
                      {k: tuple(v) for k, v in body.get("files", {}).items()}, body.get("swaps", {}),
-                     body.get("seconds"))
+                     body.get("seconds"), tuple(body.get("filling", ())))
 
     def oldest(self) -> int | None:
         """The oldest epoch kept (None: none)."""

@@ -290,17 +290,17 @@ class Coordinator:
                     rel = catalog.views.get(c.name) or catalog.flows[c.name]
                     change = change.cast(rel.schema.append(pa.field(W, pa.int64())))
                 changes[c.key] = kept[c.key] = change
-        took = {c.key: ranges[catalog.tables[c.name].channel] for c, ranges in work if not c.derived}
-        self.changes.write(epoch, kept, took, time.time(), plan.started)
-        faults.point("epoch.before_commit")
-        # 5. commit: the one atomic write (compaction, step 6, starts inside it, in the background)
-        failed = {k: v for k, v in {**self.manifest.failed, **failures}.items() if k in live}  # dropped: gone
         filling = {k: v for k, v in self.manifest.filling.items() if k in live}
         for c, _ in work:  # a view filling in bounded epochs: the parts it has read (engine/filling.py)
             if (f := plan.fills.get(c.key)) is not None and (after := f.after()) is not None:
                 filling[c.key] = after
             else:
                 filling.pop(c.key, None)
+        took = {c.key: ranges[catalog.tables[c.name].channel] for c, ranges in work if not c.derived}
+        self.changes.write(epoch, kept, took, time.time(), plan.started, filling=sorted(filling))
+        faults.point("epoch.before_commit")
+        # 5. commit: the one atomic write (compaction, step 6, starts inside it, in the background)
+        failed = {k: v for k, v in {**self.manifest.failed, **failures}.items() if k in live}  # dropped: gone
         self.state.commit(epoch, new_ssts, offsets, keep=lambda sid: sid.split(".", 1)[0] in stateful, failed=failed,
                           expiry={sid: floor for c, _ in work for sid, floor in c.expires(offsets[c.key]).items()},
                           defaults={c.rows_state: c.encoded_defaults for c in consumers if c.defaults and c.keeps_rows},

@@ -285,6 +285,11 @@ class Runtime(Reads):
             raise MillpondError(f"epoch {epoch} is not committed yet (the last committed epoch is {last})")
         if epoch < 0:
             raise MillpondError(f"an epoch is a number of at least 0, got {epoch}")
+        consumer, rel = self._consumer(name)
+        if isinstance(rel, ViewDef) and epoch > max((at for _, at in rel.replaced), default=-1) and \
+                (entry := self.coordinator.changes.entry(epoch)) is not None and consumer.key in entry.filling:
+            raise MillpondError(f'materialized view "{name}" had not been populated at epoch {epoch}', sqlstate="55000",
+                                hint="it was filling in bounded epochs then: read it as of an epoch after its backfill")
         now = self.snapshot(name)
         if epoch == last:
             return now
