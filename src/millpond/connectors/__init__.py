@@ -50,7 +50,6 @@ from typing import TYPE_CHECKING, Callable, Protocol
 
 import pyarrow as pa
 
-
 from millpond.catalog import Column, SinkDef, TableDef
 from millpond.connectors.files import Files, local_listing_error
 from millpond.connectors.source_errors import SourceErrors

@@ -20,11 +20,12 @@ import polars as pl
 import pyarrow as pa
 
 from millpond import paths
-from millpond.catalog import TableDef
+from millpond.catalog import CatalogStore, TableDef
 from millpond.columns import ROW_ID, W
 from millpond.errors import FencedError, MillpondError, SchemaError
 from millpond.log import Appended, Channel, ChannelInfo, Log
 from millpond.log.conform import conform
+from millpond.log.tables import is_table
 
 if TYPE_CHECKING:
     from millpond.engine.runtime import Runtime
@@ -170,9 +171,6 @@ def table_channel(log: Log, name: str) -> Channel | None:
     older millpond may lack the channel or the key); None if there is no such table. Found through
     the catalog, since a renamed table's channel keeps the name it had: a channel named ``name`` that
     is a table's but no table's now (renamed or dropped) is refused, never written into."""
-    from millpond.catalog import CatalogStore
-    from millpond.log.tables import is_table
-
     table = CatalogStore(log.store).load().tables.get(name)
     if table is not None:
         return log.create_channel(table.channel, table.log_schema, id=table.channel_id, table_key=table.primary_key)

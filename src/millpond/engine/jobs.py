@@ -32,8 +32,8 @@ import pyarrow as pa
 
 from millpond.catalog import replacement
 from millpond.errors import CancelledError, MillpondError, MissingError
-from millpond.work import Work, working
 from millpond.store.objects import ObjectStore
+from millpond.work import Work, working
 
 if TYPE_CHECKING:
     from millpond.engine.epoch import EpochPlan
@@ -216,7 +216,7 @@ def _progress(job: dict, done: int, total: int, now: float) -> dict:
         except Exception:  # noqa: BLE001 - the session is stopping: nothing known
             done, total = 0, 0
         fraction = done / total if total else None
-    if job.get("to_do"):  # work that said how much it has to do (Jobs.to_do) and how much it did
+    if job.get("to_do"):  # work that said how much it has to do and did (Work.to_do, Work.did, Work.at)
         fraction = min(1.0, job.get("done", 0) / job["to_do"])
         job = {k: v for k, v in job.items() if k not in ("to_do", "done")}
     if "share" in job:  # a backfill in bounded epochs: its input read before this epoch, and after it
