@@ -19,6 +19,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from millpond import SqlError
 from tests.conftest import rows
+from tests.delta_vectors import delete_positions
 
 
 def _sorted(table_rows: list[tuple]) -> list[tuple]:
@@ -82,6 +83,73 @@ def test_a_delta_tables_versions_are_followed_with_updates_and_deletes(open_db, 
         assert not db.runtime.coordinator.store.list("sources/staging/"), "staged parts left behind"
     else:
         assert tasks is None
+
+
+def _scanned(sql: str, location: str) -> list[tuple]:
+    """DuckDB over the Delta table as delta-rs's own engine reads it (deletion vectors applied)."""
+    con = duckdb.connect()
+    con.register("d", pa.table(DeltaTable(location).scan().read_all()))
+    return _sorted([tuple(r) for r in con.execute(sql).fetchall()])
+
+
+@pytest.mark.parametrize("in_tasks", [False, True], ids=["driver", "spark_tasks"])
+def test_deletion_vectors_are_applied(open_db, tmp_path, monkeypatch, in_tasks):
+    """A table whose writer deletes rows by deletion vectors (Spark's Delta, Databricks: the file
+    kept, its deleted rows' positions in a vector; tests/delta_vectors.py writes them): the snapshot
+    reads each file without the rows its vector marks, and a version that gives a file a vector, or
+    a larger one, removes those rows; a later rewrite of the file (delta-rs's DELETE) too."""
+    if in_tasks:
+        from millpond.spark import executor
+
+        monkeypatch.setitem(executor.DRIVER_RECORDS, "local", 0)
+    location = str(tmp_path / "orders")
+    rng = random.Random(5)
+    write_deltalake(location, _batch(rng, range(0, 300)), partition_by=["region"])
+    files = {a["path"]: a["num_records"] for a in pa.table(DeltaTable(location).get_add_actions(flatten=True)).to_pylist()}
+    deleted: dict[str, set[int]] = {p: set() for p in files}
+
+    def delete_some() -> None:
+        path = rng.choice(sorted(files))
+        deleted[path] |= set(rng.sample(range(files[path]), 5))
+        delete_positions(location, {p: sorted(deleted[p]) for p in [path]})
+
+    delete_some()  # before the table is read: its snapshot has a vector
+    db = open_db()
+    db.sql(f"CREATE TABLE orders (PRIMARY KEY (id)) WITH (connector = 'deltalake', location = '{location}')")
+    db.sql("CREATE MATERIALIZED VIEW per_region AS SELECT region, count(*) AS n, sum(amount) AS total "
+           "FROM orders GROUP BY region")
+    next_id = 300
+    for step in range(5):
+        db.flush()
+        assert rows(db.sql("SELECT * FROM orders")) == _scanned("SELECT id, region, amount FROM d", location)
+        assert rows(db.sql("SELECT * FROM per_region")) == _scanned(
+            "SELECT region, count(*), sum(amount) FROM d GROUP BY region", location)
+        delete_some()
+        if step % 2:
+            write_deltalake(location, _batch(rng, range(next_id, next_id + 20)), mode="append")
+            next_id += 20
+    DeltaTable(location).delete("amount < 100")  # files with vectors rewritten without the rows
+    db.flush()
+    assert rows(db.sql("SELECT * FROM orders")) == _scanned("SELECT id, region, amount FROM d", location)
+    assert rows(db.sql("SELECT * FROM per_region")) == _scanned(
+        "SELECT region, count(*), sum(amount) FROM d GROUP BY region", location)
+    assert sum(len(v) for v in deleted.values()) >= 25 and len(rows(db.sql("SELECT * FROM orders"))) < 340
+    if in_tasks:
+        assert db.runtime.sources.tasks().stats["parts"] >= 3 + 5
+
+
+def test_a_keyless_tables_deletion_vector_stops_it(open_db, tmp_path):
+    location = str(tmp_path / "events")
+    write_deltalake(location, pa.table({"g": ["a", "b", "c"], "v": pa.array([1, 2, 3], pa.int32())}))
+    db = open_db()
+    db.sql(f"CREATE TABLE ev WITH (connector = 'deltalake', location = '{location}')")
+    db.sql("CREATE MATERIALIZED VIEW s AS SELECT g, sum(v) AS total FROM ev GROUP BY g")
+    db.flush()
+    path = pa.table(DeltaTable(location).get_add_actions(flatten=True)).column("path")[0].as_py()
+    delete_positions(location, {path: [1]})
+    with pytest.warns(Warning, match="deletes or updates 1 rows"):
+        db.flush()
+    assert rows(db.sql("SELECT * FROM s")) == [("a", 1), ("b", 2), ("c", 3)]  # stopped before the delete
 
 
 def test_a_keyless_delta_table_takes_appends_and_stops_at_a_delete(open_db, tmp_path):

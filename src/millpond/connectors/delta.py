@@ -10,21 +10,28 @@ version by version (:mod:`millpond.connectors.versioned`).
   and update post-images added, its deletes and update pre-images removed; without it, the rows of
   the files it added and of the files it removed. ``OPTIMIZE``, ``VACUUM`` and property changes
   change no row.
+- **Deletion vectors** (Spark's Delta, Databricks): each file is read without the rows its vector
+  marks (:class:`Rows`); a file whose vector grew gives the rows newly marked as removed.
+- **A new version** is seen by a stat of its commit's file; the log is read on only when there is one.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
+from urllib.parse import unquote
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pds
+from pyarrow.fs import FileType
 
 from millpond.catalog import Column, TableDef
 from millpond.catalog.types import normalize_type, sql_type
 from millpond.connectors.source_errors import text
-from millpond.connectors.versioned import Parts, plain, plain_schema
+from millpond.connectors.versioned import Parts, Stop, plain, plain_schema
 from millpond.errors import SqlError
 
 __all__ = ["DeltaPart", "DeltaReader", "check_source", "check_columns"]
@@ -72,8 +79,11 @@ def check_columns(where: str, upstream: str, schema: pa.Schema, columns: list[Co
 def _open(options: dict[str, str], version: int | None = None):
     from deltalake import DeltaTable
 
-    storage = {k.removeprefix("storage."): v for k, v in options.items() if k.startswith("storage.")}
-    return DeltaTable(options["location"], version=version, storage_options=storage or None)
+    return DeltaTable(options["location"], version=version, storage_options=_storage(options))
+
+
+def _storage(options: dict[str, str]) -> dict[str, str] | None:
+    return {k.removeprefix("storage."): v for k, v in options.items() if k.startswith("storage.")} or None
 
 
 class DeltaReader:
@@ -85,28 +95,54 @@ class DeltaReader:
         self.options = dict(t.source)
         self.location = self.options["location"]
         self.table = _open(self.options)
+        from deltalake.fs import DeltaStorageHandler
+
+        self._files = DeltaStorageHandler(self.table.table_uri, _storage(self.options))  # the table's folder
+        self._checkpoint: tuple[tuple, int] = ((), -1)  # the last checkpoint file's (mtime, size), its version
         self._walker = None  # a handle at the version before the one read next (no change data feed)
+        self._seen: tuple[int, pds.FileSystemDataset] | None = None  # the walker's version's files, as read last
 
     def latest(self) -> int:
+        version = self.table.version()
+        # a version's commit creates its JSON file: none after ``version`` (and no checkpoint past it,
+        # which lets a log cleanup remove the files after it) is nothing new, seen in two stats
+        following, checkpoint = self._files.get_file_info([f"_delta_log/{version + 1:020}.json",
+                                                           "_delta_log/_last_checkpoint"])
+        if following.type == FileType.NotFound and self._checkpointed(checkpoint) <= version:
+            return version
         self.table.update_incremental()
         return self.table.version()
+
+    def _checkpointed(self, info) -> int:  # noqa: ANN001
+        """The version of the log's last checkpoint (-1: none), read again when its file changed."""
+        if info.type == FileType.NotFound:
+            return -1
+        if self._checkpoint[0] != (info.mtime_ns, info.size):
+            with self._files.open_input_file("_delta_log/_last_checkpoint") as f:
+                self._checkpoint = ((info.mtime_ns, info.size), int(json.loads(f.read())["version"]))
+        return self._checkpoint[1]
 
     def operations(self, after: int, upto: int) -> dict[int, str | None]:
         return {h.get("version"): h.get("operation") for h in self.table.history(upto - after)}
 
     def files(self, version: int) -> list:
         self._walker = _open(self.options, version)  # the next version's change walks on from here
-        self._snapshot = self._walker.to_pyarrow_dataset()
-        return sorted(self._snapshot.get_fragments(), key=lambda f: f.path)
+        self._snapshot = _files(self._walker)
+        self._seen = (version, self._snapshot)
+        return sorted(self._snapshot[0].get_fragments(), key=lambda f: f.path)
 
     def read(self, version: int, files: list, parts: Parts) -> pa.Table:
-        return _read(self._snapshot, files, parts)
+        ds, kept = self._snapshot
+        return _read(ds, [(f, kept.get(_name(f.path))) for f in files], parts)
 
     def change(self, version: int, operation: str | None, parts: Parts) -> tuple[pa.Table, pa.Table] | None:
         walker = self._walker
         if walker is None or walker.version() != version - 1:
             walker = self._walker = _open(self.options, version - 1)
-        before = walker.to_pyarrow_dataset() if operation not in NO_CHANGE else None
+        before = None
+        if operation not in NO_CHANGE:  # the files before it: as the last version read left them
+            before = self._seen[1] if self._seen and self._seen[0] == version - 1 else _files(walker)
+        self._seen = None
         walker.load_as_version(version)  # one commit read on
         if operation in NO_CHANGE:
             return None
@@ -118,26 +154,114 @@ class DeltaReader:
             added = feed.filter(pc.is_in(kind, pa.array(["insert", "update_postimage"]))).select(names)
             removed = feed.filter(pc.is_in(kind, pa.array(["delete", "update_preimage"]))).select(names)
             return added, removed
-        now = walker.to_pyarrow_dataset()
-        now_files, before_files = {f.path: f for f in now.get_fragments()}, {f.path: f for f in before.get_fragments()}
-        return (_read(now, [now_files[p] for p in sorted(set(now_files) - set(before_files))], parts),
-                _read(before, [before_files[p] for p in sorted(set(before_files) - set(now_files))], parts))
+        now = _files(walker)
+        self._seen = (version, now)
+        (now_ds, now_kept), (before_ds, before_kept) = now, before
+        now_files = {f.path: f for f in now_ds.get_fragments()}
+        before_files = {f.path: f for f in before_ds.get_fragments()}
+        added = [(now_files[p], now_kept.get(_name(p))) for p in sorted(set(now_files) - set(before_files))]
+        removed = [(before_files[p], before_kept.get(_name(p))) for p in sorted(set(before_files) - set(now_files))]
+        for p in sorted(set(now_files) & set(before_files)):  # a file whose deletion vector changed
+            was, kept = before_kept.get(_name(p), ALL), now_kept.get(_name(p), ALL)
+            if not was.same(kept):
+                removed.append((before_files[p], was.minus(kept)))
+                if (back := kept.minus(was)).any():
+                    added.append((now_files[p], back))
+        return _read(now_ds, added, parts), _read(before_ds, removed, parts)
+
+
+@dataclass(frozen=True)
+class Rows:
+    """The rows of a data file a read takes, by position: ``mask[i]`` for row ``i``, ``rest`` for
+    the rows past it (a deletion vector's kept rows: the rows it does not mark)."""
+
+    mask: np.ndarray
+    rest: bool = True
+
+    def _fitted(self, other: "Rows") -> tuple[np.ndarray, np.ndarray]:
+        n = max(len(self.mask), len(other.mask))
+        return self.take(n), other.take(n)
+
+    def take(self, n: int) -> np.ndarray:
+        """The mask of a file of ``n`` rows."""
+        return np.concatenate([self.mask[:n], np.full(max(0, n - len(self.mask)), self.rest)])
+
+    def same(self, other: "Rows") -> bool:
+        a, b = self._fitted(other)
+        return self.rest == other.rest and bool((a == b).all())
+
+    def minus(self, other: "Rows") -> "Rows":
+        """The rows this takes and ``other`` does not."""
+        a, b = self._fitted(other)
+        return Rows(a & ~b, self.rest and not other.rest)
+
+    def any(self) -> bool:
+        return bool(self.mask.any()) or self.rest
+
+
+ALL = Rows(np.zeros(0, dtype=bool))  # every row (a file without a deletion vector)
 
 
 @dataclass
 class DeltaPart:
-    """Files of one version of a Delta table, their partition values included: a part
-    (:class:`~millpond.connectors.versioned.Parts`) that pickles with the table's file system (and
-    its storage options), so that a Spark task reads it."""
+    """Files of one version of a Delta table, their partition values included, each with the rows
+    it takes (:class:`Rows`; None: all): a part (:class:`~millpond.connectors.versioned.Parts`) that
+    pickles with the table's file system (and its storage options), so that a Spark task reads it."""
 
     dataset: pds.FileSystemDataset
+    rows: tuple[Rows | None, ...] = ()
 
     def __call__(self) -> pa.Table:
-        return plain(self.dataset.to_table())
+        if not any(r is not None for r in self.rows):
+            return plain(self.dataset.to_table())
+        ds = self.dataset
+        tables = []
+        for fragment, rows in zip(ds.get_fragments(), self.rows):  # a file's rows in its order: a mask's positions
+            t = pds.FileSystemDataset([fragment], ds.schema, ds.format, ds.filesystem).to_table()
+            tables.append(t if rows is None else t.filter(pa.array(rows.take(t.num_rows))))
+        return plain(pa.concat_tables(tables))
 
 
-def _read(ds: pds.FileSystemDataset, fragments: list, parts: Parts) -> pa.Table:
-    """The rows of ``fragments`` of ``ds`` (partition values included), read by ``parts``."""
-    return parts.read([DeltaPart(pds.FileSystemDataset(g, ds.schema, ds.format, ds.filesystem))
-                       for g in parts.groups(fragments)],
+def _read(ds: pds.FileSystemDataset, files: list[tuple], parts: Parts) -> pa.Table:
+    """The rows of ``files`` (a fragment of ``ds``, the :class:`Rows` it takes or None: all) with
+    their partition values, read by ``parts``."""
+    return parts.read([DeltaPart(pds.FileSystemDataset([f for f, _ in g], ds.schema, ds.format, ds.filesystem),
+                                 tuple(r for _, r in g))
+                       for g in parts.groups(files)],
                       plain_schema(ds.schema))
+
+
+def _files(table) -> tuple[pds.FileSystemDataset, dict[str, Rows]]:  # noqa: ANN001
+    """``table``'s files at its version, and the rows each file with a deletion vector keeps (by
+    :func:`_name`): what a reader of the table reads."""
+    if "deletionVectors" not in (table.protocol().reader_features or ()):
+        return table.to_pyarrow_dataset(), {}
+    try:  # delta-rs's dataset refuses deletion vectors: the same files, masked here
+        import pyarrow.fs as pa_fs
+        from deltalake.fs import DeltaStorageHandler
+
+        raw = table._table
+        files = pa_fs.PyFileSystem(DeltaStorageHandler.from_table(raw, table._storage_options,
+                                                                  raw.get_add_file_sizes()))
+        schema = pa.schema(table.schema().to_arrow())
+        fmt = pds.ParquetFileFormat(default_fragment_scan_options=pds.ParquetFragmentScanOptions(pre_buffer=True))
+        ds = pds.FileSystemDataset([fmt.make_fragment(f, filesystem=files, partition_expression=e)
+                                    for f, e in raw.dataset_partitions(schema, None)], schema, fmt, files)
+    except AttributeError as exc:  # another deltalake than the one pinned
+        raise Stop(f"the Delta table at {table.table_uri!r} has deletion vectors, which this deltalake "
+                   f"({exc}) does not let millpond read") from None
+    vectors = pa.table(table.deletion_vectors().read_all())
+    kept = {}
+    for i, path in enumerate(vectors.column("filepath").to_pylist()):  # per file, not per row
+        kept[_name(path, table.table_uri)] = Rows(vectors.column("selection_vector")[i].values.to_numpy(
+            zero_copy_only=False).astype(bool))
+    return ds, kept
+
+
+def _name(path: str, root: str = "") -> str:
+    """A data file's path within its table, as the log's actions and delta-rs's URIs spell it
+    (percent-escaped once or twice)."""
+    path = path.removeprefix(root)
+    while (plain_path := unquote(path)) != path:
+        path = plain_path
+    return path

@@ -81,6 +81,7 @@ class SparkExecutor:
         # epochs run as one task, their whole plan (spark/local.py)
         self.stats = {"driver_bytes": 0, "reused": 0, "build_s": 0.0, "job_s": 0.0, "here": 0, "local": 0}
         self._beside = ThreadPoolExecutor(1, thread_name_prefix="millpond-job")  # a Spark job beside tasks run here
+        self._threads: int | None = None  # a local master's cores (fixed; asking the JVM costs ~1-3 ms)
 
     def run(self, job: EpochJob, work: Sequence[Work], tables: Mapping[str, TableDef], pieces: PieceSource,
             views: Mapping[str, ViewInput] | None = None) -> dict[str, Written | None]:
@@ -125,17 +126,20 @@ class SparkExecutor:
             (max(records, default=0) if local else sum(records)) <= DRIVER_RECORDS["local" if local else "cluster"]
         if stages and not here:
             frames.append(self._stages(tuple(stages)))
+        threads = (self._threads or sc.defaultParallelism) if here else 0  # a cluster's grows as executors join
+        if local and here:
+            self._threads = threads
         built = time.perf_counter()
         self.stats["local"] += sum(task.local is not None for task, _ in stages)
         descriptor = describe_job(job, state_ids)
         if not here:
             batches = self._job(frames, kept, descriptor, job_tag(job.root, job.epoch))
         elif not frames:
-            batches = Slots(tuple(stages)).here(descriptor, threads=sc.defaultParallelism)
+            batches = Slots(tuple(stages)).here(descriptor, threads=threads)
         else:  # the rest as a Spark job at the same time, from one thread kept for it (its JVM thread too)
             future = self._beside.submit(self._job, frames, kept, descriptor, job_tag(job.root, job.epoch))
             try:
-                batches = Slots(tuple(stages)).here(descriptor, threads=sc.defaultParallelism)
+                batches = Slots(tuple(stages)).here(descriptor, threads=threads)
             except BaseException:
                 wait([future])  # nothing of this attempt runs on after it failed
                 raise

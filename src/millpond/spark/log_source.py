@@ -154,7 +154,8 @@ def write_scan(store, channel_id: str, k: int, pieces: list[Piece], start: int, 
     driver before the job."""
     key = paths.scan_key(channel_id, k)
     store.put(key, json.dumps({"channel": channel_id, "start": start, "stop": stop,
-                               "pieces": [p.to_json() for p in pieces]}).encode())
+                               "pieces": [p.to_json() for p in pieces]}).encode(),
+              durable=False)  # every epoch's plan writes it again before its tasks read it
     return key
 
 

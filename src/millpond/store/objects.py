@@ -81,9 +81,12 @@ class ObjectStore:
             raise StorageError(f"cannot write under {self.root!r}: {exc.strerror or exc}") from None
 
     # -- writes -----------------------------------------------------------------------------
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: bytes, *, durable: bool = True) -> None:
+        """Write ``key`` whole (atomically: a reader sees the old object or the new). ``durable=False``:
+        not synced on a local root, for an object rewritten before anything reads it after a crash."""
         self._retry("write", key, lambda: self._put(key, data, None))
-        self._fsync(key)
+        if durable:
+            self._fsync(key)
 
     def put_if_absent(self, key: str, data: bytes) -> None:
         """Create ``key``; raise :class:`AlreadyExists` if it is there (atomic, conditional).
