@@ -111,7 +111,10 @@ class Chain:
         started = time.monotonic()
         where = f"seed {self.seed}, cycle {self.cycle}, crash point {point}:{nth} (root {self.root})"
         stop = self.hi + BUDGET
-        env = {**os.environ, **self.env, "MILLPOND_CRASH_AT": f"{point}:{nth}", "PYTHONPATH": WORKER_PATH}
+        hold = f"{self.root}.hold"  # a step's upstream writes are not cut by a kill (faults.py)
+        Path(hold).unlink(missing_ok=True)
+        env = {**os.environ, **self.env, "MILLPOND_CRASH_AT": f"{point}:{nth}", "PYTHONPATH": WORKER_PATH,
+               "MILLPOND_CRASH_HOLD": hold}
         env.pop("MILLPOND_CRASH_PID", None)
         cmd = [sys.executable, "-m", "tests.crash_worker", self.root, str(self.seed), str(self.lo), str(self.hi),
                str(stop), ",".join(f"{e}:{k}" for e, k in sorted(self.steps_at.items())[-20:])]

@@ -38,14 +38,19 @@ def _batch(rng: random.Random, keys: range) -> pa.Table:
                      "amount": pa.array([rng.randrange(1000) for _ in keys], pa.int64())})
 
 
-@pytest.mark.parametrize("feed,in_tasks", [(True, False), (False, False), (False, True)],
-                         ids=["change_data_feed", "file_diff", "file_diff_read_in_spark_tasks"])
+@pytest.mark.parametrize("feed,in_tasks", [(True, False), (True, True), (False, False), (False, True)],
+                         ids=["change_data_feed", "change_data_feed_read_in_spark_tasks", "file_diff",
+                              "file_diff_read_in_spark_tasks"])
 def test_a_delta_tables_versions_are_followed_with_updates_and_deletes(open_db, tmp_path, monkeypatch, feed, in_tasks):
     """``in_tasks``: the cluster's path (``MILLPOND_DRIVER_RECORDS=0``): Spark tasks read the files."""
     if in_tasks:
         from millpond.spark import executor
 
         monkeypatch.setitem(executor.DRIVER_RECORDS, "local", 0)
+    from millpond.connectors.delta import DeltaReader
+
+    change_files, found = DeltaReader._change_files, []  # the versions whose change files tasks read
+    monkeypatch.setattr(DeltaReader, "_change_files", lambda *a: found.append(change_files(*a)) or found[-1])
     location = str(tmp_path / "orders")
     rng = random.Random(3)
     write_deltalake(location, _batch(rng, range(0, 200)), partition_by=["region"],
@@ -81,6 +86,7 @@ def test_a_delta_tables_versions_are_followed_with_updates_and_deletes(open_db, 
     if in_tasks:  # the snapshot's 3 partition files, then each version's added and removed files
         assert tasks.stats["parts"] >= 3 + 2 and tasks.stats["rows"] >= 200, tasks.stats
         assert not db.runtime.coordinator.store.list("sources/staging/"), "staged parts left behind"
+        assert (len([f for f in found if f]) >= 2) == feed, found  # an update's and a delete's feed
     else:
         assert tasks is None
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Iterator
@@ -262,29 +263,52 @@ def read_partial(db, i: int) -> None:  # noqa: ANN001
 def apply(db, step: Step) -> None:  # noqa: ANN001
     if step.kind == "insert":
         db.insert("visit", step.payload)
-    elif step.kind == "file":  # written aside, renamed in: the folder never holds half a file
-        token, rows = step.payload
-        folder, aside = files_folder(db.root), f"{files_folder(db.root)}.tmp"
-        os.makedirs(folder, exist_ok=True)
-        os.makedirs(aside, exist_ok=True)
-        pq.write_table(rows, f"{aside}/{token:016x}.parquet")
-        os.replace(f"{aside}/{token:016x}.parquet", f"{folder}/{token:016x}.parquet")
-        if "delivered" in db.catalog.tables:  # the same rows as a new version of the Delta table
-            from deltalake import write_deltalake
-
-            write_deltalake(delta_location(db.root), rows, mode="append")
-        if SHIPPED in db.catalog.tables:  # and upstream in PostgreSQL, once (keyed by token and row)
-            options = dict(db.catalog.tables[SHIPPED].source)
-            with _pg_connect(options) as c, c.cursor() as cur:
-                cur.executemany(f"INSERT INTO {options['table.name']} VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
-                                [((token % 2**40) * 100_000 + i, r["product"], r["n"])
-                                 for i, r in enumerate(rows.to_pylist())])
-        if STREAMED in db.catalog.tables:  # and to Kafka, keyed likewise (produced again: the same rows)
-            options = dict(db.catalog.tables[STREAMED].source)
-            _kafka_produce(options["properties.bootstrap.server"], options["topic"],
-                           [((token % 2**40) * 100_000 + i, r) for i, r in enumerate(rows.to_pylist())])
+    elif step.kind == "file":
+        tables = dict(db.catalog.tables)  # read first: an epoch held at a crash point (below) may hold its lock
+        with _upstream_step():
+            _write_file_step(db.root, step.payload, tables)
     else:
         db.sql(step.payload)
+
+
+@contextmanager
+def _upstream_step():
+    """A file step's writes to its upstream systems as one: a crash point reached meanwhile (a
+    background epoch, the compaction process) kills after them (``faults``: MILLPOND_CRASH_HOLD)."""
+    hold = os.environ.get("MILLPOND_CRASH_HOLD")
+    if hold:
+        open(hold, "w").close()
+    try:
+        yield
+    finally:
+        if hold:
+            os.remove(hold)
+
+
+def _write_file_step(root: str, payload: tuple, tables: dict) -> None:  # noqa: ANN001
+    """A file's rows written where the step's tables read them: written aside and renamed into the
+    folder (which never holds half a file), and a Delta version, PostgreSQL rows and Kafka messages
+    of the same rows where the catalog has those tables."""
+    token, rows = payload
+    folder, aside = files_folder(root), f"{files_folder(root)}.tmp"
+    os.makedirs(folder, exist_ok=True)
+    os.makedirs(aside, exist_ok=True)
+    pq.write_table(rows, f"{aside}/{token:016x}.parquet")
+    os.replace(f"{aside}/{token:016x}.parquet", f"{folder}/{token:016x}.parquet")
+    if "delivered" in tables:  # the same rows as a new version of the Delta table
+        from deltalake import write_deltalake
+
+        write_deltalake(delta_location(root), rows, mode="append")
+    if SHIPPED in tables:  # and upstream in PostgreSQL, once (keyed by token and row)
+        options = dict(tables[SHIPPED].source)
+        with _pg_connect(options) as c, c.cursor() as cur:
+            cur.executemany(f"INSERT INTO {options['table.name']} VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+                            [((token % 2**40) * 100_000 + i, r["product"], r["n"])
+                             for i, r in enumerate(rows.to_pylist())])
+    if STREAMED in tables:  # and to Kafka, keyed likewise (produced again: the same rows)
+        options = dict(tables[STREAMED].source)
+        _kafka_produce(options["properties.bootstrap.server"], options["topic"],
+                       [((token % 2**40) * 100_000 + i, r) for i, r in enumerate(rows.to_pylist())])
 
 
 class Reference:

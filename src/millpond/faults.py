@@ -7,12 +7,17 @@ Points inside Spark tasks run in Python worker processes; ``MILLPOND_CRASH_PID``
 crashing driver before Spark starts, inherited by the workers) names the process to kill, so a
 crash "inside a task" takes the whole job down as a machine failure would. Counting is per
 process.
+
+``MILLPOND_CRASH_HOLD`` names a file a test creates while it writes a step to several upstream
+systems (a folder, Delta, PostgreSQL, Kafka): a point reached meanwhile, in another thread or
+process, kills once the file is gone (the test's upstream is never left half written; at most 120 s).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 
 __all__ = ["point"]
 
@@ -28,5 +33,8 @@ def point(name: str) -> None:
         return
     _passes[name] = _passes.get(name, 0) + 1
     if _passes[name] >= int(nth or 1):
+        hold, deadline = os.environ.get("MILLPOND_CRASH_HOLD"), time.monotonic() + 120
+        while hold and os.path.exists(hold) and time.monotonic() < deadline:
+            time.sleep(0.01)
         os.kill(int(os.environ.get("MILLPOND_CRASH_PID") or os.getpid()), signal.SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)

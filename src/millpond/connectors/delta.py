@@ -146,13 +146,23 @@ class DeltaReader:
         walker.load_as_version(version)  # one commit read on
         if operation in NO_CHANGE:
             return None
-        if walker.metadata().configuration.get("delta.enableChangeDataFeed", "false").lower() == "true":
-            # the feed is read by the driver: delta-rs reads a version's change files as one scan
-            feed = walker.load_cdf(starting_version=version, ending_version=version)
-            feed = plain(pa.table(feed.read_all() if hasattr(feed, "read_all") else feed))
-            kind, names = feed.column("_change_type"), [f.name for f in walker.schema().to_arrow()]
-            added = feed.filter(pc.is_in(kind, pa.array(["insert", "update_postimage"]))).select(names)
-            removed = feed.filter(pc.is_in(kind, pa.array(["delete", "update_preimage"]))).select(names)
+        feed = walker.metadata().configuration.get("delta.enableChangeDataFeed", "false").lower() == "true"
+        # on a cluster a version's change files are read by Spark tasks (none: its change is the
+        # rows of the files it added and removed, as the feed's reader takes it); here delta-rs
+        # reads them as one scan
+        changes = self._change_files(version, walker) if feed and parts.tasks is not None else None
+        if feed and (parts.tasks is None or changes):
+            if changes:
+                schema = plain_schema(pa.schema(walker.schema().to_arrow()))
+                got = parts.read([_ChangeFiles(self._files, g, schema, tuple(walker.metadata().partition_columns))
+                                  for g in parts.groups(changes)],
+                                 schema.append(pa.field("_change_type", pa.string())))
+            else:
+                got = walker.load_cdf(starting_version=version, ending_version=version)
+                got = plain(pa.table(got.read_all() if hasattr(got, "read_all") else got))
+            kind, names = got.column("_change_type"), [f.name for f in walker.schema().to_arrow()]
+            added = got.filter(pc.is_in(kind, pa.array(["insert", "update_postimage"]))).select(names)
+            removed = got.filter(pc.is_in(kind, pa.array(["delete", "update_preimage"]))).select(names)
             return added, removed
         now = _files(walker)
         self._seen = (version, now)
@@ -168,6 +178,46 @@ class DeltaReader:
                 if (back := kept.minus(was)).any():
                     added.append((now_files[p], back))
         return _read(now_ds, added, parts), _read(before_ds, removed, parts)
+
+
+    def _change_files(self, version: int, walker) -> list[tuple[str, dict]]:  # noqa: ANN001
+        """The change data files (path, partition values) of ``version``'s commit: its ``cdc``
+        actions, read from its JSON file (none: it wrote none, or the file is gone)."""
+        try:
+            with self._files.open_input_file(f"_delta_log/{version:020}.json") as f:
+                lines = f.read().decode().splitlines()
+        except FileNotFoundError:
+            return []
+        return [(a["cdc"]["path"], a["cdc"].get("partitionValues") or {})
+                for line in lines if line.strip() and "cdc" in (a := json.loads(line))]
+
+
+@dataclass
+class _ChangeFiles:
+    """Change data files of a version (``_change_type`` and the table's columns but its partition
+    columns, whose values the log's action gives): a part a Spark task reads."""
+
+    files: object  # the table's folder (a DeltaStorageHandler: pickles with its storage options)
+    paths: list[tuple[str, dict]]
+    schema: pa.Schema  # the table's columns
+    partitioned: tuple[str, ...]
+
+    def __call__(self) -> pa.Table:
+        import pyarrow.parquet as pq
+
+        tables = []
+        for path, values in self.paths:
+            with self.files.open_input_file(path) as f:
+                t = plain(pq.read_table(f))
+            for name in self.partitioned:  # a constant column, its value typed as the table's column
+                kind = self.schema.field(name).type
+                value = values.get(name)
+                column = pa.nulls(t.num_rows, kind) if value is None else \
+                    pa.repeat(pa.scalar(value, pa.string()).cast(kind), t.num_rows)
+                t = t.append_column(pa.field(name, kind), column)
+            tables.append(t.select([*self.schema.names, "_change_type"]).cast(
+                self.schema.append(pa.field("_change_type", pa.string()))))
+        return pa.concat_tables(tables)
 
 
 @dataclass(frozen=True)
