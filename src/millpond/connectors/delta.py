@@ -100,7 +100,7 @@ class DeltaReader:
         self._files = DeltaStorageHandler(self.table.table_uri, _storage(self.options))  # the table's folder
         self._checkpoint: tuple[tuple, int] = ((), -1)  # the last checkpoint file's (mtime, size), its version
         self._walker = None  # a handle at the version before the one read next (no change data feed)
-        self._seen: tuple[int, pds.FileSystemDataset] | None = None  # the walker's version's files, as read last
+        self._seen: tuple[int, tuple] | None = None  # the walker's version and its files (_files), as read last
 
     def latest(self) -> int:
         version = self.table.version()
@@ -150,7 +150,7 @@ class DeltaReader:
         # on a cluster a version's change files are read by Spark tasks (none: its change is the
         # rows of the files it added and removed, as the feed's reader takes it); here delta-rs
         # reads them as one scan
-        changes = self._change_files(version, walker) if feed and parts.tasks is not None else None
+        changes = self._change_files(version) if feed and parts.tasks is not None else None
         if feed and (parts.tasks is None or changes):
             if changes:
                 schema = plain_schema(pa.schema(walker.schema().to_arrow()))
@@ -171,16 +171,17 @@ class DeltaReader:
         before_files = {f.path: f for f in before_ds.get_fragments()}
         added = [(now_files[p], now_kept.get(_name(p))) for p in sorted(set(now_files) - set(before_files))]
         removed = [(before_files[p], before_kept.get(_name(p))) for p in sorted(set(before_files) - set(now_files))]
-        for p in sorted(set(now_files) & set(before_files)):  # a file whose deletion vector changed
+        vectors = set(before_kept) | set(now_kept)
+        for p in sorted(set(now_files) & set(before_files)) if vectors else ():  # a file whose vector changed
             was, kept = before_kept.get(_name(p), ALL), now_kept.get(_name(p), ALL)
-            if not was.same(kept):
+            if _name(p) in vectors and not was.same(kept):
                 removed.append((before_files[p], was.minus(kept)))
                 if (back := kept.minus(was)).any():
                     added.append((now_files[p], back))
         return _read(now_ds, added, parts), _read(before_ds, removed, parts)
 
 
-    def _change_files(self, version: int, walker) -> list[tuple[str, dict]]:  # noqa: ANN001
+    def _change_files(self, version: int) -> list[tuple[str, dict]]:
         """The change data files (path, partition values) of ``version``'s commit: its ``cdc``
         actions, read from its JSON file (none: it wrote none, or the file is gone)."""
         try:
