@@ -41,7 +41,14 @@ def _write(folder: Path, name: str, table: pa.Table, fmt: str) -> None:
     time.sleep(0.01)  # distinct modification times: arrival order
 
 
-def test_tables_read_from_folders_equal_duckdb_after_every_epoch(open_db, root, tmp_path):
+@pytest.mark.parametrize("in_tasks", [False, True], ids=["driver", "spark_tasks"])
+def test_tables_read_from_folders_equal_duckdb_after_every_epoch(open_db, root, tmp_path, monkeypatch, in_tasks):
+    """``in_tasks``: the cluster's path (``MILLPOND_DRIVER_RECORDS=0``): Spark tasks read the files,
+    a bad one refused by name as the driver refuses it."""
+    if in_tasks:
+        from millpond.spark import executor
+
+        monkeypatch.setitem(executor.DRIVER_RECORDS, "local", 0)
     rng = random.Random(3)
     folders = {f: tmp_path / f for f in ("ev", "kv", "js")}
     for f in folders.values():
@@ -64,6 +71,7 @@ def test_tables_read_from_folders_equal_duckdb_after_every_epoch(open_db, root, 
         if step == 3:  # a restart: the files taken are not taken again
             db.close()
             db = open_db()
+            restarted_at = n
         for _ in range(rng.randint(0, 2)):
             ev = pa.table({"g": [rng.choice(["a", "b", None]) for _ in range(20)],
                            "v": pa.array([rng.randint(0, 99) for _ in range(20)], pa.int32())})
@@ -98,6 +106,12 @@ def test_tables_read_from_folders_equal_duckdb_after_every_epoch(open_db, root, 
             assert "ev-bad-" in status["ev"]["error"] and "not a number" in status["ev"]["error"]
             assert status["kv"]["error"] is None and status["kv"]["source"].startswith("connector=files format=csv")
     assert n >= 4
+    tasks = db.runtime.sources.tasks()
+    if in_tasks:  # every file since the restart (three tables') read by a task, nothing left staged
+        assert tasks.stats["parts"] == 3 * (n - restarted_at) > 0, tasks.stats
+        assert not db.runtime.coordinator.store.list("sources/staging/"), "staged parts left behind"
+    else:
+        assert tasks is None
 
 
 def test_files_table_options_are_checked(open_db, tmp_path):
@@ -147,10 +161,17 @@ def test_a_sigkill_between_a_files_record_and_its_append_takes_it_once(open_db, 
     assert len(list((Path(root) / "files").rglob("*.json"))) == 4
 
 
-def test_a_folder_on_object_storage_is_a_source(spark, s3_url, s3_options, tmp_path):
+@pytest.mark.parametrize("in_tasks", [False, True], ids=["driver", "spark_tasks"])
+def test_a_folder_on_object_storage_is_a_source(spark, s3_url, s3_options, tmp_path, monkeypatch, in_tasks):
     """Files under ``s3://…`` (read with the root's storage options), by folder and by glob; a new
-    file is taken once, a restart takes none again, a bad one is refused by name."""
+    file is taken once, a restart takes none again, a bad one is refused by name. ``in_tasks``:
+    Spark tasks read them (the cluster's path), with the same options."""
     import boto3
+
+    if in_tasks:
+        from millpond.spark import executor
+
+        monkeypatch.setitem(executor.DRIVER_RECORDS, "local", 0)
 
     s3 = boto3.client("s3", endpoint_url=s3_options["endpoint"], region_name="us-east-1", aws_access_key_id="k",
                       aws_secret_access_key="s")
@@ -182,6 +203,8 @@ def test_a_folder_on_object_storage_is_a_source(spark, s3_url, s3_options, tmp_p
         assert db.sql("SELECT count(*) AS n FROM only_a").to_pylist() == [{"n": 2}]
         status = {r["name"]: r for r in db.sql("SHOW TABLES").to_pylist()}
         assert "bad.parquet" in str(status["ev"])
+        tasks = db.runtime.sources.tasks()
+        assert (tasks is not None and tasks.stats["parts"] == 4) == in_tasks  # ev's 3 files, only_a's 1
     finally:
         db.close()
     again = millpond.connect(root, spark=spark, parallelism=2, interval=None, storage_options=s3_options)

@@ -21,10 +21,11 @@ transactions), ``deltalake`` and ``iceberg``
 
 **On a cluster** the splits that allow it are read by Spark tasks, not the driver
 (:mod:`millpond.spark.source_tasks`): a Kafka partition with new messages, a Delta or Iceberg
-table's files. The driver fixes what each reads (a partition's start, a version's files), the tasks
+table's files (a Delta version's change data files too), a files table's new files on object
+storage. The driver fixes what each reads (a partition's start, a version's files), the tasks
 read, decode and stage their parts under the root, and the driver appends the staged parts in a
 fixed order with the same producers and sequences, so exactly once holds as above. A replication
-slot (PostgreSQL), a Delta change data feed and a folder's files are read by the driver.
+slot (PostgreSQL) and a local folder's files are read by the driver.
 
 Why a source is copied into the log and not read by the epoch's tasks directly: a table keeps its
 rows (``SELECT * FROM t``, time travel, a view created later backfills from them) where the
@@ -165,7 +166,7 @@ class Sources(EpochStep):
         self.jobs = jobs  # what shows a read as a job while it runs (engine/jobs.py), if anything
         self._tasks: list = []  # [what reads parts in Spark tasks, or None], once asked
         self.errors = SourceErrors()  # what each table's source failed on, while it lasts
-        self.files = Files(store, channel, insert, self.errors)
+        self.files = Files(store, channel, insert, self.errors, self.tasks)
         self._kafka = None  # made for the first Kafka table (its client is imported then)
         self._pg = None  # made for the first PostgreSQL CDC table
         self._versioned: dict = {}  # connector -> its step part (a Delta table's, an Iceberg table's)

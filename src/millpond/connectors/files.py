@@ -7,6 +7,8 @@ object storage too.
 Before each epoch (``flush()``, background epochs) the writer lists ``path`` (a folder: every file
 in it; a glob: the files it matches), and takes the files it has not taken yet in arrival order
 (modification time, then name), each as one insert into the table (for a keyed table: upserts).
+On a cluster, new files on object storage are read by Spark tasks (``TASK_FILES`` a job), the
+driver recording and appending them in the same order.
 
 **Exactly once.** File ``n`` of a table (0, 1, 2, ... in the order taken) is first recorded under
 the root, ``files/t<table id>/<n>.json`` (its path, size and modification time), then appended to
@@ -36,6 +38,7 @@ import json
 import logging
 import os
 import re
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Container
@@ -101,8 +104,8 @@ class Files:
     idempotent per producer) and ``errors`` (what the tables' sources fail on)."""
 
     def __init__(self, store: ObjectStore, channel: Callable[[TableDef], Channel], insert: "Insert",
-                 errors: SourceErrors):
-        self.store, self.channel, self.insert, self.errors = store, channel, insert, errors
+                 errors: SourceErrors, tasks: Callable[[], Callable | None] = lambda: None):
+        self.store, self.channel, self.insert, self.errors, self.tasks = store, channel, insert, errors, tasks
         self._taken: dict[int, dict[str, int]] = {}  # table id -> file path -> its last number (read once)
         self._next: dict[int, int] = {}  # table id -> the number of its next file
         self._stores: dict[str, ObjectStore] = {}  # a bucket's URL -> its store (a path on object storage)
@@ -153,13 +156,13 @@ class Files:
                 if not (path in refused and (size, mtime_ns) == (refused[path].size, refused[path].mtime_ns))]
         work = current_work()  # the read's progress (SHOW JOBS): its new files' bytes
         work.to_do(sum(size or 0 for _, size, _ in todo))
+        read = self._reader(t, [path for path, _, _ in todo])
         for path, size, mtime_ns in todo:
             n = self._next[t.id]
             record = {"file": path, "size": size, "mtime_ns": mtime_ns, "epoch": epoch, "at": now.timestamp()}
-            try:
-                rows = self._read(t, path)
-            except Exception as exc:  # noqa: BLE001 - any reader's error: the file is named, the next come in
-                record["error"] = text(exc)
+            rows = read(path)
+            if isinstance(rows, str):  # any reader's error: the file is named, the next come in
+                record["error"] = rows
             self.store.put(paths.files_key(t.id, n), json.dumps(record).encode())
             taken[path], self._next[t.id] = n, n + 1
             if "error" in record:
@@ -232,10 +235,64 @@ class Files:
     def _read(self, t: TableDef, path: str) -> pa.Table:
         return _read(t, dict(t.source)["format"], self._data(path))
 
+    def _reader(self, t: TableDef, todo: list[str]) -> Callable[[str], "pa.Table | str"]:
+        """How ``t``'s new files ``todo`` are read, in their order: each file's rows, or its reader's
+        error. By the driver, a file at a time; on a cluster by Spark tasks, ``TASK_FILES`` files a
+        job (a local path only where the tasks run on this machine: the executors cannot see it)."""
+        tasks = self.tasks()
+        if tasks is None or not todo or ("://" not in todo[0] and not tasks.local):
+            def here(path: str) -> "pa.Table | str":
+                try:
+                    return self._read(t, path)
+                except Exception as exc:  # noqa: BLE001 - any reader's error
+                    return text(exc)
+            return here
+        got: dict[str, pa.Table | str] = {}
+
+        def in_tasks(path: str) -> "pa.Table | str":
+            if path not in got:
+                got.clear()
+                group = todo[todo.index(path):][:TASK_FILES]
+                for p, table in zip(group, tasks([_FilePart(t, p, self._where(p)) for p in group],
+                                                 f"{t.name}'s {len(group)} new file(s)")):
+                    error = (table.schema.metadata or {}).get(_ERROR)
+                    got[p] = table if error is None else error.decode()
+            return got.pop(path)
+        return in_tasks
+
+    def _where(self, path: str) -> tuple[str, dict] | None:
+        """Where a task reads a path on object storage from (its bucket's URL and options)."""
+        store = self._folder(path)
+        return None if store is None else (store.root, store.options)
+
     def _data(self, path: str) -> "str | pa.BufferReader":
         """A file to read: its local path, or its bytes fetched from object storage."""
         store = self._folder(path)
         return path if store is None else pa.BufferReader(store.get(path[len(store.root):].lstrip("/")))
+
+
+TASK_FILES = 64  # files read by one Spark job (on a cluster): their rows in the driver at once
+_ERROR = b"millpond.error"  # a file's reader's error, in the metadata of a part's empty table
+
+
+@dataclass
+class _FilePart:
+    """A new file of a files table, read by a Spark task: its rows as the table's columns, or no
+    rows and its reader's error (a file that does not read or fit is refused, as the driver does)."""
+
+    t: TableDef
+    path: str
+    bucket: tuple[str, dict] | None  # (URL, storage options) of a path on object storage
+
+    def __call__(self) -> pa.Table:
+        try:
+            data = self.path
+            if self.bucket is not None:
+                store = ObjectStore(self.bucket[0], self.bucket[1], create=False)
+                data = pa.BufferReader(store.get(self.path[len(store.root):].lstrip("/")))
+            return _read(self.t, dict(self.t.source)["format"], data)
+        except Exception as exc:  # noqa: BLE001 - any reader's error: said by the driver, naming the file
+            return pa.table({}).replace_schema_metadata({_ERROR: text(exc).encode()})
 
 
 def _producer(t: TableDef) -> str:

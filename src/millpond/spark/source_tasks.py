@@ -60,6 +60,8 @@ class TaskReads:
         self.spark, self.store = spark, store
         self.stats = {"jobs": 0, "parts": 0, "rows": 0, "staged_bytes": 0}
         self._swept = False
+        # the tasks run on this machine (a local master: MILLPOND_DRIVER_RECORDS=0), so they see its files
+        self.local = spark.sparkContext.master.startswith("local")
 
     def __call__(self, parts: Sequence[Callable[[], pa.Table]], what: str = "a source") -> list[pa.Table]:
         if not parts:
