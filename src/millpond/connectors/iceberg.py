@@ -6,9 +6,11 @@ table.name = '…')`` — the sinks' catalog options (:mod:`millpond.connectors.
 - A **version** is a snapshot's place in the current snapshot's ancestry (1 for the oldest): the
   table's main line, as it was committed.
 - A snapshot's **change**: the data files its own manifests add and delete (pyiceberg, Spark and
-  Flink write a row-level delete or update copy-on-write by default: a file rewritten). A
-  ``replace`` snapshot (compaction) changes no row. Delete files (merge-on-read deletes) stop the
-  table with an error saying so: they are not followed yet.
+  Flink write a row-level delete or update copy-on-write by default: a file rewritten), and the
+  rows its position delete files mark (merge-on-read: Spark's ``write.delete.mode``), each data
+  file read without the rows the delete files in force then mark. A ``replace`` snapshot
+  (compaction) changes no row. Equality delete files (Flink's upserts) stop the table with an error
+  saying so: pyiceberg does not read them.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from millpond.catalog import Column, TableDef
@@ -98,22 +102,53 @@ class IcebergReader:
             return None
         snapshot = self.chain[version - 1]
         io = self.table.io
-        added, removed = [], []
+        added, removed, deletes = [], [], []
         for manifest in snapshot.manifests(io):
             if manifest.added_snapshot_id != snapshot.snapshot_id:
                 continue
             for entry in manifest.fetch_manifest_entry(io, discard_deleted=False):
-                if entry.data_file.content != DataFileContent.DATA:
-                    raise Stop(f"snapshot {snapshot.snapshot_id} (version {version}) of {self.location} has delete "
-                               "files (merge-on-read deletes), which are not followed yet")
-                if entry.status == ManifestEntryStatus.ADDED:
-                    added.append(entry.data_file.file_path)
+                content, path = entry.data_file.content, entry.data_file.file_path
+                if content == DataFileContent.EQUALITY_DELETES:
+                    raise Stop(f"snapshot {snapshot.snapshot_id} (version {version}) of {self.location} has equality "
+                               "delete files (merge-on-read upserts, as Flink writes them), which pyiceberg cannot read")
+                if content == DataFileContent.POSITION_DELETES:  # (one removed: its data files rewritten too)
+                    if entry.status == ManifestEntryStatus.ADDED:
+                        deletes.append(path)
+                elif entry.status == ManifestEntryStatus.ADDED:
+                    added.append(path)
                 elif entry.status == ManifestEntryStatus.DELETED:
-                    removed.append(entry.data_file.file_path)
-        return self._read_files(sorted(added), parts), self._read_files(sorted(removed), parts)
+                    removed.append(path)
+        if not deletes and not removed:  # appends: no delete file of an older snapshot applies to a new file
+            return self._read_files([(p, None) for p in sorted(added)], parts), self.schema.empty_table()
+        marked = sorted({p for d in deletes for p in _positions(io, d, None)} - set(added) - set(removed))
+        before = self._deleted(self.chain[version - 2].snapshot_id if version >= 2 else None, [*removed, *marked])
+        now = self._deleted(snapshot.snapshot_id, [*added, *marked])
+        gone = [(p, ("drop", before.get(p))) for p in sorted(removed)]
+        gone += [(p, ("take", np.setdiff1d(now.get(p, _NONE), before.get(p, _NONE)))) for p in marked]
+        return (self._read_files([(p, ("drop", now.get(p))) for p in sorted(added)], parts),
+                self._read_files(gone, parts))
 
-    def _read_files(self, files: list[str], parts: Parts) -> pa.Table:
-        return parts.read([_Files(self.table.io, g, self.schema) for g in parts.groups(files)], self.schema)
+    def _deleted(self, snapshot_id: int | None, paths: list[str]) -> dict[str, np.ndarray]:
+        """The positions of the rows of data files ``paths`` that the delete files in force at the
+        snapshot mark (none marked: absent)."""
+        if snapshot_id is None or not paths:
+            return {}
+        wanted, found, read = set(paths), {}, {}
+        try:
+            tasks = self.table.scan(snapshot_id=snapshot_id).plan_files()
+        except ValueError as exc:  # equality deletes
+            raise Stop(f"{self.location}: {exc}") from None
+        for task in tasks:
+            path = task.file.file_path
+            if path in wanted and task.delete_files:
+                marked = [_positions(self.table.io, d.file_path, read).get(path, _NONE) for d in task.delete_files]
+                found[path] = np.unique(np.concatenate(marked))
+        return found
+
+    def _read_files(self, files: list[tuple], parts: Parts) -> pa.Table:
+        """Data files (path, ``("drop" | "take", positions)`` or None: all rows), read by ``parts``."""
+        return parts.read([_Files(self.table.io, [p for p, _ in g], self.schema, [r for _, r in g])
+                           for g in parts.groups(files)], self.schema)
 
 
 @dataclass
@@ -127,19 +162,50 @@ class _Snapshot:
         return plain(_load(self.options).scan(snapshot_id=self.snapshot_id).to_arrow())
 
 
+_NONE = np.zeros(0, dtype=np.int64)
+
+
+def _positions(io, path: str, cache: dict | None) -> dict[str, np.ndarray]:  # noqa: ANN001
+    """A position delete file's marked rows: each data file's positions."""
+    if cache is not None and path in cache:
+        return cache[path]
+    with io.new_input(path).open() as f:
+        marks = pq.read_table(f, columns=["file_path", "pos"])
+    order = pc.sort_indices(marks, [("file_path", "ascending"), ("pos", "ascending")])
+    marks = marks.take(order)
+    files, pos = marks.column("file_path").combine_chunks(), marks.column("pos").to_numpy()
+    found = {}
+    for name in pc.unique(files).to_pylist():  # per data file, not per row
+        found[name] = pos[pc.equal(files, name).to_numpy(zero_copy_only=False)]
+    if cache is not None:
+        cache[path] = found
+    return found
+
+
 @dataclass
 class _Files:
-    """Data files of a snapshot, read by the table's file IO (picklable: a Spark task reads them)."""
+    """Data files of a snapshot, read by the table's file IO (picklable: a Spark task reads them),
+    each whole or without the rows at some positions (``("drop", positions)``) or only those
+    (``("take", positions)``)."""
 
     io: object
     paths: list[str]
     schema: pa.Schema
+    rows: list = None  # per path: None (all) or (how, positions)
 
     def __call__(self) -> pa.Table:
         tables = []
-        for path in self.paths:
+        for path, which in zip(self.paths, self.rows or [None] * len(self.paths)):
             with self.io.new_input(path).open() as f:
                 rows = pq.read_table(f)
+            if which is not None and which[1] is not None:
+                how, positions = which
+                if how == "take":
+                    rows = rows.take(pa.array(positions))
+                else:
+                    keep = np.ones(rows.num_rows, dtype=bool)
+                    keep[positions[positions < rows.num_rows]] = False
+                    rows = rows.filter(pa.array(keep))
             tables.append(plain(rows.select([n for n in self.schema.names if n in rows.column_names])))
         if not tables:
             return self.schema.empty_table()
