@@ -213,7 +213,7 @@ def delta(spark, rows: int, rounds: int, change: str = "append") -> None:
     what = "updates (keyed, change data feed) of 1%" if update else "appends of 1%"
     print(f"Delta Lake source, {rows:,} rows, then {rounds} {what} ({rows // 100:,} rows) each:")
     print(f"  first epoch (snapshot read, appended, the view's backfill)  {first:.1f} s")
-    print(f"  refresh after a 1% {'update' if update else 'append'}  {r:.2f} s   Spark recomputing over the table  {c:.2f} s   "
+    print(f"  refresh after a 1% {'update' if update else 'append'}  {r:.3f} s   Spark recomputing over the table  {c:.3f} s   "
           f"{c / r:.1f}x faster (goal >= 20x)")
 
 
