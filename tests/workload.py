@@ -329,8 +329,13 @@ class Reference:
             self.con.execute(f"INSERT INTO {'visit' if step.kind == 'insert' else 'arrivals'} BY NAME "
                              "SELECT * FROM incoming")  # a column added since takes its default
             self.con.unregister("incoming")
-        elif step.kind == "upsert":
-            self.con.execute(step.payload.replace("INSERT INTO", "INSERT OR REPLACE INTO"))
+        elif step.kind == "upsert":  # a key's row replaced whole: the columns left out take their DEFAULT
+            head, values = step.payload.split(" VALUES ", 1)  # (DuckDB's INSERT OR REPLACE keeps the old ones)
+            columns = head[head.index("(") + 1:head.rindex(")")]
+            self.con.execute(f"CREATE TEMP TABLE upserted AS SELECT * FROM (VALUES {values}) v({columns})")
+            self.con.execute("DELETE FROM info WHERE product IN (SELECT product FROM upserted)")
+            self.con.execute(f"INSERT INTO info ({columns}) SELECT * FROM upserted")
+            self.con.execute("DROP TABLE upserted")
         else:
             self.con.execute(step.payload)
 
