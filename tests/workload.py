@@ -331,11 +331,14 @@ class Reference:
             self.con.unregister("incoming")
         elif step.kind == "upsert":  # a key's row replaced whole: the columns left out take their DEFAULT
             head, values = step.payload.split(" VALUES ", 1)  # (DuckDB's INSERT OR REPLACE keeps the old ones)
-            columns = head[head.index("(") + 1:head.rindex(")")]
-            self.con.execute(f"CREATE TEMP TABLE upserted AS SELECT * FROM (VALUES {values}) v({columns})")
+            rows = self.con.sql(f"SELECT * FROM (VALUES {values})").to_arrow_table()
+            columns = [c.strip() for c in head[head.index("(") + 1:head.rindex(")")].split(",")] if "(" in head else [
+                r[0] for r in self.con.execute("SELECT column_name FROM information_schema.columns WHERE "
+                                               "table_name = 'info' ORDER BY ordinal_position").fetchall()]
+            self.con.register("upserted", rows.rename_columns(columns[:rows.num_columns]))
             self.con.execute("DELETE FROM info WHERE product IN (SELECT product FROM upserted)")
-            self.con.execute(f"INSERT INTO info ({columns}) SELECT * FROM upserted")
-            self.con.execute("DROP TABLE upserted")
+            self.con.execute(f"INSERT INTO info ({', '.join(columns[:rows.num_columns])}) SELECT * FROM upserted")
+            self.con.unregister("upserted")
         else:
             self.con.execute(step.payload)
 
