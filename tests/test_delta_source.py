@@ -26,10 +26,20 @@ def _sorted(table_rows: list[tuple]) -> list[tuple]:
     return sorted(table_rows, key=lambda r: tuple((v is not None, v) for v in r))
 
 
-def _oracle(sql: str, location: str) -> list[tuple]:
+def _oracle(sql: str, location: str, scanned: bool = False) -> list[tuple]:
+    """DuckDB over the Delta table, as delta-rs's pyarrow dataset reads it (``scanned``: as its own
+    engine does, deletion vectors applied)."""
     con = duckdb.connect()
-    con.register("d", DeltaTable(location).to_pyarrow_table())
+    table = DeltaTable(location)
+    con.register("d", pa.table(table.scan().read_all()) if scanned else table.to_pyarrow_table())
     return _sorted([tuple(r) for r in con.execute(sql).fetchall()])
+
+
+def _check(db, location: str, scanned: bool = False) -> None:  # noqa: ANN001
+    """``orders`` and ``per_region`` equal to DuckDB over the Delta table."""
+    assert rows(db.sql("SELECT * FROM orders")) == _oracle("SELECT id, region, amount FROM d", location, scanned)
+    assert rows(db.sql("SELECT * FROM per_region")) == _oracle(
+        "SELECT region, count(*), sum(amount) FROM d GROUP BY region", location, scanned)
 
 
 def _batch(rng: random.Random, keys: range) -> pa.Table:
@@ -63,9 +73,7 @@ def test_a_delta_tables_versions_are_followed_with_updates_and_deletes(open_db, 
     next_id = 200
     for step in range(5):
         db.flush()
-        assert rows(db.sql("SELECT * FROM orders")) == _oracle("SELECT id, region, amount FROM d", location)
-        assert rows(db.sql("SELECT * FROM per_region")) == _oracle(
-            "SELECT region, count(*), sum(amount) FROM d GROUP BY region", location)
+        _check(db, location)
         dt = DeltaTable(location)
         what = step % 4
         if what == 0:
@@ -91,13 +99,6 @@ def test_a_delta_tables_versions_are_followed_with_updates_and_deletes(open_db, 
         assert tasks is None
 
 
-def _scanned(sql: str, location: str) -> list[tuple]:
-    """DuckDB over the Delta table as delta-rs's own engine reads it (deletion vectors applied)."""
-    con = duckdb.connect()
-    con.register("d", pa.table(DeltaTable(location).scan().read_all()))
-    return _sorted([tuple(r) for r in con.execute(sql).fetchall()])
-
-
 @pytest.mark.parametrize("in_tasks", [False, True], ids=["driver", "spark_tasks"])
 def test_deletion_vectors_are_applied(open_db, tmp_path, monkeypatch, in_tasks):
     """A table whose writer deletes rows by deletion vectors (Spark's Delta, Databricks: the file
@@ -117,7 +118,7 @@ def test_deletion_vectors_are_applied(open_db, tmp_path, monkeypatch, in_tasks):
     def delete_some() -> None:
         path = rng.choice(sorted(files))
         deleted[path] |= set(rng.sample(range(files[path]), 5))
-        delete_positions(location, {p: sorted(deleted[p]) for p in [path]})
+        delete_positions(location, {path: sorted(deleted[path])})
 
     delete_some()  # before the table is read: its snapshot has a vector
     db = open_db()
@@ -127,18 +128,14 @@ def test_deletion_vectors_are_applied(open_db, tmp_path, monkeypatch, in_tasks):
     next_id = 300
     for step in range(5):
         db.flush()
-        assert rows(db.sql("SELECT * FROM orders")) == _scanned("SELECT id, region, amount FROM d", location)
-        assert rows(db.sql("SELECT * FROM per_region")) == _scanned(
-            "SELECT region, count(*), sum(amount) FROM d GROUP BY region", location)
+        _check(db, location, scanned=True)
         delete_some()
         if step % 2:
             write_deltalake(location, _batch(rng, range(next_id, next_id + 20)), mode="append")
             next_id += 20
     DeltaTable(location).delete("amount < 100")  # files with vectors rewritten without the rows
     db.flush()
-    assert rows(db.sql("SELECT * FROM orders")) == _scanned("SELECT id, region, amount FROM d", location)
-    assert rows(db.sql("SELECT * FROM per_region")) == _scanned(
-        "SELECT region, count(*), sum(amount) FROM d GROUP BY region", location)
+    _check(db, location, scanned=True)
     assert sum(len(v) for v in deleted.values()) >= 25 and len(rows(db.sql("SELECT * FROM orders"))) < 340
     if in_tasks:
         assert db.runtime.sources.tasks().stats["parts"] >= 3 + 5

@@ -29,17 +29,33 @@ def _batch(rng: random.Random, keys: range) -> pa.Table:
                      "amount": pa.array([rng.randrange(1000) for _ in keys], pa.int64())})
 
 
-def test_an_iceberg_tables_snapshots_are_followed(open_db, tmp_path):
+def _lake(tmp_path):  # noqa: ANN001, ANN202
+    """A SQL catalog under ``tmp_path`` with a ``shop`` namespace, and the options of a table of it (up
+    to the quoted table name)."""
     warehouse, uri = tmp_path / "warehouse", f"sqlite:///{tmp_path / 'catalog.db'}"
     warehouse.mkdir()
     catalog = SqlCatalog("millpond", uri=uri, warehouse=warehouse.as_uri())
     catalog.create_namespace("shop")
+    return catalog, (f"catalog.type = 'sql', catalog.uri = '{uri}', warehouse.path = '{warehouse}', "
+                     "database.name = 'shop', table.name = ")
+
+
+def _check(db, catalog) -> None:  # noqa: ANN001
+    """``orders`` and ``per_region`` equal to DuckDB over pyiceberg's own scan of the table."""
+    con = duckdb.connect()
+    con.register("d", catalog.load_table(("shop", "orders")).scan().to_arrow())
+    assert rows(db.sql("SELECT * FROM orders")) == _sorted([tuple(r) for r in con.execute("SELECT * FROM d").fetchall()])
+    assert rows(db.sql("SELECT * FROM per_region")) == _sorted(
+        [tuple(r) for r in con.execute("SELECT region, count(*), sum(amount) FROM d GROUP BY region").fetchall()])
+
+
+def test_an_iceberg_tables_snapshots_are_followed(open_db, tmp_path):
+    catalog, where = _lake(tmp_path)
     rng = random.Random(4)
     first = _batch(rng, range(100))
     ice = catalog.create_table(("shop", "orders"), schema=first.schema)
     ice.append(first)
-    options = (f"catalog.type = 'sql', catalog.uri = '{uri}', warehouse.path = '{warehouse}', "
-               "database.name = 'shop', table.name = 'orders'")
+    options = f"{where}'orders'"
     db = open_db()
     db.sql(f"CREATE TABLE orders (PRIMARY KEY (id)) WITH (connector = 'iceberg', {options})")
     db.sql("CREATE MATERIALIZED VIEW per_region AS SELECT region, count(*) AS n, sum(amount) AS total "
@@ -49,11 +65,7 @@ def test_an_iceberg_tables_snapshots_are_followed(open_db, tmp_path):
     next_id = 100
     for step in range(4):
         db.flush()
-        con = duckdb.connect()
-        con.register("d", catalog.load_table(("shop", "orders")).scan().to_arrow())
-        assert rows(db.sql("SELECT * FROM orders")) == _sorted([tuple(r) for r in con.execute("SELECT * FROM d").fetchall()])
-        assert rows(db.sql("SELECT * FROM per_region")) == _sorted(
-            [tuple(r) for r in con.execute("SELECT region, count(*), sum(amount) FROM d GROUP BY region").fetchall()])
+        _check(db, catalog)
         ice = catalog.load_table(("shop", "orders"))
         if step % 3 == 0:
             ice.append(_batch(rng, range(next_id, next_id + 20)))
@@ -77,10 +89,7 @@ def test_position_deletes_are_followed(open_db, tmp_path, monkeypatch, in_tasks)
         from millpond.spark import executor
 
         monkeypatch.setitem(executor.DRIVER_RECORDS, "local", 0)
-    warehouse, uri = tmp_path / "warehouse", f"sqlite:///{tmp_path / 'catalog.db'}"
-    warehouse.mkdir()
-    catalog = SqlCatalog("millpond", uri=uri, warehouse=warehouse.as_uri())
-    catalog.create_namespace("shop")
+    catalog, where = _lake(tmp_path)
     rng = random.Random(6)
     ice = catalog.create_table(("shop", "orders"), schema=_batch(rng, range(1)).schema,
                                properties={"format-version": "2"})
@@ -102,8 +111,7 @@ def test_position_deletes_are_followed(open_db, tmp_path, monkeypatch, in_tasks)
             "id": ids, "region": ["eu"] * len(ids), "amount": pa.array([rng.randrange(500, 900) for _ in ids], pa.int64())}))
 
     delete_some()  # before the table is read: its snapshot applies them
-    options = (f"catalog.type = 'sql', catalog.uri = '{uri}', warehouse.path = '{warehouse}', "
-               "database.name = 'shop', table.name = 'orders'")
+    options = f"{where}'orders'"
     db = open_db()
     db.sql(f"CREATE TABLE orders (PRIMARY KEY (id)) WITH (connector = 'iceberg', {options})")
     db.sql("CREATE MATERIALIZED VIEW per_region AS SELECT region, count(*) AS n, sum(amount) AS total "
@@ -111,11 +119,7 @@ def test_position_deletes_are_followed(open_db, tmp_path, monkeypatch, in_tasks)
     next_id = 300
     for step in range(6):
         db.flush()
-        con = duckdb.connect()
-        con.register("d", catalog.load_table(("shop", "orders")).scan().to_arrow())
-        assert rows(db.sql("SELECT * FROM orders")) == _sorted([tuple(r) for r in con.execute("SELECT * FROM d").fetchall()])
-        assert rows(db.sql("SELECT * FROM per_region")) == _sorted(
-            [tuple(r) for r in con.execute("SELECT region, count(*), sum(amount) FROM d GROUP BY region").fetchall()])
+        _check(db, catalog)
         if step == 3:  # files with position deletes rewritten copy-on-write (their rows still there: kept)
             catalog.load_table(("shop", "orders")).delete(LessThan("amount", 100))
             deleted.clear()
@@ -125,21 +129,15 @@ def test_position_deletes_are_followed(open_db, tmp_path, monkeypatch, in_tasks)
             catalog.load_table(("shop", "orders")).append(_batch(rng, range(next_id, next_id + 20)))
             next_id += 20
     db.flush()
-    con = duckdb.connect()
-    con.register("d", catalog.load_table(("shop", "orders")).scan().to_arrow())
-    assert rows(db.sql("SELECT * FROM orders")) == _sorted([tuple(r) for r in con.execute("SELECT * FROM d").fetchall()])
-    assert con.execute("SELECT count(*) FROM d").fetchone()[0] < 300 + 60
+    _check(db, catalog)
+    assert catalog.load_table(("shop", "orders")).scan().to_arrow().num_rows < 300 + 60
 
 
 def test_a_keyless_tables_position_delete_stops_it(open_db, tmp_path):
-    warehouse, uri = tmp_path / "warehouse", f"sqlite:///{tmp_path / 'catalog.db'}"
-    warehouse.mkdir()
-    catalog = SqlCatalog("millpond", uri=uri, warehouse=warehouse.as_uri())
-    catalog.create_namespace("shop")
+    catalog, where = _lake(tmp_path)
     ice = catalog.create_table(("shop", "ev"), schema=pa.schema([("g", pa.string())]), properties={"format-version": "2"})
     ice.append(pa.table({"g": ["a", "b", "c"]}))
-    options = (f"catalog.type = 'sql', catalog.uri = '{uri}', warehouse.path = '{warehouse}', "
-               "database.name = 'shop', table.name = 'ev'")
+    options = f"{where}'ev'"
     db = open_db()
     db.sql(f"CREATE TABLE ev WITH (connector = 'iceberg', {options})")
     db.flush()
