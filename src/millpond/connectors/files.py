@@ -267,8 +267,7 @@ class Files:
 
     def _data(self, path: str) -> "str | pa.BufferReader":
         """A file to read: its local path, or its bytes fetched from object storage."""
-        store = self._folder(path)
-        return path if store is None else pa.BufferReader(store.get(path[len(store.root):].lstrip("/")))
+        return _data(self._folder(path), path)
 
 
 TASK_FILES = 64  # files read by one Spark job (on a cluster): their rows in the driver at once
@@ -286,13 +285,15 @@ class _FilePart:
 
     def __call__(self) -> pa.Table:
         try:
-            data = self.path
-            if self.bucket is not None:
-                store = ObjectStore(self.bucket[0], self.bucket[1], create=False)
-                data = pa.BufferReader(store.get(self.path[len(store.root):].lstrip("/")))
-            return _read(self.t, dict(self.t.source)["format"], data)
+            store = None if self.bucket is None else ObjectStore(self.bucket[0], self.bucket[1], create=False)
+            return _read(self.t, dict(self.t.source)["format"], _data(store, self.path))
         except Exception as exc:  # noqa: BLE001 - any reader's error: said by the driver, naming the file
             return pa.table({}).replace_schema_metadata({_ERROR: text(exc).encode()})
+
+
+def _data(store: ObjectStore | None, path: str) -> "str | pa.BufferReader":
+    """A file to read: its local path (``store`` None), or its bytes fetched from its bucket's store."""
+    return path if store is None else pa.BufferReader(store.get(path[len(store.root):].lstrip("/")))
 
 
 def _producer(t: TableDef) -> str:
