@@ -101,10 +101,9 @@ class LocalPlan:
         ins = [self._local.get(id(i)) for i in P.inputs(node)]
         if any(i is None for i in ins):
             return None
-        if isinstance(node, P.Project) and isinstance(ins[0], (Log, Committed)) and \
-                all(isinstance(e, exp.Column) and not e.table and e.name in dict(ins[0].columns) for e, _ in node.exprs):
+        source = dict(ins[0].columns) if isinstance(node, P.Project) and isinstance(ins[0], (Log, Committed)) else {}
+        if source and all(isinstance(e, exp.Column) and not e.table and e.name in source for e, _ in node.exprs):
             # a table's columns renamed (an aggregate's arguments): picked as they are read, no query
-            source = dict(ins[0].columns)
             return replace(ins[0], columns=tuple((name, source[e.name]) for e, name in node.exprs), schema=schema)
         if isinstance(node, (P.Filter, P.Project, P.Window)):
             types = {f.name: f.type for f in _schema(ins[0])}
